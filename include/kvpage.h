@@ -1,0 +1,6 @@
+/* kvpage.h — umbrella header: everything public in kvpage. */
+#ifndef KVPAGE_H
+#define KVPAGE_H
+#include "kvpage/error.h"
+#include "kvpage/meta.h"
+#endif

@@ -1,0 +1,177 @@
+/*
+ * kvpage/meta.h — the metadata state machine (protocol.md §1).
+ *
+ * Which key lives in which page of which rank: namespaces, ranks with page
+ * pools, page states FREE / RESERVED / HELD(key), leases, LRU eviction with a
+ * read grace, and completeness across ranks. It knows nothing of HTTP or JSON;
+ * kvpage serve's dialects translate requests into these calls.
+ *
+ * Thread safety: every function may be called from many threads at once. Each
+ * namespace has its own lock; namespaces never block each other.
+ *
+ * Keys are byte strings of 1..KVP_MAX_KEY_LEN bytes without NUL, passed as
+ * (ptr, len) and never retained by the caller's pointer (meta copies them).
+ * Pages are indices 0 <= page < num_pages; -1 means "none".
+ */
+#ifndef KVPAGE_META_H
+#define KVPAGE_META_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "kvpage/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVP_MAX_KEY_LEN 1024
+#define KVP_MAX_NAME_LEN 128
+#define KVP_MAX_RANK 0x7fffffffu      /* ranks are 0 <= rank < 2^31 */
+#define KVP_MAX_PAGES 0x7fffffffu     /* num_pages is 1 .. 2^31-1 */
+
+struct kvp_meta;
+struct kvp_ns;
+
+/* A byte string that is not necessarily NUL-terminated. */
+struct kvp_str {
+    const char *ptr;
+    size_t len;
+};
+
+/* Monotonic clock in milliseconds; tests inject their own. */
+typedef uint64_t (*kvp_clock_fn)(void *arg);
+
+struct kvp_meta_opts {
+    size_t opts_size;        /* sizeof(struct kvp_meta_opts), set by kvp_meta_opts_init */
+    uint64_t lease_ms;       /* reservation lease; default 120000 */
+    uint64_t read_grace_ms;  /* no eviction this long after a lookup; default 5000 */
+    kvp_clock_fn clock;      /* NULL: CLOCK_MONOTONIC */
+    void *clock_arg;
+};
+
+/* Per-rank figures (protocol.md §4). keys == held: one key per held page. */
+struct kvp_rank_stats {
+    uint32_t rank;
+    uint64_t num_pages, free, reserved, held, keys;
+    uint64_t hits, misses, allocations, evictions;
+    uint64_t expired_reservations, release_of_held_page;
+};
+
+/* Fills opts with the defaults. Always succeeds. */
+KVP_API void kvp_meta_opts_init(struct kvp_meta_opts *opts);
+
+/*
+ * Creates an empty metadata store. opts may be NULL (defaults).
+ * Returns 0, -EINVAL (opts_size unknown), -ENOMEM. The caller owns *out and
+ * releases it with kvp_meta_close.
+ */
+KVP_API int kvp_meta_open(const struct kvp_meta_opts *opts, struct kvp_meta **out);
+
+/* Frees everything. No other call may be running or follow. NULL is a no-op. */
+KVP_API void kvp_meta_close(struct kvp_meta *m);
+
+/*
+ * Finds (or, when create != 0, creates) the namespace (deployment, pool).
+ * deployment: 1..128 bytes of [A-Za-z0-9._-]; pool: 1..128 bytes, no NUL.
+ * The handle stays valid until kvp_meta_close.
+ * Returns 0, -EINVAL (bad name; err->rule KVP_RULE_NAMESPACE), -ENOENT (absent
+ * and create == 0), -ENOMEM.
+ */
+KVP_API int kvp_meta_ns(struct kvp_meta *m, const char *deployment, size_t dlen, const char *pool,
+                        size_t plen, int create, struct kvp_ns **out, struct kvp_error *err);
+
+/*
+ * Initializes a worker rank with num_pages page slots, or confirms it.
+ * Same num_pages again: no change. Different num_pages: the pool is resized
+ * when no page is RESERVED or HELD, else -EEXIST (KVP_RULE_RESIZE_HELD,
+ * value = old, limit = new).
+ * Returns 0, -EINVAL (rank or num_pages out of range), -EEXIST, -ENOMEM.
+ */
+KVP_API int kvp_meta_init_rank(struct kvp_ns *ns, uint32_t rank, uint64_t num_pages,
+                               struct kvp_error *err);
+
+/*
+ * Allocation (vLLM batch_allocate, SGLang reserve_and_allocate_page_indices).
+ * For each key, in order: a page the key holds on this rank (a hit: touched,
+ * existed[i] = 1); else the page given to the same key earlier in this call;
+ * else a FREE page, evicting the least recently used evictable HELD page when
+ * none is free, made RESERVED (existed[i] = 0); else -1.
+ * pages[n] receives the results; existed may be NULL.
+ * Returns 0, -ENOENT (rank not initialized: KVP_RULE_RANK_NOT_INIT),
+ * -EINVAL (a bad key: KVP_RULE_KEY with its index; nothing changed).
+ */
+KVP_API int kvp_meta_allocate(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys, size_t n,
+                              int64_t *pages, uint8_t *existed, struct kvp_error *err);
+
+/*
+ * Confirms written pages and releases unused reservations, all or nothing:
+ * the whole request is validated first. confirmations are (keys[i], pages[i])
+ * for i < n; release holds nrel pages.
+ * Returns 0; -ENOENT (rank not initialized); -EINVAL (KVP_RULE_CONFIRM_PAGE or
+ * KVP_RULE_RELEASE_PAGE: a page outside [0, num_pages), KVP_RULE_KEY);
+ * -EEXIST (KVP_RULE_HELD_BY_OTHER: the page holds another key). On error
+ * nothing changed.
+ */
+KVP_API int kvp_meta_confirm(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys,
+                             const int64_t *pages, size_t n, const int64_t *release, size_t nrel,
+                             struct kvp_error *err);
+
+/*
+ * Existence without recency change. rank < 0: true where the key is complete
+ * (holds a page on every initialized rank of the namespace: vLLM). rank >= 0:
+ * true where the key holds a page on that rank (SGLang).
+ * Returns 0, -ENOENT (rank >= 0 and not initialized), -EINVAL (bad key).
+ */
+KVP_API int kvp_meta_exists(struct kvp_ns *ns, int64_t rank, const struct kvp_str *keys, size_t n,
+                            uint8_t *out, struct kvp_error *err);
+
+/*
+ * Locations on one rank: pages[i] = the key's page, or -1. complete_only != 0
+ * (vLLM get_locations): -1 unless the key is complete. Hits are touched (last
+ * key first) and start their read grace.
+ * Returns 0, -ENOENT (rank not initialized), -EINVAL (bad key).
+ */
+KVP_API int kvp_meta_lookup(struct kvp_ns *ns, uint32_t rank, int complete_only,
+                            const struct kvp_str *keys, size_t n, int64_t *pages,
+                            struct kvp_error *err);
+
+/*
+ * Deletes keys: their pages become FREE. rank < 0: on every rank (vLLM
+ * extension); rank >= 0: on that rank only (SGLang). Unknown keys are ignored.
+ * Returns 0, -ENOENT (rank >= 0 and not initialized), -EINVAL (bad key).
+ */
+KVP_API int kvp_meta_delete(struct kvp_ns *ns, int64_t rank, const struct kvp_str *keys, size_t n,
+                            struct kvp_error *err);
+
+/*
+ * Clears: rank < 0, every key and reservation of the namespace (ranks stay
+ * initialized, all pages FREE); rank >= 0, that rank's pages and its keys.
+ * Returns 0, -ENOENT (rank >= 0 and not initialized).
+ */
+KVP_API int kvp_meta_clear(struct kvp_ns *ns, int64_t rank, struct kvp_error *err);
+
+/* Number of initialized worker ranks of the namespace. */
+KVP_API size_t kvp_meta_nranks(struct kvp_ns *ns);
+
+/*
+ * Calls fn once per namespace (in creation order) with a consistent copy of
+ * its ranks' figures, sorted by rank; expired reservations are reclaimed
+ * first. fn runs without any lock held. A non-zero return of fn stops the walk
+ * and is returned. Returns 0, -ENOMEM, or fn's value.
+ */
+typedef int (*kvp_meta_stats_fn)(const char *deployment, const char *pool,
+                                 const struct kvp_rank_stats *ranks, size_t nranks, void *arg);
+KVP_API int kvp_meta_stats(struct kvp_meta *m, kvp_meta_stats_fn fn, void *arg);
+
+/*
+ * Checks every invariant of protocol.md §1 over all namespaces: each page in
+ * exactly one state; a key's page is HELD by that key; no page held by two
+ * keys; free + reserved + held == num_pages; LRU and free lists consistent.
+ * Returns 0, or -EUCLEAN with err->msg naming the namespace, rank, page, key.
+ */
+KVP_API int kvp_meta_check(struct kvp_meta *m, struct kvp_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
