@@ -1,0 +1,1158 @@
+/*
+ * The metadata state machine of protocol.md §1–3.
+ *
+ * Locking: the namespace registry has a rwlock that is only written when a
+ * namespace is created; every operation on a namespace holds that
+ * namespace's mutex for its whole duration, so each request is atomic.
+ *
+ * Cost: every operation is O(keys in the request); page allocation, release,
+ * touch and eviction are O(1) apart from eviction skipping pages that are in
+ * their read grace or returned by the same request (see evict()).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <xxhash.h>
+
+#include "meta/meta_int.h"
+
+#define NS_BUCKETS 1024
+#define MIN_KEY_BUCKETS 1024
+
+static void set_err(struct kvp_error *err, int code, int rule, int64_t index, int64_t value,
+                    int64_t limit, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+
+#include <stdarg.h>
+static void set_err(struct kvp_error *err, int code, int rule, int64_t index, int64_t value,
+                    int64_t limit, const char *fmt, ...)
+{
+    if (!err)
+        return;
+    err->code = code;
+    err->rule = rule;
+    err->index = index;
+    err->value = value;
+    err->limit = limit;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+}
+
+static uint64_t default_clock(void *arg)
+{
+    (void)arg;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static uint64_t now_ms(const struct kvp_meta *m)
+{
+    return m->opts.clock(m->opts.clock_arg);
+}
+
+KVP_API void kvp_meta_opts_init(struct kvp_meta_opts *opts)
+{
+    memset(opts, 0, sizeof *opts);
+    opts->opts_size = sizeof *opts;
+    opts->lease_ms = 120000;
+    opts->read_grace_ms = 5000;
+}
+
+KVP_API int kvp_meta_open(const struct kvp_meta_opts *opts, struct kvp_meta **out)
+{
+    *out = NULL;
+    struct kvp_meta *m = calloc(1, sizeof *m);
+    if (!m)
+        return -ENOMEM;
+    kvp_meta_opts_init(&m->opts);
+    if (opts) {
+        if (opts->opts_size == 0 || opts->opts_size > sizeof *opts) {
+            free(m);
+            return -EINVAL;
+        }
+        memcpy(&m->opts, opts, opts->opts_size);
+        m->opts.opts_size = sizeof m->opts;
+    }
+    if (!m->opts.clock)
+        m->opts.clock = default_clock;
+    m->ns_buckets = calloc(NS_BUCKETS, sizeof *m->ns_buckets);
+    if (!m->ns_buckets) {
+        free(m);
+        return -ENOMEM;
+    }
+    pthread_rwlock_init(&m->ns_lock, NULL);
+    *out = m;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- lists */
+
+static void list_init(struct kvp__list *l)
+{
+    l->head = l->tail = KVP_NONE;
+    l->count = 0;
+}
+
+static void list_push_head(struct kvp__page *pg, struct kvp__list *l, uint32_t p)
+{
+    pg[p].prev = KVP_NONE;
+    pg[p].next = l->head;
+    if (l->head != KVP_NONE)
+        pg[l->head].prev = p;
+    else
+        l->tail = p;
+    l->head = p;
+    l->count++;
+}
+
+static void list_remove(struct kvp__page *pg, struct kvp__list *l, uint32_t p)
+{
+    uint32_t pr = pg[p].prev, nx = pg[p].next;
+    if (pr != KVP_NONE)
+        pg[pr].next = nx;
+    else
+        l->head = nx;
+    if (nx != KVP_NONE)
+        pg[nx].prev = pr;
+    else
+        l->tail = pr;
+    pg[p].prev = pg[p].next = KVP_NONE;
+    l->count--;
+}
+
+/* ---------------------------------------------------------------- keys */
+
+static int check_key(const struct kvp_str *k)
+{
+    if (k->len == 0)
+        return 1;
+    if (k->len > KVP_MAX_KEY_LEN)
+        return 2;
+    if (memchr(k->ptr, '\0', k->len))
+        return 3;
+    return 0;
+}
+
+static int validate_keys(const struct kvp_str *keys, size_t n, struct kvp_error *err)
+{
+    static const char *const why[] = {"", "is empty", "is longer than 1024 bytes",
+                                      "contains a NUL byte"};
+    for (size_t i = 0; i < n; i++) {
+        int r = check_key(&keys[i]);
+        if (r) {
+            set_err(err, -EINVAL, KVP_RULE_KEY, (int64_t)i, (int64_t)keys[i].len,
+                    KVP_MAX_KEY_LEN, "key %zu %s", i, why[r]);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+static uint64_t key_hash(const struct kvp_str *k)
+{
+    return XXH3_64bits(k->ptr, k->len);
+}
+
+static struct kvp__key **key_slot(struct kvp_ns *ns, const struct kvp_str *k, uint64_t h)
+{
+    struct kvp__key **pp = &ns->buckets[h & (ns->nbuckets - 1)];
+    uint32_t tag = (uint32_t)(h >> 32);
+    for (; *pp; pp = &(*pp)->next) {
+        struct kvp__key *e = *pp;
+        if (e->hash == tag && e->len == k->len && !memcmp(kvp__key_bytes(e), k->ptr, k->len))
+            break;
+    }
+    return pp;
+}
+
+static struct kvp__key *key_find(struct kvp_ns *ns, const struct kvp_str *k)
+{
+    if (!ns->nkeys)
+        return NULL;
+    return *key_slot(ns, k, key_hash(k));
+}
+
+static uint32_t key_page(const struct kvp__key *e, uint32_t slot)
+{
+    return (e && slot < e->cap) ? e->pages[slot] : KVP_NONE;
+}
+
+static int grow_buckets(struct kvp_ns *ns)
+{
+    uint64_t nb = ns->nbuckets * 2;
+    struct kvp__key **b = calloc(nb, sizeof *b);
+    if (!b)
+        return -ENOMEM;
+    for (uint64_t i = 0; i < ns->nbuckets; i++) {
+        struct kvp__key *e = ns->buckets[i], *nx;
+        for (; e; e = nx) {
+            nx = e->next;
+            struct kvp_str s = {kvp__key_bytes(e), e->len};
+            uint64_t h = key_hash(&s);
+            e->next = b[h & (nb - 1)];
+            b[h & (nb - 1)] = e;
+        }
+    }
+    free(ns->buckets);
+    ns->buckets = b;
+    ns->nbuckets = nb;
+    return 0;
+}
+
+/* Returns the key's entry, creating it with room for `slot`. NULL: out of memory. */
+static struct kvp__key *key_get(struct kvp_ns *ns, const struct kvp_str *k, uint32_t slot)
+{
+    if (ns->nkeys + 1 > ns->nbuckets && grow_buckets(ns) != 0 && ns->nkeys >= ns->nbuckets * 4)
+        return NULL; /* a failed grow is tolerable until chains get long */
+    uint64_t h = key_hash(k);
+    struct kvp__key **pp = key_slot(ns, k, h);
+    struct kvp__key *e = *pp;
+    if (e && slot < e->cap)
+        return e;
+    uint16_t cap = (uint16_t)(ns->nranks > slot + 1 ? ns->nranks : slot + 1);
+    struct kvp__key *ne = malloc(sizeof *ne + cap * sizeof(uint32_t) + k->len);
+    if (!ne)
+        return NULL;
+    if (!e) {
+        ne->next = NULL;
+        ne->hash = (uint32_t)(h >> 32);
+        ne->len = (uint16_t)k->len;
+        ne->nheld = 0;
+        ne->pad_ = 0;
+        ne->cap = cap;
+        for (uint32_t i = 0; i < cap; i++)
+            ne->pages[i] = KVP_NONE;
+        memcpy((char *)(ne->pages + cap), k->ptr, k->len);
+        *pp = ne;
+        ns->nkeys++;
+        return ne;
+    }
+    /* Grow an existing entry: copy, then repoint the chain and its pages' owners. */
+    *ne = *e;
+    ne->cap = cap;
+    for (uint32_t i = 0; i < cap; i++)
+        ne->pages[i] = i < e->cap ? e->pages[i] : KVP_NONE;
+    memcpy((char *)(ne->pages + cap), kvp__key_bytes(e), e->len);
+    *pp = ne;
+    for (uint32_t i = 0; i < e->cap; i++)
+        if (e->pages[i] != KVP_NONE)
+            ns->slots[i]->pages[e->pages[i]].owner = ne;
+    free(e);
+    return ne;
+}
+
+static void key_unlink(struct kvp_ns *ns, struct kvp__key *e)
+{
+    struct kvp_str s = {kvp__key_bytes(e), e->len};
+    struct kvp__key **pp = key_slot(ns, &s, key_hash(&s));
+    *pp = e->next;
+    ns->nkeys--;
+    free(e);
+}
+
+/* ---------------------------------------------------------------- pages */
+
+/* Puts page p, already unlinked from any list, into FREE. */
+static void page_to_free(struct kvp__rank *r, uint32_t p)
+{
+    struct kvp__page *pg = &r->pages[p];
+    pg->state = KVP_PFREE;
+    pg->owner = NULL;
+    pg->t = 0;
+    /* Pages at or above the high-water mark are found by the hwm scan. */
+    if (p < r->hwm)
+        list_push_head(r->pages, &r->free, p);
+    r->nfree++;
+}
+
+/* Unlinks FREE page p from wherever it is so that it can change state. */
+static void page_take_free(struct kvp__rank *r, uint32_t p)
+{
+    if (p < r->hwm)
+        list_remove(r->pages, &r->free, p);
+    r->nfree--;
+}
+
+/* HELD page p loses its key (eviction, delete, clear); p is unlinked from the LRU. */
+static void page_unhold(struct kvp_ns *ns, struct kvp__rank *r, uint32_t p)
+{
+    struct kvp__key *e = r->pages[p].owner;
+    list_remove(r->pages, &r->lru, p);
+    e->pages[r->slot] = KVP_NONE;
+    if (--e->nheld == 0)
+        key_unlink(ns, e);
+    r->pages[p].owner = NULL;
+}
+
+static void touch(struct kvp__rank *r, uint32_t p)
+{
+    list_remove(r->pages, &r->lru, p);
+    list_push_head(r->pages, &r->lru, p);
+}
+
+/* Reservations whose lease ran out go back to FREE. FIFO order = deadline order. */
+static void expire(struct kvp_ns *ns, struct kvp__rank *r, uint64_t now)
+{
+    (void)ns;
+    while (r->reserved.tail != KVP_NONE && r->pages[r->reserved.tail].t <= now) {
+        uint32_t p = r->reserved.tail;
+        list_remove(r->pages, &r->reserved, p);
+        page_to_free(r, p);
+        r->expired++;
+    }
+}
+
+/* A FREE page, unlinked, or KVP_NONE. */
+static uint32_t take_free_page(struct kvp__rank *r)
+{
+    if (r->free.head != KVP_NONE) {
+        uint32_t p = r->free.head;
+        list_remove(r->pages, &r->free, p);
+        r->nfree--;
+        return p;
+    }
+    while (r->hwm < r->num_pages) {
+        uint32_t p = r->hwm++;
+        if (r->pages[p].state == KVP_PFREE) {
+            r->nfree--;
+            return p;
+        }
+    }
+    return KVP_NONE;
+}
+
+/*
+ * Frees the least recently used HELD page that is neither in its read grace
+ * nor returned by the current request, and returns it unlinked, or KVP_NONE.
+ * Walks from the LRU tail: pages in grace were looked up recently, so they sit
+ * near the head and the walk is short unless the whole pool was read within
+ * the grace period.
+ */
+static uint32_t evict(struct kvp_ns *ns, struct kvp__rank *r, uint64_t now)
+{
+    for (uint32_t p = r->lru.tail; p != KVP_NONE; p = r->pages[p].prev) {
+        struct kvp__page *pg = &r->pages[p];
+        if (pg->mark == r->stamp)
+            return KVP_NONE; /* marked pages are the most recent: nothing older is left */
+        if (pg->t > now)
+            continue;
+        page_unhold(ns, r, p);
+        r->evictions++;
+        return p;
+    }
+    return KVP_NONE;
+}
+
+static void page_reserve(struct kvp_meta *m, struct kvp__rank *r, uint32_t p, uint64_t now)
+{
+    struct kvp__page *pg = &r->pages[p];
+    pg->state = KVP_PRESERVED;
+    pg->owner = NULL;
+    pg->t = now + m->opts.lease_ms;
+    /* Lease deadlines grow with time, so pushing at the head keeps the tail oldest. */
+    list_push_head(r->pages, &r->reserved, p);
+}
+
+/* ---------------------------------------------------------------- ranks */
+
+static struct kvp__rank *rank_find(struct kvp_ns *ns, uint32_t id)
+{
+    uint32_t lo = 0, hi = ns->nranks;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (ns->by_id[mid]->id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return (lo < ns->nranks && ns->by_id[lo]->id == id) ? ns->by_id[lo] : NULL;
+}
+
+/* Installs a fresh page array (from calloc: all FREE, untouched pages cost no RSS). */
+static void rank_set_pages(struct kvp__rank *r, struct kvp__page *pg, uint32_t num_pages)
+{
+    free(r->pages);
+    r->pages = pg;
+    r->num_pages = num_pages;
+    r->hwm = 0;
+    r->nfree = num_pages;
+    list_init(&r->free);
+    list_init(&r->reserved);
+    list_init(&r->lru);
+}
+
+static int rank_reset_pages(struct kvp__rank *r, uint32_t num_pages)
+{
+    struct kvp__page *pg = calloc(num_pages, sizeof *pg);
+    if (!pg)
+        return -ENOMEM;
+    rank_set_pages(r, pg, num_pages);
+    return 0;
+}
+
+/* Drops every key's page on r and every reservation: all pages FREE. */
+static int rank_clear(struct kvp_ns *ns, struct kvp__rank *r)
+{
+    struct kvp__page *pg = calloc(r->num_pages, sizeof *pg);
+    if (!pg)
+        return -ENOMEM;
+    while (r->lru.tail != KVP_NONE)
+        page_unhold(ns, r, r->lru.tail);
+    rank_set_pages(r, pg, r->num_pages);
+    return 0;
+}
+
+static int rank_lookup_err(struct kvp_ns *ns, uint32_t id, struct kvp__rank **out,
+                           struct kvp_error *err)
+{
+    *out = rank_find(ns, id);
+    if (*out)
+        return 0;
+    set_err(err, -ENOENT, KVP_RULE_RANK_NOT_INIT, -1, id, 0, "Rank %u not initialized", id);
+    return -ENOENT;
+}
+
+/* ---------------------------------------------------------------- namespaces */
+
+static int valid_deployment(const char *s, size_t n)
+{
+    if (n == 0 || n > KVP_MAX_NAME_LEN)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+static uint64_t ns_hash(const char *d, size_t dl, const char *p, size_t pl)
+{
+    return XXH3_64bits_withSeed(p, pl, XXH3_64bits(d, dl));
+}
+
+static struct kvp_ns *ns_find_locked(struct kvp_meta *m, uint64_t h, const char *d, size_t dl,
+                                     const char *p, size_t pl)
+{
+    for (struct kvp_ns *ns = m->ns_buckets[h % NS_BUCKETS]; ns; ns = ns->next)
+        if (strlen(ns->deployment) == dl && !memcmp(ns->deployment, d, dl) &&
+            strlen(ns->pool) == pl && !memcmp(ns->pool, p, pl))
+            return ns;
+    return NULL;
+}
+
+KVP_API int kvp_meta_ns(struct kvp_meta *m, const char *deployment, size_t dlen, const char *pool,
+                        size_t plen, int create, struct kvp_ns **out, struct kvp_error *err)
+{
+    *out = NULL;
+    if (!valid_deployment(deployment, dlen) || plen == 0 || plen > KVP_MAX_NAME_LEN ||
+        memchr(pool, '\0', plen)) {
+        set_err(err, -EINVAL, KVP_RULE_NAMESPACE, -1, 0, 0, "Invalid namespace");
+        return -EINVAL;
+    }
+    uint64_t h = ns_hash(deployment, dlen, pool, plen);
+    pthread_rwlock_rdlock(&m->ns_lock);
+    struct kvp_ns *ns = ns_find_locked(m, h, deployment, dlen, pool, plen);
+    pthread_rwlock_unlock(&m->ns_lock);
+    if (ns || !create) {
+        *out = ns;
+        return ns ? 0 : -ENOENT;
+    }
+    pthread_rwlock_wrlock(&m->ns_lock);
+    ns = ns_find_locked(m, h, deployment, dlen, pool, plen);
+    if (!ns) {
+        ns = calloc(1, sizeof *ns);
+        if (ns) {
+            ns->deployment = strndup(deployment, dlen);
+            ns->pool = strndup(pool, plen);
+            ns->buckets = calloc(MIN_KEY_BUCKETS, sizeof *ns->buckets);
+            ns->nbuckets = MIN_KEY_BUCKETS;
+        }
+        if (!ns || !ns->deployment || !ns->pool || !ns->buckets) {
+            if (ns) {
+                free(ns->deployment);
+                free(ns->pool);
+                free(ns->buckets);
+                free(ns);
+            }
+            pthread_rwlock_unlock(&m->ns_lock);
+            set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+            return -ENOMEM;
+        }
+        ns->meta = m;
+        pthread_mutex_init(&ns->lock, NULL);
+        ns->next = m->ns_buckets[h % NS_BUCKETS];
+        m->ns_buckets[h % NS_BUCKETS] = ns;
+        if (m->ns_last)
+            m->ns_last->next_all = ns;
+        else
+            m->ns_first = ns;
+        m->ns_last = ns;
+        m->ns_count++;
+    }
+    pthread_rwlock_unlock(&m->ns_lock);
+    *out = ns;
+    return 0;
+}
+
+static void free_all_keys(struct kvp_ns *ns)
+{
+    for (uint64_t i = 0; i < ns->nbuckets; i++) {
+        struct kvp__key *e = ns->buckets[i], *nx;
+        for (; e; e = nx) {
+            nx = e->next;
+            free(e);
+        }
+        ns->buckets[i] = NULL;
+    }
+    ns->nkeys = 0;
+}
+
+KVP_API void kvp_meta_close(struct kvp_meta *m)
+{
+    if (!m)
+        return;
+    struct kvp_ns *ns = m->ns_first, *nx;
+    for (; ns; ns = nx) {
+        nx = ns->next_all;
+        free_all_keys(ns);
+        for (uint32_t i = 0; i < ns->nranks; i++) {
+            free(ns->slots[i]->pages);
+            free(ns->slots[i]);
+        }
+        free(ns->slots);
+        free(ns->by_id);
+        free(ns->buckets);
+        free(ns->deployment);
+        free(ns->pool);
+        pthread_mutex_destroy(&ns->lock);
+        free(ns);
+    }
+    free(m->ns_buckets);
+    pthread_rwlock_destroy(&m->ns_lock);
+    free(m);
+}
+
+KVP_API size_t kvp_meta_nranks(struct kvp_ns *ns)
+{
+    pthread_mutex_lock(&ns->lock);
+    size_t n = ns->nranks;
+    pthread_mutex_unlock(&ns->lock);
+    return n;
+}
+
+/* ---------------------------------------------------------------- operations */
+
+static int rank_create(struct kvp_ns *ns, uint32_t id, uint32_t num_pages, struct kvp__rank **out)
+{
+    if (ns->nranks >= KVP_MAX_RANKS_PER_NS)
+        return -ENOSPC;
+    if (ns->nranks == ns->cap_ranks) {
+        uint32_t cap = ns->cap_ranks ? ns->cap_ranks * 2 : 8;
+        struct kvp__rank **s = realloc(ns->slots, cap * sizeof *s);
+        if (!s)
+            return -ENOMEM;
+        ns->slots = s;
+        struct kvp__rank **b = realloc(ns->by_id, cap * sizeof *b);
+        if (!b)
+            return -ENOMEM;
+        ns->by_id = b;
+        ns->cap_ranks = cap;
+    }
+    struct kvp__rank *r = calloc(1, sizeof *r);
+    if (!r || rank_reset_pages(r, num_pages) != 0) {
+        free(r);
+        return -ENOMEM;
+    }
+    r->id = id;
+    r->slot = ns->nranks;
+    r->stamp = 1;
+    ns->slots[ns->nranks] = r;
+    uint32_t i = ns->nranks;
+    while (i > 0 && ns->by_id[i - 1]->id > id) {
+        ns->by_id[i] = ns->by_id[i - 1];
+        i--;
+    }
+    ns->by_id[i] = r;
+    ns->nranks++;
+    *out = r;
+    return 0;
+}
+
+KVP_API int kvp_meta_init_rank(struct kvp_ns *ns, uint32_t rank, uint64_t num_pages,
+                               struct kvp_error *err)
+{
+    if (rank > KVP_MAX_RANK) {
+        set_err(err, -EINVAL, KVP_RULE_RANK_RANGE, -1, rank, KVP_MAX_RANK, "Invalid rank: %u", rank);
+        return -EINVAL;
+    }
+    if (num_pages < 1 || num_pages > KVP_MAX_PAGES) {
+        set_err(err, -EINVAL, KVP_RULE_NUM_PAGES, -1, (int64_t)num_pages, KVP_MAX_PAGES,
+                num_pages < 1 ? "num_pages must be a positive integer"
+                              : "num_pages must be at most 2147483647");
+        return -EINVAL;
+    }
+    int rc = 0;
+    pthread_mutex_lock(&ns->lock);
+    struct kvp__rank *r = rank_find(ns, rank);
+    if (!r) {
+        rc = rank_create(ns, rank, (uint32_t)num_pages, &r);
+        if (rc == -ENOSPC)
+            set_err(err, rc, KVP_RULE_TOO_MANY, -1, ns->nranks, KVP_MAX_RANKS_PER_NS,
+                    "too many ranks in this namespace (limit %d)", KVP_MAX_RANKS_PER_NS);
+        else if (rc)
+            set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+    } else if (r->num_pages != num_pages) {
+        expire(ns, r, now_ms(ns->meta));
+        if (r->lru.count || r->reserved.count) {
+            rc = -EEXIST;
+            set_err(err, rc, KVP_RULE_RESIZE_HELD, -1, r->num_pages, (int64_t)num_pages,
+                    "Rank %u already initialized with %u pages; refusing to change to %llu "
+                    "pages while it holds data",
+                    rank, r->num_pages, (unsigned long long)num_pages);
+        } else if ((rc = rank_reset_pages(r, (uint32_t)num_pages)) != 0) {
+            set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        }
+    }
+    pthread_mutex_unlock(&ns->lock);
+    return rc;
+}
+
+/*
+ * Index of keys already seen in one request, for "the same key earlier in this
+ * request gets the same page". Open addressing over request positions.
+ */
+struct seen {
+    uint32_t *slot; /* request index + 1, 0 = empty */
+    uint64_t *hash;
+    size_t mask;
+};
+
+static int seen_init(struct seen *s, size_t n)
+{
+    size_t cap = 16;
+    while (cap < n * 2)
+        cap <<= 1;
+    s->slot = calloc(cap, sizeof *s->slot);
+    s->hash = malloc(cap * sizeof *s->hash);
+    s->mask = cap - 1;
+    if (!s->slot || !s->hash) {
+        free(s->slot);
+        free(s->hash);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+/* Returns the earlier index of key i, or inserts i and returns -1. */
+static int64_t seen_check(struct seen *s, const struct kvp_str *keys, size_t i)
+{
+    uint64_t h = key_hash(&keys[i]);
+    for (size_t j = h & s->mask;; j = (j + 1) & s->mask) {
+        if (!s->slot[j]) {
+            s->slot[j] = (uint32_t)i + 1;
+            s->hash[j] = h;
+            return -1;
+        }
+        size_t o = s->slot[j] - 1;
+        if (s->hash[j] == h && keys[o].len == keys[i].len &&
+            !memcmp(keys[o].ptr, keys[i].ptr, keys[i].len))
+            return (int64_t)o;
+    }
+}
+
+static void seen_free(struct seen *s)
+{
+    free(s->slot);
+    free(s->hash);
+}
+
+KVP_API int kvp_meta_allocate(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys, size_t n,
+                              int64_t *pages, uint8_t *existed, struct kvp_error *err)
+{
+    int rc = validate_keys(keys, n, err);
+    if (rc)
+        return rc;
+    if (n > UINT32_MAX - 1) {
+        set_err(err, -EINVAL, KVP_RULE_TOO_MANY, -1, (int64_t)n, UINT32_MAX - 1, "too many keys");
+        return -EINVAL;
+    }
+    struct seen seen = {0};
+    if (n > 1 && seen_init(&seen, n) != 0) {
+        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        return -ENOMEM;
+    }
+    pthread_mutex_lock(&ns->lock);
+    struct kvp__rank *r;
+    if ((rc = rank_lookup_err(ns, rank, &r, err)) != 0)
+        goto out;
+    uint64_t now = now_ms(ns->meta);
+    expire(ns, r, now);
+    if (++r->stamp == 0)
+        r->stamp = 1;
+    /* Hits first, touched last to first so that earlier keys (prefix parents)
+     * end up more recent; marking them keeps phase two from evicting them. */
+    for (size_t i = n; i-- > 0;) {
+        uint32_t p = key_page(key_find(ns, &keys[i]), r->slot);
+        if (existed)
+            existed[i] = p != KVP_NONE;
+        pages[i] = p == KVP_NONE ? -2 : (int64_t)p;
+        if (p != KVP_NONE) {
+            touch(r, p);
+            r->pages[p].mark = r->stamp;
+            r->hits++;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (pages[i] != -2) {
+            if (n > 1)
+                seen_check(&seen, keys, i); /* a hit is also "seen" */
+            continue;
+        }
+        int64_t prev = n > 1 ? seen_check(&seen, keys, i) : -1;
+        if (prev >= 0) {
+            pages[i] = pages[prev];
+            continue;
+        }
+        r->misses++;
+        uint32_t p = take_free_page(r);
+        if (p == KVP_NONE)
+            p = evict(ns, r, now);
+        if (p == KVP_NONE) {
+            pages[i] = -1;
+            continue;
+        }
+        page_reserve(ns->meta, r, p, now);
+        r->pages[p].mark = r->stamp;
+        r->allocations++;
+        pages[i] = p;
+    }
+out:
+    pthread_mutex_unlock(&ns->lock);
+    if (n > 1)
+        seen_free(&seen);
+    return rc;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+KVP_API int kvp_meta_confirm(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys,
+                             const int64_t *pages, size_t n, const int64_t *release, size_t nrel,
+                             struct kvp_error *err)
+{
+    int rc = validate_keys(keys, n, err);
+    if (rc)
+        return rc;
+    /* Two confirmations of one page for different keys within one request would
+     * conflict half-way through; find them before anything changes. Sorting
+     * (page << 32 | index) groups the same page together. */
+    uint64_t *order = NULL;
+    if (n > 1 && !(order = malloc(n * sizeof *order))) {
+        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        return -ENOMEM;
+    }
+    pthread_mutex_lock(&ns->lock);
+    struct kvp__rank *r;
+    if ((rc = rank_lookup_err(ns, rank, &r, err)) != 0)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        if (pages[i] < 0 || pages[i] >= r->num_pages) {
+            rc = -EINVAL;
+            set_err(err, rc, KVP_RULE_CONFIRM_PAGE, (int64_t)i, pages[i], r->num_pages,
+                    "confirmation %zu: page %lld is outside [0, %u)", i, (long long)pages[i],
+                    r->num_pages);
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < nrel; i++) {
+        if (release[i] < 0 || release[i] >= r->num_pages) {
+            rc = -EINVAL;
+            set_err(err, rc, KVP_RULE_RELEASE_PAGE, (int64_t)i, release[i], r->num_pages,
+                    "release %zu: page %lld is outside [0, %u)", i, (long long)release[i],
+                    r->num_pages);
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct kvp__page *pg = &r->pages[pages[i]];
+        if (pg->state != KVP_PHELD)
+            continue;
+        struct kvp__key *o = pg->owner;
+        if (o->len != keys[i].len || memcmp(kvp__key_bytes(o), keys[i].ptr, keys[i].len)) {
+            rc = -EEXIST;
+            set_err(err, rc, KVP_RULE_HELD_BY_OTHER, (int64_t)i, pages[i], 0,
+                    "page %lld on rank %u holds another key", (long long)pages[i], rank);
+            goto out;
+        }
+    }
+    if (n > 1) {
+        for (size_t i = 0; i < n; i++)
+            order[i] = (uint64_t)pages[i] << 32 | i;
+        qsort(order, n, sizeof *order, cmp_u64);
+        for (size_t j = 1; j < n; j++) {
+            size_t a = order[j - 1] & 0xffffffffu, b = order[j] & 0xffffffffu;
+            if (pages[a] == pages[b] &&
+                (keys[a].len != keys[b].len || memcmp(keys[a].ptr, keys[b].ptr, keys[a].len))) {
+                rc = -EEXIST;
+                set_err(err, rc, KVP_RULE_HELD_BY_OTHER, (int64_t)b, pages[b], 0,
+                        "page %lld on rank %u holds another key", (long long)pages[b], rank);
+                goto out;
+            }
+        }
+    }
+    /* Validation is complete; from here on nothing fails but memory. Allocate
+     * every new key entry first so that running out of memory changes nothing. */
+    for (size_t i = 0; i < n; i++) {
+        if (r->pages[pages[i]].state == KVP_PHELD)
+            continue;
+        if (!key_get(ns, &keys[i], r->slot)) {
+            rc = -ENOMEM;
+            set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+            /* Entries created so far hold no page; drop them again. */
+            for (size_t j = 0; j <= i; j++) {
+                struct kvp__key *e = key_find(ns, &keys[j]);
+                if (e && e->nheld == 0)
+                    key_unlink(ns, e);
+            }
+            goto out;
+        }
+    }
+    uint64_t now = now_ms(ns->meta);
+    (void)now;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t p = (uint32_t)pages[i];
+        struct kvp__page *pg = &r->pages[p];
+        if (pg->state == KVP_PHELD)
+            continue; /* held by this key (validated): idempotent */
+        struct kvp__key *e = key_get(ns, &keys[i], r->slot); /* exists: no allocation */
+        if (pg->state == KVP_PRESERVED)
+            list_remove(r->pages, &r->reserved, p);
+        else
+            page_take_free(r, p);
+        if (e->pages[r->slot] != KVP_NONE) {
+            page_to_free(r, p); /* the key's first confirmed page wins */
+            continue;
+        }
+        pg->state = KVP_PHELD;
+        pg->owner = e;
+        pg->t = 0;
+        e->pages[r->slot] = p;
+        e->nheld++;
+        list_push_head(r->pages, &r->lru, p);
+    }
+    for (size_t i = 0; i < nrel; i++) {
+        uint32_t p = (uint32_t)release[i];
+        struct kvp__page *pg = &r->pages[p];
+        if (pg->state == KVP_PRESERVED) {
+            list_remove(r->pages, &r->reserved, p);
+            page_to_free(r, p);
+        } else if (pg->state == KVP_PHELD) {
+            r->release_held++;
+        }
+    }
+out:
+    pthread_mutex_unlock(&ns->lock);
+    free(order);
+    return rc;
+}
+
+KVP_API int kvp_meta_exists(struct kvp_ns *ns, int64_t rank, const struct kvp_str *keys, size_t n,
+                            uint8_t *out, struct kvp_error *err)
+{
+    int rc = validate_keys(keys, n, err);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&ns->lock);
+    if (rank < 0) {
+        uint32_t want = ns->nranks;
+        for (size_t i = 0; i < n; i++) {
+            struct kvp__key *e = key_find(ns, &keys[i]);
+            out[i] = e && want && e->nheld == want;
+        }
+    } else {
+        struct kvp__rank *r;
+        if ((rc = rank_lookup_err(ns, (uint32_t)rank, &r, err)) == 0)
+            for (size_t i = 0; i < n; i++)
+                out[i] = key_page(key_find(ns, &keys[i]), r->slot) != KVP_NONE;
+    }
+    pthread_mutex_unlock(&ns->lock);
+    return rc;
+}
+
+KVP_API int kvp_meta_lookup(struct kvp_ns *ns, uint32_t rank, int complete_only,
+                            const struct kvp_str *keys, size_t n, int64_t *pages,
+                            struct kvp_error *err)
+{
+    int rc = validate_keys(keys, n, err);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&ns->lock);
+    struct kvp__rank *r;
+    if ((rc = rank_lookup_err(ns, rank, &r, err)) != 0)
+        goto out;
+    uint64_t until = now_ms(ns->meta) + ns->meta->opts.read_grace_ms;
+    for (size_t i = n; i-- > 0;) {
+        struct kvp__key *e = key_find(ns, &keys[i]);
+        uint32_t p = key_page(e, r->slot);
+        if (p != KVP_NONE && complete_only && e->nheld != ns->nranks)
+            p = KVP_NONE;
+        pages[i] = p == KVP_NONE ? -1 : (int64_t)p;
+        if (p == KVP_NONE) {
+            r->misses++;
+            continue;
+        }
+        r->hits++;
+        touch(r, p);
+        r->pages[p].t = until;
+    }
+out:
+    pthread_mutex_unlock(&ns->lock);
+    return rc;
+}
+
+KVP_API int kvp_meta_delete(struct kvp_ns *ns, int64_t rank, const struct kvp_str *keys, size_t n,
+                            struct kvp_error *err)
+{
+    int rc = validate_keys(keys, n, err);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&ns->lock);
+    struct kvp__rank *only = NULL;
+    if (rank >= 0 && (rc = rank_lookup_err(ns, (uint32_t)rank, &only, err)) != 0)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        struct kvp__key *e = key_find(ns, &keys[i]);
+        if (!e)
+            continue;
+        for (uint32_t s = 0; e && s < e->cap; s++) {
+            if (only && s != only->slot)
+                continue;
+            uint32_t p = e->pages[s];
+            if (p == KVP_NONE)
+                continue;
+            struct kvp__rank *r = ns->slots[s];
+            int last = e->nheld == 1;
+            page_unhold(ns, r, p); /* frees e when it was its last page */
+            page_to_free(r, p);
+            if (last)
+                e = NULL;
+        }
+    }
+out:
+    pthread_mutex_unlock(&ns->lock);
+    return rc;
+}
+
+KVP_API int kvp_meta_clear(struct kvp_ns *ns, int64_t rank, struct kvp_error *err)
+{
+    int rc = 0;
+    pthread_mutex_lock(&ns->lock);
+    if (rank >= 0) {
+        struct kvp__rank *r;
+        if ((rc = rank_lookup_err(ns, (uint32_t)rank, &r, err)) == 0 && (rc = rank_clear(ns, r)))
+            set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+    } else {
+        struct kvp__page **fresh = calloc(ns->nranks ? ns->nranks : 1, sizeof *fresh);
+        for (uint32_t i = 0; fresh && i < ns->nranks; i++)
+            if (!(fresh[i] = calloc(ns->slots[i]->num_pages, sizeof **fresh)))
+                rc = -ENOMEM;
+        if (!fresh || rc) {
+            for (uint32_t i = 0; fresh && i < ns->nranks; i++)
+                free(fresh[i]);
+            rc = -ENOMEM;
+            set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        } else {
+            free_all_keys(ns);
+            for (uint32_t i = 0; i < ns->nranks; i++)
+                rank_set_pages(ns->slots[i], fresh[i], ns->slots[i]->num_pages);
+        }
+        free(fresh);
+    }
+    pthread_mutex_unlock(&ns->lock);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- stats and checks */
+
+static void rank_stats(const struct kvp__rank *r, struct kvp_rank_stats *s)
+{
+    s->rank = r->id;
+    s->num_pages = r->num_pages;
+    s->free = r->nfree;
+    s->reserved = r->reserved.count;
+    s->held = r->lru.count;
+    s->keys = r->lru.count;
+    s->hits = r->hits;
+    s->misses = r->misses;
+    s->allocations = r->allocations;
+    s->evictions = r->evictions;
+    s->expired_reservations = r->expired;
+    s->release_of_held_page = r->release_held;
+}
+
+KVP_API int kvp_meta_stats(struct kvp_meta *m, kvp_meta_stats_fn fn, void *arg)
+{
+    pthread_rwlock_rdlock(&m->ns_lock);
+    struct kvp_ns *first = m->ns_first;
+    pthread_rwlock_unlock(&m->ns_lock);
+    /* Namespaces are never removed and next_all is only appended under the
+     * registry lock, so walking from a snapshot of the head is safe. */
+    int rc = 0;
+    for (struct kvp_ns *ns = first; ns && !rc;) {
+        pthread_mutex_lock(&ns->lock);
+        size_t nr = ns->nranks;
+        struct kvp_rank_stats *st = calloc(nr ? nr : 1, sizeof *st);
+        if (!st) {
+            pthread_mutex_unlock(&ns->lock);
+            return -ENOMEM;
+        }
+        uint64_t now = now_ms(m);
+        for (size_t i = 0; i < nr; i++) {
+            expire(ns, ns->by_id[i], now);
+            rank_stats(ns->by_id[i], &st[i]);
+        }
+        pthread_mutex_unlock(&ns->lock);
+        rc = fn(ns->deployment, ns->pool, st, nr, arg);
+        free(st);
+        pthread_rwlock_rdlock(&m->ns_lock);
+        ns = ns->next_all;
+        pthread_rwlock_unlock(&m->ns_lock);
+    }
+    return rc;
+}
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            set_err(err, -EUCLEAN, KVP_RULE_NONE, -1, 0, 0, __VA_ARGS__);                          \
+            return -EUCLEAN;                                                                       \
+        }                                                                                          \
+    } while (0)
+
+static int check_list(const struct kvp__rank *r, const struct kvp__list *l, uint8_t state,
+                      const char *what, const char *ctx, struct kvp_error *err)
+{
+    uint64_t count = 0;
+    uint32_t prev = KVP_NONE;
+    for (uint32_t p = l->head; p != KVP_NONE; p = r->pages[p].next) {
+        CHECK(p < r->num_pages, "%s rank %u: %s list has page %u out of range", ctx, r->id, what, p);
+        CHECK(r->pages[p].state == state, "%s rank %u: page %u on the %s list is in state %d", ctx,
+              r->id, p, what, r->pages[p].state);
+        CHECK(r->pages[p].prev == prev, "%s rank %u: %s list broken at page %u", ctx, r->id, what,
+              p);
+        CHECK(++count <= r->num_pages, "%s rank %u: %s list has a cycle", ctx, r->id, what);
+        prev = p;
+    }
+    CHECK(l->tail == prev, "%s rank %u: %s list tail is wrong", ctx, r->id, what);
+    CHECK(count == l->count, "%s rank %u: %s list has %llu pages, counted %llu", ctx, r->id, what,
+          (unsigned long long)count, (unsigned long long)l->count);
+    return 0;
+}
+
+static int check_ns(struct kvp_ns *ns, struct kvp_error *err)
+{
+    char ctx[300];
+    snprintf(ctx, sizeof ctx, "namespace %s/%s", ns->deployment, ns->pool);
+    uint64_t held_total = 0;
+    for (uint32_t i = 0; i < ns->nranks; i++) {
+        const struct kvp__rank *r = ns->slots[i];
+        CHECK(r->slot == i, "%s rank %u: slot %u != %u", ctx, r->id, r->slot, i);
+        CHECK(i == 0 || ns->by_id[i - 1]->id < ns->by_id[i]->id, "%s: rank order broken", ctx);
+        int rc;
+        if ((rc = check_list(r, &r->free, KVP_PFREE, "free", ctx, err)) ||
+            (rc = check_list(r, &r->reserved, KVP_PRESERVED, "reserved", ctx, err)) ||
+            (rc = check_list(r, &r->lru, KVP_PHELD, "LRU", ctx, err)))
+            return rc;
+        uint64_t nf = 0, nfl = 0, nr = 0, nh = 0;
+        for (uint32_t p = 0; p < r->num_pages; p++) {
+            const struct kvp__page *pg = &r->pages[p];
+            switch (pg->state) {
+            case KVP_PFREE:
+                nf++;
+                nfl += p < r->hwm;
+                CHECK(!pg->owner, "%s rank %u: FREE page %u has an owner", ctx, r->id, p);
+                break;
+            case KVP_PRESERVED:
+                nr++;
+                CHECK(!pg->owner, "%s rank %u: RESERVED page %u has an owner", ctx, r->id, p);
+                break;
+            case KVP_PHELD: {
+                nh++;
+                const struct kvp__key *e = pg->owner;
+                CHECK(e, "%s rank %u: HELD page %u has no key", ctx, r->id, p);
+                CHECK(r->slot < e->cap && e->pages[r->slot] == p,
+                      "%s rank %u: page %u is HELD by key '%.*s' which does not point at it", ctx,
+                      r->id, p, (int)(e->len > 64 ? 64 : e->len), kvp__key_bytes(e));
+                break;
+            }
+            default:
+                CHECK(0, "%s rank %u: page %u in unknown state %d", ctx, r->id, p, pg->state);
+            }
+        }
+        CHECK(nf + nr + nh == r->num_pages, "%s rank %u: states do not add up", ctx, r->id);
+        CHECK(nf == r->nfree, "%s rank %u: %llu FREE pages, counted %llu", ctx, r->id,
+              (unsigned long long)nf, (unsigned long long)r->nfree);
+        CHECK(nfl == r->free.count, "%s rank %u: %llu FREE pages below hwm, free list has %llu",
+              ctx, r->id, (unsigned long long)nfl, (unsigned long long)r->free.count);
+        CHECK(nr == r->reserved.count, "%s rank %u: reserved count wrong", ctx, r->id);
+        CHECK(nh == r->lru.count, "%s rank %u: held count wrong", ctx, r->id);
+        held_total += nh;
+    }
+    uint64_t keys = 0, slots_total = 0;
+    for (uint64_t b = 0; b < ns->nbuckets; b++) {
+        for (const struct kvp__key *e = ns->buckets[b]; e; e = e->next) {
+            keys++;
+            uint32_t held = 0;
+            CHECK(e->nheld > 0, "%s: key '%.*s' holds no page", ctx,
+                  (int)(e->len > 64 ? 64 : e->len), kvp__key_bytes(e));
+            for (uint32_t s = 0; s < e->cap; s++) {
+                uint32_t p = e->pages[s];
+                if (p == KVP_NONE)
+                    continue;
+                CHECK(s < ns->nranks, "%s: key has a page on slot %u beyond the ranks", ctx, s);
+                const struct kvp__rank *r = ns->slots[s];
+                CHECK(p < r->num_pages && r->pages[p].state == KVP_PHELD && r->pages[p].owner == e,
+                      "%s rank %u: key '%.*s' points at page %u which it does not hold", ctx,
+                      r->id, (int)(e->len > 64 ? 64 : e->len), kvp__key_bytes(e), p);
+                held++;
+            }
+            CHECK(held == e->nheld, "%s: key '%.*s' counts %u pages, has %u", ctx,
+                  (int)(e->len > 64 ? 64 : e->len), kvp__key_bytes(e), e->nheld, held);
+            slots_total += held;
+        }
+    }
+    CHECK(keys == ns->nkeys, "%s: %llu keys in the index, counted %llu", ctx,
+          (unsigned long long)keys, (unsigned long long)ns->nkeys);
+    /* Each HELD page points at a key that points back at it, and each key slot
+     * at a page held by it: equal totals mean no page is held by two keys. */
+    CHECK(slots_total == held_total, "%s: %llu key slots but %llu held pages", ctx,
+          (unsigned long long)slots_total, (unsigned long long)held_total);
+    return 0;
+}
+
+KVP_API int kvp_meta_check(struct kvp_meta *m, struct kvp_error *err)
+{
+    pthread_rwlock_rdlock(&m->ns_lock);
+    struct kvp_ns *first = m->ns_first;
+    pthread_rwlock_unlock(&m->ns_lock);
+    for (struct kvp_ns *ns = first; ns;) {
+        pthread_mutex_lock(&ns->lock);
+        int rc = check_ns(ns, err);
+        pthread_mutex_unlock(&ns->lock);
+        if (rc)
+            return rc;
+        pthread_rwlock_rdlock(&m->ns_lock);
+        ns = ns->next_all;
+        pthread_rwlock_unlock(&m->ns_lock);
+    }
+    return 0;
+}

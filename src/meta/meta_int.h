@@ -1,0 +1,89 @@
+/*
+ * Internal structures of the metadata state machine. Shared by src/meta and
+ * src/wal (which logs and replays the changes); nothing outside those reads it.
+ */
+#ifndef KVP_META_INT_H
+#define KVP_META_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include "kvpage/meta.h"
+
+#define KVP_NONE UINT32_MAX /* "no page" in uint32 page links and key slots */
+#define KVP_MAX_RANKS_PER_NS 65535
+
+enum kvp__pstate { KVP_PFREE = 0, KVP_PRESERVED = 1, KVP_PHELD = 2 };
+
+/*
+ * A key of a namespace. One allocation: the header, one page slot per rank
+ * slot of the namespace (grown lazily when ranks are added), then the key
+ * bytes. Kept small on purpose: the per-key memory budget is 150 bytes.
+ */
+struct kvp__key {
+    struct kvp__key *next; /* hash chain */
+    uint32_t hash;         /* low bits of the xxh3 hash, to skip memcmp */
+    uint16_t len;          /* key length, 1..1024 */
+    uint16_t cap;          /* number of slots in pages[] */
+    uint16_t nheld;        /* slots with a page */
+    uint16_t pad_;
+    uint32_t pages[]; /* per rank slot: page or KVP_NONE; key bytes follow */
+};
+
+static inline const char *kvp__key_bytes(const struct kvp__key *k)
+{
+    return (const char *)(k->pages + k->cap);
+}
+
+/*
+ * One page slot. Its state decides which list prev/next link it into:
+ * FREE pages below the rank's high-water mark are on the free list, RESERVED
+ * pages on the reservation FIFO (lease order), HELD pages on the LRU list.
+ */
+struct kvp__page {
+    struct kvp__key *owner; /* HELD: the key; else NULL */
+    uint64_t t;             /* RESERVED: lease deadline; HELD: end of read grace (ms) */
+    uint32_t prev, next;
+    uint32_t mark;          /* request stamp that returned this page to its caller */
+    uint8_t state;          /* enum kvp__pstate */
+};
+
+struct kvp__list {
+    uint32_t head, tail; /* head = newest (LRU: most recent); KVP_NONE when empty */
+    uint64_t count;
+};
+
+struct kvp__rank {
+    uint32_t id;   /* the rank number clients use */
+    uint32_t slot; /* index into the namespace's slot table and keys' pages[] */
+    uint32_t num_pages;
+    uint32_t hwm;  /* pages >= hwm were never handed out from the free list */
+    uint32_t stamp;
+    struct kvp__page *pages;
+    struct kvp__list free, reserved, lru;
+    uint64_t nfree; /* free-list pages plus FREE pages >= hwm */
+    uint64_t hits, misses, allocations, evictions, expired, release_held;
+};
+
+struct kvp_ns {
+    struct kvp_ns *next;     /* registry hash chain */
+    struct kvp_ns *next_all; /* creation order */
+    struct kvp_meta *meta;
+    char *deployment, *pool;
+    pthread_mutex_t lock;
+    struct kvp__rank **slots; /* by slot */
+    struct kvp__rank **by_id; /* sorted by rank id */
+    uint32_t nranks, cap_ranks;
+    struct kvp__key **buckets;
+    uint64_t nbuckets, nkeys;
+};
+
+struct kvp_meta {
+    struct kvp_meta_opts opts;
+    pthread_rwlock_t ns_lock; /* guards the registry only */
+    struct kvp_ns **ns_buckets;
+    struct kvp_ns *ns_first, *ns_last;
+    uint64_t ns_count;
+};
+
+
+#endif
