@@ -1156,3 +1156,16 @@ KVP_API int kvp_meta_check(struct kvp_meta *m, struct kvp_error *err)
     }
     return 0;
 }
+
+int64_t kvp__meta_peek(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *key)
+{
+    pthread_mutex_lock(&ns->lock);
+    struct kvp__rank *r = rank_find(ns, rank);
+    int64_t p = -2;
+    if (r) {
+        uint32_t q = key_page(key_find(ns, key), r->slot);
+        p = q == KVP_NONE ? -1 : (int64_t)q;
+    }
+    pthread_mutex_unlock(&ns->lock);
+    return p;
+}

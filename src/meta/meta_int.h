@@ -86,4 +86,10 @@ struct kvp_meta {
 };
 
 
+
+
+/* Test and tool helpers (not part of the public API). */
+
+/* The key's page on the rank without touching it; -1 none, -2 rank unknown. */
+int64_t kvp__meta_peek(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *key);
 #endif
