@@ -3,4 +3,5 @@
 #define KVPAGE_H
 #include "kvpage/error.h"
 #include "kvpage/meta.h"
+#include "kvpage/pagefile.h"
 #endif

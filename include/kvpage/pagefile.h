@@ -1,0 +1,217 @@
+/*
+ * kvpage/pagefile.h — batched page I/O on one storage file (the job of
+ * Hf3fsClient in the engines).
+ *
+ * A page file is a regular file (or block device) of `size` bytes holding
+ * pages of at most `bytes_per_page` bytes. An engine moves KV pages between
+ * its host memory and the file with batches of up to `entries` operations,
+ * each an (offset, buffer, size) triple; offsets are byte offsets, normally
+ * page_index * bytes_per_page.
+ *
+ * A batch is validated as a whole before any I/O starts. A batch that breaks
+ * a rule returns -EINVAL, performs no I/O, fills the caller's struct
+ * kvp_error (which operation, which rule, a message) and leaves the handle
+ * fully usable: unlike the reference client, a bad batch never closes it.
+ *
+ * The operations of one batch run concurrently (several threads or one
+ * io_uring queue), so their order is unspecified: a batch that writes one
+ * file range twice, or reads into overlapping buffers, gets one of the
+ * possible outcomes. Short transfers are continued until complete; EINTR and
+ * EAGAIN are retried. Regions never written read as zeros.
+ *
+ * Thread safety: one handle may be used by any number of threads at once for
+ * kvp_pagefile_read, kvp_pagefile_write, kvp_pagefile_flush,
+ * kvp_pagefile_register_buffers, kvp_pagefile_unregister_buffers and every
+ * getter. Only kvp_pagefile_close must not race with any other call on the
+ * same handle.
+ */
+#ifndef KVPAGE_PAGEFILE_H
+#define KVPAGE_PAGEFILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "kvpage/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* kvp_pagefile_opts.flags */
+#define KVP_PAGEFILE_CREATE 0x1u     /* create the file (and its parent directories) when missing */
+#define KVP_PAGEFILE_DIRECT 0x2u     /* O_DIRECT: bypass the page cache; see the alignment getters */
+#define KVP_PAGEFILE_ALIGNED 0x4u    /* every offset must be a multiple of bytes_per_page */
+#define KVP_PAGEFILE_EXACT_SIZE 0x8u /* an existing file larger than size is an error, not accepted */
+#define KVP_PAGEFILE_READONLY 0x10u  /* open read-only; writes fail with -EBADF (KVP_RULE_ARG) */
+
+/* kvp_pagefile_opts.backend and the backend getters */
+#define KVP_PAGEFILE_BACKEND_AUTO 0  /* the faster one for this mode; psync when io_uring is unavailable */
+#define KVP_PAGEFILE_BACKEND_PSYNC 1 /* a thread pool doing pread/pwrite */
+#define KVP_PAGEFILE_BACKEND_URING 2 /* io_uring (liburing) with a registered file */
+
+struct kvp_pagefile;
+
+struct kvp_pagefile_opts {
+    size_t opts_size;        /* sizeof(struct kvp_pagefile_opts), set by kvp_pagefile_opts_init */
+    uint64_t size;           /* file size in bytes; 0 = the existing file's size */
+    uint64_t bytes_per_page; /* largest operation size, > 0 */
+    uint32_t entries;        /* most operations per batch, 1 .. 1048576; default 8 */
+    uint32_t flags;          /* KVP_PAGEFILE_* flags; default 0 */
+    int32_t backend;         /* KVP_PAGEFILE_BACKEND_*; default AUTO */
+    uint32_t threads;        /* psync worker threads besides the caller; 0 = number of CPUs */
+    uint32_t queues;         /* io_uring rings (batches in flight at once); 0 = 4 */
+    uint32_t mode;           /* permission bits of a created file; default 0644 */
+    uint64_t chunk_bytes;    /* psync splits operations into pieces this big; 0 = 1 MiB */
+};
+
+/* One operation of a batch: file range [offset, offset + size) <-> buf. */
+struct kvp_pagefile_op {
+    int64_t offset;
+    void *buf;
+    uint64_t size;
+};
+
+/* A host memory region for kvp_pagefile_register_buffers. */
+struct kvp_pagefile_buf {
+    void *base;
+    uint64_t len;
+};
+
+/* Fills opts with the defaults (size and bytes_per_page 0: the caller sets them). Always succeeds. */
+KVP_API void kvp_pagefile_opts_init(struct kvp_pagefile_opts *opts);
+
+/*
+ * Opens (and with KVP_PAGEFILE_CREATE creates) the page file at path.
+ *
+ * path: NUL-terminated, copied. opts: required; opts->opts_size must be set
+ * (kvp_pagefile_opts_init). out: receives the handle, owned by the caller and
+ * released with kvp_pagefile_close. err: may be NULL; filled on failure.
+ *
+ * An existing file smaller than opts->size is extended (sparse, reads as
+ * zeros), under an flock so that two processes opening it at once cannot
+ * shrink each other's extension. A larger file is never shrunk: the handle
+ * then addresses only [0, opts->size), unless KVP_PAGEFILE_EXACT_SIZE is set,
+ * which turns the mismatch into -EEXIST. A block device is used as is and
+ * must hold opts->size bytes.
+ *
+ * Backends: AUTO picks, per direction (read/write) and for this handle's
+ * buffered or O_DIRECT mode, the backend the benchmark in bench/io found
+ * faster; if io_uring cannot be set up it uses psync and says why in
+ * kvp_pagefile_backend_note. URING fails when io_uring cannot be set up.
+ *
+ * Returns 0, or:
+ *   -EINVAL  bad argument (KVP_RULE_ARG: opts_size unknown, bytes_per_page 0,
+ *            entries out of range, unknown flag or backend, size 0 with no
+ *            existing file) or O_DIRECT refused by the file system
+ *            (KVP_RULE_IO, code -EINVAL, message says so)
+ *   -EEXIST  KVP_PAGEFILE_EXACT_SIZE and the file is larger than size
+ *   -ENOSPC  a block device smaller than size
+ *   -ENOENT, -EACCES, -ENOTDIR, -EISDIR, ... from open/mkdir (KVP_RULE_IO)
+ *   -ENOMEM, -EAGAIN (threads), or an io_uring setup error with backend URING
+ * Thread-safe (different handles are independent).
+ */
+KVP_API int kvp_pagefile_open(const char *path, const struct kvp_pagefile_opts *opts,
+                              struct kvp_pagefile **out, struct kvp_error *err);
+
+/*
+ * Reads a batch: for each i < n, ops[i].size bytes at file offset
+ * ops[i].offset into ops[i].buf. results[i] receives the bytes read (the
+ * size, unless the file was truncated under us) or a negative errno.
+ *
+ * Validation, before any I/O, in this order for each operation: n <= entries
+ * (KVP_RULE_TOO_MANY), offset >= 0 and offset + size <= file size
+ * (KVP_RULE_OFFSET), size <= bytes_per_page (KVP_RULE_SIZE), buf != NULL when
+ * size > 0 (KVP_RULE_ARG), offset a multiple of bytes_per_page with
+ * KVP_PAGEFILE_ALIGNED (KVP_RULE_ALIGN), and with KVP_PAGEFILE_DIRECT the
+ * offset, size and buffer address aligned as the alignment getters say
+ * (KVP_RULE_ALIGN). ops and results may be NULL only when n == 0.
+ *
+ * The buffers are borrowed for the duration of the call only.
+ * Thread-safe: any number of batches may run on one handle at once.
+ *
+ * Returns 0 when every operation transferred its full size; -EINVAL when
+ * validation failed (no I/O done, results untouched, err filled); otherwise
+ * the error of the first operation that did not complete (its -errno, or -EIO
+ * for a read that hit the end of the file), with err->rule KVP_RULE_IO and
+ * err->index that operation; every results[i] is then valid.
+ */
+KVP_API int kvp_pagefile_read(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops,
+                              size_t n, int64_t *results, struct kvp_error *err);
+
+/*
+ * Writes a batch: for each i < n, ops[i].size bytes from ops[i].buf at file
+ * offset ops[i].offset. Same validation, results, ownership, thread safety
+ * and returns as kvp_pagefile_read, plus -EBADF (KVP_RULE_ARG) on a
+ * KVP_PAGEFILE_READONLY handle and, per operation, -ENOSPC, -EIO, ... from
+ * the file system. Data is durable only after kvp_pagefile_flush.
+ */
+KVP_API int kvp_pagefile_write(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops,
+                               size_t n, int64_t *results, struct kvp_error *err);
+
+/*
+ * Registers host memory regions with every io_uring ring of the handle so
+ * that O_DIRECT operations whose buffer lies inside one use fixed buffers
+ * (no per-I/O page pinning). Replaces any earlier registration. Regions over
+ * 1 GiB are split internally (the kernel's limit per buffer). The memory
+ * stays owned by the caller and must stay mapped until
+ * kvp_pagefile_unregister_buffers, another registration or close.
+ * With the psync backend only, this records nothing and returns 0.
+ * Thread-safe: waits for batches in flight on the rings.
+ * Returns 0, -EINVAL (n == 0, NULL or empty region: KVP_RULE_ARG, index = region),
+ * -ENOMEM, or the kernel's error (e.g. -ENOMEM over RLIMIT_MEMLOCK,
+ * -EFAULT for an unmapped region; KVP_RULE_IO), with nothing registered.
+ */
+KVP_API int kvp_pagefile_register_buffers(struct kvp_pagefile *pf, const struct kvp_pagefile_buf *bufs,
+                                          size_t n, struct kvp_error *err);
+
+/* Drops the registration of kvp_pagefile_register_buffers. Thread-safe. Returns 0. */
+KVP_API int kvp_pagefile_unregister_buffers(struct kvp_pagefile *pf);
+
+/*
+ * fsync(2) of the file: makes every completed write durable.
+ * Thread-safe. Returns 0 or the -errno of fsync (KVP_RULE_IO in err).
+ */
+KVP_API int kvp_pagefile_flush(struct kvp_pagefile *pf, struct kvp_error *err);
+
+/*
+ * Stops the worker threads and rings, closes the file and frees the handle.
+ * Does not fsync (call kvp_pagefile_flush first for durability). No other
+ * call on pf may be running or follow. NULL is a no-op.
+ */
+KVP_API void kvp_pagefile_close(struct kvp_pagefile *pf);
+
+/* Getters. All are thread-safe and never fail on a valid handle. */
+
+/* The path given to kvp_pagefile_open (owned by the handle). */
+KVP_API const char *kvp_pagefile_path(const struct kvp_pagefile *pf);
+/* The addressable size in bytes (opts->size, or the file size when it was 0). */
+KVP_API uint64_t kvp_pagefile_size(const struct kvp_pagefile *pf);
+/* The file's size on disk at open (after any extension); may exceed kvp_pagefile_size. */
+KVP_API uint64_t kvp_pagefile_file_size(const struct kvp_pagefile *pf);
+KVP_API uint64_t kvp_pagefile_bytes_per_page(const struct kvp_pagefile *pf);
+KVP_API uint32_t kvp_pagefile_entries(const struct kvp_pagefile *pf);
+KVP_API uint32_t kvp_pagefile_flags(const struct kvp_pagefile *pf);
+/* The backend asked for in opts (KVP_PAGEFILE_BACKEND_*, possibly AUTO). */
+KVP_API int kvp_pagefile_backend_requested(const struct kvp_pagefile *pf);
+/* The backend that serves reads (write == 0) or writes (write != 0): PSYNC or URING. */
+KVP_API int kvp_pagefile_backend(const struct kvp_pagefile *pf, int write);
+/* "auto", "psync" or "uring" for a KVP_PAGEFILE_BACKEND_* value; "?" otherwise. */
+KVP_API const char *kvp_pagefile_backend_name(int backend);
+/* Why the backends are what they are, e.g. why io_uring was not used. Owned by the handle. */
+KVP_API const char *kvp_pagefile_backend_note(const struct kvp_pagefile *pf);
+/* psync worker threads started (0 when no direction uses psync). */
+KVP_API uint32_t kvp_pagefile_threads(const struct kvp_pagefile *pf);
+/* io_uring rings set up (0 when no direction uses io_uring). */
+KVP_API uint32_t kvp_pagefile_queues(const struct kvp_pagefile *pf);
+KVP_API uint32_t kvp_pagefile_mode(const struct kvp_pagefile *pf);
+KVP_API uint64_t kvp_pagefile_chunk_bytes(const struct kvp_pagefile *pf);
+/* O_DIRECT buffer address alignment in bytes (1 without KVP_PAGEFILE_DIRECT). */
+KVP_API uint32_t kvp_pagefile_direct_mem_align(const struct kvp_pagefile *pf);
+/* O_DIRECT offset and size alignment in bytes (1 without KVP_PAGEFILE_DIRECT). */
+KVP_API uint32_t kvp_pagefile_direct_offset_align(const struct kvp_pagefile *pf);
+/* Number of regions currently registered (after splitting at 1 GiB). */
+KVP_API uint32_t kvp_pagefile_registered_buffers(const struct kvp_pagefile *pf);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,661 @@
+/*
+ * pagefile.c — open/close, batch validation, dispatch to a backend, getters.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <linux/fs.h>
+
+#include "pagefile/pf_internal.h"
+
+#define PF_KNOWN_FLAGS                                                                             \
+    (KVP_PAGEFILE_CREATE | KVP_PAGEFILE_DIRECT | KVP_PAGEFILE_ALIGNED | KVP_PAGEFILE_EXACT_SIZE |  \
+     KVP_PAGEFILE_READONLY)
+#define PF_MAX_ENTRIES (1u << 20)
+#define PF_DEFAULT_QUEUES 4
+#define PF_DEFAULT_CHUNK (1u << 20)
+/* Options from the first published layout onwards: everything up to chunk_bytes. */
+#define PF_OPTS_MIN_SIZE (offsetof(struct kvp_pagefile_opts, chunk_bytes) + sizeof(uint64_t))
+
+/*
+ * Which backend AUTO uses, [direct][write]. From bench/io/README.md on the
+ * reference machine: page-cache copies scale with cores, which the psync pool
+ * gives and io_uring (copying inline in the submitter) does not; O_DIRECT
+ * wants queue depth without a thread per request, which io_uring gives.
+ */
+static const int pf_auto_choice[2][2] = {
+    {KVP_PAGEFILE_BACKEND_PSYNC, KVP_PAGEFILE_BACKEND_PSYNC},
+    {KVP_PAGEFILE_BACKEND_URING, KVP_PAGEFILE_BACKEND_URING},
+};
+
+/* ---- fault injection -------------------------------------------------- */
+
+static _Atomic(kvp__pf_fault_fn) pf_fault_fn;
+static _Atomic(void *) pf_fault_arg;
+
+void kvp__pagefile_set_fault(kvp__pf_fault_fn fn, void *arg)
+{
+    atomic_store(&pf_fault_arg, arg);
+    atomic_store(&pf_fault_fn, fn);
+}
+
+int64_t kvp__pf_fault(int site, int64_t offset, uint64_t len)
+{
+    kvp__pf_fault_fn fn = atomic_load_explicit(&pf_fault_fn, memory_order_acquire);
+    if (!fn)
+        return 0;
+    return fn(atomic_load(&pf_fault_arg), site, offset, len);
+}
+
+/* ---- errors ----------------------------------------------------------- */
+
+__attribute__((format(printf, 6, 7))) static int pf_fail(struct kvp_error *err, int code, int rule,
+                                                         int64_t index, int64_t value,
+                                                         const char *fmt, ...);
+
+/* Sets err->limit after pf_fail; returns code. */
+static int pf_limit(struct kvp_error *err, int code, int64_t limit)
+{
+    if (err)
+        err->limit = limit;
+    return code;
+}
+
+static int pf_fail(struct kvp_error *err, int code, int rule, int64_t index, int64_t value,
+                   const char *fmt, ...)
+{
+    if (!err)
+        return code;
+    err->code = code;
+    err->rule = rule;
+    err->index = index;
+    err->value = value;
+    err->limit = 0;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+/* ---- plain synchronous transfer ---------------------------------------- */
+
+int64_t kvp__pf_pio(int fd, int write, void *buf, uint64_t len, int64_t off)
+{
+    uint64_t done = 0;
+    unsigned again = 0;
+    while (done < len) {
+        uint64_t want = len - done;
+        int64_t f = kvp__pf_fault(write ? KVP__PF_PWRITE : KVP__PF_PREAD, off + (int64_t)done, want);
+        ssize_t r;
+        if (f < 0) {
+            r = -1;
+            errno = (int)-f;
+        } else {
+            if (f > 0 && (uint64_t)f < want)
+                want = (uint64_t)f;
+            r = write ? pwrite(fd, (char *)buf + done, want, off + (off_t)done)
+                      : pread(fd, (char *)buf + done, want, off + (off_t)done);
+        }
+        if (r < 0) {
+            int e = errno;
+            if (e == EINTR)
+                continue;
+            if (e == EAGAIN && ++again < KVP__PF_MAX_AGAIN) {
+                sched_yield();
+                continue;
+            }
+            return -e;
+        }
+        if (r == 0)
+            /* A write that makes no progress would loop forever; a read stops at EOF. */
+            return write ? -EIO : (int64_t)done;
+        done += (uint64_t)r;
+        again = 0;
+    }
+    return (int64_t)done;
+}
+
+void kvp__pf_run_inline(struct kvp_pagefile *pf, struct kvp__pf_batch *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        b->results[i] =
+            kvp__pf_pio(pf->fd, b->write, b->ops[i].buf, b->ops[i].size, b->ops[i].offset);
+}
+
+/* ---- options and open -------------------------------------------------- */
+
+KVP_API void kvp_pagefile_opts_init(struct kvp_pagefile_opts *opts)
+{
+    if (!opts)
+        return;
+    memset(opts, 0, sizeof *opts);
+    opts->opts_size = sizeof *opts;
+    opts->entries = 8;
+    opts->backend = KVP_PAGEFILE_BACKEND_AUTO;
+    opts->mode = 0644;
+}
+
+/* mkdir -p of path's parent directory. */
+static int pf_mkparents(const char *path, struct kvp_error *err)
+{
+    char *dir = strdup(path);
+    if (!dir)
+        return pf_fail(err, -ENOMEM, KVP_RULE_IO, -1, 0, "out of memory");
+    char *slash = strrchr(dir, '/');
+    int rc = 0;
+    if (slash && slash != dir) {
+        *slash = '\0';
+        for (char *p = dir + 1; rc == 0; p++) {
+            if (*p != '/' && *p != '\0')
+                continue;
+            char c = *p;
+            *p = '\0';
+            if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+                rc = pf_fail(err, -errno, KVP_RULE_IO, -1, 0, "cannot create directory %s: %s",
+                             dir, strerror(errno));
+            *p = c;
+            if (c == '\0')
+                break;
+        }
+    }
+    free(dir);
+    return rc;
+}
+
+/*
+ * Sizes the file under an exclusive flock: two processes extending the same
+ * new file to different sizes must end with the larger, never with a shrink.
+ */
+static int pf_size_file(struct kvp_pagefile *pf, const struct kvp_pagefile_opts *o,
+                        struct kvp_error *err)
+{
+    struct stat st;
+    int locked = flock(pf->fd, LOCK_EX) == 0; /* some file systems have no flock: best effort */
+    int rc = 0;
+    if (fstat(pf->fd, &st) != 0) {
+        rc = pf_fail(err, -errno, KVP_RULE_IO, -1, 0, "fstat %s: %s", pf->path, strerror(errno));
+        goto out;
+    }
+    if (S_ISBLK(st.st_mode)) {
+        uint64_t dev = 0;
+        if (ioctl(pf->fd, BLKGETSIZE64, &dev) != 0) {
+            rc = pf_fail(err, -errno, KVP_RULE_IO, -1, 0, "BLKGETSIZE64 %s: %s", pf->path,
+                         strerror(errno));
+            goto out;
+        }
+        pf->size = o->size ? o->size : dev;
+        pf->file_size = dev;
+        if (dev < pf->size) {
+            rc = pf_fail(err, -ENOSPC, KVP_RULE_ARG, -1, (int64_t)pf->size,
+                         "size %" PRIu64 " exceeds the %" PRIu64 " bytes of block device %s",
+                         pf->size, dev, pf->path);
+            pf_limit(err, rc, (int64_t)dev);
+        }
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rc = pf_fail(err, -EINVAL, KVP_RULE_ARG, -1, 0,
+                     "%s is neither a regular file nor a block device", pf->path);
+        goto out;
+    }
+    uint64_t cur = (uint64_t)st.st_size;
+    if (o->size == 0) {
+        if (cur == 0) {
+            rc = pf_fail(err, -EINVAL, KVP_RULE_ARG, -1, 0,
+                         "size 0 asks for the existing file's size, but %s is empty", pf->path);
+            goto out;
+        }
+        pf->size = cur;
+    } else {
+        pf->size = o->size;
+    }
+    if (cur > pf->size && (o->flags & KVP_PAGEFILE_EXACT_SIZE)) {
+        rc = pf_fail(err, -EEXIST, KVP_RULE_ARG, -1, (int64_t)cur,
+                     "%s is %" PRIu64 " bytes, larger than size %" PRIu64
+                     "; kvpage never shrinks a page file (the pages past %" PRIu64
+                     " would be lost)",
+                     pf->path, cur, pf->size, pf->size);
+        pf_limit(err, rc, (int64_t)pf->size);
+        goto out;
+    }
+    if (cur < pf->size) {
+        if (o->flags & KVP_PAGEFILE_READONLY) {
+            rc = pf_fail(err, -EINVAL, KVP_RULE_ARG, -1, (int64_t)cur,
+                         "%s is %" PRIu64 " bytes, smaller than size %" PRIu64
+                         ", and a read-only handle cannot extend it",
+                         pf->path, cur, pf->size);
+            goto out;
+        }
+        if (ftruncate(pf->fd, (off_t)pf->size) != 0) {
+            rc = pf_fail(err, -errno, KVP_RULE_IO, -1, (int64_t)pf->size,
+                         "cannot extend %s to %" PRIu64 " bytes: %s", pf->path, pf->size,
+                         strerror(errno));
+            goto out;
+        }
+        cur = pf->size;
+    }
+    pf->file_size = cur;
+out:
+    if (locked)
+        flock(pf->fd, LOCK_UN);
+    return rc;
+}
+
+static void pf_note(struct kvp_pagefile *pf, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void pf_note(struct kvp_pagefile *pf, const char *fmt, ...)
+{
+    size_t used = strlen(pf->note);
+    if (used >= sizeof pf->note - 1)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(pf->note + used, sizeof pf->note - used, fmt, ap);
+    va_end(ap);
+}
+
+static int pf_start_backends(struct kvp_pagefile *pf, struct kvp_error *err)
+{
+    int direct = (pf->flags & KVP_PAGEFILE_DIRECT) != 0;
+    for (int w = 0; w < 2; w++)
+        pf->backend[w] =
+            pf->backend_req == KVP_PAGEFILE_BACKEND_AUTO ? pf_auto_choice[direct][w] : pf->backend_req;
+
+    if (pf->backend[0] == KVP_PAGEFILE_BACKEND_URING || pf->backend[1] == KVP_PAGEFILE_BACKEND_URING) {
+        int rc = kvp__pf_uring_start(pf, pf->queues_asked ? pf->queues_asked : PF_DEFAULT_QUEUES);
+        if (rc != 0) {
+            if (pf->backend_req == KVP_PAGEFILE_BACKEND_URING)
+                return pf_fail(err, rc, KVP_RULE_IO, -1, 0,
+                               "io_uring is unavailable (io_uring_queue_init: %s)", strerror(-rc));
+            pf->backend[0] = pf->backend[1] = KVP_PAGEFILE_BACKEND_PSYNC;
+            pf_note(pf, "auto: io_uring is unavailable (io_uring_queue_init: %s, errno %d); using psync",
+                    strerror(-rc), -rc);
+        }
+    }
+    if (pf->backend[0] == KVP_PAGEFILE_BACKEND_PSYNC || pf->backend[1] == KVP_PAGEFILE_BACKEND_PSYNC) {
+        uint32_t t = pf->threads_asked;
+        if (t == 0) {
+            long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+            t = cpus < 1 ? 1 : cpus > 64 ? 64 : (uint32_t)cpus;
+        }
+        int rc = kvp__pf_pool_start(pf, t);
+        if (rc != 0)
+            return pf_fail(err, rc, KVP_RULE_IO, -1, 0, "cannot start %u I/O threads: %s", t,
+                           strerror(-rc));
+    }
+    if (pf->note[0] == '\0') {
+        if (pf->backend_req == KVP_PAGEFILE_BACKEND_AUTO)
+            pf_note(pf, "auto: %s reads, %s writes for %s I/O (the faster per bench/io)",
+                    kvp_pagefile_backend_name(pf->backend[0]),
+                    kvp_pagefile_backend_name(pf->backend[1]), direct ? "O_DIRECT" : "buffered");
+        else
+            pf_note(pf, "%s, as requested", kvp_pagefile_backend_name(pf->backend_req));
+    }
+    return 0;
+}
+
+static int pf_check_opts(const char *path, const struct kvp_pagefile_opts *o, struct kvp_error *err)
+{
+    if (!path || !*path)
+        return pf_fail(err, -EINVAL, KVP_RULE_ARG, -1, 0, "path is NULL or empty");
+    if (!o)
+        return pf_fail(err, -EINVAL, KVP_RULE_ARG, -1, 0,
+                       "opts is NULL (fill it with kvp_pagefile_opts_init)");
+    if (o->opts_size < PF_OPTS_MIN_SIZE || o->opts_size > sizeof *o)
+        return pf_fail(err, -EINVAL, KVP_RULE_ARG, -1, (int64_t)o->opts_size,
+                       "opts_size %zu is unknown (expected %zu: call kvp_pagefile_opts_init)",
+                       o->opts_size, sizeof *o);
+    if (o->bytes_per_page == 0)
+        return pf_fail(err, -EINVAL, KVP_RULE_ARG, -1, 0, "bytes_per_page must be > 0");
+    if (o->entries == 0 || o->entries > PF_MAX_ENTRIES) {
+        pf_fail(err, -EINVAL, KVP_RULE_ARG, -1, o->entries, "entries %u is not in 1..%u",
+                o->entries, PF_MAX_ENTRIES);
+        return pf_limit(err, -EINVAL, PF_MAX_ENTRIES);
+    }
+    if (o->flags & ~PF_KNOWN_FLAGS)
+        return pf_fail(err, -EINVAL, KVP_RULE_ARG, -1, o->flags, "unknown flags 0x%x",
+                       o->flags & ~PF_KNOWN_FLAGS);
+    if (o->backend < KVP_PAGEFILE_BACKEND_AUTO || o->backend > KVP_PAGEFILE_BACKEND_URING)
+        return pf_fail(err, -EINVAL, KVP_RULE_ARG, -1, o->backend, "unknown backend %d",
+                       o->backend);
+    if (o->size > (uint64_t)INT64_MAX || o->bytes_per_page > (uint64_t)INT64_MAX)
+        return pf_fail(err, -EINVAL, KVP_RULE_ARG, -1, 0, "size or bytes_per_page over 2^63");
+    return 0;
+}
+
+KVP_API int kvp_pagefile_open(const char *path, const struct kvp_pagefile_opts *opts,
+                              struct kvp_pagefile **out, struct kvp_error *err)
+{
+    if (!out)
+        return pf_fail(err, -EINVAL, KVP_RULE_ARG, -1, 0, "out is NULL");
+    *out = NULL;
+    int rc = pf_check_opts(path, opts, err);
+    if (rc)
+        return rc;
+    /* Copy what this caller's (possibly older, shorter) struct holds over the defaults. */
+    struct kvp_pagefile_opts o;
+    kvp_pagefile_opts_init(&o);
+    memcpy(&o, opts, opts->opts_size);
+
+    struct kvp_pagefile *pf = calloc(1, sizeof *pf);
+    if (!pf)
+        return pf_fail(err, -ENOMEM, KVP_RULE_IO, -1, 0, "out of memory");
+    pf->fd = -1;
+    pf->path = strdup(path);
+    if (!pf->path) {
+        rc = pf_fail(err, -ENOMEM, KVP_RULE_IO, -1, 0, "out of memory");
+        goto fail;
+    }
+    pf->bytes_per_page = o.bytes_per_page;
+    pf->entries = o.entries;
+    pf->flags = o.flags;
+    pf->mode = o.mode ? o.mode : 0644;
+    pf->backend_req = o.backend;
+    pf->threads_asked = o.threads;
+    pf->queues_asked = o.queues;
+    pf->mem_align = pf->off_align = 1;
+
+    if ((o.flags & KVP_PAGEFILE_CREATE) && (rc = pf_mkparents(path, err)) != 0)
+        goto fail;
+    int oflags = O_CLOEXEC | ((o.flags & KVP_PAGEFILE_READONLY) ? O_RDONLY : O_RDWR);
+    if (o.flags & KVP_PAGEFILE_CREATE)
+        oflags |= O_CREAT;
+    if (o.flags & KVP_PAGEFILE_DIRECT)
+        oflags |= O_DIRECT;
+    pf->fd = open(path, oflags, (mode_t)pf->mode);
+    if (pf->fd < 0) {
+        int e = errno;
+        if (e == EINVAL && (o.flags & KVP_PAGEFILE_DIRECT))
+            rc = pf_fail(err, -EINVAL, KVP_RULE_IO, -1, 0,
+                         "the file system of %s refuses O_DIRECT (open: %s); open it without "
+                         "KVP_PAGEFILE_DIRECT",
+                         path, strerror(e));
+        else
+            rc = pf_fail(err, -e, KVP_RULE_IO, -1, 0, "cannot open %s: %s", path, strerror(e));
+        goto fail;
+    }
+    if ((rc = pf_size_file(pf, &o, err)) != 0)
+        goto fail;
+
+    if (o.flags & KVP_PAGEFILE_DIRECT) {
+        uint32_t ma = 0, oa = 0;
+        kvp__pf_dio_align(pf->fd, &ma, &oa);
+        if (oa == 0) {
+            /* No statx answer: the logical block size of a device, or the page size. */
+            int bs = 0;
+            struct stat st;
+            if (fstat(pf->fd, &st) == 0 && S_ISBLK(st.st_mode) && ioctl(pf->fd, BLKSSZGET, &bs) == 0 &&
+                bs > 0)
+                oa = (uint32_t)bs;
+            else
+                oa = 4096;
+        }
+        pf->off_align = oa;
+        pf->mem_align = ma ? ma : oa;
+    }
+    uint64_t chunk = o.chunk_bytes ? o.chunk_bytes : PF_DEFAULT_CHUNK;
+    chunk = (chunk + pf->off_align - 1) / pf->off_align * pf->off_align;
+    pf->chunk_bytes = chunk;
+
+    if ((rc = pf_start_backends(pf, err)) != 0)
+        goto fail;
+    *out = pf;
+    return 0;
+fail:
+    kvp_pagefile_close(pf);
+    return rc;
+}
+
+KVP_API void kvp_pagefile_close(struct kvp_pagefile *pf)
+{
+    if (!pf)
+        return;
+    kvp__pf_pool_stop(pf);
+    kvp__pf_uring_stop(pf);
+    if (pf->fd >= 0)
+        close(pf->fd);
+    free(pf->path);
+    free(pf);
+}
+
+/* ---- batches ----------------------------------------------------------- */
+
+static int pf_validate(const struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops, size_t n,
+                       const int64_t *results, int write, struct kvp_error *err)
+{
+    if (!pf)
+        return pf_fail(err, -EINVAL, KVP_RULE_ARG, -1, 0, "pagefile handle is NULL");
+    if (n > pf->entries) {
+        pf_fail(err, -EINVAL, KVP_RULE_TOO_MANY, -1, (int64_t)n,
+                "batch of %zu operations exceeds entries %u", n, pf->entries);
+        return pf_limit(err, -EINVAL, pf->entries);
+    }
+    if (n == 0)
+        return 0;
+    if (!ops || !results)
+        return pf_fail(err, -EINVAL, KVP_RULE_ARG, -1, 0, "%s is NULL with n = %zu",
+                       !ops ? "ops" : "results", n);
+    if (write && (pf->flags & KVP_PAGEFILE_READONLY))
+        return pf_fail(err, -EBADF, KVP_RULE_ARG, -1, 0,
+                       "write on a handle opened with KVP_PAGEFILE_READONLY");
+    const int direct = (pf->flags & KVP_PAGEFILE_DIRECT) != 0;
+    for (size_t i = 0; i < n; i++) {
+        const int64_t off = ops[i].offset;
+        const uint64_t sz = ops[i].size;
+        if (off < 0) {
+            pf_fail(err, -EINVAL, KVP_RULE_OFFSET, (int64_t)i, off, "op %zu: offset %" PRId64 " is negative",
+                    i, off);
+            return pf_limit(err, -EINVAL, 0);
+        }
+        if (sz > pf->size || (uint64_t)off > pf->size - sz) {
+            pf_fail(err, -EINVAL, KVP_RULE_OFFSET, (int64_t)i, off,
+                    "op %zu: offset %" PRId64 " + size %" PRIu64 " exceeds file size %" PRIu64, i,
+                    off, sz, pf->size);
+            return pf_limit(err, -EINVAL, (int64_t)pf->size);
+        }
+        if (sz > pf->bytes_per_page) {
+            pf_fail(err, -EINVAL, KVP_RULE_SIZE, (int64_t)i, (int64_t)sz,
+                    "op %zu: size %" PRIu64 " exceeds bytes_per_page %" PRIu64, i, sz,
+                    pf->bytes_per_page);
+            return pf_limit(err, -EINVAL, (int64_t)pf->bytes_per_page);
+        }
+        if (!ops[i].buf && sz > 0)
+            return pf_fail(err, -EINVAL, KVP_RULE_ARG, (int64_t)i, 0,
+                           "op %zu: buffer is NULL for size %" PRIu64, i, sz);
+        if ((pf->flags & KVP_PAGEFILE_ALIGNED) && (uint64_t)off % pf->bytes_per_page) {
+            pf_fail(err, -EINVAL, KVP_RULE_ALIGN, (int64_t)i, off,
+                    "op %zu: offset %" PRId64 " is not a multiple of bytes_per_page %" PRIu64
+                    " (a page index passed as an offset?)",
+                    i, off, pf->bytes_per_page);
+            return pf_limit(err, -EINVAL, (int64_t)pf->bytes_per_page);
+        }
+        if (direct) {
+            if ((uint64_t)off % pf->off_align) {
+                pf_fail(err, -EINVAL, KVP_RULE_ALIGN, (int64_t)i, off,
+                        "op %zu: offset %" PRId64 " is not a multiple of %u, as O_DIRECT requires",
+                        i, off, pf->off_align);
+                return pf_limit(err, -EINVAL, pf->off_align);
+            }
+            if (sz % pf->off_align) {
+                pf_fail(err, -EINVAL, KVP_RULE_ALIGN, (int64_t)i, (int64_t)sz,
+                        "op %zu: size %" PRIu64 " is not a multiple of %u, as O_DIRECT requires", i,
+                        sz, pf->off_align);
+                return pf_limit(err, -EINVAL, pf->off_align);
+            }
+            if ((uintptr_t)ops[i].buf % pf->mem_align) {
+                pf_fail(err, -EINVAL, KVP_RULE_ALIGN, (int64_t)i, (int64_t)(uintptr_t)ops[i].buf,
+                        "op %zu: buffer address %p is not aligned to %u bytes, as O_DIRECT requires",
+                        i, ops[i].buf, pf->mem_align);
+                return pf_limit(err, -EINVAL, pf->mem_align);
+            }
+        }
+    }
+    return 0;
+}
+
+static int pf_batch(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops, size_t n,
+                    int64_t *results, int write, struct kvp_error *err)
+{
+    int rc = pf_validate(pf, ops, n, results, write, err);
+    if (rc || n == 0)
+        return rc;
+    struct kvp__pf_batch b = {.ops = ops, .results = results, .n = n, .write = write};
+    if (pf->backend[write] == KVP_PAGEFILE_BACKEND_URING)
+        kvp__pf_uring_run(pf, &b);
+    else
+        kvp__pf_pool_run(pf, &b);
+    for (size_t i = 0; i < n; i++) {
+        if (results[i] >= 0 && (uint64_t)results[i] == ops[i].size)
+            continue;
+        if (results[i] < 0)
+            return pf_fail(err, (int)results[i], KVP_RULE_IO, (int64_t)i, ops[i].offset,
+                           "op %zu: %s of %" PRIu64 " bytes at offset %" PRId64 " failed: %s", i,
+                           write ? "write" : "read", ops[i].size, ops[i].offset,
+                           strerror((int)-results[i]));
+        return pf_fail(err, -EIO, KVP_RULE_IO, (int64_t)i, ops[i].offset,
+                       "op %zu: short %s, %" PRId64 " of %" PRIu64 " bytes at offset %" PRId64
+                       " (end of file: was %s truncated by someone else?)",
+                       i, write ? "write" : "read", results[i], ops[i].size, ops[i].offset,
+                       pf->path);
+    }
+    return 0;
+}
+
+KVP_API int kvp_pagefile_read(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops, size_t n,
+                              int64_t *results, struct kvp_error *err)
+{
+    return pf_batch(pf, ops, n, results, 0, err);
+}
+
+KVP_API int kvp_pagefile_write(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops,
+                               size_t n, int64_t *results, struct kvp_error *err)
+{
+    return pf_batch(pf, ops, n, results, 1, err);
+}
+
+KVP_API int kvp_pagefile_flush(struct kvp_pagefile *pf, struct kvp_error *err)
+{
+    if (!pf)
+        return pf_fail(err, -EINVAL, KVP_RULE_ARG, -1, 0, "pagefile handle is NULL");
+    while (fsync(pf->fd) != 0) {
+        if (errno == EINTR)
+            continue;
+        return pf_fail(err, -errno, KVP_RULE_IO, -1, 0, "fsync %s: %s", pf->path, strerror(errno));
+    }
+    return 0;
+}
+
+KVP_API int kvp_pagefile_register_buffers(struct kvp_pagefile *pf,
+                                          const struct kvp_pagefile_buf *bufs, size_t n,
+                                          struct kvp_error *err)
+{
+    if (!pf)
+        return pf_fail(err, -EINVAL, KVP_RULE_ARG, -1, 0, "pagefile handle is NULL");
+    if (n == 0 || !bufs)
+        return pf_fail(err, -EINVAL, KVP_RULE_ARG, -1, 0, "no buffers given");
+    for (size_t i = 0; i < n; i++)
+        if (!bufs[i].base || bufs[i].len == 0)
+            return pf_fail(err, -EINVAL, KVP_RULE_ARG, (int64_t)i, (int64_t)bufs[i].len,
+                           "buffer %zu is NULL or empty", i);
+    if (!pf->urings)
+        return 0;
+    return kvp__pf_uring_register(pf, bufs, n, err);
+}
+
+KVP_API int kvp_pagefile_unregister_buffers(struct kvp_pagefile *pf)
+{
+    if (pf && pf->urings)
+        kvp__pf_uring_unregister(pf);
+    return 0;
+}
+
+/* ---- getters ----------------------------------------------------------- */
+
+KVP_API const char *kvp_pagefile_path(const struct kvp_pagefile *pf)
+{
+    return pf->path;
+}
+KVP_API uint64_t kvp_pagefile_size(const struct kvp_pagefile *pf)
+{
+    return pf->size;
+}
+KVP_API uint64_t kvp_pagefile_file_size(const struct kvp_pagefile *pf)
+{
+    return pf->file_size;
+}
+KVP_API uint64_t kvp_pagefile_bytes_per_page(const struct kvp_pagefile *pf)
+{
+    return pf->bytes_per_page;
+}
+KVP_API uint32_t kvp_pagefile_entries(const struct kvp_pagefile *pf)
+{
+    return pf->entries;
+}
+KVP_API uint32_t kvp_pagefile_flags(const struct kvp_pagefile *pf)
+{
+    return pf->flags;
+}
+KVP_API int kvp_pagefile_backend_requested(const struct kvp_pagefile *pf)
+{
+    return pf->backend_req;
+}
+KVP_API int kvp_pagefile_backend(const struct kvp_pagefile *pf, int write)
+{
+    return pf->backend[write ? 1 : 0];
+}
+KVP_API const char *kvp_pagefile_backend_name(int backend)
+{
+    switch (backend) {
+    case KVP_PAGEFILE_BACKEND_AUTO:
+        return "auto";
+    case KVP_PAGEFILE_BACKEND_PSYNC:
+        return "psync";
+    case KVP_PAGEFILE_BACKEND_URING:
+        return "uring";
+    default:
+        return "?";
+    }
+}
+KVP_API const char *kvp_pagefile_backend_note(const struct kvp_pagefile *pf)
+{
+    return pf->note;
+}
+KVP_API uint32_t kvp_pagefile_threads(const struct kvp_pagefile *pf)
+{
+    return kvp__pf_pool_threads(pf);
+}
+KVP_API uint32_t kvp_pagefile_queues(const struct kvp_pagefile *pf)
+{
+    return kvp__pf_uring_queues(pf);
+}
+KVP_API uint32_t kvp_pagefile_mode(const struct kvp_pagefile *pf)
+{
+    return pf->mode;
+}
+KVP_API uint64_t kvp_pagefile_chunk_bytes(const struct kvp_pagefile *pf)
+{
+    return pf->chunk_bytes;
+}
+KVP_API uint32_t kvp_pagefile_direct_mem_align(const struct kvp_pagefile *pf)
+{
+    return pf->mem_align;
+}
+KVP_API uint32_t kvp_pagefile_direct_offset_align(const struct kvp_pagefile *pf)
+{
+    return pf->off_align;
+}
+KVP_API uint32_t kvp_pagefile_registered_buffers(const struct kvp_pagefile *pf)
+{
+    return kvp__pf_uring_nregs(pf);
+}
