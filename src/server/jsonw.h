@@ -1,0 +1,40 @@
+/*
+ * A growable output buffer and a small JSON writer over it. Responses are
+ * written with this instead of building jansson trees and calling json_dumps:
+ * one buffer per connection, reused across requests.
+ *
+ * Allocation failure sets buf->oom and turns every later append into a no-op;
+ * the caller checks oom once at the end.
+ */
+#ifndef KVP_SERVER_JSONW_H
+#define KVP_SERVER_JSONW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct kvp_buf {
+    char *p;
+    size_t len, cap;
+    int oom;
+};
+
+void kvp__buf_init(struct kvp_buf *b);
+void kvp__buf_free(struct kvp_buf *b);
+/* Empties the buffer, keeping its memory (and dropping an earlier oom). */
+void kvp__buf_reset(struct kvp_buf *b);
+/* Makes room for extra more bytes; returns 0 or -ENOMEM (and sets oom). */
+int kvp__buf_reserve(struct kvp_buf *b, size_t extra);
+void kvp__buf_put(struct kvp_buf *b, const void *p, size_t n);
+void kvp__buf_printf(struct kvp_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define kvp__jw_lit(b, s) kvp__buf_put((b), (s), sizeof(s) - 1)
+/* A JSON string with its quotes. Escapes '"', '\\' and control characters;
+ * bytes that are not valid UTF-8 become U+FFFD, so the output is always
+ * valid JSON whatever the input bytes. */
+void kvp__jw_str(struct kvp_buf *b, const char *s, size_t n);
+void kvp__jw_int(struct kvp_buf *b, int64_t v);
+void kvp__jw_uint(struct kvp_buf *b, uint64_t v);
+/* `null` when v < 0, else the integer. */
+void kvp__jw_page_or_null(struct kvp_buf *b, int64_t v);
+
+#endif

@@ -1,0 +1,31 @@
+/* Native routes (protocol.md §4): GET /healthz, /metrics, /v1/stats. */
+#include "server/server.h"
+
+void kvp__native_handle(struct kvp_ctx *c, int route)
+{
+    struct kvp_reply *r = c->rep;
+    int rc = 0;
+    switch (route) {
+    case KVP_ROUTE_HEALTHZ:
+        r->status = 200;
+        r->content_type = "text/plain; charset=utf-8";
+        kvp__buf_reset(&r->body);
+        kvp__jw_lit(&r->body, "ok");
+        return;
+    case KVP_ROUTE_METRICS:
+        r->status = 200;
+        r->content_type = "text/plain; version=0.0.4; charset=utf-8";
+        kvp__buf_reset(&r->body);
+        rc = kvp__metrics_prometheus(c->srv, &r->body);
+        break;
+    case KVP_ROUTE_STATS:
+        kvp__reply_json(c);
+        rc = kvp__metrics_stats_json(c->srv, &r->body);
+        break;
+    default:
+        kvp__reply_error(c, 404, "Not Found");
+        return;
+    }
+    if (rc)
+        kvp__reply_internal(c, rc, "statistics");
+}

@@ -1,0 +1,566 @@
+/*
+ * kvpage serve: flags, the libmicrohttpd daemon, signals. Everything about
+ * the protocol is in kvp__server_handle (handle.c); this file only moves
+ * bytes between sockets and it.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "server/serve.h"
+#include "server/server.h"
+#include "util/log.h"
+
+/* Per-connection state: the request body being received and the reply with
+ * its scratch space, both reused by every request of the connection. */
+struct conn {
+    struct kvp_buf in;
+    struct kvp_reply rep;
+    int too_large;
+};
+
+/* Buffers above this are released after a request instead of being kept. */
+#define KEEP_BUFFER_MAX ((size_t)4 << 20)
+
+struct serve {
+    struct kvp_server srv;
+    size_t max_body;
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: kvpage serve [options]\n"
+            "Runs the kvpage metadata server (vLLM and SGLang HF3FS metadata protocols).\n"
+            "\n"
+            "  --listen ADDR:PORT     address to listen on (default 127.0.0.1:18000;\n"
+            "                         IPv6 as [::1]:18000)\n"
+            "  --allow CIDR           only accept clients from CIDR (repeatable; IPv4 or IPv6);\n"
+            "                         others get 403\n"
+            "  --token T              require 'Authorization: Bearer T' on every route but\n"
+            "                         /healthz (default: $KVPAGE_TOKEN, if set)\n"
+            "  --lease-seconds S      lease of a page reservation (default 120)\n"
+            "  --read-grace-ms MS     no eviction this long after a lookup (default 5000)\n"
+            "  --max-body BYTES       largest request body (default 67108864; K/M/G suffixes)\n"
+            "  --max-keys N           most keys in one request (default 1000000)\n"
+            "  --threads N            HTTP worker threads (default 1)\n"
+            "  --data-dir DIR         state directory, or 'none' (persistence is not\n"
+            "                         implemented yet: state is in memory only)\n"
+            "  --log-level LEVEL      error, warn, info (default) or debug\n"
+            "  --help                 show this help\n");
+}
+
+static int bad_value(const char *flag, const char *value, const char *why)
+{
+    fprintf(stderr, "kvpage serve: invalid value '%s' for %s: %s\n", value, flag, why);
+    return 2;
+}
+
+/* A decimal unsigned integer, optionally followed by k/K, m/M, g/G (binary). */
+static int parse_size(const char *s, int suffixes, uint64_t *out)
+{
+    if (!s || *s < '0' || *s > '9')
+        return -1;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno)
+        return -1;
+    unsigned shift = 0;
+    if (suffixes && *end) {
+        switch (*end) {
+        case 'k': case 'K': shift = 10; break;
+        case 'm': case 'M': shift = 20; break;
+        case 'g': case 'G': shift = 30; break;
+        default: return -1;
+        }
+        end++;
+        if (*end == 'i' && end[1] == 'B')
+            end += 2;
+        else if (*end == 'B')
+            end++;
+    }
+    if (*end)
+        return -1;
+    if (shift && v > (ULLONG_MAX >> shift))
+        return -1;
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
+struct listen_addr {
+    struct sockaddr_storage ss;
+    socklen_t len;
+    char host[INET6_ADDRSTRLEN + 2]; /* as printed in URLs: [v6] */
+};
+
+static int parse_listen(const char *s, struct listen_addr *la)
+{
+    char host[256];
+    const char *port;
+    if (s[0] == '[') {
+        const char *close = strchr(s, ']');
+        if (!close || close[1] != ':' || (size_t)(close - s - 1) >= sizeof host)
+            return -1;
+        memcpy(host, s + 1, (size_t)(close - s - 1));
+        host[close - s - 1] = 0;
+        port = close + 2;
+    } else {
+        const char *colon = strrchr(s, ':');
+        if (!colon || (size_t)(colon - s) >= sizeof host || strchr(s, ':') != colon)
+            return -1;
+        memcpy(host, s, (size_t)(colon - s));
+        host[colon - s] = 0;
+        port = colon + 1;
+    }
+    uint64_t p;
+    if (!host[0] || parse_size(port, 0, &p) || p > 65535)
+        return -1;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICSERV | AI_PASSIVE};
+    struct addrinfo *res = NULL;
+    if (getaddrinfo(host, port, &hints, &res) || !res)
+        return -1;
+    memcpy(&la->ss, res->ai_addr, res->ai_addrlen);
+    la->len = res->ai_addrlen;
+    freeaddrinfo(res);
+    return 0;
+}
+
+static void addr_text(const struct listen_addr *la, char *host, size_t hostlen, unsigned *port)
+{
+    char tmp[INET6_ADDRSTRLEN];
+    if (la->ss.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const void *)&la->ss;
+        inet_ntop(AF_INET6, &a->sin6_addr, tmp, sizeof tmp);
+        snprintf(host, hostlen, "[%s]", tmp);
+        *port = ntohs(a->sin6_port);
+    } else {
+        const struct sockaddr_in *a = (const void *)&la->ss;
+        inet_ntop(AF_INET, &a->sin_addr, tmp, sizeof tmp);
+        snprintf(host, hostlen, "%s", tmp);
+        *port = ntohs(a->sin_port);
+    }
+}
+
+/* ---------- libmicrohttpd callbacks ---------- */
+
+static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    (void)cls;
+    (void)mc;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        struct conn *cn = calloc(1, sizeof *cn);
+        if (cn) {
+            kvp__buf_init(&cn->in);
+            kvp__reply_init(&cn->rep);
+        }
+        *socket_context = cn;
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        struct conn *cn = *socket_context;
+        if (cn) {
+            kvp__buf_free(&cn->in);
+            kvp__reply_free(&cn->rep);
+            free(cn);
+        }
+        *socket_context = NULL;
+    }
+}
+
+static enum MHD_Result respond(struct serve *S, struct MHD_Connection *mc, struct conn *cn,
+                               const char *url, const char *method)
+{
+    struct kvp_request req = {
+        .method = method,
+        .path = url,
+        .path_len = strlen(url),
+        .body = cn->in.p,
+        .body_len = cn->in.len,
+        .authorization = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
+        .body_too_large = cn->too_large,
+    };
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    req.client = ci ? ci->client_addr : NULL;
+    if (S->srv.cfg.nallow && !req.client)
+        return MHD_NO; /* cannot check the address: refuse the connection */
+
+    struct kvp_reply *rep = &cn->rep;
+    kvp__server_handle(&S->srv, &req, rep);
+    if (cn->in.cap > KEEP_BUFFER_MAX)
+        kvp__buf_free(&cn->in);
+    if (rep->status >= 500)
+        KVP_LOGE("%s %s -> %d %.*s", method, url, rep->status, (int)rep->body.len,
+                 rep->body.p ? rep->body.p : "");
+    else
+        KVP_LOGD("%s %s -> %d", method, url, rep->status);
+
+    /* The reply buffer belongs to the connection and is not touched again
+     * before MHD has sent this response (no pipelined request is handled
+     * while a response is pending), so MHD need not copy it. */
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(rep->body.len, rep->body.p, MHD_RESPMEM_PERSISTENT);
+    if (!r)
+        return MHD_NO;
+    if (rep->content_type)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, rep->content_type);
+    if (rep->allow)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, rep->allow);
+    if (rep->www_authenticate)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, rep->www_authenticate);
+    enum MHD_Result ret = MHD_queue_response(mc, (unsigned)rep->status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
+{
+    (void)version;
+    struct serve *S = cls;
+    struct conn *cn = *con_cls;
+    if (!cn) {
+        /* First call of a request: headers only. */
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        cn = ci ? ci->socket_context : NULL;
+        if (!cn)
+            return MHD_NO;
+        *con_cls = cn;
+        kvp__buf_reset(&cn->in);
+        cn->too_large = 0;
+        if (cn->rep.body.cap > KEEP_BUFFER_MAX || cn->rep.scratch_cap > KEEP_BUFFER_MAX / 8) {
+            kvp__reply_free(&cn->rep);
+            kvp__reply_init(&cn->rep);
+        }
+        const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl) {
+            uint64_t n;
+            if (!parse_size(cl, 0, &n) && n > S->max_body) {
+                /* Answer before reading any of the body; MHD then closes
+                 * the connection instead of reading it. */
+                cn->too_large = 1;
+                return respond(S, mc, cn, url, method);
+            }
+            if (!parse_size(cl, 0, &n) && n <= KEEP_BUFFER_MAX)
+                kvp__buf_reserve(&cn->in, (size_t)n);
+        }
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        if (cn->too_large)
+            return MHD_YES; /* drop the rest of an oversized body */
+        if (n > S->max_body - cn->in.len) {
+            cn->too_large = 1;
+            kvp__buf_free(&cn->in);
+            return MHD_YES;
+        }
+        kvp__buf_put(&cn->in, upload_data, n);
+        if (cn->in.oom)
+            return MHD_NO;
+        return MHD_YES;
+    }
+    return respond(S, mc, cn, url, method);
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char line[1024];
+    vsnprintf(line, sizeof line, fmt, ap);
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+        line[--n] = 0;
+    KVP_LOGW("libmicrohttpd: %s", line);
+}
+
+static int open_listener(const struct listen_addr *la, const char *text)
+{
+    int fd = socket(la->ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        fprintf(stderr, "kvpage serve: socket: %s\n", strerror(errno));
+        return -1;
+    }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (la->ss.ss_family == AF_INET6) {
+        /* "[::]" listens on IPv6 only unless told otherwise; keep the
+         * system default (usually dual stack) rather than surprise. */
+    }
+    if (bind(fd, (const struct sockaddr *)&la->ss, la->len) != 0) {
+        int e = errno;
+        if (e == EADDRINUSE)
+            fprintf(stderr, "kvpage serve: cannot listen on %s: the address is already in use "
+                            "(another kvpage serve or another program holds the port; choose another "
+                            "with --listen)\n", text);
+        else
+            fprintf(stderr, "kvpage serve: cannot listen on %s: %s\n", text, strerror(e));
+        close(fd);
+        return -1;
+    }
+    if (listen(fd, 1024) != 0) {
+        fprintf(stderr, "kvpage serve: listen on %s: %s\n", text, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+int kvp__serve_main(int argc, char **argv)
+{
+    enum { O_LISTEN = 1, O_ALLOW, O_TOKEN, O_LEASE, O_GRACE, O_MAXBODY, O_MAXKEYS, O_THREADS,
+           O_DATADIR, O_LOGLEVEL, O_HELP };
+    static const struct option opts[] = {
+        {"listen", required_argument, NULL, O_LISTEN},
+        {"allow", required_argument, NULL, O_ALLOW},
+        {"token", required_argument, NULL, O_TOKEN},
+        {"lease-seconds", required_argument, NULL, O_LEASE},
+        {"read-grace-ms", required_argument, NULL, O_GRACE},
+        {"max-body", required_argument, NULL, O_MAXBODY},
+        {"max-keys", required_argument, NULL, O_MAXKEYS},
+        {"threads", required_argument, NULL, O_THREADS},
+        {"data-dir", required_argument, NULL, O_DATADIR},
+        {"log-level", required_argument, NULL, O_LOGLEVEL},
+        {"help", no_argument, NULL, O_HELP},
+        {NULL, 0, NULL, 0},
+    };
+    const char *listen_text = "127.0.0.1:18000";
+    const char *token = getenv("KVPAGE_TOKEN");
+    const char *data_dir = "./kvpage-data";
+    uint64_t lease_ms = 120000, grace_ms = 5000, max_body = KVP_DEFAULT_MAX_BODY,
+             max_keys = KVP_DEFAULT_MAX_KEYS, threads = 1;
+    struct kvp_cidr *allow = NULL;
+    size_t nallow = 0;
+    int status = 2;
+
+    if (token && !*token)
+        token = NULL;
+    opterr = 0;
+    optind = 1;
+    int o;
+    while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        const char *v = optarg;
+        uint64_t n;
+        switch (o) {
+        case O_LISTEN:
+            listen_text = v;
+            break;
+        case O_ALLOW: {
+            struct kvp_cidr *a = realloc(allow, (nallow + 1) * sizeof *a);
+            if (!a) {
+                fprintf(stderr, "kvpage serve: out of memory\n");
+                goto out;
+            }
+            allow = a;
+            if (kvp__cidr_parse(v, &allow[nallow])) {
+                status = bad_value("--allow", v, "expected an IPv4 or IPv6 address with an optional "
+                                                 "/prefix, e.g. 10.0.0.0/8 or fd00::/8");
+                goto out;
+            }
+            nallow++;
+            break;
+        }
+        case O_TOKEN:
+            if (!*v) {
+                status = bad_value("--token", v, "the token must not be empty");
+                goto out;
+            }
+            token = v;
+            break;
+        case O_LEASE: {
+            char *end;
+            errno = 0;
+            double s = strtod(v, &end);
+            if (errno || end == v || *end || !isfinite(s) || s <= 0 || s > 1e9) {
+                status = bad_value("--lease-seconds", v, "expected a positive number of seconds");
+                goto out;
+            }
+            lease_ms = (uint64_t)(s * 1000.0 + 0.5);
+            if (!lease_ms)
+                lease_ms = 1;
+            break;
+        }
+        case O_GRACE:
+            if (parse_size(v, 0, &n) || n > UINT64_C(1) << 40) {
+                status = bad_value("--read-grace-ms", v, "expected a number of milliseconds >= 0");
+                goto out;
+            }
+            grace_ms = n;
+            break;
+        case O_MAXBODY:
+            if (parse_size(v, 1, &n) || n == 0 || n > SIZE_MAX / 2) {
+                status = bad_value("--max-body", v, "expected a positive number of bytes (K/M/G "
+                                                    "suffixes allowed)");
+                goto out;
+            }
+            max_body = n;
+            break;
+        case O_MAXKEYS:
+            if (parse_size(v, 0, &n) || n == 0 || n > (UINT64_C(1) << 40)) {
+                status = bad_value("--max-keys", v, "expected a positive integer");
+                goto out;
+            }
+            max_keys = n;
+            break;
+        case O_THREADS:
+            if (parse_size(v, 0, &n) || n == 0 || n > 1024) {
+                status = bad_value("--threads", v, "expected an integer from 1 to 1024");
+                goto out;
+            }
+            threads = n;
+            break;
+        case O_DATADIR:
+            if (!*v) {
+                status = bad_value("--data-dir", v, "expected a directory or 'none'");
+                goto out;
+            }
+            data_dir = v;
+            break;
+        case O_LOGLEVEL: {
+            int lvl = kvp__log_parse_level(v);
+            if (lvl < 0) {
+                status = bad_value("--log-level", v, "expected error, warn, info or debug");
+                goto out;
+            }
+            kvp__log_set_level(lvl);
+            break;
+        }
+        case O_HELP:
+            usage(stdout);
+            status = 0;
+            goto out;
+        case ':':
+            fprintf(stderr, "kvpage serve: %s needs a value\n", argv[optind - 1]);
+            usage(stderr);
+            goto out;
+        default:
+            fprintf(stderr, "kvpage serve: unknown option '%s'\n", argv[optind - 1]);
+            usage(stderr);
+            goto out;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "kvpage serve: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        goto out;
+    }
+    struct listen_addr la;
+    if (parse_listen(listen_text, &la)) {
+        status = bad_value("--listen", listen_text,
+                           "expected ADDR:PORT, e.g. 127.0.0.1:18000, 0.0.0.0:18000 or [::1]:18000");
+        goto out;
+    }
+
+    /* From here on failures are not usage errors. */
+    status = 1;
+    struct kvp_meta_opts mo;
+    kvp_meta_opts_init(&mo);
+    mo.lease_ms = lease_ms;
+    mo.read_grace_ms = grace_ms;
+    struct kvp_meta *meta = NULL;
+    int rc = kvp_meta_open(&mo, &meta);
+    if (rc) {
+        fprintf(stderr, "kvpage serve: cannot create the metadata store: %s\n", kvp_strerror(rc));
+        goto out;
+    }
+    struct serve *S = calloc(1, sizeof *S);
+    if (!S) {
+        fprintf(stderr, "kvpage serve: out of memory\n");
+        kvp_meta_close(meta);
+        goto out;
+    }
+    struct kvp_server_config cfg = {
+        .token = token,
+        .allow = allow,
+        .nallow = nallow,
+        .max_body = (size_t)max_body,
+        .max_keys = (size_t)max_keys,
+        .data_dir = data_dir,
+    };
+    kvp__server_init(&S->srv, meta, &cfg);
+    S->max_body = (size_t)max_body;
+
+    /* Signals are taken synchronously by this thread only; MHD's threads
+     * inherit the mask. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int fd = open_listener(&la, listen_text);
+    struct MHD_Daemon *d = NULL;
+    if (fd >= 0) {
+        unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_TURBO | MHD_USE_ERROR_LOG;
+        if (la.ss.ss_family == AF_INET6)
+            flags |= MHD_USE_IPv6;
+        struct MHD_OptionItem ops[] = {
+            {MHD_OPTION_LISTEN_SOCKET, fd, NULL},
+            {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, NULL},
+            {MHD_OPTION_CONNECTION_MEMORY_LIMIT, 128 * 1024, NULL},
+            {threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, (intptr_t)threads, NULL},
+            {MHD_OPTION_END, 0, NULL},
+        };
+        d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, S, MHD_OPTION_EXTERNAL_LOGGER,
+                             mhd_log, NULL, MHD_OPTION_ARRAY, ops, MHD_OPTION_END);
+        if (!d) {
+            fprintf(stderr, "kvpage serve: cannot start the HTTP server on %s\n", listen_text);
+            close(fd);
+        }
+    }
+    if (d) {
+        const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+        char host[INET6_ADDRSTRLEN + 2];
+        unsigned port;
+        addr_text(&la, host, sizeof host, &port);
+        if (di && di->port)
+            port = di->port;
+        if (!strcmp(data_dir, "none"))
+            KVP_LOGI("--data-dir none: state is in memory only (persistence not implemented yet)");
+        else
+            KVP_LOGI("state is in memory only (persistence not implemented yet); --data-dir %s is "
+                     "not used", data_dir);
+        KVP_LOGI("lease %" PRIu64 " ms, read grace %" PRIu64 " ms, max body %" PRIu64
+                 " bytes, max keys %" PRIu64 ", %" PRIu64 " thread(s)%s%s",
+                 lease_ms, grace_ms, max_body, max_keys, threads, token ? ", bearer token required" : "",
+                 nallow ? ", client addresses restricted by --allow" : "");
+        printf("kvpage serve: listening on http://%s:%u\n"
+               "  vLLM:   \"hf3fs_metadata_server_url\": \"http://%s:%u\" in kv_connector_extra_config\n"
+               "  SGLang: \"metadata_server_url\": \"http://%s:%u\" in the JSON file named by "
+               "SGLANG_HICACHE_HF3FS_CONFIG_PATH\n",
+               host, port, host, port, host, port);
+        fflush(stdout);
+        if (!strcmp(host, "0.0.0.0") || !strcmp(host, "[::]"))
+            KVP_LOGI("listening on every interface: give clients this machine's address instead "
+                     "of %s", host);
+
+        int sig = 0;
+        sigwait(&sigs, &sig);
+        KVP_LOGI("%s received, shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        MHD_stop_daemon(d);
+        close(fd);
+        status = 0;
+    }
+    kvp_meta_close(meta);
+    free(S);
+out:
+    free(allow);
+    return status;
+}

@@ -1,0 +1,214 @@
+/*
+ * kvpage serve — the socket-free core. kvp__server_handle() takes one parsed
+ * HTTP request (method, path, body, client address, Authorization header)
+ * and fills a reply (status, content type, body, extra headers). Everything
+ * protocol-level (protocol.md, docs/protocol-notes.md) happens behind it, so
+ * unit tests and the fuzz target drive it without sockets; serve.c only moves
+ * bytes between libmicrohttpd and this.
+ */
+#ifndef KVP_SERVER_SERVER_H
+#define KVP_SERVER_SERVER_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "kvpage/meta.h"
+#include "server/jsonw.h"
+
+/* An --allow entry. family is AF_INET or AF_INET6; addr holds 4 or 16 bytes. */
+struct kvp_cidr {
+    int family;
+    unsigned prefix;
+    uint8_t addr[16];
+};
+
+/* Parses "A.B.C.D[/N]" or "IPV6[/N]"; returns 0 or -EINVAL. */
+int kvp__cidr_parse(const char *s, struct kvp_cidr *out);
+/* 1 when sa (AF_INET, AF_INET6, or IPv4-mapped IPv6) is inside c. */
+int kvp__cidr_match(const struct kvp_cidr *c, const struct sockaddr *sa);
+
+struct kvp_server_config {
+    const char *token;          /* NULL: no bearer token required */
+    const struct kvp_cidr *allow; /* NULL / nallow == 0: every client allowed */
+    size_t nallow;
+    size_t max_body;            /* bytes; 0 means the default (64 MiB) */
+    size_t max_keys;            /* per list in one request; 0 means the default (1,000,000) */
+    const char *data_dir;       /* kept for the persistence issue; unused for now */
+};
+
+#define KVP_DEFAULT_MAX_BODY ((size_t)64 << 20)
+#define KVP_DEFAULT_MAX_KEYS ((size_t)1000000)
+
+/* Routes, for dispatch and metrics. */
+enum kvp_route {
+    KVP_ROUTE_NONE = 0, /* unmatched path (404) */
+    KVP_ROUTE_VLLM_INIT,
+    KVP_ROUTE_VLLM_ALLOCATE,
+    KVP_ROUTE_VLLM_CONFIRM,
+    KVP_ROUTE_VLLM_EXISTS,
+    KVP_ROUTE_VLLM_LOCATIONS,
+    KVP_ROUTE_VLLM_CLEAR,
+    KVP_ROUTE_VLLM_DELETE,
+    KVP_ROUTE_SGL_INIT,
+    KVP_ROUTE_SGL_EXISTS,
+    KVP_ROUTE_SGL_RESERVE,
+    KVP_ROUTE_SGL_CONFIRM,
+    KVP_ROUTE_SGL_DELETE,
+    KVP_ROUTE_SGL_CLEAR,
+    KVP_ROUTE_SGL_GET,
+    KVP_ROUTE_HEALTHZ,
+    KVP_ROUTE_METRICS,
+    KVP_ROUTE_STATS,
+    KVP_ROUTE_COUNT
+};
+
+/* The label of a route in metrics and /v1/stats, e.g. "/keys/batch_exists". */
+const char *kvp__route_name(int route);
+
+#define KVP_METRICS_NSTATUS 11
+#define KVP_METRICS_NBUCKETS 15
+
+struct kvp_metrics_cell {
+    atomic_uint_fast64_t count;
+    atomic_uint_fast64_t sum_ns;
+    atomic_uint_fast64_t bucket[KVP_METRICS_NBUCKETS]; /* non-cumulative; last is +Inf */
+};
+
+struct kvp_metrics {
+    struct kvp_metrics_cell cell[KVP_ROUTE_COUNT][KVP_METRICS_NSTATUS];
+};
+
+struct kvp_server {
+    struct kvp_meta *meta; /* not owned */
+    struct kvp_server_config cfg;
+    size_t token_len;
+    struct kvp_metrics metrics;
+};
+
+/* Sets up srv over an open meta. cfg is copied (its strings and allow array
+ * must outlive srv). Always succeeds. */
+void kvp__server_init(struct kvp_server *srv, struct kvp_meta *meta,
+                      const struct kvp_server_config *cfg);
+
+struct kvp_request {
+    const char *method;         /* "GET", "POST", ... NUL-terminated */
+    const char *path;           /* decoded path without the query; need not be NUL-terminated */
+    size_t path_len;
+    const char *body;           /* may be NULL when body_len == 0 */
+    size_t body_len;
+    const struct sockaddr *client; /* NULL: not checked against --allow (in-process callers) */
+    const char *authorization;  /* the Authorization header, or NULL */
+    int body_too_large;         /* the transport saw more than max_body bytes and dropped them */
+};
+
+/*
+ * The reply and the per-connection scratch space reused across requests (so
+ * the hot path allocates nothing once it has warmed up). One per connection
+ * (or per thread); never shared by two concurrent requests.
+ */
+struct kvp_reply {
+    int status;
+    const char *content_type;      /* static string, or NULL for no body */
+    const char *allow;             /* Allow header for 405, else NULL */
+    const char *www_authenticate;  /* WWW-Authenticate header for 401, else NULL */
+    int route;                     /* enum kvp_route that answered */
+    struct kvp_buf body;
+    /* scratch */
+    struct kvp_str *keys;
+    int64_t *pages;
+    int64_t *pages2;
+    uint8_t *flags;
+    size_t scratch_cap;
+};
+
+void kvp__reply_init(struct kvp_reply *rep);
+void kvp__reply_free(struct kvp_reply *rep);
+
+/* Handles one request. Never fails: every outcome is a reply. */
+void kvp__server_handle(struct kvp_server *srv, const struct kvp_request *req,
+                        struct kvp_reply *rep);
+
+/* Records one answered request (route, status, duration) in srv->metrics. */
+void kvp__metrics_record(struct kvp_metrics *m, int route, int status, uint64_t ns);
+
+/* ---- internal to the dialect files ---- */
+
+#include <jansson.h>
+
+/* One request being handled. */
+struct kvp_ctx {
+    struct kvp_server *srv;
+    const struct kvp_request *req;
+    struct kvp_reply *rep;
+    const char *dep; /* deployment (URL prefix), not NUL-terminated */
+    size_t dlen;
+    uint32_t path_rank; /* SGLang and vLLM initialize: rank from the path */
+    json_t *body;       /* the body object; NULL for an empty body (reads as {}) */
+};
+
+void kvp__vllm_handle(struct kvp_ctx *c, int route);
+void kvp__sglang_handle(struct kvp_ctx *c, int route);
+void kvp__native_handle(struct kvp_ctx *c, int route);
+/* Writes the Prometheus text (metrics.c) and the /v1/stats JSON. Return 0 or
+ * a negative errno (out of memory). */
+int kvp__metrics_prometheus(struct kvp_server *srv, struct kvp_buf *out);
+int kvp__metrics_stats_json(struct kvp_server *srv, struct kvp_buf *out);
+
+/* Replies {"detail": "<formatted message>"} with status. */
+void kvp__reply_error(struct kvp_ctx *c, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Replies with an empty body (204). */
+void kvp__reply_empty(struct kvp_ctx *c, int status);
+/* Starts a JSON reply: status 200, body emptied, content type JSON. */
+struct kvp_buf *kvp__reply_json(struct kvp_ctx *c);
+/* Replies 500 "Internal error: ..." for a failure that is not the client's. */
+void kvp__reply_internal(struct kvp_ctx *c, int rc, const char *what);
+/* Makes room for n entries in every scratch array; 0 or -ENOMEM (replied 500). */
+int kvp__scratch(struct kvp_ctx *c, size_t n);
+
+/* Key rule of protocol.md: 0 ok, else the message tail ("is empty", ...). */
+const char *kvp__key_problem(const char *s, size_t len);
+/* 1 when the pool name is valid (1..128 bytes, no NUL). */
+int kvp__pool_valid(const char *s, size_t len);
+/* Checks a list length against --max-keys; replies 413 and returns -1 when over. */
+int kvp__check_count(struct kvp_ctx *c, size_t n);
+
+/* A body list field: missing → *out = NULL and returns 0 (reads as []);
+ * present and an array → 0; anything else (null included) → -1. */
+int kvp__body_list(struct kvp_ctx *c, const char *field, json_t **out);
+
+/*
+ * Reads a list of plain string keys from arr (NULL: empty) into c->rep->keys.
+ * Elements that are not strings get "Invalid keys format" when exists_fmt is
+ * set (vLLM batch_exists) or "Invalid request format: keys[i] must be a
+ * string". Returns the count, or -1 after replying.
+ */
+ptrdiff_t kvp__parse_str_keys(struct kvp_ctx *c, json_t *arr, int exists_fmt);
+/* Like kvp__parse_str_keys but elements may be a string or [key, prefix_key]. */
+ptrdiff_t kvp__parse_alloc_keys(struct kvp_ctx *c, json_t *arr);
+/*
+ * Reads confirmations ([key, page] pairs; field names them in messages) and
+ * pages_to_release into keys/pages and pages2. Shape errors get
+ * "Confirmation failed: ..." except where sglang_types asks for
+ * "Invalid request format: '<field>' must be a list" (wrong list types).
+ * Returns 0 (n, nrel set) or -1 after replying.
+ */
+int kvp__parse_confirm(struct kvp_ctx *c, json_t *conf, const char *field, size_t *n,
+                       size_t *nrel, int sglang_types);
+/* Maps a confirm error of meta other than -ENOENT (rc, err) to the documented
+ * replies; field names the confirmations list. */
+void kvp__confirm_error(struct kvp_ctx *c, int rc, const struct kvp_error *err, const char *field,
+                        uint32_t rank);
+/* Maps any other meta error (not -ENOENT): -EINVAL → 400 (key rule messages
+ * name field), -EEXIST → 409, else 500. */
+void kvp__meta_error(struct kvp_ctx *c, int rc, const struct kvp_error *err, const char *field);
+/* Writes head, then v[0..n) as JSON bools or p[0..n) as page-or-null, then "]}". */
+void kvp__write_bools(struct kvp_buf *b, const char *head, const uint8_t *v, size_t n);
+void kvp__write_pages(struct kvp_buf *b, const char *head, const int64_t *p, size_t n);
+/* Finds the namespace (deployment of the URL, pool); 0, -ENOENT (absent), or
+ * another negative errno after replying. */
+int kvp__find_ns(struct kvp_ctx *c, const char *pool, size_t plen, int create, struct kvp_ns **ns);
+
+#endif

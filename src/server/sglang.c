@@ -1,0 +1,242 @@
+/*
+ * The SGLang dialect (protocol.md §3): POST /{rank}/<op> of the HiCache hf3fs
+ * backend's metadata client ↔ meta calls. The pool is the body field
+ * "namespace" (default "kv"); keys are per rank.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "server/server.h"
+
+struct sgl {
+    struct kvp_ctx *c;
+    uint32_t rank;
+    const char *pool;
+    size_t plen;
+    struct kvp_ns *ns;
+};
+
+static int body_pool(struct sgl *s)
+{
+    json_t *v = json_object_get(s->c->body, "namespace");
+    if (!v) {
+        s->pool = "kv";
+        s->plen = 2;
+        return 0;
+    }
+    if (!json_is_string(v) || !kvp__pool_valid(json_string_value(v), json_string_length(v))) {
+        kvp__reply_error(s->c, 400, "Invalid namespace");
+        return -1;
+    }
+    s->pool = json_string_value(v);
+    s->plen = json_string_length(v);
+    return 0;
+}
+
+static void not_init(struct sgl *s)
+{
+    if (s->plen == 2 && !memcmp(s->pool, "kv", 2))
+        kvp__reply_error(s->c, 404, "Rank %u not initialized. Please call /%u/initialize first.",
+                         s->rank, s->rank);
+    else
+        kvp__reply_error(s->c, 404,
+                         "Rank %u namespace '%.*s' not initialized. Please call /%u/initialize first.",
+                         s->rank, (int)s->plen, s->pool, s->rank);
+}
+
+/* Finds the namespace without creating it; replies 404 / 400 / 500 when it
+ * cannot be used. */
+static int find(struct sgl *s)
+{
+    int rc = kvp__find_ns(s->c, s->pool, s->plen, 0, &s->ns);
+    if (rc == -ENOENT)
+        not_init(s);
+    return rc;
+}
+
+/* Maps a meta error of a call on an existing namespace. */
+static void meta_fail(struct sgl *s, int rc, const struct kvp_error *err)
+{
+    if (rc == -ENOENT)
+        not_init(s);
+    else
+        kvp__meta_error(s->c, rc, err, "keys");
+}
+
+static int list_field(struct sgl *s, const char *field, json_t **out)
+{
+    if (kvp__body_list(s->c, field, out) == 0)
+        return 0;
+    kvp__reply_error(s->c, 400, "Invalid request format: '%s' must be a list", field);
+    return -1;
+}
+
+static void do_init(struct sgl *s)
+{
+    struct kvp_ctx *c = s->c;
+    json_t *np = json_object_get(c->body, "num_pages");
+    if (np && !json_is_integer(np)) {
+        kvp__reply_error(c, 400, "Invalid request format: 'num_pages' must be an integer");
+        return;
+    }
+    json_int_t n = np ? json_integer_value(np) : 0;
+    if (n < 1) {
+        kvp__reply_error(c, 400, "Invalid initialization parameters: num_pages must be a positive integer");
+        return;
+    }
+    if (n > (json_int_t)KVP_MAX_PAGES) {
+        kvp__reply_error(c, 400, "Invalid initialization parameters: num_pages must be at most 2147483647");
+        return;
+    }
+    if (kvp__find_ns(c, s->pool, s->plen, 1, &s->ns))
+        return;
+    struct kvp_error err = {0};
+    int rc = kvp_meta_init_rank(s->ns, s->rank, (uint64_t)n, &err);
+    if (rc == -EEXIST) {
+        kvp__reply_error(c, 409,
+                         "Rank %u already initialized with %lld pages; refusing to change to %lld "
+                         "pages while it holds data",
+                         s->rank, (long long)err.value, (long long)n);
+        return;
+    }
+    if (rc) {
+        kvp__meta_error(c, rc, &err, "keys");
+        return;
+    }
+    kvp__reply_empty(c, 204);
+}
+
+static void do_exists(struct sgl *s)
+{
+    json_t *keys;
+    if (list_field(s, "keys", &keys))
+        return;
+    ptrdiff_t n = kvp__parse_str_keys(s->c, keys, 0);
+    if (n < 0 || find(s))
+        return;
+    struct kvp_error err = {0};
+    int rc = kvp_meta_exists(s->ns, s->rank, s->c->rep->keys, (size_t)n, s->c->rep->flags, &err);
+    if (rc) {
+        meta_fail(s, rc, &err);
+        return;
+    }
+    kvp__write_bools(kvp__reply_json(s->c), "{\"exists\": [", s->c->rep->flags, (size_t)n);
+}
+
+static void do_reserve(struct sgl *s)
+{
+    json_t *keys;
+    if (list_field(s, "keys", &keys))
+        return;
+    ptrdiff_t n = kvp__parse_alloc_keys(s->c, keys);
+    if (n < 0 || find(s))
+        return;
+    struct kvp_reply *r = s->c->rep;
+    struct kvp_error err = {0};
+    int rc = kvp_meta_allocate(s->ns, s->rank, r->keys, (size_t)n, r->pages, r->flags, &err);
+    if (rc) {
+        meta_fail(s, rc, &err);
+        return;
+    }
+    struct kvp_buf *b = kvp__reply_json(s->c);
+    kvp__buf_reserve(b, (size_t)n * 24 + 32);
+    kvp__jw_lit(b, "{\"indices\": [");
+    for (ptrdiff_t i = 0; i < n; i++) {
+        if (i)
+            kvp__jw_lit(b, ", ");
+        if (r->flags[i])
+            kvp__jw_lit(b, "[true, ");
+        else
+            kvp__jw_lit(b, "[false, ");
+        kvp__jw_int(b, r->pages[i]);
+        kvp__jw_lit(b, "]");
+    }
+    kvp__jw_lit(b, "]}");
+}
+
+static void do_confirm(struct sgl *s)
+{
+    static const char F[] = "written_keys_to_confirm";
+    json_t *conf;
+    if (list_field(s, F, &conf))
+        return;
+    size_t n, nrel;
+    if (kvp__parse_confirm(s->c, conf, F, &n, &nrel, 1) || find(s))
+        return;
+    struct kvp_reply *r = s->c->rep;
+    struct kvp_error err = {0};
+    int rc = kvp_meta_confirm(s->ns, s->rank, r->keys, r->pages, n, r->pages2, nrel, &err);
+    if (rc == -ENOENT) {
+        not_init(s);
+        return;
+    }
+    if (rc) {
+        kvp__confirm_error(s->c, rc, &err, F, s->rank);
+        return;
+    }
+    kvp__reply_empty(s->c, 204);
+}
+
+static void do_delete(struct sgl *s)
+{
+    json_t *keys;
+    if (list_field(s, "keys", &keys))
+        return;
+    ptrdiff_t n = kvp__parse_str_keys(s->c, keys, 0);
+    if (n < 0 || find(s))
+        return;
+    struct kvp_error err = {0};
+    int rc = kvp_meta_delete(s->ns, s->rank, s->c->rep->keys, (size_t)n, &err);
+    if (rc) {
+        meta_fail(s, rc, &err);
+        return;
+    }
+    kvp__reply_empty(s->c, 204);
+}
+
+static void do_clear(struct sgl *s)
+{
+    if (find(s))
+        return;
+    struct kvp_error err = {0};
+    int rc = kvp_meta_clear(s->ns, s->rank, &err);
+    if (rc) {
+        meta_fail(s, rc, &err);
+        return;
+    }
+    kvp__reply_empty(s->c, 204);
+}
+
+static void do_get(struct sgl *s)
+{
+    json_t *keys;
+    if (list_field(s, "keys", &keys))
+        return;
+    ptrdiff_t n = kvp__parse_str_keys(s->c, keys, 0);
+    if (n < 0 || find(s))
+        return;
+    struct kvp_error err = {0};
+    int rc = kvp_meta_lookup(s->ns, s->rank, 0, s->c->rep->keys, (size_t)n, s->c->rep->pages, &err);
+    if (rc) {
+        meta_fail(s, rc, &err);
+        return;
+    }
+    kvp__write_pages(kvp__reply_json(s->c), "{\"indices\": [", s->c->rep->pages, (size_t)n);
+}
+
+void kvp__sglang_handle(struct kvp_ctx *c, int route)
+{
+    struct sgl s = {.c = c, .rank = c->path_rank};
+    if (body_pool(&s))
+        return;
+    switch (route) {
+    case KVP_ROUTE_SGL_INIT: do_init(&s); break;
+    case KVP_ROUTE_SGL_EXISTS: do_exists(&s); break;
+    case KVP_ROUTE_SGL_RESERVE: do_reserve(&s); break;
+    case KVP_ROUTE_SGL_CONFIRM: do_confirm(&s); break;
+    case KVP_ROUTE_SGL_DELETE: do_delete(&s); break;
+    case KVP_ROUTE_SGL_CLEAR: do_clear(&s); break;
+    case KVP_ROUTE_SGL_GET: do_get(&s); break;
+    default: kvp__reply_error(c, 404, "Not Found");
+    }
+}

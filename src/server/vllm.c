@@ -1,0 +1,295 @@
+/*
+ * The vLLM dialect (protocol.md §2): JSON bodies of the HF3FS KV connector's
+ * metadata client ↔ meta calls. Pool is always "kv".
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "server/server.h"
+
+static const char POOL[] = "kv";
+#define POOL_LEN (sizeof POOL - 1)
+
+/* rank field of the body: a JSON integer in 0..2^31-1. */
+static int body_rank(struct kvp_ctx *c, uint32_t *out)
+{
+    json_t *v = json_object_get(c->body, "rank");
+    if (!json_is_integer(v))
+        return -1;
+    json_int_t r = json_integer_value(v);
+    if (r < 0 || r > (json_int_t)KVP_MAX_RANK)
+        return -1;
+    *out = (uint32_t)r;
+    return 0;
+}
+
+static void do_init(struct kvp_ctx *c)
+{
+    uint32_t rank = c->path_rank;
+    json_t *role = json_object_get(c->body, "role");
+    if (role) {
+        const char *r = json_string_value(role);
+        size_t rl = json_string_length(role);
+        if (r && rl == 9 && !memcmp(r, "scheduler", 9)) {
+            kvp__jw_lit(kvp__reply_json(c),
+                        "{\"message\": \"Scheduler role does not require initialization\"}");
+            return;
+        }
+        if (!r || rl != 6 || memcmp(r, "worker", 6)) {
+            kvp__reply_error(c, 400,
+                             "Invalid initialization parameters: role must be 'worker' or 'scheduler'");
+            return;
+        }
+    }
+    json_t *np = json_object_get(c->body, "num_pages");
+    json_int_t n = json_is_integer(np) ? json_integer_value(np) : 0;
+    if (n < 1) {
+        kvp__reply_error(c, 400, "Invalid initialization parameters: num_pages must be a positive integer");
+        return;
+    }
+    if (n > (json_int_t)KVP_MAX_PAGES) {
+        kvp__reply_error(c, 400, "Invalid initialization parameters: num_pages must be at most 2147483647");
+        return;
+    }
+    struct kvp_ns *ns;
+    if (kvp__find_ns(c, POOL, POOL_LEN, 1, &ns))
+        return; /* replied (create never yields -ENOENT) */
+    struct kvp_error err = {0};
+    int rc = kvp_meta_init_rank(ns, rank, (uint64_t)n, &err);
+    if (rc == -EEXIST) {
+        kvp__reply_error(c, 409,
+                         "Rank %u already initialized with %lld pages; refusing to change to %lld "
+                         "pages while it holds data",
+                         rank, (long long)err.value, (long long)n);
+        return;
+    }
+    if (rc) {
+        kvp__meta_error(c, rc, &err, "keys");
+        return;
+    }
+    struct kvp_buf *b = kvp__reply_json(c);
+    kvp__buf_printf(b, "{\"message\": \"Rank %u initialized with %lld pages\"}", rank, (long long)n);
+}
+
+static void do_allocate(struct kvp_ctx *c)
+{
+    uint32_t rank;
+    json_t *keys;
+    if (body_rank(c, &rank) || kvp__body_list(c, "keys", &keys)) {
+        kvp__reply_error(c, 400, "Invalid request format: need 'rank' and 'keys'");
+        return;
+    }
+    ptrdiff_t n = kvp__parse_alloc_keys(c, keys);
+    if (n < 0)
+        return;
+    struct kvp_ns *ns;
+    int rc = kvp__find_ns(c, POOL, POOL_LEN, 0, &ns);
+    if (rc && rc != -ENOENT)
+        return;
+    struct kvp_error err = {0};
+    if (rc == 0)
+        rc = kvp_meta_allocate(ns, rank, c->rep->keys, (size_t)n, c->rep->pages, NULL, &err);
+    if (rc == -ENOENT) {
+        kvp__reply_error(c, 404, "Allocation failed: Rank %u not initialized", rank);
+        return;
+    }
+    if (rc) {
+        kvp__meta_error(c, rc, &err, "keys");
+        return;
+    }
+    struct kvp_buf *b = kvp__reply_json(c);
+    const struct kvp_str *k = c->rep->keys;
+    const int64_t *pages = c->rep->pages;
+    kvp__buf_reserve(b, (size_t)n * 96 + 48);
+    kvp__jw_lit(b, "{\"rank\": ");
+    kvp__jw_uint(b, rank);
+    kvp__jw_lit(b, ", \"results\": [");
+    for (ptrdiff_t i = 0; i < n; i++) {
+        if (i)
+            kvp__jw_lit(b, ", ");
+        kvp__jw_lit(b, "[");
+        kvp__jw_str(b, k[i].ptr, k[i].len);
+        kvp__jw_lit(b, ", ");
+        kvp__jw_int(b, pages[i]);
+        kvp__jw_lit(b, "]");
+    }
+    kvp__jw_lit(b, "]}");
+}
+
+static void do_confirm(struct kvp_ctx *c)
+{
+    uint32_t rank;
+    json_t *conf;
+    if (body_rank(c, &rank) || kvp__body_list(c, "confirmations", &conf)) {
+        kvp__reply_error(c, 400, "Invalid request format: need 'rank' and 'confirmations'");
+        return;
+    }
+    size_t n, nrel;
+    if (kvp__parse_confirm(c, conf, "confirmations", &n, &nrel, 0))
+        return;
+    struct kvp_ns *ns;
+    int rc = kvp__find_ns(c, POOL, POOL_LEN, 0, &ns);
+    if (rc && rc != -ENOENT)
+        return;
+    struct kvp_error err = {0};
+    if (rc == 0)
+        rc = kvp_meta_confirm(ns, rank, c->rep->keys, c->rep->pages, n, c->rep->pages2, nrel, &err);
+    if (rc == -ENOENT) {
+        kvp__reply_error(c, 404, "Confirmation failed: Rank %u not initialized", rank);
+        return;
+    }
+    if (rc) {
+        kvp__confirm_error(c, rc, &err, "confirmations", rank);
+        return;
+    }
+    kvp__reply_empty(c, 204);
+}
+
+static void write_bools(struct kvp_buf *b, const char *head, const uint8_t *v, size_t n)
+{
+    kvp__buf_reserve(b, n * 7 + 32);
+    kvp__buf_put(b, head, strlen(head));
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            kvp__jw_lit(b, ", ");
+        if (v[i])
+            kvp__jw_lit(b, "true");
+        else
+            kvp__jw_lit(b, "false");
+    }
+    kvp__jw_lit(b, "]}");
+}
+
+static void do_exists(struct kvp_ctx *c)
+{
+    json_t *keys;
+    if (kvp__body_list(c, "keys", &keys)) {
+        kvp__reply_error(c, 400, "Invalid keys format");
+        return;
+    }
+    ptrdiff_t n = kvp__parse_str_keys(c, keys, 1);
+    if (n < 0)
+        return;
+    struct kvp_ns *ns;
+    int rc = kvp__find_ns(c, POOL, POOL_LEN, 0, &ns);
+    if (rc && rc != -ENOENT)
+        return;
+    if (rc == -ENOENT) {
+        memset(c->rep->flags, 0, (size_t)n);
+    } else {
+        struct kvp_error err = {0};
+        rc = kvp_meta_exists(ns, -1, c->rep->keys, (size_t)n, c->rep->flags, &err);
+        if (rc) {
+            kvp__meta_error(c, rc, &err, "keys");
+            return;
+        }
+    }
+    write_bools(kvp__reply_json(c), "{\"exists\": [", c->rep->flags, (size_t)n);
+}
+
+static void write_locations(struct kvp_buf *b, const char *head, const int64_t *p, size_t n)
+{
+    kvp__buf_reserve(b, n * 12 + 32);
+    kvp__buf_put(b, head, strlen(head));
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            kvp__jw_lit(b, ", ");
+        kvp__jw_page_or_null(b, p[i]);
+    }
+    kvp__jw_lit(b, "]}");
+}
+
+static void do_locations(struct kvp_ctx *c)
+{
+    uint32_t rank;
+    json_t *keys;
+    if (body_rank(c, &rank) || kvp__body_list(c, "keys", &keys)) {
+        kvp__reply_error(c, 400, "Invalid request format: need 'rank' and 'keys'");
+        return;
+    }
+    ptrdiff_t n = kvp__parse_str_keys(c, keys, 0);
+    if (n < 0)
+        return;
+    struct kvp_ns *ns;
+    int rc = kvp__find_ns(c, POOL, POOL_LEN, 0, &ns);
+    if (rc && rc != -ENOENT)
+        return;
+    struct kvp_error err = {0};
+    if (rc == 0)
+        rc = kvp_meta_lookup(ns, rank, 1, c->rep->keys, (size_t)n, c->rep->pages, &err);
+    if (rc == -ENOENT) {
+        kvp__reply_error(c, 404, "Failed to get key locations: Rank %u not initialized", rank);
+        return;
+    }
+    if (rc) {
+        kvp__meta_error(c, rc, &err, "keys");
+        return;
+    }
+    write_locations(kvp__reply_json(c), "{\"locations\": [", c->rep->pages, (size_t)n);
+}
+
+static void do_clear(struct kvp_ctx *c)
+{
+    struct kvp_ns *ns;
+    int rc = kvp__find_ns(c, POOL, POOL_LEN, 0, &ns);
+    if (rc && rc != -ENOENT)
+        return;
+    if (rc == 0) {
+        struct kvp_error err = {0};
+        rc = kvp_meta_clear(ns, -1, &err);
+        if (rc) {
+            kvp__meta_error(c, rc, &err, "keys");
+            return;
+        }
+    }
+    kvp__reply_empty(c, 204);
+}
+
+static void do_delete(struct kvp_ctx *c)
+{
+    json_t *keys;
+    if (kvp__body_list(c, "keys", &keys)) {
+        kvp__reply_error(c, 400, "Invalid request format: 'keys' must be a list");
+        return;
+    }
+    ptrdiff_t n = kvp__parse_str_keys(c, keys, 0);
+    if (n < 0)
+        return;
+    struct kvp_ns *ns;
+    int rc = kvp__find_ns(c, POOL, POOL_LEN, 0, &ns);
+    if (rc && rc != -ENOENT)
+        return;
+    if (rc == 0) {
+        struct kvp_error err = {0};
+        rc = kvp_meta_delete(ns, -1, c->rep->keys, (size_t)n, &err);
+        if (rc) {
+            kvp__meta_error(c, rc, &err, "keys");
+            return;
+        }
+    }
+    kvp__reply_empty(c, 204);
+}
+
+void kvp__write_bools(struct kvp_buf *b, const char *head, const uint8_t *v, size_t n)
+{
+    write_bools(b, head, v, n);
+}
+
+void kvp__write_pages(struct kvp_buf *b, const char *head, const int64_t *p, size_t n)
+{
+    write_locations(b, head, p, n);
+}
+
+void kvp__vllm_handle(struct kvp_ctx *c, int route)
+{
+    switch (route) {
+    case KVP_ROUTE_VLLM_INIT: do_init(c); break;
+    case KVP_ROUTE_VLLM_ALLOCATE: do_allocate(c); break;
+    case KVP_ROUTE_VLLM_CONFIRM: do_confirm(c); break;
+    case KVP_ROUTE_VLLM_EXISTS: do_exists(c); break;
+    case KVP_ROUTE_VLLM_LOCATIONS: do_locations(c); break;
+    case KVP_ROUTE_VLLM_CLEAR: do_clear(c); break;
+    case KVP_ROUTE_VLLM_DELETE: do_delete(c); break;
+    default: kvp__reply_error(c, 404, "Not Found");
+    }
+}
