@@ -47,7 +47,19 @@ struct kvp_meta_opts {
     uint64_t read_grace_ms;  /* no eviction this long after a lookup; default 5000 */
     kvp_clock_fn clock;      /* NULL: CLOCK_MONOTONIC */
     void *clock_arg;
+    /* Persistence (protocol.md §6). NULL: state is in memory only. */
+    const char *data_dir;
+    int fsync;               /* KVP_FSYNC_NEVER 0, KVP_FSYNC_BATCH 1 (default), KVP_FSYNC_ALWAYS 2 */
+    uint64_t snapshot_bytes; /* log bytes after which a snapshot is written; default 64 MiB */
+    int readonly;            /* recover data_dir but never write it (inspect, fsck) */
+    /* Where recovery and background work report (level 0 error .. 3 debug); may be NULL. */
+    void (*log)(void *arg, int level, const char *msg);
+    void *log_arg;
 };
+
+#define KVP_FSYNC_NEVER 0
+#define KVP_FSYNC_BATCH 1
+#define KVP_FSYNC_ALWAYS 2
 
 /* Per-rank figures (protocol.md §4). keys == held: one key per held page. */
 struct kvp_rank_stats {
@@ -61,9 +73,16 @@ struct kvp_rank_stats {
 KVP_API void kvp_meta_opts_init(struct kvp_meta_opts *opts);
 
 /*
- * Creates an empty metadata store. opts may be NULL (defaults).
- * Returns 0, -EINVAL (opts_size unknown), -ENOMEM. The caller owns *out and
- * releases it with kvp_meta_close.
+ * Creates a metadata store. opts may be NULL (defaults: in memory only).
+ * With opts->data_dir, the directory is created if missing and locked
+ * (another process holding it: -EBUSY), the state is recovered from its
+ * newest valid snapshot and the log after it (a torn or corrupt log tail is
+ * dropped and reported through opts->log), and every later change is logged
+ * before it becomes visible. A log record that contradicts the state stops
+ * the open with -EUCLEAN and an error line naming the file and offset.
+ * Returns 0, -EINVAL (opts_size unknown), -ENOMEM, -EBUSY, -EUCLEAN, or the
+ * negative errno of a failed file operation. The caller owns *out and
+ * releases it with kvp_meta_close (which writes a final snapshot).
  */
 KVP_API int kvp_meta_open(const struct kvp_meta_opts *opts, struct kvp_meta **out);
 

@@ -85,6 +85,13 @@ KVP_API int kvp_meta_open(const struct kvp_meta_opts *opts, struct kvp_meta **ou
         return -ENOMEM;
     }
     pthread_rwlock_init(&m->ns_lock, NULL);
+    if (m->opts.data_dir) {
+        int rc = kvp__persist_open(m);
+        if (rc) {
+            kvp_meta_close(m);
+            return rc;
+        }
+    }
     *out = m;
     return 0;
 }
@@ -340,6 +347,7 @@ static uint32_t evict(struct kvp_ns *ns, struct kvp__rank *r, uint64_t now)
             return KVP_NONE; /* marked pages are the most recent: nothing older is left */
         if (pg->t > now)
             continue;
+        kvp__jrnl_free(ns, r->id, p);
         page_unhold(ns, r, p);
         r->evictions++;
         return p;
@@ -473,7 +481,15 @@ KVP_API int kvp_meta_ns(struct kvp_meta *m, const char *deployment, size_t dlen,
             ns->buckets = calloc(MIN_KEY_BUCKETS, sizeof *ns->buckets);
             ns->nbuckets = MIN_KEY_BUCKETS;
         }
-        if (!ns || !ns->deployment || !ns->pool || !ns->buckets) {
+        struct kvp_ns **by_id = NULL;
+        if (ns && (m->ns_count & (m->ns_count - 1)) == 0) { /* grow at powers of two */
+            by_id = realloc(m->ns_by_id, (m->ns_count ? m->ns_count * 2 : 1) * sizeof *by_id);
+            if (by_id)
+                m->ns_by_id = by_id;
+        } else {
+            by_id = m->ns_by_id;
+        }
+        if (!ns || !ns->deployment || !ns->pool || !ns->buckets || !by_id) {
             if (ns) {
                 free(ns->deployment);
                 free(ns->pool);
@@ -485,6 +501,9 @@ KVP_API int kvp_meta_ns(struct kvp_meta *m, const char *deployment, size_t dlen,
             return -ENOMEM;
         }
         ns->meta = m;
+        ns->id = (uint32_t)m->ns_count;
+        m->ns_by_id[ns->id] = ns;
+        kvp__jrnl_ns(m, ns);
         pthread_mutex_init(&ns->lock, NULL);
         ns->next = m->ns_buckets[h % NS_BUCKETS];
         m->ns_buckets[h % NS_BUCKETS] = ns;
@@ -517,6 +536,7 @@ KVP_API void kvp_meta_close(struct kvp_meta *m)
 {
     if (!m)
         return;
+    kvp__persist_close(m);
     struct kvp_ns *ns = m->ns_first, *nx;
     for (; ns; ns = nx) {
         nx = ns->next_all;
@@ -534,6 +554,7 @@ KVP_API void kvp_meta_close(struct kvp_meta *m)
         free(ns);
     }
     free(m->ns_buckets);
+    free(m->ns_by_id);
     pthread_rwlock_destroy(&m->ns_lock);
     free(m);
 }
@@ -602,6 +623,8 @@ KVP_API int kvp_meta_init_rank(struct kvp_ns *ns, uint32_t rank, uint64_t num_pa
     struct kvp__rank *r = rank_find(ns, rank);
     if (!r) {
         rc = rank_create(ns, rank, (uint32_t)num_pages, &r);
+        if (!rc)
+            kvp__jrnl_init(ns, rank, (uint32_t)num_pages);
         if (rc == -ENOSPC)
             set_err(err, rc, KVP_RULE_TOO_MANY, -1, ns->nranks, KVP_MAX_RANKS_PER_NS,
                     "too many ranks in this namespace (limit %d)", KVP_MAX_RANKS_PER_NS);
@@ -617,6 +640,8 @@ KVP_API int kvp_meta_init_rank(struct kvp_ns *ns, uint32_t rank, uint64_t num_pa
                     rank, r->num_pages, (unsigned long long)num_pages);
         } else if ((rc = rank_reset_pages(r, (uint32_t)num_pages)) != 0) {
             set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        } else {
+            kvp__jrnl_init(ns, rank, (uint32_t)num_pages);
         }
     }
     pthread_mutex_unlock(&ns->lock);
@@ -842,6 +867,7 @@ KVP_API int kvp_meta_confirm(struct kvp_ns *ns, uint32_t rank, const struct kvp_
             page_to_free(r, p); /* the key's first confirmed page wins */
             continue;
         }
+        kvp__jrnl_hold(ns, r->id, p, e);
         pg->state = KVP_PHELD;
         pg->owner = e;
         pg->t = 0;
@@ -941,6 +967,7 @@ KVP_API int kvp_meta_delete(struct kvp_ns *ns, int64_t rank, const struct kvp_st
                 continue;
             struct kvp__rank *r = ns->slots[s];
             int last = e->nheld == 1;
+            kvp__jrnl_free(ns, r->id, p);
             page_unhold(ns, r, p); /* frees e when it was its last page */
             page_to_free(r, p);
             if (last)
@@ -958,8 +985,11 @@ KVP_API int kvp_meta_clear(struct kvp_ns *ns, int64_t rank, struct kvp_error *er
     pthread_mutex_lock(&ns->lock);
     if (rank >= 0) {
         struct kvp__rank *r;
-        if ((rc = rank_lookup_err(ns, (uint32_t)rank, &r, err)) == 0 && (rc = rank_clear(ns, r)))
-            set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        if ((rc = rank_lookup_err(ns, (uint32_t)rank, &r, err)) == 0) {
+            kvp__jrnl_clear(ns, rank);
+            if ((rc = rank_clear(ns, r)) != 0)
+                set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        }
     } else {
         struct kvp__page **fresh = calloc(ns->nranks ? ns->nranks : 1, sizeof *fresh);
         for (uint32_t i = 0; fresh && i < ns->nranks; i++)
@@ -971,6 +1001,7 @@ KVP_API int kvp_meta_clear(struct kvp_ns *ns, int64_t rank, struct kvp_error *er
             rc = -ENOMEM;
             set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
         } else {
+            kvp__jrnl_clear(ns, -1);
             free_all_keys(ns);
             for (uint32_t i = 0; i < ns->nranks; i++)
                 rank_set_pages(ns->slots[i], fresh[i], ns->slots[i]->num_pages);
@@ -1168,4 +1199,57 @@ int64_t kvp__meta_peek(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *k
     }
     pthread_mutex_unlock(&ns->lock);
     return p;
+}
+
+struct kvp_ns *kvp__meta_ns_by_id(struct kvp_meta *m, uint32_t id)
+{
+    return id < m->ns_count ? m->ns_by_id[id] : NULL;
+}
+
+int kvp__replay_hold(struct kvp_ns *ns, uint32_t rank, uint32_t page, const struct kvp_str *key,
+                     char *msg, size_t msglen)
+{
+    struct kvp__rank *r = rank_find(ns, rank);
+    if (!r) {
+        snprintf(msg, msglen, "HOLD on rank %u, which is not initialized", rank);
+        return -EUCLEAN;
+    }
+    if (page >= r->num_pages || r->pages[page].state != KVP_PFREE) {
+        snprintf(msg, msglen, "HOLD of page %u on rank %u, which is %s", page, rank,
+                 page >= r->num_pages ? "out of range" : "not free");
+        return -EUCLEAN;
+    }
+    if (check_key(key)) {
+        snprintf(msg, msglen, "HOLD with an invalid key");
+        return -EUCLEAN;
+    }
+    if (key_page(key_find(ns, key), r->slot) != KVP_NONE) {
+        snprintf(msg, msglen, "HOLD of page %u on rank %u for a key that holds another page",
+                 page, rank);
+        return -EUCLEAN;
+    }
+    struct kvp__key *e = key_get(ns, key, r->slot);
+    if (!e)
+        return -ENOMEM;
+    page_take_free(r, page);
+    struct kvp__page *pg = &r->pages[page];
+    pg->state = KVP_PHELD;
+    pg->owner = e;
+    pg->t = 0;
+    e->pages[r->slot] = page;
+    e->nheld++;
+    list_push_head(r->pages, &r->lru, page);
+    return 0;
+}
+
+int kvp__replay_free(struct kvp_ns *ns, uint32_t rank, uint32_t page, char *msg, size_t msglen)
+{
+    struct kvp__rank *r = rank_find(ns, rank);
+    if (!r || page >= r->num_pages || r->pages[page].state != KVP_PHELD) {
+        snprintf(msg, msglen, "FREE of page %u on rank %u, which does not hold a key", page, rank);
+        return -EUCLEAN;
+    }
+    page_unhold(ns, r, page);
+    page_to_free(r, page);
+    return 0;
 }

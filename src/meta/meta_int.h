@@ -65,6 +65,7 @@ struct kvp__rank {
 };
 
 struct kvp_ns {
+    uint32_t id;             /* creation order; names the namespace in log records */
     struct kvp_ns *next;     /* registry hash chain */
     struct kvp_ns *next_all; /* creation order */
     struct kvp_meta *meta;
@@ -83,10 +84,34 @@ struct kvp_meta {
     struct kvp_ns **ns_buckets;
     struct kvp_ns *ns_first, *ns_last;
     uint64_t ns_count;
+    struct kvp_ns **ns_by_id;
+    struct kvp__persist *persist; /* NULL: in memory only */
+    int replaying;                /* recovery is applying records: log nothing */
 };
 
 
 
+
+/* Journal: called under the namespace lock before the change is applied.
+ * All are no-ops without persistence (src/meta/persist.c). */
+struct kvp__persist;
+void kvp__jrnl_ns(struct kvp_meta *m, const struct kvp_ns *ns);
+void kvp__jrnl_init(const struct kvp_ns *ns, uint32_t rank, uint32_t num_pages);
+void kvp__jrnl_hold(const struct kvp_ns *ns, uint32_t rank, uint32_t page,
+                    const struct kvp__key *key);
+void kvp__jrnl_free(const struct kvp_ns *ns, uint32_t rank, uint32_t page);
+void kvp__jrnl_clear(const struct kvp_ns *ns, int64_t rank);
+
+/* Persistence lifetime, called by kvp_meta_open / kvp_meta_close. */
+int kvp__persist_open(struct kvp_meta *m);
+void kvp__persist_close(struct kvp_meta *m);
+
+/* Recovery: apply one change without logging it. -EUCLEAN when it
+ * contradicts the state (msg says how). */
+int kvp__replay_hold(struct kvp_ns *ns, uint32_t rank, uint32_t page, const struct kvp_str *key,
+                     char *msg, size_t msglen);
+int kvp__replay_free(struct kvp_ns *ns, uint32_t rank, uint32_t page, char *msg, size_t msglen);
+struct kvp_ns *kvp__meta_ns_by_id(struct kvp_meta *m, uint32_t id);
 
 /* Test and tool helpers (not part of the public API). */
 

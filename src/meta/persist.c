@@ -1,0 +1,725 @@
+/*
+ * Persistence of the metadata (protocol.md §6): what the log records mean,
+ * snapshots, and recovery. The log mechanics are in src/wal.
+ *
+ * Logged: namespace creation, rank init/resize, HOLD (a confirmed key takes a
+ * page), FREE (a key loses a page: delete or eviction), CLEAR. Reservations
+ * are not logged: after a restart they are gone and their writers'
+ * confirmations are still accepted while the page is free.
+ *
+ * Each change is appended to the log under the namespace lock before it is
+ * applied, so the log order is the order of the changes. The server answers
+ * only once the log is durable up to the request's last record
+ * (kvp__meta_thread_lsn / kvp__meta_when_durable).
+ *
+ * Snapshots: the state is written by a forked child from a copy-on-write
+ * image taken with every namespace lock held, so requests stop only for the
+ * fork itself. The snapshot keeps each rank's LRU order (HOLD records from
+ * least to most recent), so recency survives a restart; touches are not
+ * logged, so after a crash the recency of the time since the last snapshot
+ * is approximated by write order. A clean close writes a final snapshot.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "meta/meta_int.h"
+#include "meta/persist.h"
+#include "wal/wal.h"
+
+enum {
+    REC_NS = 1,
+    REC_INIT = 2,
+    REC_HOLD = 3,
+    REC_FREE = 4,
+    REC_CLEAR = 5,
+    REC_SNAP_BEGIN = 6,
+    REC_SNAP_END = 7,
+};
+#define SNAP_VERSION 1
+#define ALL_RANKS 0xffffffffu
+
+struct kvp__persist {
+    struct kvp__wal *wal;
+    pthread_t thread;
+    int thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;
+    uint64_t last_snap; /* LSN of the newest snapshot on disk */
+    uint64_t snapshots, snapshot_failures;
+};
+
+static void plog(const struct kvp_meta *m, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void plog(const struct kvp_meta *m, int level, const char *fmt, ...)
+{
+    if (!m->opts.log)
+        return;
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    m->opts.log(m->opts.log_arg, level, msg);
+}
+
+/* ---------------------------------------------------------------- encoding */
+
+struct enc {
+    uint8_t b[32 + KVP_MAX_KEY_LEN + 2 * KVP_MAX_NAME_LEN];
+    uint32_t n;
+};
+static void e8(struct enc *e, uint8_t v)
+{
+    e->b[e->n++] = v;
+}
+static void e16(struct enc *e, uint16_t v)
+{
+    e8(e, (uint8_t)v);
+    e8(e, (uint8_t)(v >> 8));
+}
+static void e32(struct enc *e, uint32_t v)
+{
+    e16(e, (uint16_t)v);
+    e16(e, (uint16_t)(v >> 16));
+}
+static void e64(struct enc *e, uint64_t v)
+{
+    e32(e, (uint32_t)v);
+    e32(e, (uint32_t)(v >> 32));
+}
+static void ebytes(struct enc *e, const void *p, size_t n)
+{
+    memcpy(e->b + e->n, p, n);
+    e->n += (uint32_t)n;
+}
+
+static void enc_ns(struct enc *e, const struct kvp_ns *ns)
+{
+    size_t dl = strlen(ns->deployment), pl = strlen(ns->pool);
+    e8(e, REC_NS);
+    e32(e, ns->id);
+    e8(e, (uint8_t)dl);
+    ebytes(e, ns->deployment, dl);
+    e8(e, (uint8_t)pl);
+    ebytes(e, ns->pool, pl);
+}
+static void enc_init(struct enc *e, uint32_t ns, uint32_t rank, uint32_t num_pages)
+{
+    e8(e, REC_INIT);
+    e32(e, ns);
+    e32(e, rank);
+    e32(e, num_pages);
+}
+static void enc_hold(struct enc *e, uint32_t ns, uint32_t rank, uint32_t page,
+                     const struct kvp__key *k)
+{
+    e8(e, REC_HOLD);
+    e32(e, ns);
+    e32(e, rank);
+    e32(e, page);
+    e16(e, k->len);
+    ebytes(e, kvp__key_bytes(k), k->len);
+}
+
+static struct kvp__wal *jwal(const struct kvp_meta *m)
+{
+    return m->persist && !m->replaying ? m->persist->wal : NULL;
+}
+
+void kvp__jrnl_ns(struct kvp_meta *m, const struct kvp_ns *ns)
+{
+    struct kvp__wal *w = jwal(m);
+    if (!w)
+        return;
+    struct enc e = {.n = 0};
+    enc_ns(&e, ns);
+    kvp__wal_append(w, e.b, e.n);
+}
+
+void kvp__jrnl_init(const struct kvp_ns *ns, uint32_t rank, uint32_t num_pages)
+{
+    struct kvp__wal *w = jwal(ns->meta);
+    if (!w)
+        return;
+    struct enc e = {.n = 0};
+    enc_init(&e, ns->id, rank, num_pages);
+    kvp__wal_append(w, e.b, e.n);
+}
+
+void kvp__jrnl_hold(const struct kvp_ns *ns, uint32_t rank, uint32_t page,
+                    const struct kvp__key *key)
+{
+    struct kvp__wal *w = jwal(ns->meta);
+    if (!w)
+        return;
+    struct enc e = {.n = 0};
+    enc_hold(&e, ns->id, rank, page, key);
+    kvp__wal_append(w, e.b, e.n);
+}
+
+void kvp__jrnl_free(const struct kvp_ns *ns, uint32_t rank, uint32_t page)
+{
+    struct kvp__wal *w = jwal(ns->meta);
+    if (!w)
+        return;
+    struct enc e = {.n = 0};
+    e8(&e, REC_FREE);
+    e32(&e, ns->id);
+    e32(&e, rank);
+    e32(&e, page);
+    kvp__wal_append(w, e.b, e.n);
+}
+
+void kvp__jrnl_clear(const struct kvp_ns *ns, int64_t rank)
+{
+    struct kvp__wal *w = jwal(ns->meta);
+    if (!w)
+        return;
+    struct enc e = {.n = 0};
+    e8(&e, REC_CLEAR);
+    e32(&e, ns->id);
+    e32(&e, rank < 0 ? ALL_RANKS : (uint32_t)rank);
+    kvp__wal_append(w, e.b, e.n);
+}
+
+/* ---------------------------------------------------------------- decoding */
+
+struct dec {
+    const uint8_t *p;
+    uint32_t n, off;
+    int bad;
+};
+static uint64_t dget(struct dec *d, int bytes)
+{
+    if (d->bad || d->n - d->off < (uint32_t)bytes) {
+        d->bad = 1;
+        return 0;
+    }
+    uint64_t v = 0;
+    for (int i = 0; i < bytes; i++)
+        v |= (uint64_t)d->p[d->off + i] << (8 * i);
+    d->off += (uint32_t)bytes;
+    return v;
+}
+static const char *dbytes(struct dec *d, uint32_t len)
+{
+    if (d->bad || d->n - d->off < len) {
+        d->bad = 1;
+        return NULL;
+    }
+    const char *p = (const char *)d->p + d->off;
+    d->off += len;
+    return p;
+}
+
+int kvp__persist_apply(struct kvp_meta *m, const uint8_t *payload, uint32_t len, char *msg,
+                       size_t msglen, int *type)
+{
+    struct dec d = {payload, len, 0, 0};
+    int t = (int)dget(&d, 1);
+    *type = t;
+    struct kvp_error err = {0};
+    int rc = 0;
+    if (t == REC_SNAP_BEGIN || t == REC_SNAP_END) {
+        dget(&d, 8);
+        dget(&d, t == REC_SNAP_BEGIN ? 4 : 8);
+        if (d.bad || d.off != d.n) {
+            snprintf(msg, msglen, "malformed snapshot marker");
+            return -EUCLEAN;
+        }
+        return 0;
+    }
+    if (t == REC_NS) {
+        uint32_t id = (uint32_t)dget(&d, 4);
+        uint32_t dl = (uint32_t)dget(&d, 1);
+        const char *dep = dbytes(&d, dl);
+        uint32_t pl = (uint32_t)dget(&d, 1);
+        const char *pool = dbytes(&d, pl);
+        if (d.bad || d.off != d.n) {
+            snprintf(msg, msglen, "malformed namespace record");
+            return -EUCLEAN;
+        }
+        struct kvp_ns *ns;
+        rc = kvp_meta_ns(m, dep, dl, pool, pl, 1, &ns, &err);
+        if (rc == -ENOMEM)
+            return rc;
+        if (rc || ns->id != id) {
+            snprintf(msg, msglen, "namespace record %u does not match the namespaces before it", id);
+            return -EUCLEAN;
+        }
+        return 0;
+    }
+    uint32_t nsid = (uint32_t)dget(&d, 4);
+    uint32_t rank = (uint32_t)dget(&d, 4);
+    struct kvp_ns *ns = d.bad ? NULL : kvp__meta_ns_by_id(m, nsid);
+    if (!d.bad && !ns) {
+        snprintf(msg, msglen, "record names namespace %u, which was never created", nsid);
+        return -EUCLEAN;
+    }
+    switch (t) {
+    case REC_INIT: {
+        uint32_t np = (uint32_t)dget(&d, 4);
+        if (d.bad || d.off != d.n)
+            break;
+        rc = kvp_meta_init_rank(ns, rank, np, &err);
+        if (rc == -ENOMEM)
+            return rc;
+        if (rc) {
+            snprintf(msg, msglen, "INIT of rank %u with %u pages: %s", rank, np, err.msg);
+            return -EUCLEAN;
+        }
+        return 0;
+    }
+    case REC_HOLD: {
+        uint32_t page = (uint32_t)dget(&d, 4);
+        uint32_t kl = (uint32_t)dget(&d, 2);
+        const char *k = dbytes(&d, kl);
+        if (d.bad || d.off != d.n)
+            break;
+        struct kvp_str ks = {k, kl};
+        pthread_mutex_lock(&ns->lock);
+        rc = kvp__replay_hold(ns, rank, page, &ks, msg, msglen);
+        pthread_mutex_unlock(&ns->lock);
+        return rc;
+    }
+    case REC_FREE: {
+        uint32_t page = (uint32_t)dget(&d, 4);
+        if (d.bad || d.off != d.n)
+            break;
+        pthread_mutex_lock(&ns->lock);
+        rc = kvp__replay_free(ns, rank, page, msg, msglen);
+        pthread_mutex_unlock(&ns->lock);
+        return rc;
+    }
+    case REC_CLEAR:
+        if (d.bad || d.off != d.n)
+            break;
+        rc = kvp_meta_clear(ns, rank == ALL_RANKS ? -1 : (int64_t)rank, &err);
+        if (rc == -ENOMEM)
+            return rc;
+        if (rc) {
+            snprintf(msg, msglen, "CLEAR of rank %u, which is not initialized", rank);
+            return -EUCLEAN;
+        }
+        return 0;
+    default:
+        snprintf(msg, msglen, "unknown record type %d", t);
+        return -EUCLEAN;
+    }
+    snprintf(msg, msglen, "malformed record of type %d (%u bytes)", t, len);
+    return -EUCLEAN;
+}
+
+/* ---------------------------------------------------------------- snapshots */
+
+struct snapw {
+    int fd, err;
+    uint8_t buf[1 << 16];
+    size_t n;
+    uint64_t records;
+};
+
+static void sw_flush(struct snapw *w)
+{
+    size_t off = 0;
+    while (!w->err && off < w->n) {
+        ssize_t r = write(w->fd, w->buf + off, w->n - off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            w->err = r < 0 ? -errno : -EIO;
+        else
+            off += (size_t)r;
+    }
+    w->n = 0;
+}
+
+static void sw_rec(struct snapw *w, const struct enc *e)
+{
+    if (w->n + KVP_WAL_HDR + e->n > sizeof w->buf)
+        sw_flush(w);
+    kvp__wal_frame(w->buf + w->n, e->b, e->n);
+    memcpy(w->buf + w->n + KVP_WAL_HDR, e->b, e->n);
+    w->n += KVP_WAL_HDR + e->n;
+    w->records++;
+}
+
+/* Writes the whole state. Runs in a forked child or with no request running. */
+static int write_snapshot(struct kvp_meta *m, int fd, uint64_t lsn)
+{
+    static struct snapw w; /* large; static so the child's stack stays small */
+    w.fd = fd;
+    w.err = 0;
+    w.n = 0;
+    w.records = 0;
+    struct enc e = {.n = 0};
+    e8(&e, REC_SNAP_BEGIN);
+    e64(&e, lsn);
+    e32(&e, SNAP_VERSION);
+    sw_rec(&w, &e);
+    for (struct kvp_ns *ns = m->ns_first; ns; ns = ns->next_all) {
+        e.n = 0;
+        enc_ns(&e, ns);
+        sw_rec(&w, &e);
+        for (uint32_t s = 0; s < ns->nranks; s++) {
+            e.n = 0;
+            enc_init(&e, ns->id, ns->slots[s]->id, ns->slots[s]->num_pages);
+            sw_rec(&w, &e);
+        }
+        for (uint32_t s = 0; s < ns->nranks; s++) {
+            const struct kvp__rank *r = ns->slots[s];
+            /* Least recent first: replay pushes each at the head. */
+            for (uint32_t p = r->lru.tail; p != KVP_NONE; p = r->pages[p].prev) {
+                e.n = 0;
+                enc_hold(&e, ns->id, r->id, p, r->pages[p].owner);
+                sw_rec(&w, &e);
+            }
+        }
+    }
+    e.n = 0;
+    e8(&e, REC_SNAP_END);
+    e64(&e, lsn);
+    e64(&e, w.records + 1);
+    sw_rec(&w, &e);
+    sw_flush(&w);
+    return w.err;
+}
+
+static void lock_all(struct kvp_meta *m)
+{
+    pthread_rwlock_wrlock(&m->ns_lock);
+    for (struct kvp_ns *ns = m->ns_first; ns; ns = ns->next_all)
+        pthread_mutex_lock(&ns->lock);
+}
+
+static void unlock_all(struct kvp_meta *m)
+{
+    for (struct kvp_ns *ns = m->ns_first; ns; ns = ns->next_all)
+        pthread_mutex_unlock(&ns->lock);
+    pthread_rwlock_unlock(&m->ns_lock);
+}
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Takes a snapshot in a forked child. Returns 0 or a negative errno. */
+static int snapshot_fork(struct kvp_meta *m)
+{
+    struct kvp__persist *p = m->persist;
+    const char *dir = kvp__wal_dir(p->wal);
+    uint64_t t0 = mono_ms();
+    lock_all(m);
+    uint64_t lsn = kvp__wal_appended(p->wal);
+    if (lsn == p->last_snap) {
+        unlock_all(m);
+        return 0;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = kvp__wal_snap_create(dir, lsn);
+        int rc = fd < 0 ? fd : write_snapshot(m, fd, lsn);
+        if (fd >= 0)
+            rc = rc ? rc : kvp__wal_snap_commit(dir, lsn, fd);
+        _exit(rc ? 1 : 0);
+    }
+    unlock_all(m);
+    uint64_t paused = mono_ms() - t0;
+    if (pid < 0) {
+        int e = -errno;
+        plog(m, 0, "snapshot: fork failed: %s", strerror(errno));
+        return e;
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        plog(m, 0, "snapshot at %" PRIu64 " failed (child status %d); the log is kept", lsn,
+             status);
+        return -EIO;
+    }
+    kvp__wal_prune(p->wal, lsn);
+    p->last_snap = lsn;
+    p->snapshots++;
+    plog(m, 2, "snapshot at log position %" PRIu64 " written (requests paused %" PRIu64 " ms)",
+         lsn, paused);
+    return 0;
+}
+
+static void *snap_main(void *arg)
+{
+    struct kvp_meta *m = arg;
+    struct kvp__persist *p = m->persist;
+    pthread_mutex_lock(&p->mu);
+    while (!p->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+        if (p->stop)
+            break;
+        uint64_t appended = kvp__wal_appended(p->wal);
+        if (appended - p->last_snap < m->opts.snapshot_bytes)
+            continue;
+        pthread_mutex_unlock(&p->mu);
+        if (snapshot_fork(m) != 0)
+            p->snapshot_failures++;
+        pthread_mutex_lock(&p->mu);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- recovery */
+
+struct replay_ctx {
+    struct kvp_meta *m;
+    char msg[512];
+    char file[96]; /* the name, copied: the caller's string does not outlive the scan */
+    uint64_t offset;
+    uint64_t records;
+    int saw_end, saw_begin;
+    uint64_t end_count;
+};
+
+static int replay_rec(void *arg, const uint8_t *payload, uint32_t len, const char *file,
+                      uint64_t offset)
+{
+    struct replay_ctx *c = arg;
+    int type = 0;
+    int rc = kvp__persist_apply(c->m, payload, len, c->msg, sizeof c->msg, &type);
+    c->records++;
+    if (rc) {
+        snprintf(c->file, sizeof c->file, "%s", file);
+        c->offset = offset;
+    }
+    return rc;
+}
+
+/* Checks a snapshot: framing, BEGIN first, END last with the right count. */
+static int snap_check_rec(void *arg, const uint8_t *payload, uint32_t len, const char *file,
+                          uint64_t offset)
+{
+    struct replay_ctx *c = arg;
+    (void)file;
+    c->records++;
+    if (c->saw_end) {
+        c->offset = offset;
+        return -EUCLEAN; /* records after the end marker */
+    }
+    if (c->records == 1 && (len < 1 || payload[0] != REC_SNAP_BEGIN)) {
+        c->offset = offset;
+        return -EUCLEAN;
+    }
+    if (len == 17 && payload[0] == REC_SNAP_END) {
+        uint64_t n = 0;
+        for (int i = 0; i < 8; i++)
+            n |= (uint64_t)payload[9 + i] << (8 * i);
+        c->saw_end = 1;
+        c->end_count = n;
+    }
+    return 0;
+}
+
+static int load_snapshot(struct kvp_meta *m, struct kvp__wal *w, uint64_t lsn)
+{
+    struct replay_ctx c = {.m = m};
+    int rc = kvp__wal_snap_read(w, lsn, snap_check_rec, &c);
+    if (rc == 0 && (!c.saw_end || c.end_count != c.records))
+        rc = -EUCLEAN;
+    if (rc) {
+        plog(m, 1,
+             "snapshot %s/snap-%016" PRIx64 ".snap is damaged or incomplete (%" PRIu64
+             " good records); trying an older one",
+             kvp__wal_dir(w), lsn, c.records);
+        return rc;
+    }
+    struct replay_ctx a = {.m = m};
+    rc = kvp__wal_snap_read(w, lsn, replay_rec, &a);
+    if (rc) {
+        plog(m, 0, "%s/snap-%016" PRIx64 ".snap offset %" PRIu64 ": %s", kvp__wal_dir(w), lsn,
+             a.offset, a.msg);
+        return rc == -ENOMEM ? rc : -EUCLEAN;
+    }
+    return 0;
+}
+
+/* Drops every namespace, for a retry of recovery from an older snapshot. */
+static void reset_state(struct kvp_meta *m)
+{
+    for (struct kvp_ns *ns = m->ns_first; ns; ns = ns->next_all)
+        kvp_meta_clear(ns, -1, NULL);
+}
+
+int kvp__persist_open(struct kvp_meta *m)
+{
+    struct kvp__persist *p = calloc(1, sizeof *p);
+    if (!p)
+        return -ENOMEM;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    if (!m->opts.snapshot_bytes)
+        m->opts.snapshot_bytes = 64u << 20;
+    char msg[512] = "";
+    int rc = kvp__wal_open(m->opts.data_dir, m->opts.fsync, m->opts.log, m->opts.log_arg,
+                           m->opts.readonly, &p->wal, msg, sizeof msg);
+    if (rc) {
+        plog(m, 0, "%s", msg);
+        free(p);
+        return rc;
+    }
+    m->persist = p;
+    m->replaying = 1;
+    uint64_t t0 = mono_ms();
+
+    uint64_t snaps[16];
+    int nsnap = kvp__wal_snap_list(p->wal, snaps, 16);
+    uint64_t from = 0;
+    int loaded = 0;
+    for (int i = 0; i < nsnap && !loaded; i++) {
+        rc = load_snapshot(m, p->wal, snaps[i]);
+        if (rc == 0) {
+            from = snaps[i];
+            loaded = 1;
+        } else if (rc == -ENOMEM) {
+            goto fail;
+        } else if (m->ns_first) {
+            /* A snapshot that framed correctly but contradicted itself: its
+             * partial state must not survive into the next attempt. */
+            reset_state(m);
+            if (m->ns_first) {
+                plog(m, 0, "cannot recover: a damaged snapshot left state behind");
+                rc = -EUCLEAN;
+                goto fail;
+            }
+        }
+    }
+    if (nsnap && !loaded)
+        plog(m, 1, "no valid snapshot in %s; replaying the whole log", m->opts.data_dir);
+    struct replay_ctx c = {.m = m};
+    uint64_t end = from;
+    rc = kvp__wal_replay(p->wal, from, !m->opts.readonly, replay_rec, &c, &end);
+    if (rc) {
+        if (c.file[0])
+            plog(m, 0, "cannot recover %s: %s offset %" PRIu64 ": %s", m->opts.data_dir, c.file,
+                 c.offset, c.msg);
+        goto fail;
+    }
+    m->replaying = 0;
+    p->last_snap = from;
+    plog(m, 2,
+         "recovered %s: snapshot at %" PRIu64 " + %" PRIu64 " log records in %" PRIu64 " ms",
+         m->opts.data_dir, from, c.records, mono_ms() - t0);
+    if (m->opts.readonly)
+        return 0;
+    if ((rc = kvp__wal_start(p->wal, end)) != 0) {
+        plog(m, 0, "cannot start the log in %s: %s", m->opts.data_dir, strerror(-rc));
+        goto fail;
+    }
+    if (pthread_create(&p->thread, NULL, snap_main, m) == 0)
+        p->thread_started = 1;
+    return 0;
+fail:
+    m->replaying = 0;
+    kvp__wal_close(p->wal);
+    m->persist = NULL;
+    free(p);
+    return rc ? rc : -EUCLEAN;
+}
+
+void kvp__persist_close(struct kvp_meta *m)
+{
+    struct kvp__persist *p = m->persist;
+    if (!p)
+        return;
+    if (p->thread_started) {
+        pthread_mutex_lock(&p->mu);
+        p->stop = 1;
+        pthread_cond_signal(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+        pthread_join(p->thread, NULL);
+    }
+    if (!m->opts.readonly) {
+        /* A final snapshot keeps the LRU order of a clean shutdown. */
+        uint64_t lsn = kvp__wal_appended(p->wal);
+        if (lsn != p->last_snap) {
+            const char *dir = kvp__wal_dir(p->wal);
+            int fd = kvp__wal_snap_create(dir, lsn);
+            int rc = fd < 0 ? fd : write_snapshot(m, fd, lsn);
+            if (fd >= 0)
+                rc = rc ? rc : kvp__wal_snap_commit(dir, lsn, fd);
+            if (rc)
+                plog(m, 0, "final snapshot failed: %s (the log is kept)", strerror(-rc));
+            else
+                kvp__wal_prune(p->wal, lsn);
+        }
+    }
+    kvp__wal_close(p->wal);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    free(p);
+    m->persist = NULL;
+}
+
+/* ---------------------------------------------------------------- for the server and tools */
+
+uint64_t kvp__meta_thread_lsn(void)
+{
+    return kvp__wal_thread_lsn();
+}
+
+void kvp__meta_thread_lsn_reset(void)
+{
+    kvp__wal_thread_lsn_reset();
+}
+
+int kvp__meta_wait_durable(struct kvp_meta *m, uint64_t lsn)
+{
+    if (!m->persist || !lsn || m->opts.readonly)
+        return 0;
+    return kvp__wal_wait(m->persist->wal, lsn);
+}
+
+int kvp__meta_when_durable(struct kvp_meta *m, uint64_t lsn, void (*cb)(void *arg, int status),
+                           void *arg)
+{
+    if (!m->persist || !lsn || m->opts.readonly)
+        return 1;
+    return kvp__wal_when_durable(m->persist->wal, lsn, cb, arg);
+}
+
+int kvp__meta_persist_stats(struct kvp_meta *m, struct kvp__persist_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    if (!m->persist)
+        return -ENOENT;
+    st->wal_bytes = kvp__wal_disk_bytes(m->persist->wal);
+    st->appended = kvp__wal_appended(m->persist->wal);
+    kvp__wal_fsync_stats(m->persist->wal, &st->fsyncs, &st->fsync_ns);
+    st->snapshots = m->persist->snapshots;
+    st->snapshot_failures = m->persist->snapshot_failures;
+    st->last_snapshot = m->persist->last_snap;
+    return 0;
+}
+
+int kvp__meta_snapshot_now(struct kvp_meta *m)
+{
+    if (!m->persist || m->opts.readonly)
+        return -ENOENT;
+    return snapshot_fork(m);
+}

@@ -1,0 +1,40 @@
+/*
+ * Durability hooks of the metadata store for kvpage serve and the tools.
+ * Internal: not part of the public API.
+ */
+#ifndef KVP_META_PERSIST_H
+#define KVP_META_PERSIST_H
+
+#include <stdint.h>
+#include "kvpage/meta.h"
+
+/* End of the log records appended by the calling thread's last changes (0:
+ * none). Reset it before handling a request, read it after. */
+uint64_t kvp__meta_thread_lsn(void);
+void kvp__meta_thread_lsn_reset(void);
+
+/* Blocks until the log is durable up to lsn (per --fsync). 0, or -EIO when
+ * the log failed: the change must not be acknowledged. */
+int kvp__meta_wait_durable(struct kvp_meta *m, uint64_t lsn);
+
+/* 1: durable already. 0: cb(arg, status) will run on the log's flusher
+ * thread once it is (status 0 or -EIO). < 0: the log failed. */
+int kvp__meta_when_durable(struct kvp_meta *m, uint64_t lsn, void (*cb)(void *arg, int status),
+                           void *arg);
+
+struct kvp__persist_stats {
+    uint64_t wal_bytes, appended, fsyncs, fsync_ns;
+    uint64_t snapshots, snapshot_failures, last_snapshot;
+};
+/* -ENOENT without persistence. */
+int kvp__meta_persist_stats(struct kvp_meta *m, struct kvp__persist_stats *st);
+
+/* Writes a snapshot now (tests, tools). */
+int kvp__meta_snapshot_now(struct kvp_meta *m);
+
+/* Applies one log/snapshot record payload (recovery and the fuzz target).
+ * -EUCLEAN with msg when it is malformed or contradicts the state. */
+int kvp__persist_apply(struct kvp_meta *m, const uint8_t *payload, uint32_t len, char *msg,
+                       size_t msglen, int *type);
+
+#endif

@@ -1,0 +1,754 @@
+/*
+ * Write-ahead log: append to memory, write and fsync on a flusher thread
+ * (group commit: everything appended while one fsync runs shares the next),
+ * or synchronously in the caller for --fsync always.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "wal/wal.h"
+
+#define SEGMENT_MAX (64u << 20)
+
+struct waiter {
+    uint64_t lsn;
+    void (*cb)(void *arg, int status);
+    void *arg;
+};
+
+struct kvp__wal {
+    char *dir;
+    int dirfd, lockfd, mode;
+    kvp__log_fn log;
+    void *log_arg;
+
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    uint8_t *buf, *spare;
+    size_t len, cap, spare_cap;
+    uint64_t appended, durable;
+    int failed, stop, started;
+    pthread_t flusher;
+    struct waiter *waiters;
+    size_t nwait, capwait;
+
+    pthread_mutex_t io; /* one writer of the segment at a time */
+    int seg_fd;
+    uint64_t seg_start, seg_bytes, old_bytes;
+    uint64_t fsyncs, fsync_ns;
+};
+
+static _Thread_local uint64_t tl_lsn;
+
+static void logf_(struct kvp__wal *w, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void logf_(struct kvp__wal *w, int level, const char *fmt, ...)
+{
+    if (!w->log)
+        return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    w->log(w->log_arg, level, msg);
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint32_t get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t get64(const uint8_t *p)
+{
+    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
+}
+
+void kvp__wal_frame(uint8_t hdr[KVP_WAL_HDR], const void *payload, uint32_t len)
+{
+    put32(hdr, len);
+    put64(hdr + 4, XXH64(payload, len, 0));
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int write_all(int fd, const uint8_t *p, size_t n)
+{
+    while (n) {
+        ssize_t r = write(fd, p, n);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+static int open_segment(struct kvp__wal *w, uint64_t lsn)
+{
+    char name[64];
+    snprintf(name, sizeof name, "wal-%016" PRIx64 ".log", lsn);
+    int fd = openat(w->dirfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -errno;
+    if (w->mode != KVP_FSYNC_NEVER && fsync(w->dirfd) != 0) {
+        int e = -errno;
+        close(fd);
+        return e;
+    }
+    if (w->seg_fd >= 0) {
+        close(w->seg_fd);
+        w->old_bytes += w->seg_bytes;
+    }
+    w->seg_fd = fd;
+    w->seg_start = lsn;
+    w->seg_bytes = 0;
+    return 0;
+}
+
+int kvp__wal_open(const char *dir, int fsync_mode, kvp__log_fn log, void *log_arg, int readonly,
+                  struct kvp__wal **out, char *msg, size_t msglen)
+{
+    *out = NULL;
+    if (!readonly && mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        int e = errno;
+        snprintf(msg, msglen, "cannot create data directory %s: %s", dir, strerror(e));
+        return -e;
+    }
+    struct kvp__wal *w = calloc(1, sizeof *w);
+    if (!w || !(w->dir = strdup(dir))) {
+        free(w);
+        snprintf(msg, msglen, "out of memory");
+        return -ENOMEM;
+    }
+    w->mode = fsync_mode;
+    w->log = log;
+    w->log_arg = log_arg;
+    w->seg_fd = -1;
+    w->lockfd = -1;
+    w->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (w->dirfd < 0) {
+        int e = errno;
+        snprintf(msg, msglen, "cannot open data directory %s: %s", dir, strerror(e));
+        free(w->dir);
+        free(w);
+        return -e;
+    }
+    if (!readonly)
+        w->lockfd = openat(w->dirfd, "LOCK", O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (!readonly && (w->lockfd < 0 || flock(w->lockfd, LOCK_EX | LOCK_NB) != 0)) {
+        int e = errno;
+        if (e == EWOULDBLOCK)
+            snprintf(msg, msglen, "data directory %s is in use by another kvpage process", dir);
+        else
+            snprintf(msg, msglen, "cannot lock %s/LOCK: %s", dir, strerror(e));
+        if (w->lockfd >= 0)
+            close(w->lockfd);
+        close(w->dirfd);
+        free(w->dir);
+        free(w);
+        return e == EWOULDBLOCK ? -EBUSY : -e;
+    }
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_mutex_init(&w->io, NULL);
+    pthread_cond_init(&w->work, NULL);
+    pthread_cond_init(&w->done, NULL);
+    *out = w;
+    return 0;
+}
+
+const char *kvp__wal_dir(struct kvp__wal *w)
+{
+    return w->dir;
+}
+
+/* ---------------------------------------------------------------- listing */
+
+struct seg {
+    uint64_t lsn, size;
+    char name[64];
+};
+
+static int cmp_seg(const void *a, const void *b)
+{
+    uint64_t x = ((const struct seg *)a)->lsn, y = ((const struct seg *)b)->lsn;
+    return x < y ? -1 : x > y;
+}
+
+/* Lists files "<prefix><16 hex><suffix>", sorted by LSN. */
+static int list_files(struct kvp__wal *w, const char *prefix, const char *suffix, struct seg **out,
+                      size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    int fd = dup(w->dirfd);
+    if (fd < 0)
+        return -errno;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return -errno;
+    }
+    rewinddir(d);
+    size_t cap = 0;
+    struct dirent *e;
+    size_t pl = strlen(prefix), sl = strlen(suffix);
+    while ((e = readdir(d))) {
+        size_t nl = strlen(e->d_name);
+        if (nl != pl + 16 + sl || strncmp(e->d_name, prefix, pl) || strcmp(e->d_name + pl + 16, suffix))
+            continue;
+        char hex[17];
+        memcpy(hex, e->d_name + pl, 16);
+        hex[16] = 0;
+        char *end;
+        uint64_t lsn = strtoull(hex, &end, 16);
+        if (*end)
+            continue;
+        struct stat st;
+        if (fstatat(w->dirfd, e->d_name, &st, 0) != 0)
+            continue;
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 16;
+            struct seg *s = realloc(*out, cap * sizeof *s);
+            if (!s) {
+                closedir(d);
+                free(*out);
+                *out = NULL;
+                return -ENOMEM;
+            }
+            *out = s;
+        }
+        (*out)[*n].lsn = lsn;
+        (*out)[*n].size = (uint64_t)st.st_size;
+        snprintf((*out)[*n].name, sizeof (*out)[*n].name, "%s", e->d_name);
+        (*n)++;
+    }
+    closedir(d);
+    if (*n)
+        qsort(*out, *n, sizeof **out, cmp_seg);
+    return 0;
+}
+
+int kvp__wal_snap_list(struct kvp__wal *w, uint64_t *lsns, int max)
+{
+    struct seg *s;
+    size_t n;
+    if (list_files(w, "snap-", ".snap", &s, &n) != 0)
+        return 0;
+    int k = 0;
+    for (size_t i = n; i-- > 0 && k < max;)
+        lsns[k++] = s[i].lsn;
+    free(s);
+    return k;
+}
+
+/* ---------------------------------------------------------------- replay */
+
+static int read_file(int dirfd, const char *name, uint8_t **buf, size_t *len)
+{
+    int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = -errno;
+        close(fd);
+        return e;
+    }
+    size_t n = (size_t)st.st_size;
+    uint8_t *b = malloc(n ? n : 1);
+    if (!b) {
+        close(fd);
+        return -ENOMEM;
+    }
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, b + got, n - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
+    *buf = b;
+    *len = got;
+    return 0;
+}
+
+/* Length of the valid record at p (header + payload), or 0 when torn/corrupt. */
+static size_t record_at(const uint8_t *p, size_t avail)
+{
+    if (avail < KVP_WAL_HDR)
+        return 0;
+    uint32_t len = get32(p);
+    if (len == 0 || len > KVP_WAL_MAX_RECORD || len > avail - KVP_WAL_HDR)
+        return 0;
+    if (XXH64(p + KVP_WAL_HDR, len, 0) != get64(p + 4))
+        return 0;
+    return KVP_WAL_HDR + len;
+}
+
+int kvp__wal_replay(struct kvp__wal *w, uint64_t from, int repair, kvp__wal_rec_fn fn, void *arg,
+                    uint64_t *end)
+{
+    struct seg *segs;
+    size_t n;
+    int rc = list_files(w, "wal-", ".log", &segs, &n);
+    if (rc)
+        return rc;
+    uint64_t pos = from; /* the stream is known to be intact up to here */
+    *end = from;
+    size_t i = 0;
+    /* Segments wholly covered by the snapshot are skipped. */
+    while (i + 1 < n && segs[i + 1].lsn <= from)
+        i++;
+    for (; i < n; i++) {
+        struct seg *s = &segs[i];
+        if (s->lsn > pos) {
+            rc = -EUCLEAN;
+            logf_(w, 0,
+                  "wal: the log has a gap: %s starts at %" PRIu64 " but the log before it ends at %" PRIu64
+                  "; refusing to guess what is missing",
+                  s->name, s->lsn, pos);
+            break;
+        }
+        uint8_t *buf = NULL;
+        size_t len = 0;
+        if ((rc = read_file(w->dirfd, s->name, &buf, &len)) != 0) {
+            logf_(w, 0, "wal: cannot read %s/%s: %s", w->dir, s->name, strerror(-rc));
+            break;
+        }
+        size_t off = 0;
+        while (off < len) {
+            size_t rl = record_at(buf + off, len - off);
+            if (!rl)
+                break;
+            uint64_t rec_end = s->lsn + off + rl;
+            if (rec_end > from) {
+                rc = fn(arg, buf + off + KVP_WAL_HDR, (uint32_t)(rl - KVP_WAL_HDR), s->name, off);
+                if (rc) {
+                    free(buf);
+                    free(segs);
+                    return rc;
+                }
+            }
+            off += rl;
+        }
+        free(buf);
+        if (s->lsn + off > pos)
+            pos = s->lsn + off;
+        if (off < len) {
+            uint64_t later = n - i - 1;
+            logf_(w, 1,
+                  "wal: torn or corrupt record at %s/%s offset %zu: dropped %zu bytes%s%" PRIu64
+                  " later segment file(s))",
+                  w->dir, s->name, off, len - off, " (and ", later);
+            if (repair) {
+                int fd = openat(w->dirfd, s->name, O_WRONLY | O_CLOEXEC);
+                if (fd >= 0) {
+                    if (ftruncate(fd, (off_t)off) != 0 || fsync(fd) != 0)
+                        logf_(w, 0, "wal: cannot truncate %s: %s", s->name, strerror(errno));
+                    close(fd);
+                }
+                for (size_t j = i + 1; j < n; j++) {
+                    char to[80];
+                    snprintf(to, sizeof to, "%s.dropped", segs[j].name);
+                    renameat(w->dirfd, segs[j].name, w->dirfd, to);
+                }
+                fsync(w->dirfd);
+            }
+            break;
+        }
+    }
+    free(segs);
+    *end = pos;
+    return rc;
+}
+
+int kvp__wal_snap_read(struct kvp__wal *w, uint64_t lsn, kvp__wal_rec_fn fn, void *arg)
+{
+    char name[64];
+    snprintf(name, sizeof name, "snap-%016" PRIx64 ".snap", lsn);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    int rc = read_file(w->dirfd, name, &buf, &len);
+    if (rc)
+        return rc;
+    size_t off = 0;
+    while (off < len && !rc) {
+        size_t rl = record_at(buf + off, len - off);
+        if (!rl) {
+            rc = -EUCLEAN;
+            break;
+        }
+        rc = fn(arg, buf + off + KVP_WAL_HDR, (uint32_t)(rl - KVP_WAL_HDR), name, off);
+        off += rl;
+    }
+    free(buf);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- appending */
+
+static void *flusher_main(void *arg);
+
+int kvp__wal_start(struct kvp__wal *w, uint64_t lsn)
+{
+    pthread_mutex_lock(&w->io);
+    int rc = open_segment(w, lsn);
+    pthread_mutex_unlock(&w->io);
+    if (rc)
+        return rc;
+    struct seg *segs;
+    size_t n;
+    if (list_files(w, "wal-", ".log", &segs, &n) == 0) {
+        for (size_t i = 0; i < n; i++)
+            if (segs[i].lsn != lsn)
+                w->old_bytes += segs[i].size;
+        free(segs);
+    }
+    w->appended = w->durable = lsn;
+    if (w->mode != KVP_FSYNC_ALWAYS) {
+        if (pthread_create(&w->flusher, NULL, flusher_main, w) != 0)
+            return -EAGAIN;
+        w->started = 1;
+    }
+    return 0;
+}
+
+uint64_t kvp__wal_append(struct kvp__wal *w, const void *payload, uint32_t len)
+{
+    pthread_mutex_lock(&w->mu);
+    size_t need = w->len + KVP_WAL_HDR + len;
+    if (need > w->cap) {
+        size_t cap = w->cap ? w->cap : 1 << 16;
+        while (cap < need)
+            cap *= 2;
+        uint8_t *b = realloc(w->buf, cap);
+        if (!b) {
+            /* Nothing acknowledged can depend on a record that was not kept. */
+            w->failed = -ENOMEM;
+            pthread_mutex_unlock(&w->mu);
+            logf_(w, 0, "wal: out of memory appending a record; the log is failed");
+            return tl_lsn = UINT64_MAX;
+        }
+        w->buf = b;
+        w->cap = cap;
+    }
+    kvp__wal_frame(w->buf + w->len, payload, len);
+    memcpy(w->buf + w->len + KVP_WAL_HDR, payload, len);
+    w->len += KVP_WAL_HDR + len;
+    w->appended += KVP_WAL_HDR + len;
+    uint64_t lsn = w->appended;
+    if (w->len == KVP_WAL_HDR + len && w->started)
+        pthread_cond_signal(&w->work);
+    pthread_mutex_unlock(&w->mu);
+    return tl_lsn = lsn;
+}
+
+uint64_t kvp__wal_thread_lsn(void)
+{
+    return tl_lsn;
+}
+
+void kvp__wal_thread_lsn_reset(void)
+{
+    tl_lsn = 0;
+}
+
+uint64_t kvp__wal_appended(struct kvp__wal *w)
+{
+    pthread_mutex_lock(&w->mu);
+    uint64_t a = w->appended;
+    pthread_mutex_unlock(&w->mu);
+    return a;
+}
+
+uint64_t kvp__wal_disk_bytes(struct kvp__wal *w)
+{
+    pthread_mutex_lock(&w->io);
+    uint64_t b = w->old_bytes + w->seg_bytes;
+    pthread_mutex_unlock(&w->io);
+    return b;
+}
+
+void kvp__wal_fsync_stats(struct kvp__wal *w, uint64_t *count, uint64_t *total_ns)
+{
+    pthread_mutex_lock(&w->io);
+    *count = w->fsyncs;
+    *total_ns = w->fsync_ns;
+    pthread_mutex_unlock(&w->io);
+}
+
+/*
+ * Takes whatever is pending, writes it and (unless never) fsyncs it. Called
+ * with w->io held; takes w->mu only briefly so appends continue meanwhile.
+ */
+static void flush_pending(struct kvp__wal *w)
+{
+    pthread_mutex_lock(&w->mu);
+    uint8_t *b = w->buf;
+    size_t bcap = w->cap, n = w->len;
+    uint64_t end = w->appended;
+    int failed = w->failed;
+    w->buf = w->spare;
+    w->cap = w->spare_cap;
+    w->len = 0;
+    pthread_mutex_unlock(&w->mu);
+
+    int rc = failed;
+    if (!rc && n) {
+        rc = write_all(w->seg_fd, b, n);
+        if (!rc) {
+            w->seg_bytes += n;
+            if (w->mode != KVP_FSYNC_NEVER) {
+                uint64_t t0 = mono_ns();
+                if (fdatasync(w->seg_fd) != 0)
+                    rc = -errno;
+                w->fsyncs++;
+                w->fsync_ns += mono_ns() - t0;
+            }
+        }
+        if (rc)
+            logf_(w, 0, "wal: writing %s/wal-%016" PRIx64 ".log failed: %s; the log is failed",
+                  w->dir, w->seg_start, strerror(-rc));
+    }
+    if (!rc && w->seg_bytes >= SEGMENT_MAX && (rc = open_segment(w, end)) != 0)
+        logf_(w, 0, "wal: cannot start a new segment: %s; the log is failed", strerror(-rc));
+
+    pthread_mutex_lock(&w->mu);
+    /* Appends went to the other buffer meanwhile; this one becomes the spare. */
+    w->spare = b;
+    w->spare_cap = bcap;
+    if (rc && !w->failed)
+        w->failed = rc;
+    if (!w->failed)
+        w->durable = end;
+    /* Collect the waiters this flush satisfied (or failed). */
+    struct waiter *fire = NULL;
+    size_t nfire = 0;
+    if (w->nwait) {
+        fire = malloc(w->nwait * sizeof *fire);
+        size_t keep = 0;
+        for (size_t i = 0; i < w->nwait; i++) {
+            if (fire && (w->failed || w->waiters[i].lsn <= w->durable))
+                fire[nfire++] = w->waiters[i];
+            else
+                w->waiters[keep++] = w->waiters[i];
+        }
+        w->nwait = keep;
+    }
+    int status = w->failed;
+    pthread_cond_broadcast(&w->done);
+    pthread_mutex_unlock(&w->mu);
+    for (size_t i = 0; i < nfire; i++)
+        fire[i].cb(fire[i].arg, status);
+    free(fire);
+}
+
+static void *flusher_main(void *arg)
+{
+    struct kvp__wal *w = arg;
+    for (;;) {
+        pthread_mutex_lock(&w->mu);
+        while (!w->stop && w->len == 0)
+            pthread_cond_wait(&w->work, &w->mu);
+        int stop = w->stop && w->len == 0;
+        pthread_mutex_unlock(&w->mu);
+        if (stop)
+            return NULL;
+        pthread_mutex_lock(&w->io);
+        flush_pending(w);
+        pthread_mutex_unlock(&w->io);
+    }
+}
+
+int kvp__wal_wait(struct kvp__wal *w, uint64_t lsn)
+{
+    if (w->mode == KVP_FSYNC_ALWAYS) {
+        pthread_mutex_lock(&w->io);
+        pthread_mutex_lock(&w->mu);
+        int need = w->durable < lsn && !w->failed;
+        pthread_mutex_unlock(&w->mu);
+        if (need)
+            flush_pending(w);
+        pthread_mutex_unlock(&w->io);
+    }
+    pthread_mutex_lock(&w->mu);
+    while (!w->failed && w->durable < lsn)
+        pthread_cond_wait(&w->done, &w->mu);
+    int rc = w->failed ? -EIO : 0;
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+int kvp__wal_when_durable(struct kvp__wal *w, uint64_t lsn, void (*cb)(void *arg, int status),
+                          void *arg)
+{
+    if (w->mode == KVP_FSYNC_ALWAYS) {
+        int rc = kvp__wal_wait(w, lsn);
+        return rc ? rc : 1;
+    }
+    pthread_mutex_lock(&w->mu);
+    if (w->failed) {
+        pthread_mutex_unlock(&w->mu);
+        return -EIO;
+    }
+    if (w->durable >= lsn) {
+        pthread_mutex_unlock(&w->mu);
+        return 1;
+    }
+    if (w->nwait == w->capwait) {
+        size_t cap = w->capwait ? w->capwait * 2 : 64;
+        struct waiter *nw = realloc(w->waiters, cap * sizeof *nw);
+        if (!nw) {
+            pthread_mutex_unlock(&w->mu);
+            int rc = kvp__wal_wait(w, lsn); /* fall back to blocking */
+            return rc ? rc : 1;
+        }
+        w->waiters = nw;
+        w->capwait = cap;
+    }
+    w->waiters[w->nwait++] = (struct waiter){lsn, cb, arg};
+    pthread_mutex_unlock(&w->mu);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- snapshots */
+
+int kvp__wal_snap_create(const char *dir, uint64_t lsn)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/snap-%016" PRIx64 ".tmp", dir, lsn);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    return fd < 0 ? -errno : fd;
+}
+
+int kvp__wal_snap_commit(const char *dir, uint64_t lsn, int fd)
+{
+    char from[4200], to[4200];
+    snprintf(from, sizeof from, "%s/snap-%016" PRIx64 ".tmp", dir, lsn);
+    snprintf(to, sizeof to, "%s/snap-%016" PRIx64 ".snap", dir, lsn);
+    if (fsync(fd) != 0) {
+        int e = -errno;
+        close(fd);
+        unlink(from);
+        return e;
+    }
+    close(fd);
+    if (rename(from, to) != 0) {
+        int e = -errno;
+        unlink(from);
+        return e;
+    }
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    return 0;
+}
+
+void kvp__wal_prune(struct kvp__wal *w, uint64_t lsn)
+{
+    struct seg *snaps, *segs;
+    size_t ns, nseg;
+    if (list_files(w, "snap-", ".snap", &snaps, &ns) != 0)
+        return;
+    /* Keep this snapshot and the one before it, and the log from the older
+     * one on; with a single snapshot keep the whole log. */
+    uint64_t keep_from = 0;
+    size_t idx = ns;
+    for (size_t i = 0; i < ns; i++)
+        if (snaps[i].lsn == lsn)
+            idx = i;
+    if (idx == ns) {
+        free(snaps);
+        return;
+    }
+    if (idx > 0)
+        keep_from = snaps[idx - 1].lsn;
+    for (size_t i = 0; i + 1 < idx; i++)
+        unlinkat(w->dirfd, snaps[i].name, 0);
+    free(snaps);
+    if (list_files(w, "wal-", ".log", &segs, &nseg) != 0)
+        return;
+    uint64_t removed = 0;
+    pthread_mutex_lock(&w->io);
+    for (size_t i = 0; i + 1 < nseg; i++) {
+        /* Segment i ends where segment i+1 starts. */
+        if (segs[i + 1].lsn <= keep_from && segs[i].lsn != w->seg_start) {
+            if (unlinkat(w->dirfd, segs[i].name, 0) == 0)
+                removed += segs[i].size;
+        }
+    }
+    w->old_bytes = w->old_bytes > removed ? w->old_bytes - removed : 0;
+    pthread_mutex_unlock(&w->io);
+    free(segs);
+    fsync(w->dirfd);
+}
+
+void kvp__wal_close(struct kvp__wal *w)
+{
+    if (!w)
+        return;
+    if (w->started) {
+        pthread_mutex_lock(&w->mu);
+        w->stop = 1;
+        pthread_cond_signal(&w->work);
+        pthread_mutex_unlock(&w->mu);
+        pthread_join(w->flusher, NULL);
+    }
+    if (w->seg_fd >= 0) {
+        pthread_mutex_lock(&w->io);
+        flush_pending(w);
+        if (w->mode != KVP_FSYNC_NEVER)
+            fdatasync(w->seg_fd);
+        pthread_mutex_unlock(&w->io);
+        close(w->seg_fd);
+    }
+    free(w->buf);
+    free(w->spare);
+    free(w->waiters);
+    if (w->lockfd >= 0) {
+        flock(w->lockfd, LOCK_UN);
+        close(w->lockfd);
+    }
+    close(w->dirfd);
+    pthread_mutex_destroy(&w->mu);
+    pthread_mutex_destroy(&w->io);
+    pthread_cond_destroy(&w->work);
+    pthread_cond_destroy(&w->done);
+    free(w->dir);
+    free(w);
+}

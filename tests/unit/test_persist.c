@@ -1,0 +1,445 @@
+/*
+ * Persistence of src/meta (protocol.md §6): restart round trip, LRU order
+ * across a restart, crash (fork + _exit) recovery, torn tails at every offset
+ * class, corrupted log and snapshot bytes, the directory lock, and a record
+ * that contradicts the state.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "kvpage/meta.h"
+#include "meta/meta_int.h"
+#include "meta/persist.h"
+#include "wal/wal.h"
+
+static char logbuf[1 << 16];
+static size_t loglen;
+static void capture(void *arg, int level, const char *msg)
+{
+    (void)arg;
+    (void)level;
+    int n = snprintf(logbuf + loglen, sizeof logbuf - loglen, "%s\n", msg);
+    if (n > 0 && loglen + (size_t)n < sizeof logbuf)
+        loglen += (size_t)n;
+}
+
+static char base[256];
+
+static void rmrf(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char p[512];
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        unlink(p);
+    }
+    if (d)
+        closedir(d);
+    rmdir(dir);
+}
+
+static int open_opts(const char *dir, int fsync, int readonly, struct kvp_meta **m)
+{
+    struct kvp_meta_opts o;
+    kvp_meta_opts_init(&o);
+    o.data_dir = dir;
+    o.readonly = readonly;
+    o.fsync = fsync;
+    o.read_grace_ms = 0;
+    o.log = capture;
+    return kvp_meta_open(&o, m);
+}
+
+static int open_dir(const char *dir, int fsync, struct kvp_meta **m)
+{
+    return open_opts(dir, fsync, 0, m);
+}
+
+/* Recovery that writes nothing: each damaged variant is judged on its own. */
+static int open_ro(const char *dir, struct kvp_meta **m)
+{
+    return open_opts(dir, KVP_FSYNC_NEVER, 1, m);
+}
+
+static struct kvp_ns *ns_of(struct kvp_meta *m, const char *dep, const char *pool)
+{
+    struct kvp_ns *ns = NULL;
+    kvp_meta_ns(m, dep, strlen(dep), pool, strlen(pool), 1, &ns, NULL);
+    return ns;
+}
+
+static struct kvp_str K(const char *s)
+{
+    return (struct kvp_str){s, strlen(s)};
+}
+
+static int64_t put(struct kvp_ns *ns, uint32_t rank, const char *key)
+{
+    struct kvp_str k = K(key);
+    int64_t p;
+    if (kvp_meta_allocate(ns, rank, &k, 1, &p, NULL, NULL) || p < 0)
+        return -1;
+    if (kvp_meta_confirm(ns, rank, &k, &p, 1, NULL, 0, NULL))
+        return -1;
+    return p;
+}
+
+static int64_t peek(struct kvp_ns *ns, uint32_t rank, const char *key)
+{
+    struct kvp_str k = K(key);
+    return kvp__meta_peek(ns, rank, &k);
+}
+
+static void invariants(struct kvp_meta *m)
+{
+    struct kvp_error e = {0};
+    int rc = kvp_meta_check(m, &e);
+    if (rc)
+        fprintf(stderr, "invariant: %s\n", e.msg);
+    CHECK_EQ(rc, 0);
+}
+
+static void test_roundtrip_and_lru(void)
+{
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/rt", base);
+    struct kvp_meta *m;
+    CHECK_EQ(open_dir(dir, KVP_FSYNC_BATCH, &m), 0);
+    struct kvp_ns *ns = ns_of(m, "default", "kv"), *mb = ns_of(m, "qwen", "mamba");
+    kvp_meta_init_rank(ns, 0, 3, NULL);
+    kvp_meta_init_rank(ns, 1, 5, NULL);
+    kvp_meta_init_rank(mb, 7, 4, NULL);
+    int64_t pa = put(ns, 0, "a"), pb = put(ns, 0, "b"), pc = put(ns, 0, "c");
+    put(ns, 1, "a");
+    put(ns, 1, "z");
+    struct kvp_str z = K("z");
+    kvp_meta_delete(ns, 1, &z, 1, NULL);
+    put(mb, 7, "m");
+    kvp_meta_init_rank(mb, 9, 2, NULL);
+    put(mb, 9, "gone");
+    kvp_meta_clear(mb, 9, NULL);
+    /* lookups [c, a] touch a then c: least to most recent is b, a, c */
+    struct kvp_str q[2] = {K("c"), K("a")};
+    int64_t got[2];
+    kvp_meta_lookup(ns, 0, 0, q, 2, got, NULL);
+    CHECK_EQ(kvp__meta_thread_lsn() > 0, 1);
+    CHECK_EQ(kvp__meta_wait_durable(m, kvp__meta_thread_lsn()), 0);
+    kvp_meta_close(m);
+
+    CHECK_EQ(open_dir(dir, KVP_FSYNC_BATCH, &m), 0);
+    ns = ns_of(m, "default", "kv");
+    mb = ns_of(m, "qwen", "mamba");
+    invariants(m);
+    CHECK_EQ(peek(ns, 0, "a"), pa);
+    CHECK_EQ(peek(ns, 0, "b"), pb);
+    CHECK_EQ(peek(ns, 0, "c"), pc);
+    CHECK(peek(ns, 1, "a") >= 0);
+    CHECK_EQ(peek(ns, 1, "z"), -1);
+    CHECK(peek(mb, 7, "m") >= 0);
+    CHECK_EQ(peek(mb, 9, "gone"), -1);
+    CHECK_EQ(kvp_meta_nranks(mb), 2);
+    uint8_t ex;
+    struct kvp_str a = K("a");
+    kvp_meta_exists(ns, -1, &a, 1, &ex, NULL);
+    CHECK_EQ(ex, 1);
+    /* the pool of rank 0 is full: evictions go b, a, c as before the restart */
+    const char *nk[3] = {"n1", "n2", "n3"};
+    int64_t want[3] = {pb, pa, pc};
+    for (int i = 0; i < 3; i++) {
+        struct kvp_str k = K(nk[i]);
+        int64_t p;
+        kvp_meta_allocate(ns, 0, &k, 1, &p, NULL, NULL);
+        CHECK_EQ(p, want[i]);
+    }
+    invariants(m);
+    kvp_meta_close(m);
+    rmrf(dir);
+}
+
+/* Child writes, makes it durable, and dies without closing: a crash. */
+static void crash_writer(const char *dir, int fsync, int nkeys, int snapshot_at)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct kvp_meta *m;
+        if (open_dir(dir, fsync, &m))
+            _exit(3);
+        struct kvp_ns *ns = ns_of(m, "default", "kv");
+        kvp_meta_init_rank(ns, 0, (uint64_t)nkeys + 10, NULL);
+        char k[32];
+        for (int i = 0; i < nkeys; i++) {
+            snprintf(k, sizeof k, "key-%04d", i);
+            if (put(ns, 0, k) != i)
+                _exit(4);
+            if (i == snapshot_at && kvp__meta_snapshot_now(m) != 0)
+                _exit(5);
+        }
+        if (kvp__meta_wait_durable(m, kvp__meta_thread_lsn()))
+            _exit(6);
+        _exit(0);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* Number of keys key-0000.. present as a prefix; -1 if not a prefix. */
+static int recovered_prefix(struct kvp_meta *m, int nkeys)
+{
+    struct kvp_ns *ns = NULL;
+    if (kvp_meta_ns(m, "default", 7, "kv", 2, 0, &ns, NULL))
+        return 0;
+    int n = 0;
+    char k[32];
+    for (int i = 0; i < nkeys; i++) {
+        snprintf(k, sizeof k, "key-%04d", i);
+        int64_t p = peek(ns, 0, k);
+        if (p == i && n == i)
+            n++;
+        else if (p >= 0)
+            return -1;
+    }
+    return n;
+}
+
+static void test_crash_recovery(void)
+{
+    for (int mode = 0; mode < 3; mode++) {
+        char dir[300];
+        snprintf(dir, sizeof dir, "%s/crash%d", base, mode);
+        crash_writer(dir, mode, 200, 120);
+        struct kvp_meta *m;
+        CHECK_EQ(open_dir(dir, mode, &m), 0);
+        CHECK_EQ(recovered_prefix(m, 200), 200);
+        invariants(m);
+        /* and the recovered server keeps working and logging */
+        struct kvp_ns *ns = ns_of(m, "default", "kv");
+        CHECK(put(ns, 0, "after") >= 0);
+        kvp_meta_close(m);
+        CHECK_EQ(open_dir(dir, mode, &m), 0);
+        CHECK(peek(ns_of(m, "default", "kv"), 0, "after") >= 0);
+        kvp_meta_close(m);
+        rmrf(dir);
+    }
+}
+
+static char *segment_path(const char *dir, char *out, size_t n)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    out[0] = 0;
+    while (d && (e = readdir(d)))
+        if (!strncmp(e->d_name, "wal-", 4) && strstr(e->d_name, ".log") &&
+            !strstr(e->d_name, "dropped"))
+            snprintf(out, n, "%s/%s", dir, e->d_name);
+    if (d)
+        closedir(d);
+    return out;
+}
+
+static size_t slurp(const char *path, uint8_t **buf)
+{
+    int fd = open(path, O_RDONLY);
+    struct stat st;
+    fstat(fd, &st);
+    *buf = malloc((size_t)st.st_size + 1);
+    size_t n = (size_t)read(fd, *buf, (size_t)st.st_size);
+    close(fd);
+    return n;
+}
+
+static void spit(const char *path, const uint8_t *buf, size_t n)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (write(fd, buf, n) != (ssize_t)n)
+        abort();
+    close(fd);
+}
+
+/* Record boundaries of a segment: ends[i] = offset after record i. */
+static int boundaries(const uint8_t *b, size_t n, size_t *ends, int max)
+{
+    int k = 0;
+    size_t off = 0;
+    while (off + KVP_WAL_HDR <= n && k < max) {
+        uint32_t len = (uint32_t)b[off] | (uint32_t)b[off + 1] << 8 | (uint32_t)b[off + 2] << 16 |
+                       (uint32_t)b[off + 3] << 24;
+        off += KVP_WAL_HDR + len;
+        ends[k++] = off;
+    }
+    return k;
+}
+
+static void test_torn_and_corrupt_log(void)
+{
+    char dir[300], seg[600];
+    snprintf(dir, sizeof dir, "%s/torn", base);
+    const int nkeys = 40;
+    crash_writer(dir, KVP_FSYNC_BATCH, nkeys, -1);
+    segment_path(dir, seg, sizeof seg);
+    uint8_t *orig;
+    size_t n = slurp(seg, &orig);
+    size_t ends[64];
+    int nrec = boundaries(orig, n, ends, 64);
+    CHECK_EQ(nrec, nkeys + 2); /* NS, INIT, HOLD x nkeys */
+    CHECK_EQ(ends[nrec - 1], n);
+    /* every truncation point: never crash, keep every whole record before it */
+    int cuts = 0;
+    for (size_t cut = 0; cut <= n; cut += (cut < 200 ? 1 : 7)) {
+        spit(seg, orig, cut);
+        loglen = 0;
+        struct kvp_meta *m;
+        int rc = open_ro(dir, &m);
+        CHECK_EQ(rc, 0);
+        if (rc)
+            continue;
+        int whole = 0;
+        while (whole < nrec && ends[whole] <= cut)
+            whole++;
+        int want = whole > 2 ? whole - 2 : 0;
+        CHECK_EQ(recovered_prefix(m, nkeys), want);
+        if (cut > 0 && (whole == 0 || ends[whole - 1] != cut))
+            CHECK(strstr(logbuf, "dropped") != NULL); /* says what it dropped */
+        invariants(m);
+        kvp_meta_close(m);
+        cuts++;
+    }
+    CHECK(cuts > 100);
+    /* A writable start truncates the torn tail, then appends after it. */
+    size_t cut = ends[nrec - 2] + 5;
+    spit(seg, orig, cut);
+    struct kvp_meta *m;
+    CHECK_EQ(open_dir(dir, KVP_FSYNC_BATCH, &m), 0);
+    struct stat st;
+    stat(seg, &st);
+    CHECK_EQ(st.st_size, ends[nrec - 2]);
+    CHECK(put(ns_of(m, "default", "kv"), 0, "later") >= 0);
+    kvp_meta_close(m);
+    CHECK_EQ(open_dir(dir, KVP_FSYNC_BATCH, &m), 0);
+    CHECK_EQ(recovered_prefix(m, nkeys), nkeys - 1);
+    CHECK(peek(ns_of(m, "default", "kv"), 0, "later") >= 0);
+    kvp_meta_close(m);
+    rmrf(dir);
+    crash_writer(dir, KVP_FSYNC_BATCH, nkeys, -1);
+    segment_path(dir, seg, sizeof seg);
+    /* flip one byte in each record: the records before it survive */
+    for (int r = 0; r < nrec; r++) {
+        size_t start = r ? ends[r - 1] : 0;
+        size_t at = start + (ends[r] - start) / 2;
+        uint8_t *b = malloc(n);
+        memcpy(b, orig, n);
+        b[at] ^= 0x5a;
+        spit(seg, b, n);
+        free(b);
+        loglen = 0;
+        CHECK_EQ(open_ro(dir, &m), 0);
+        CHECK_EQ(recovered_prefix(m, nkeys), r > 2 ? r - 2 : 0);
+        CHECK(strstr(logbuf, "offset") != NULL);
+        kvp_meta_close(m);
+    }
+    free(orig);
+    rmrf(dir);
+}
+
+static void test_corrupt_snapshot(void)
+{
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/snap", base);
+    crash_writer(dir, KVP_FSYNC_BATCH, 60, 30);
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char snap[600] = "";
+    while (d && (e = readdir(d)))
+        if (strstr(e->d_name, ".snap"))
+            snprintf(snap, sizeof snap, "%s/%s", dir, e->d_name);
+    closedir(d);
+    CHECK(snap[0] != 0);
+    uint8_t *b;
+    size_t n = slurp(snap, &b);
+    for (size_t at = 0; at < n; at += n / 13 + 1) {
+        b[at] ^= 0xff;
+        spit(snap, b, n);
+        b[at] ^= 0xff;
+        loglen = 0;
+        struct kvp_meta *m;
+        int rc = open_ro(dir, &m);
+        CHECK_EQ(rc, 0);
+        if (rc)
+            continue;
+        CHECK_EQ(recovered_prefix(m, 60), 60); /* from the whole log instead */
+        CHECK(strstr(logbuf, "damaged") != NULL);
+        invariants(m);
+        /* close without a final snapshot being needed: nothing changed */
+        kvp_meta_close(m);
+    }
+    /* a truncated snapshot too */
+    spit(snap, b, n / 2);
+    struct kvp_meta *m;
+    CHECK_EQ(open_dir(dir, KVP_FSYNC_BATCH, &m), 0);
+    CHECK_EQ(recovered_prefix(m, 60), 60);
+    kvp_meta_close(m);
+    free(b);
+    rmrf(dir);
+}
+
+static void test_lock_and_bad_record(void)
+{
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/lock", base);
+    struct kvp_meta *m, *m2;
+    CHECK_EQ(open_dir(dir, KVP_FSYNC_BATCH, &m), 0);
+    loglen = 0;
+    CHECK_EQ(open_dir(dir, KVP_FSYNC_BATCH, &m2), -EBUSY);
+    CHECK(strstr(logbuf, "in use by another kvpage process") != NULL);
+    kvp_meta_close(m);
+    rmrf(dir);
+
+    /* a log whose HOLD names a rank that was never initialized */
+    mkdir(dir, 0755);
+    uint8_t rec[2][64], out[256];
+    size_t n = 0;
+    uint8_t ns[] = {1, 0, 0, 0, 0, 7, 'd', 'e', 'f', 'a', 'u', 'l', 't', 2, 'k', 'v'};
+    uint8_t hold[] = {3, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 1, 0, 'x'};
+    memcpy(rec[0], ns, sizeof ns);
+    memcpy(rec[1], hold, sizeof hold);
+    size_t lens[2] = {sizeof ns, sizeof hold};
+    for (int i = 0; i < 2; i++) {
+        kvp__wal_frame(out + n, rec[i], (uint32_t)lens[i]);
+        memcpy(out + n + KVP_WAL_HDR, rec[i], lens[i]);
+        n += KVP_WAL_HDR + lens[i];
+    }
+    char seg[400];
+    snprintf(seg, sizeof seg, "%s/wal-0000000000000000.log", dir);
+    spit(seg, out, n);
+    loglen = 0;
+    CHECK_EQ(open_dir(dir, KVP_FSYNC_BATCH, &m), -EUCLEAN);
+    if (!strstr(logbuf, "wal-0000000000000000.log offset 28"))
+        fprintf(stderr, "log was: %s\n", logbuf);
+    CHECK(strstr(logbuf, "wal-0000000000000000.log offset 28") != NULL);
+    CHECK(strstr(logbuf, "not initialized") != NULL);
+    rmrf(dir);
+}
+
+int main(void)
+{
+    const char *t = getenv("TMPDIR");
+    snprintf(base, sizeof base, "%s/kvp-persist-%d", t ? t : "/var/tmp", (int)getpid());
+    mkdir(base, 0755);
+    test_roundtrip_and_lru();
+    test_crash_recovery();
+    test_torn_and_corrupt_log();
+    test_corrupt_snapshot();
+    test_lock_and_bad_record();
+    rmdir(base);
+    return check_report();
+}
