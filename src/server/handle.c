@@ -120,7 +120,7 @@ void kvp__reply_internal(struct kvp_ctx *c, int rc, const char *what)
 int kvp__scratch(struct kvp_ctx *c, size_t n)
 {
     struct kvp_reply *r = c->rep;
-    if (n <= r->scratch_cap)
+    if (n <= r->scratch_cap && r->scratch_cap)
         return 0;
     size_t cap = r->scratch_cap ? r->scratch_cap * 2 : 256;
     if (cap < n)
