@@ -150,6 +150,8 @@ def test_metrics_is_prometheus_text(server, client):
     client.v_write(0, ["a", "b"])
     client.v_alloc(0, ["r"])
     client.v_exists(["a"])
+    assert client.v_loc(0, ["a", "b", "zz"]) == [0, 1, None]
+    client.v_confirm(0, [], [0])  # refused release of a held page
     client.post("/keys/batch_allocate", {"rank": 99, "keys": []})  # a 404
     types, samples = scrape(client)
     assert samples, "no samples"
@@ -189,6 +191,12 @@ def test_metrics_is_prometheus_text(server, client):
     assert find("held", 2), rank0
     assert find("reserved", 1), rank0
     assert find("total", 7) or find("pages", 7), rank0
+    # every per-rank figure of /v1/stats is also a metric with the same value
+    r0 = rank_stats(server.stats(), 0)
+    for field, word in [("keys", "keys"), ("hits", "hit"), ("misses", "miss"), ("allocations", "alloc"),
+                        ("evictions", "evict"), ("expired_reservations", "expired"),
+                        ("release_of_held_page", "release")]:
+        assert find(word, r0[field]), (field, r0[field], sorted(rank0))
     # labels name the namespace of the rank
     labels0 = [lab for lst in rank0.values() for lab, _ in lst]
     assert any("default" in lab.values() for lab in labels0), labels0

@@ -340,3 +340,45 @@ def test_reserve_hit_does_not_start_read_grace(start_server):
     assert c.s_reserve(0, ["a"]) == [(True, 0)]
     assert c.s_reserve(0, ["b"]) == [(False, 0)]
     assert c.s_exists(0, ["a"]) == [False]
+
+
+# ---- a realistic HiCache flow ---------------------------------------------------
+
+def test_hicache_flow_mha_zero_copy_and_hybrid_pool(server):
+    """batch_set_v1 / batch_get_v1 / batch_exists as HiCacheHF3FS drives
+    them: keys split into '-k'/'-v' halves, existing keys skipped, a failed
+    write released, a second pool (mamba) with '{key}_{pool}' keys."""
+    c = server.client()
+    c.s_init(0, 8)
+    c.s_init(0, 4, ns="mamba")
+    pages = ["h1", "h2", "h3"]
+    kv_keys = [f"{h}-{x}" for h in pages for x in ("k", "v")]
+    idx = c.s_reserve(0, kv_keys)
+    assert idx == [(False, i) for i in range(6)]
+    # the write of h3-v fails: its page is released, the rest confirmed
+    written = [[k, p] for k, (_, p) in zip(kv_keys, idx) if k != "h3-v"]
+    c.s_confirm(0, written, [5])
+    assert counts(server.stats(), 0) == (8, 3, 0, 5)
+    # batch_exists: the leading run of pages whose k and v both exist
+    ex = c.s_exists(0, kv_keys)
+    assert ex == [True, True, True, True, True, False]
+    # a second instance saves the same prefix: existing keys come back
+    # [true, page] and are skipped, only h3-v is written
+    idx2 = c.s_reserve(0, kv_keys)
+    assert idx2 == [(True, 0), (True, 1), (True, 2), (True, 3), (True, 4), (False, 5)]
+    c.s_confirm(0, [["h3-v", 5]], [])
+    assert c.s_get(0, kv_keys) == [0, 1, 2, 3, 4, 5]
+    # the hybrid pool has its own pages and keys
+    m_keys = [f"{h}_mamba" for h in pages]
+    assert c.s_write(0, m_keys, ns="mamba") == [0, 1, 2]
+    assert c.s_exists(0, m_keys) == [False, False, False]
+    assert c.s_get(0, m_keys, ns="mamba") == [0, 1, 2]
+    st = invariants(server.stats())
+    assert counts(st, 0, pool="kv") == (8, 2, 0, 6)
+    assert counts(st, 0, pool="mamba") == (4, 1, 0, 3)
+    # HiCacheHF3FS.clear clears every pool of the rank
+    c.s_clear(0)
+    c.s_clear(0, ns="mamba")
+    st = server.stats()
+    assert counts(st, 0, pool="kv") == (8, 8, 0, 0)
+    assert counts(st, 0, pool="mamba") == (4, 4, 0, 0)

@@ -607,3 +607,54 @@ def test_lease_expiry_frees_reservation(start_server):
     c.v_confirm(0, [["a", 0]])
     assert counts(srv.stats(), 0) == (4, 3, 0, 1)
     assert c.v_loc(0, ["a"]) == [0]
+
+
+# ---- a realistic connector flow ---------------------------------------------------
+
+def _chain(tokens_per_block, blocks, prev=""):
+    """Block keys as the HF3FS connector builds them: md5 chained over full blocks."""
+    import hashlib
+    keys = []
+    for b in blocks:
+        prev = hashlib.md5(f"{prev}_{b}".encode()).hexdigest()
+        keys.append(prev)
+    return keys
+
+
+def test_connector_flow_tp2(server):
+    sched = server.client()
+    w0 = server.client()
+    w1 = server.client()
+    r = sched.post("/rank/0/initialize", {"num_pages": 0, "role": "scheduler"})
+    expect(r, 200)
+    assert w0.v_init(0, 16, "worker") == {"message": "Rank 0 initialized with 16 pages"}
+    assert w1.v_init(1, 16, "worker") == {"message": "Rank 1 initialized with 16 pages"}
+    blocks = [list(range(i * 16, i * 16 + 16)) for i in range(6)]
+    keys = _chain(16, blocks[:4])
+    # request 1: nothing cached; both workers save 4 blocks
+    assert sched.v_exists(keys) == [False] * 4
+    p0 = w0.v_write(0, keys)
+    assert sched.v_exists(keys) == [False] * 4  # rank 1 has not saved yet
+    p1 = w1.v_write(1, keys)
+    assert p0 == p1 == [0, 1, 2, 3]
+    assert sched.v_exists(keys) == [True] * 4
+    # request 2 shares the first two blocks, then diverges
+    keys2 = keys[:2] + _chain(16, [blocks[5]], keys[1])
+    assert sched.v_exists(keys2) == [True, True, False]
+    assert w0.v_loc(0, keys2[:2]) == [0, 1]
+    assert w1.v_loc(1, keys2[:2]) == [0, 1]
+    assert w0.v_write(0, keys2[2:]) == [4]
+    # rank 1's write fails: it releases every page of its batch, including a
+    # reused page of a complete key (the connector's failure path)
+    pages = w1.v_alloc(1, [keys[0], keys2[2]])
+    assert pages == [0, 4]
+    w1.v_confirm(1, [], pages)
+    st = invariants(server.stats())
+    assert counts(st, 1) == (16, 12, 0, 4)
+    assert rank_stats(st, 1)["release_of_held_page"] == 1
+    assert sched.v_exists(keys2) == [True, True, False]
+    assert w1.v_loc(1, [keys[0]]) == [0]
+    # rank 1 retries and succeeds
+    assert w1.v_write(1, keys2[2:]) == [4]
+    assert sched.v_exists(keys2) == [True, True, True]
+    assert counts(server.stats(), 0) == (16, 11, 0, 5)
