@@ -13,6 +13,7 @@
 #include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <linux/fs.h>
 
@@ -90,6 +91,16 @@ static int pf_fail(struct kvp_error *err, int code, int rule, int64_t index, int
 
 /* ---- plain synchronous transfer ---------------------------------------- */
 
+void kvp__pf_again_pause(unsigned n)
+{
+    if (n < KVP__PF_AGAIN_SPIN) {
+        sched_yield();
+        return;
+    }
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+}
+
 int64_t kvp__pf_pio(int fd, int write, void *buf, uint64_t len, int64_t off)
 {
     uint64_t done = 0;
@@ -112,7 +123,7 @@ int64_t kvp__pf_pio(int fd, int write, void *buf, uint64_t len, int64_t off)
             if (e == EINTR)
                 continue;
             if (e == EAGAIN && ++again < KVP__PF_MAX_AGAIN) {
-                sched_yield();
+                kvp__pf_again_pause(again);
                 continue;
             }
             return -e;

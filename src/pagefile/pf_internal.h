@@ -64,8 +64,13 @@ struct kvp_pagefile {
     char note[256];
 };
 
-/* How many EAGAIN in a row a transfer tolerates before reporting it. */
-#define KVP__PF_MAX_AGAIN 100000
+/* How many EAGAIN in a row a transfer tolerates before reporting it; past
+ * KVP__PF_AGAIN_SPIN of them it sleeps 100 us between attempts (~0.1 s in all). */
+#define KVP__PF_MAX_AGAIN 1000
+#define KVP__PF_AGAIN_SPIN 100
+
+/* The pause before the n-th retry of an EAGAIN. */
+void kvp__pf_again_pause(unsigned n);
 
 /*
  * Transfers [off, off + len) with pread/pwrite until complete, retrying

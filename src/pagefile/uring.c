@@ -10,7 +10,6 @@
  */
 #include <errno.h>
 #include <liburing.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -298,8 +297,11 @@ static int pf_complete(struct pf_ring *r, const struct kvp__pf_batch *b, uint32_
         res = s->injected;
         s->injected = 0;
     }
-    if ((res == -EAGAIN || res == -EINTR) && ++s->again < KVP__PF_MAX_AGAIN)
+    if ((res == -EAGAIN || res == -EINTR) && ++s->again < KVP__PF_MAX_AGAIN) {
+        if (res == -EAGAIN)
+            kvp__pf_again_pause(s->again);
         return 1;
+    }
     if (res < 0) {
         b->results[i] = res;
     } else if (res == 0) {
@@ -396,7 +398,7 @@ static void pf_ring_run(struct kvp_pagefile *pf, struct pf_ring *r, struct kvp__
             /* EAGAIN/EBUSY: the kernel is short of resources until completions are reaped. */
             if ((rc == -EAGAIN || rc == -EBUSY) && ++busy < KVP__PF_MAX_AGAIN) {
                 if (io_uring_cq_ready(&r->ring) == 0)
-                    sched_yield();
+                    kvp__pf_again_pause(busy);
             } else {
                 pf_ring_broken(pf, r, b, rc, &inflight, &remaining, &todo_n);
                 return;

@@ -116,12 +116,14 @@ static inline uint64_t pt_below(uint64_t *s, uint64_t n)
 static inline void pt_fill(uint64_t *s, void *buf, size_t len)
 {
     unsigned char *p = buf;
-    uint64_t v = 0;
-    for (size_t i = 0; i < len; i++) {
-        if ((i & 7) == 0)
-            v = pt_rand(s);
-        p[i] = (unsigned char)(v >> ((i & 7) * 8));
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t v = pt_rand(s);
+        memcpy(p + i, &v, 8);
     }
+    uint64_t v = pt_rand(s);
+    for (; i < len; i++, v >>= 8)
+        p[i] = (unsigned char)v;
 }
 
 /* ---- buffers ---------------------------------------------------------------- */
