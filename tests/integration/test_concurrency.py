@@ -5,6 +5,8 @@ is left RESERVED, and every confirmed key is found on its rank."""
 import random
 import threading
 
+import pytest
+
 from kvptest import Client, counts, invariants
 
 THREADS = 8
@@ -74,7 +76,9 @@ def worker(base, tid, confirmed, errors, barrier):
         c.close()
 
 
-def test_keepalive_concurrency(server):
+@pytest.mark.parametrize("server_threads", ["1", "4"])
+def test_keepalive_concurrency(start_server, server_threads):
+    server = start_server("--threads", server_threads)
     c = server.client()
     c.v_init(0, NUM_PAGES)
     c.s_init(1, NUM_PAGES)
