@@ -564,3 +564,27 @@ def test_never_500_on_garbage(start_server):
             if r.status_code >= 400:
                 assert set(r.json()) == {"detail"}, r.text[:200]
     invariants(srv.stats())
+
+
+# ---- HTTP/1.1 framing -------------------------------------------------------------
+
+def _chunks(data, size=7):
+    for i in range(0, len(data), size):
+        yield data[i:i + size]
+
+
+def test_chunked_request_body(start_server):
+    srv = start_server("--max-body", "1000")
+    c = srv.client()
+    c.v_init(0, 4)
+    body = json.dumps({"rank": 0, "keys": [["a", ""], ["b", ""]]}).encode()
+    r = c.s.post(srv.url("/keys/batch_allocate"), data=_chunks(body), timeout=20,
+                 headers={"Content-Type": "application/json"})
+    assert "chunked" in r.request.headers.get("Transfer-Encoding", "")
+    expect(r, 200)
+    assert r.json() == {"rank": 0, "results": [["a", 0], ["b", 1]]}
+    before = srv.stats()["namespaces"]
+    big = _padded({"rank": 0, "keys": [["c", ""]]}, 3000).data
+    r = c.s.post(srv.url("/keys/batch_allocate"), data=_chunks(big, 100), timeout=20)
+    match_detail(r, 413, "Request body too large: limit is 1000 bytes")
+    assert srv.stats()["namespaces"] == before

@@ -489,6 +489,27 @@ def test_request_never_evicts_a_page_it_returns(start_server):
     assert counts(st, 0) == (2, 0, 1, 1)
 
 
+def test_request_never_evicts_an_earlier_hit(start_server):
+    srv = start_server("--read-grace-ms", "0")
+    c = srv.client()
+    c.v_init(0, 2)
+    c.v_write(0, ["a"])
+    c.v_write(0, ["b"])  # order a, b
+    assert c.v_alloc(0, ["a", "c"]) == [0, 1]
+    assert c.v_exists(["a", "b"]) == [True, False]
+
+
+def test_get_locations_touches_last_to_first(start_server):
+    srv = start_server("--read-grace-ms", "0")
+    c = srv.client()
+    c.v_init(0, 3)
+    c.v_write(0, ["a", "b", "c"])
+    assert c.v_loc(0, ["a", "b", "c"]) == [0, 1, 2]  # c touched first: order c, b, a
+    assert c.v_alloc(0, ["x"]) == [2]
+    assert c.v_alloc(0, ["y"]) == [1]
+    assert c.v_exists(["a", "b", "c"]) == [True, False, False]
+
+
 def test_reserved_pages_are_never_evicted(start_server):
     srv = start_server("--read-grace-ms", "0")
     c = srv.client()
@@ -599,8 +620,15 @@ def test_lease_expiry_frees_reservation(start_server):
     st = srv.stats()
     assert counts(st, 0) == (4, 2, 2, 0)
     assert rank_stats(st, 0)["expired_reservations"] == 0
+    other = srv.client("/ns/other")
+    other.v_init(0, 2)
+    assert other.v_alloc(0, ["x", "y", "z"]) == [0, 1, -1]
     time.sleep(1.5)
+    # an allocation reclaims expired reservations by itself
+    z = other.v_alloc(0, ["z"])
+    assert z in ([0], [1]), z
     st = invariants(srv.stats())
+    assert counts(st, 0, "other") == (2, 1, 1, 0)
     assert counts(st, 0) == (4, 4, 0, 0)
     assert rank_stats(st, 0)["expired_reservations"] == 2
     # The late writer's confirmation is still accepted while the page is free.
