@@ -131,7 +131,8 @@ def _wait_ready(proc, base, deadline):
 
 
 def launch(tmp_path, flags=(), env=None, tries=5):
-    """Starts `kvpage serve` on a free loopback port with extra flags."""
+    """Starts `kvpage serve` on a free loopback port with extra flags
+    (`--data-dir none` unless the flags name a data directory)."""
     binary = require_bin()
     flags = [str(f) for f in flags]
     token = None
@@ -151,7 +152,8 @@ def launch(tmp_path, flags=(), env=None, tries=5):
     for attempt in range(tries):
         port = free_port()
         stderr_path = os.path.join(str(tmp_path), f"kvpage-{port}-{attempt}.stderr")
-        cmd = [binary, "serve", "--listen", f"127.0.0.1:{port}", "--data-dir", "none"] + flags
+        data_dir = [] if "--data-dir" in flags else ["--data-dir", "none"]
+        cmd = [binary, "serve", "--listen", f"127.0.0.1:{port}"] + data_dir + flags
         with open(stderr_path, "wb") as errf:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=errf, stderr=errf,
                                     env=full_env, cwd=str(tmp_path))
