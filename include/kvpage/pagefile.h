@@ -57,7 +57,8 @@ struct kvp_pagefile_opts {
     uint32_t entries;        /* most operations per batch, 1 .. 1048576; default 8 */
     uint32_t flags;          /* KVP_PAGEFILE_* flags; default 0 */
     int32_t backend;         /* KVP_PAGEFILE_BACKEND_*; default AUTO */
-    uint32_t threads;        /* psync worker threads besides the caller; 0 = number of CPUs */
+    uint32_t threads;        /* psync worker threads besides the caller; 0 = number of CPUs
+                                (with DIRECT at least min(entries, 16): the queue depth) */
     uint32_t queues;         /* io_uring rings (batches in flight at once); 0 = 4 */
     uint32_t mode;           /* permission bits of a created file; default 0644 */
     uint64_t chunk_bytes;    /* psync splits operations into pieces this big; 0 = 1 MiB */

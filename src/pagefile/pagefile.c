@@ -299,6 +299,10 @@ static int pf_start_backends(struct kvp_pagefile *pf, struct kvp_error *err)
         if (t == 0) {
             long cpus = sysconf(_SC_NPROCESSORS_ONLN);
             t = cpus < 1 ? 1 : cpus > 64 ? 64 : (uint32_t)cpus;
+            /* O_DIRECT threads sleep on the device: their number is the queue depth, not CPU use. */
+            uint32_t depth = pf->entries < 16 ? pf->entries : 16;
+            if (direct && t < depth)
+                t = depth;
         }
         int rc = kvp__pf_pool_start(pf, t);
         if (rc != 0)
