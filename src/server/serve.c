@@ -514,7 +514,7 @@ int kvp__serve_main(int argc, char **argv)
         struct MHD_OptionItem ops[] = {
             {MHD_OPTION_LISTEN_SOCKET, fd, NULL},
             {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, NULL},
-            {MHD_OPTION_CONNECTION_MEMORY_LIMIT, 128 * 1024, NULL},
+            {MHD_OPTION_CONNECTION_MEMORY_LIMIT, 16 * 1024, NULL},
             {threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, (intptr_t)threads, NULL},
             {MHD_OPTION_END, 0, NULL},
         };
