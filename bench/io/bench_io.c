@@ -32,7 +32,6 @@ static struct {
 } a = {NULL, 4ull << 30, 2u << 20, 1ull << 30, 0, 0, 0, KVP_PAGEFILE_BACKEND_AUTO, 0, 0, 8, 1, 0, 1, 1.0, 4.0};
 
 static struct kvp_pagefile *pf;
-static unsigned char *pool;
 static atomic_int stop;
 static atomic_uint_fast64_t total_bytes, total_batches, failures;
 
@@ -51,8 +50,12 @@ static uint64_t rnd(uint64_t *s)
     return z ^ (z >> 31);
 }
 
+/* Each caller has its own pool, as each engine worker has its own blocks. */
+static unsigned char **pools;
+
 static void *caller(void *arg)
 {
+    unsigned char *pool = pools[(uintptr_t)arg];
     uint64_t seed = 12345 + (uint64_t)(uintptr_t)arg * 7919;
     uint64_t pages = a.size / a.bpp, slots = a.pool / a.bpp;
     struct kvp_pagefile_op ops[64];
@@ -149,25 +152,34 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_io: open: %s\n", err.msg);
         return 1;
     }
-    /* 2 MiB alignment lets the kernel back the pool with huge pages when THP allows. */
-    if (posix_memalign((void **)&pool, 2u << 20, a.pool) != 0) {
-        fprintf(stderr, "bench_io: cannot allocate a pool of %llu bytes\n", (unsigned long long)a.pool);
-        return 1;
+    pools = calloc((size_t)a.callers, sizeof *pools);
+    for (int c = 0; c < a.callers; c++) {
+        unsigned char *pool;
+        /* 2 MiB alignment lets the kernel back the pool with huge pages when THP allows. */
+        if (posix_memalign((void **)&pool, 2u << 20, a.pool) != 0) {
+            fprintf(stderr, "bench_io: cannot allocate a pool of %llu bytes\n",
+                    (unsigned long long)a.pool);
+            return 1;
+        }
+        /* Engines' host pools are big pinned allocations; huge pages keep this VM's
+         * per-4-KiB-page cost of first writes (see README) out of the figures. */
+        if (a.huge)
+            madvise(pool, a.pool, MADV_HUGEPAGE);
+        /* Fault the pool in before timing, with distinct content per 4 KiB page so that no
+         * same-page merging (KSM, in the guest or the host) can share the pages. */
+        for (uint64_t off = 0; off < a.pool; off += 8)
+            *(uint64_t *)(pool + off) = off * 0x9e3779b97f4a7c15ull;
+        pools[c] = pool;
     }
-    /* Engines' host pools are big pinned allocations; huge pages keep this VM's
-     * per-4-KiB-page cost of first writes (see README) out of the figures. */
-    if (a.huge)
-        madvise(pool, a.pool, MADV_HUGEPAGE);
-    /* Fault the pool in before timing, with distinct content per 4 KiB page so that no
-     * same-page merging (KSM, in the guest or the host) can share the pages. */
-    for (uint64_t off = 0; off < a.pool; off += 8)
-        *(uint64_t *)(pool + off) = off * 0x9e3779b97f4a7c15ull;
     if (a.reg) {
-        struct kvp_pagefile_buf b = {pool, a.pool};
-        if (kvp_pagefile_register_buffers(pf, &b, 1, &err) != 0) {
+        struct kvp_pagefile_buf *b = calloc((size_t)a.callers, sizeof *b);
+        for (int c = 0; c < a.callers; c++)
+            b[c] = (struct kvp_pagefile_buf){pools[c], a.pool};
+        if (kvp_pagefile_register_buffers(pf, b, (size_t)a.callers, &err) != 0) {
             fprintf(stderr, "bench_io: register: %s\n", err.msg);
             return 1;
         }
+        free(b);
     }
     pthread_t *tids = calloc((size_t)a.callers, sizeof *tids);
     for (int c = 0; c < a.callers; c++)
@@ -191,7 +203,9 @@ int main(int argc, char **argv)
            kvp_pagefile_queues(pf), a.reg, (unsigned long long)batches, dt, (double)bytes / dt / 1e9,
            batches ? dt * 1e6 / (double)batches * a.callers : 0.0);
     kvp_pagefile_close(pf);
-    free(pool);
+    for (int c = 0; c < a.callers; c++)
+        free(pools[c]);
+    free(pools);
     free(tids);
     return atomic_load(&failures) ? 1 : 0;
 }

@@ -7,14 +7,16 @@
 #
 # Environment: KVP_BENCH_FILE (default /var/tmp/kvp_bench/pages.bin; must be
 # on a disk file system, not tmpfs), KVP_BENCH_SECONDS (timed seconds per run,
-# default 2.5), KVP_BENCH_WARMUP (untimed seconds first, default 0.5).
+# default 1.2), KVP_BENCH_WARMUP (untimed seconds first, default 0.3),
+# KVP_BENCH_REPS (round-robin repetitions, the best counts; default 3).
 # Needs fio and /usr/bin/python3. Writes one line per run to RESULTS_FILE
 # (default bench/io/results.txt), then prints the markdown table.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 file=${KVP_BENCH_FILE:-/var/tmp/kvp_bench/pages.bin}
-secs=${KVP_BENCH_SECONDS:-2.5}
-warm=${KVP_BENCH_WARMUP:-0.5}
+secs=${KVP_BENCH_SECONDS:-1.2}
+warm=${KVP_BENCH_WARMUP:-0.3}
+reps=${KVP_BENCH_REPS:-3}
 out=${1:-$here/results.txt}
 size=$((4 * 1024 * 1024 * 1024))
 pool=$((1024 * 1024 * 1024))
@@ -33,7 +35,7 @@ fi
 
 {
     echo "# date=$(date -u +%Y-%m-%dT%H:%M:%SZ) nproc=$(nproc) kernel=$(uname -r) fio=$(fio --version)"
-    echo "# mem=$(free -g | awk '/Mem:/{print $2}')GiB file=$file fs=$(findmnt -no FSTYPE -T "$file") secs=$secs warmup=$warm"
+    echo "# mem=$(free -g | awk '/Mem:/{print $2}')GiB file=$file fs=$(findmnt -no FSTYPE -T "$file") secs=$secs warmup=$warm reps=$reps"
     echo "# load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 } >"$out"
 
@@ -48,32 +50,43 @@ fio_run() { # label rw direct bs extra-args...
     echo "tool=$label rw=$rw direct=$direct bpp=$bs gbps=$gbps args=$*" >>"$out"
 }
 
+kv() { # label args...: one bench_io run, tagged
+    label=$1
+    shift
+    "$bench" --file "$file" --size "$size" --seconds "$secs" --warmup "$warm" "$@" |
+        sed "s/^tool=kvpage/tool=$label/" >>"$out"
+}
+
 for direct in 0 1; do
     if [ "$direct" = 0 ]; then
         cat "$file" >/dev/null # the buffered case is the page-cache case
     fi
+    d=""
+    [ "$direct" = 1 ] && d="--direct"
     for bs in 262144 2097152 16777216; do
         for rw in read write; do
-            d=""
-            [ "$direct" = 1 ] && d="--direct"
-            for be in auto psync uring; do
+            # Round-robin repetitions: the table keeps each column's best, so that a burst
+            # of load from another process penalizes no tool more than another.
+            for rep in $(seq "$reps"); do
                 reg=""
-                [ "$be" != psync ] && [ "$direct" = 1 ] && reg="--register"
-                "$bench" --file "$file" --size "$size" --bpp "$bs" --rw "$rw" $d --backend "$be" \
-                    $reg --pool "$pool" --seconds "$secs" --warmup "$warm" |
-                    sed "s/^tool=kvpage/tool=kvpage-$be/" >>"$out"
+                [ "$direct" = 1 ] && reg="--register"
+                # The engine's workload: batches of 8 into a 1 GiB pool.
+                kv kvpage-auto --bpp "$bs" --rw "$rw" $d --backend auto $reg --pool "$pool"
+                kv kvpage-psync --bpp "$bs" --rw "$rw" $d --backend psync --pool "$pool"
+                kv kvpage-uring --bpp "$bs" --rw "$rw" $d --backend uring $reg --pool "$pool"
+                # fio's workloads through kvpage, buffers reused as fio reuses its own:
+                # two callers doing one page at a time into one buffer each (= fio psync,
+                # 2 jobs), and batches of 8 into 8 registered buffers (= fio io_uring QD8).
+                kv kvpage-fiolike-psync --bpp "$bs" --rw "$rw" $d --backend psync --batch 1 \
+                    --callers 2 --pool "$bs"
+                kv kvpage-fiolike-uring --bpp "$bs" --rw "$rw" $d --backend uring --register \
+                    --pool $((bs * 8))
+                fio_run fio-psync-2j "$rw" "$direct" "$bs" --ioengine=psync --numjobs=2
+                fio_run fio-uring-qd8 "$rw" "$direct" "$bs" --ioengine=io_uring --iodepth=8 \
+                    --fixedbufs --registerfiles --numjobs=1
+                fio_run fio-uring-2x4 "$rw" "$direct" "$bs" --ioengine=io_uring --iodepth=4 \
+                    --fixedbufs --registerfiles --numjobs=2
             done
-            # The same with a pool of 8 pages (one batch), reused by every batch: buffers that stay hot
-            # in the CPU cache and TLB, as fio's do (one per job, or iodepth of them).
-            # Shows how much fio's buffer reuse flatters it.
-            "$bench" --file "$file" --size "$size" --bpp "$bs" --rw "$rw" $d --backend auto \
-                --pool $((bs * 8)) --seconds "$secs" --warmup "$warm" |
-                sed "s/^tool=kvpage/tool=kvpage-hot/" >>"$out"
-            fio_run fio-psync-2j "$rw" "$direct" "$bs" --ioengine=psync --numjobs=2
-            fio_run fio-uring-qd8 "$rw" "$direct" "$bs" --ioengine=io_uring --iodepth=8 \
-                --fixedbufs --registerfiles --numjobs=1
-            fio_run fio-uring-2x4 "$rw" "$direct" "$bs" --ioengine=io_uring --iodepth=4 \
-                --fixedbufs --registerfiles --numjobs=2
             "$py" "$here/py_baseline.py" "$file" "$bs" "$rw" "$direct" "$secs" "$pool" 8 "$warm" >>"$out"
         done
     done
