@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <xxhash.h>
 
@@ -380,10 +381,27 @@ static struct kvp__rank *rank_find(struct kvp_ns *ns, uint32_t id)
     return (lo < ns->nranks && ns->by_id[lo]->id == id) ? ns->by_id[lo] : NULL;
 }
 
-/* Installs a fresh page array (from calloc: all FREE, untouched pages cost no RSS). */
+/*
+ * Page arrays are reserved, not committed: a rank of 2^31 pages costs no
+ * memory until its pages are used, and zeroed anonymous memory is all FREE.
+ */
+static struct kvp__page *pages_alloc(uint32_t num_pages)
+{
+    void *p = mmap(NULL, (size_t)num_pages * sizeof(struct kvp__page), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void pages_free(struct kvp__page *pg, uint32_t num_pages)
+{
+    if (pg)
+        munmap(pg, (size_t)num_pages * sizeof *pg);
+}
+
+/* Installs a fresh page array (all FREE). */
 static void rank_set_pages(struct kvp__rank *r, struct kvp__page *pg, uint32_t num_pages)
 {
-    free(r->pages);
+    pages_free(r->pages, r->num_pages);
     r->pages = pg;
     r->num_pages = num_pages;
     r->hwm = 0;
@@ -395,7 +413,7 @@ static void rank_set_pages(struct kvp__rank *r, struct kvp__page *pg, uint32_t n
 
 static int rank_reset_pages(struct kvp__rank *r, uint32_t num_pages)
 {
-    struct kvp__page *pg = calloc(num_pages, sizeof *pg);
+    struct kvp__page *pg = pages_alloc(num_pages);
     if (!pg)
         return -ENOMEM;
     rank_set_pages(r, pg, num_pages);
@@ -405,7 +423,7 @@ static int rank_reset_pages(struct kvp__rank *r, uint32_t num_pages)
 /* Drops every key's page on r and every reservation: all pages FREE. */
 static int rank_clear(struct kvp_ns *ns, struct kvp__rank *r)
 {
-    struct kvp__page *pg = calloc(r->num_pages, sizeof *pg);
+    struct kvp__page *pg = pages_alloc(r->num_pages);
     if (!pg)
         return -ENOMEM;
     while (r->lru.tail != KVP_NONE)
@@ -542,7 +560,7 @@ KVP_API void kvp_meta_close(struct kvp_meta *m)
         nx = ns->next_all;
         free_all_keys(ns);
         for (uint32_t i = 0; i < ns->nranks; i++) {
-            free(ns->slots[i]->pages);
+            pages_free(ns->slots[i]->pages, ns->slots[i]->num_pages);
             free(ns->slots[i]);
         }
         free(ns->slots);
@@ -993,11 +1011,11 @@ KVP_API int kvp_meta_clear(struct kvp_ns *ns, int64_t rank, struct kvp_error *er
     } else {
         struct kvp__page **fresh = calloc(ns->nranks ? ns->nranks : 1, sizeof *fresh);
         for (uint32_t i = 0; fresh && i < ns->nranks; i++)
-            if (!(fresh[i] = calloc(ns->slots[i]->num_pages, sizeof **fresh)))
+            if (!(fresh[i] = pages_alloc(ns->slots[i]->num_pages)))
                 rc = -ENOMEM;
         if (!fresh || rc) {
             for (uint32_t i = 0; fresh && i < ns->nranks; i++)
-                free(fresh[i]);
+                pages_free(fresh[i], ns->slots[i]->num_pages);
             rc = -ENOMEM;
             set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
         } else {
@@ -1223,14 +1241,14 @@ int kvp__replay_hold(struct kvp_ns *ns, uint32_t rank, uint32_t page, const stru
         snprintf(msg, msglen, "HOLD with an invalid key");
         return -EUCLEAN;
     }
-    if (key_page(key_find(ns, key), r->slot) != KVP_NONE) {
+    struct kvp__key *e = key_get(ns, key, r->slot);
+    if (!e)
+        return -ENOMEM;
+    if (e->pages[r->slot] != KVP_NONE) { /* an existing entry: nothing was created */
         snprintf(msg, msglen, "HOLD of page %u on rank %u for a key that holds another page",
                  page, rank);
         return -EUCLEAN;
     }
-    struct kvp__key *e = key_get(ns, key, r->slot);
-    if (!e)
-        return -ENOMEM;
     page_take_free(r, page);
     struct kvp__page *pg = &r->pages[page];
     pg->state = KVP_PHELD;
@@ -1252,4 +1270,12 @@ int kvp__replay_free(struct kvp_ns *ns, uint32_t rank, uint32_t page, char *msg,
     page_unhold(ns, r, page);
     page_to_free(r, page);
     return 0;
+}
+
+void kvp__meta_reserve_keys(struct kvp_ns *ns, uint64_t nkeys)
+{
+    pthread_mutex_lock(&ns->lock);
+    while (ns->nbuckets < nkeys && ns->nbuckets < (1ull << 40) && grow_buckets(ns) == 0)
+        ;
+    pthread_mutex_unlock(&ns->lock);
 }

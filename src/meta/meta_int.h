@@ -112,6 +112,8 @@ int kvp__replay_hold(struct kvp_ns *ns, uint32_t rank, uint32_t page, const stru
                      char *msg, size_t msglen);
 int kvp__replay_free(struct kvp_ns *ns, uint32_t rank, uint32_t page, char *msg, size_t msglen);
 struct kvp_ns *kvp__meta_ns_by_id(struct kvp_meta *m, uint32_t id);
+/* Sizes the key index for nkeys at once (recovery knows the count). */
+void kvp__meta_reserve_keys(struct kvp_ns *ns, uint64_t nkeys);
 
 /* Test and tool helpers (not part of the public API). */
 

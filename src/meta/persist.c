@@ -41,7 +41,10 @@ enum {
     REC_CLEAR = 5,
     REC_SNAP_BEGIN = 6,
     REC_SNAP_END = 7,
+    REC_HOLD_HEX = 8, /* HOLD of a lowercase hex key, stored as its bytes */
+    REC_KEYS_HINT = 9, /* snapshot: how many keys the namespace has (sizes its index once) */
 };
+#define MAX_KEYS_HINT (1ull << 28)
 #define SNAP_VERSION 1
 #define ALL_RANKS 0xffffffffu
 
@@ -52,7 +55,8 @@ struct kvp__persist {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int stop;
-    uint64_t last_snap; /* LSN of the newest snapshot on disk */
+    uint64_t last_snap;      /* LSN of the newest snapshot on disk */
+    uint64_t last_snap_size; /* its size: the log may grow to this before the next */
     uint64_t snapshots, snapshot_failures;
 };
 
@@ -118,15 +122,40 @@ static void enc_init(struct enc *e, uint32_t ns, uint32_t rank, uint32_t num_pag
     e32(e, rank);
     e32(e, num_pages);
 }
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* The engines' keys are md5 or sha256 in lowercase hex: storing their bytes
+ * halves the log and the snapshot. */
+static int is_hex_key(const char *k, size_t n)
+{
+    if (n % 2)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (hexval(k[i]) < 0)
+            return 0;
+    return 1;
+}
+
 static void enc_hold(struct enc *e, uint32_t ns, uint32_t rank, uint32_t page,
                      const struct kvp__key *k)
 {
-    e8(e, REC_HOLD);
+    const char *kb = kvp__key_bytes(k);
+    int hex = is_hex_key(kb, k->len);
+    e8(e, hex ? REC_HOLD_HEX : REC_HOLD);
     e32(e, ns);
     e32(e, rank);
     e32(e, page);
-    e16(e, k->len);
-    ebytes(e, kvp__key_bytes(k), k->len);
+    if (!hex) {
+        e16(e, k->len);
+        ebytes(e, kb, k->len);
+        return;
+    }
+    e16(e, (uint16_t)(k->len / 2));
+    for (size_t i = 0; i < k->len; i += 2)
+        e8(e, (uint8_t)(hexval(kb[i]) << 4 | hexval(kb[i + 1])));
 }
 
 static struct kvp__wal *jwal(const struct kvp_meta *m)
@@ -237,6 +266,17 @@ int kvp__persist_apply(struct kvp_meta *m, const uint8_t *payload, uint32_t len,
         }
         return 0;
     }
+    if (t == REC_KEYS_HINT) {
+        uint32_t id = (uint32_t)dget(&d, 4);
+        uint64_t n = dget(&d, 8);
+        struct kvp_ns *ns = d.bad ? NULL : kvp__meta_ns_by_id(m, id);
+        if (d.bad || d.off != d.n || !ns) {
+            snprintf(msg, msglen, "malformed key-count record");
+            return -EUCLEAN;
+        }
+        kvp__meta_reserve_keys(ns, n < MAX_KEYS_HINT ? n : MAX_KEYS_HINT);
+        return 0;
+    }
     if (t == REC_NS) {
         uint32_t id = (uint32_t)dget(&d, 4);
         uint32_t dl = (uint32_t)dget(&d, 1);
@@ -278,13 +318,22 @@ int kvp__persist_apply(struct kvp_meta *m, const uint8_t *payload, uint32_t len,
         }
         return 0;
     }
-    case REC_HOLD: {
+    case REC_HOLD:
+    case REC_HOLD_HEX: {
         uint32_t page = (uint32_t)dget(&d, 4);
         uint32_t kl = (uint32_t)dget(&d, 2);
         const char *k = dbytes(&d, kl);
-        if (d.bad || d.off != d.n)
+        if (d.bad || d.off != d.n || (t == REC_HOLD_HEX && kl > KVP_MAX_KEY_LEN / 2))
             break;
+        char hex[KVP_MAX_KEY_LEN];
         struct kvp_str ks = {k, kl};
+        if (t == REC_HOLD_HEX) {
+            for (uint32_t i = 0; i < kl; i++) {
+                hex[2 * i] = "0123456789abcdef"[(uint8_t)k[i] >> 4];
+                hex[2 * i + 1] = "0123456789abcdef"[(uint8_t)k[i] & 15];
+            }
+            ks = (struct kvp_str){hex, 2 * (size_t)kl};
+        }
         pthread_mutex_lock(&ns->lock);
         rc = kvp__replay_hold(ns, rank, page, &ks, msg, msglen);
         pthread_mutex_unlock(&ns->lock);
@@ -369,6 +418,11 @@ static int write_snapshot(struct kvp_meta *m, int fd, uint64_t lsn)
         e.n = 0;
         enc_ns(&e, ns);
         sw_rec(&w, &e);
+        e.n = 0;
+        e8(&e, REC_KEYS_HINT);
+        e32(&e, ns->id);
+        e64(&e, ns->nkeys);
+        sw_rec(&w, &e);
         for (uint32_t s = 0; s < ns->nranks; s++) {
             e.n = 0;
             enc_init(&e, ns->id, ns->slots[s]->id, ns->slots[s]->num_pages);
@@ -414,6 +468,49 @@ static uint64_t mono_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+struct snapcheck {
+    uint64_t records, end_count, bytes, bad_offset;
+    int saw_end;
+};
+
+static int snap_check_rec(void *arg, const uint8_t *payload, uint32_t len, const char *file,
+                          uint64_t offset);
+
+/* Reads the new snapshot back before anything older is deleted. */
+static int finish_snapshot(struct kvp_meta *m, uint64_t lsn)
+{
+    struct kvp__persist *p = m->persist;
+    struct snapcheck c = {0};
+    int rc = kvp__wal_snap_read(p->wal, lsn, snap_check_rec, &c);
+    if (rc == 0 && (!c.saw_end || c.end_count != c.records))
+        rc = -EUCLEAN;
+    if (rc) {
+        plog(m, 0, "snapshot at %" PRIu64 " does not read back (%s); older files are kept", lsn,
+             strerror(-rc));
+        return rc;
+    }
+    kvp__wal_prune(p->wal, lsn);
+    p->last_snap = lsn;
+    p->last_snap_size = c.bytes;
+    p->snapshots++;
+    return 0;
+}
+
+/*
+ * Logs every namespace and rank again at the start of a segment, so that the
+ * log after a snapshot can be replayed even if that snapshot is lost.
+ * Replaying them over an intact snapshot changes nothing. Caller holds every
+ * lock (or runs before any request).
+ */
+static void append_catalog(struct kvp_meta *m)
+{
+    for (struct kvp_ns *ns = m->ns_first; ns; ns = ns->next_all) {
+        kvp__jrnl_ns(m, ns);
+        for (uint32_t s = 0; s < ns->nranks; s++)
+            kvp__jrnl_init(ns, ns->slots[s]->id, ns->slots[s]->num_pages);
+    }
+}
+
 /* Takes a snapshot in a forked child. Returns 0 or a negative errno. */
 static int snapshot_fork(struct kvp_meta *m)
 {
@@ -426,13 +523,21 @@ static int snapshot_fork(struct kvp_meta *m)
         unlock_all(m);
         return 0;
     }
+    int rc = kvp__wal_rotate(p->wal, lsn);
+    if (rc) {
+        unlock_all(m);
+        plog(m, 0, "snapshot: cannot rotate the log: %s", strerror(-rc));
+        return rc;
+    }
     pid_t pid = fork();
+    if (pid > 0)
+        append_catalog(m); /* after the fork: the child's image must not include it */
     if (pid == 0) {
         int fd = kvp__wal_snap_create(dir, lsn);
-        int rc = fd < 0 ? fd : write_snapshot(m, fd, lsn);
+        int crc = fd < 0 ? fd : write_snapshot(m, fd, lsn);
         if (fd >= 0)
-            rc = rc ? rc : kvp__wal_snap_commit(dir, lsn, fd);
-        _exit(rc ? 1 : 0);
+            crc = crc ? crc : kvp__wal_snap_commit(dir, lsn, fd);
+        _exit(crc ? 1 : 0);
     }
     unlock_all(m);
     uint64_t paused = mono_ms() - t0;
@@ -449,9 +554,8 @@ static int snapshot_fork(struct kvp_meta *m)
              status);
         return -EIO;
     }
-    kvp__wal_prune(p->wal, lsn);
-    p->last_snap = lsn;
-    p->snapshots++;
+    if ((rc = finish_snapshot(m, lsn)) != 0)
+        return rc;
     plog(m, 2, "snapshot at log position %" PRIu64 " written (requests paused %" PRIu64 " ms)",
          lsn, paused);
     return 0;
@@ -473,8 +577,12 @@ static void *snap_main(void *arg)
         pthread_cond_timedwait(&p->cv, &p->mu, &ts);
         if (p->stop)
             break;
+        /* The log may grow to the snapshot's size (or snapshot_bytes, if
+         * larger) before the next one: disk use stays under twice the state. */
         uint64_t appended = kvp__wal_appended(p->wal);
-        if (appended - p->last_snap < m->opts.snapshot_bytes)
+        uint64_t limit = m->opts.snapshot_bytes > p->last_snap_size ? m->opts.snapshot_bytes
+                                                                    : p->last_snap_size;
+        if (appended - p->last_snap < limit)
             continue;
         pthread_mutex_unlock(&p->mu);
         if (snapshot_fork(m) != 0)
@@ -489,6 +597,8 @@ static void *snap_main(void *arg)
 
 struct replay_ctx {
     struct kvp_meta *m;
+    int lenient;       /* skip records that contradict the state (after a damaged snapshot) */
+    uint64_t skipped;
     char msg[512];
     char file[96]; /* the name, copied: the caller's string does not outlive the scan */
     uint64_t offset;
@@ -504,6 +614,10 @@ static int replay_rec(void *arg, const uint8_t *payload, uint32_t len, const cha
     int type = 0;
     int rc = kvp__persist_apply(c->m, payload, len, c->msg, sizeof c->msg, &type);
     c->records++;
+    if (rc == -EUCLEAN && c->lenient) {
+        c->skipped++;
+        return 0;
+    }
     if (rc) {
         snprintf(c->file, sizeof c->file, "%s", file);
         c->offset = offset;
@@ -515,17 +629,14 @@ static int replay_rec(void *arg, const uint8_t *payload, uint32_t len, const cha
 static int snap_check_rec(void *arg, const uint8_t *payload, uint32_t len, const char *file,
                           uint64_t offset)
 {
-    struct replay_ctx *c = arg;
+    struct snapcheck *c = arg;
     (void)file;
-    c->records++;
-    if (c->saw_end) {
-        c->offset = offset;
-        return -EUCLEAN; /* records after the end marker */
-    }
-    if (c->records == 1 && (len < 1 || payload[0] != REC_SNAP_BEGIN)) {
-        c->offset = offset;
+    if (c->saw_end || (c->records == 0 && (len < 1 || payload[0] != REC_SNAP_BEGIN))) {
+        c->bad_offset = offset;
         return -EUCLEAN;
     }
+    c->records++;
+    c->bytes = offset + KVP_WAL_HDR + len;
     if (len == 17 && payload[0] == REC_SNAP_END) {
         uint64_t n = 0;
         for (int i = 0; i < 8; i++)
@@ -536,34 +647,44 @@ static int snap_check_rec(void *arg, const uint8_t *payload, uint32_t len, const
     return 0;
 }
 
-static int load_snapshot(struct kvp_meta *m, struct kvp__wal *w, uint64_t lsn)
+struct snapload {
+    struct replay_ctx r;
+    struct snapcheck chk;
+};
+
+static int snap_load_rec(void *arg, const uint8_t *payload, uint32_t len, const char *file,
+                         uint64_t offset)
 {
-    struct replay_ctx c = {.m = m};
-    int rc = kvp__wal_snap_read(w, lsn, snap_check_rec, &c);
-    if (rc == 0 && (!c.saw_end || c.end_count != c.records))
-        rc = -EUCLEAN;
-    if (rc) {
-        plog(m, 1,
-             "snapshot %s/snap-%016" PRIx64 ".snap is damaged or incomplete (%" PRIu64
-             " good records); trying an older one",
-             kvp__wal_dir(w), lsn, c.records);
-        return rc;
-    }
-    struct replay_ctx a = {.m = m};
-    rc = kvp__wal_snap_read(w, lsn, replay_rec, &a);
-    if (rc) {
-        plog(m, 0, "%s/snap-%016" PRIx64 ".snap offset %" PRIu64 ": %s", kvp__wal_dir(w), lsn,
-             a.offset, a.msg);
-        return rc == -ENOMEM ? rc : -EUCLEAN;
-    }
-    return 0;
+    struct snapload *l = arg;
+    int rc = snap_check_rec(&l->chk, payload, len, file, offset);
+    return rc ? rc : replay_rec(&l->r, payload, len, file, offset);
 }
 
-/* Drops every namespace, for a retry of recovery from an older snapshot. */
-static void reset_state(struct kvp_meta *m)
+/*
+ * Loads the snapshot at lsn in one pass. A whole, valid snapshot: 0. A
+ * damaged one: the records before the damage stay loaded (a snapshot is
+ * written in an order in which every prefix is a consistent state) and 1 is
+ * returned, so that the log after it is replayed leniently.
+ */
+static int load_snapshot(struct kvp_meta *m, struct kvp__wal *w, uint64_t lsn)
 {
-    for (struct kvp_ns *ns = m->ns_first; ns; ns = ns->next_all)
-        kvp_meta_clear(ns, -1, NULL);
+    struct snapload l = {.r = {.m = m}};
+    int rc = kvp__wal_snap_read(w, lsn, snap_load_rec, &l);
+    if (l.r.file[0]) { /* a record that frames correctly but contradicts the state */
+        plog(m, 0, "%s/snap-%016" PRIx64 ".snap offset %" PRIu64 ": %s", kvp__wal_dir(w), lsn,
+             l.r.offset, l.r.msg);
+        return -EUCLEAN;
+    }
+    if (rc < 0 && rc != -EUCLEAN)
+        return rc; /* could not read the file */
+    int whole = rc == 0 && l.chk.saw_end && l.chk.end_count == l.chk.records;
+    if (!whole)
+        plog(m, 1,
+             "snapshot %s/snap-%016" PRIx64 ".snap is damaged after %" PRIu64
+             " good records (offset %" PRIu64 "): keeping those, dropping the rest, and "
+             "replaying the log after it, skipping records that contradict what was kept",
+             kvp__wal_dir(w), lsn, l.chk.records, l.chk.bytes);
+    return whole ? 0 : 1;
 }
 
 int kvp__persist_open(struct kvp_meta *m)
@@ -590,28 +711,16 @@ int kvp__persist_open(struct kvp_meta *m)
     uint64_t snaps[16];
     int nsnap = kvp__wal_snap_list(p->wal, snaps, 16);
     uint64_t from = 0;
-    int loaded = 0;
-    for (int i = 0; i < nsnap && !loaded; i++) {
-        rc = load_snapshot(m, p->wal, snaps[i]);
-        if (rc == 0) {
-            from = snaps[i];
-            loaded = 1;
-        } else if (rc == -ENOMEM) {
+    int lenient = 0;
+    if (nsnap) {
+        /* Only the newest snapshot counts: the log before it is gone. */
+        rc = load_snapshot(m, p->wal, snaps[0]);
+        if (rc < 0)
             goto fail;
-        } else if (m->ns_first) {
-            /* A snapshot that framed correctly but contradicted itself: its
-             * partial state must not survive into the next attempt. */
-            reset_state(m);
-            if (m->ns_first) {
-                plog(m, 0, "cannot recover: a damaged snapshot left state behind");
-                rc = -EUCLEAN;
-                goto fail;
-            }
-        }
+        lenient = rc == 1;
+        from = snaps[0];
     }
-    if (nsnap && !loaded)
-        plog(m, 1, "no valid snapshot in %s; replaying the whole log", m->opts.data_dir);
-    struct replay_ctx c = {.m = m};
+    struct replay_ctx c = {.m = m, .lenient = lenient};
     uint64_t end = from;
     rc = kvp__wal_replay(p->wal, from, !m->opts.readonly, replay_rec, &c, &end);
     if (rc) {
@@ -620,8 +729,12 @@ int kvp__persist_open(struct kvp_meta *m)
                  c.offset, c.msg);
         goto fail;
     }
+    if (c.skipped)
+        plog(m, 1, "skipped %" PRIu64 " log records that contradicted the damaged snapshot's state",
+             c.skipped);
     m->replaying = 0;
     p->last_snap = from;
+    p->last_snap_size = 0;
     plog(m, 2,
          "recovered %s: snapshot at %" PRIu64 " + %" PRIu64 " log records in %" PRIu64 " ms",
          m->opts.data_dir, from, c.records, mono_ms() - t0);
@@ -631,6 +744,7 @@ int kvp__persist_open(struct kvp_meta *m)
         plog(m, 0, "cannot start the log in %s: %s", m->opts.data_dir, strerror(-rc));
         goto fail;
     }
+    append_catalog(m);
     if (pthread_create(&p->thread, NULL, snap_main, m) == 0)
         p->thread_started = 1;
     return 0;
@@ -659,14 +773,15 @@ void kvp__persist_close(struct kvp_meta *m)
         uint64_t lsn = kvp__wal_appended(p->wal);
         if (lsn != p->last_snap) {
             const char *dir = kvp__wal_dir(p->wal);
-            int fd = kvp__wal_snap_create(dir, lsn);
-            int rc = fd < 0 ? fd : write_snapshot(m, fd, lsn);
+            int rc = kvp__wal_rotate(p->wal, lsn);
+            int fd = rc ? rc : kvp__wal_snap_create(dir, lsn);
+            rc = fd < 0 ? fd : write_snapshot(m, fd, lsn);
             if (fd >= 0)
                 rc = rc ? rc : kvp__wal_snap_commit(dir, lsn, fd);
             if (rc)
                 plog(m, 0, "final snapshot failed: %s (the log is kept)", strerror(-rc));
             else
-                kvp__wal_prune(p->wal, lsn);
+                finish_snapshot(m, lsn);
         }
     }
     kvp__wal_close(p->wal);

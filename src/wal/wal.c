@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -273,6 +274,7 @@ int kvp__wal_snap_list(struct kvp__wal *w, uint64_t *lsns, int max)
 
 /* ---------------------------------------------------------------- replay */
 
+/* Maps a whole file read-only (no copy); unmap with unmap_file. */
 static int read_file(int dirfd, const char *name, uint8_t **buf, size_t *len)
 {
     int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
@@ -284,25 +286,25 @@ static int read_file(int dirfd, const char *name, uint8_t **buf, size_t *len)
         close(fd);
         return e;
     }
-    size_t n = (size_t)st.st_size;
-    uint8_t *b = malloc(n ? n : 1);
-    if (!b) {
-        close(fd);
-        return -ENOMEM;
-    }
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = read(fd, b + got, n - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        got += (size_t)r;
+    *len = (size_t)st.st_size;
+    *buf = NULL;
+    if (*len) {
+        void *p = mmap(NULL, *len, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+        if (p == MAP_FAILED) {
+            int e = -errno;
+            close(fd);
+            return e;
+        }
+        *buf = p;
     }
     close(fd);
-    *buf = b;
-    *len = got;
     return 0;
+}
+
+static void unmap_file(uint8_t *buf, size_t len)
+{
+    if (buf)
+        munmap(buf, len);
 }
 
 /* Length of the valid record at p (header + payload), or 0 when torn/corrupt. */
@@ -357,14 +359,14 @@ int kvp__wal_replay(struct kvp__wal *w, uint64_t from, int repair, kvp__wal_rec_
             if (rec_end > from) {
                 rc = fn(arg, buf + off + KVP_WAL_HDR, (uint32_t)(rl - KVP_WAL_HDR), s->name, off);
                 if (rc) {
-                    free(buf);
+                    unmap_file(buf, len);
                     free(segs);
                     return rc;
                 }
             }
             off += rl;
         }
-        free(buf);
+        unmap_file(buf, len);
         if (s->lsn + off > pos)
             pos = s->lsn + off;
         if (off < len) {
@@ -414,7 +416,7 @@ int kvp__wal_snap_read(struct kvp__wal *w, uint64_t lsn, kvp__wal_rec_fn fn, voi
         rc = fn(arg, buf + off + KVP_WAL_HDR, (uint32_t)(rl - KVP_WAL_HDR), name, off);
         off += rl;
     }
-    free(buf);
+    unmap_file(buf, len);
     return rc;
 }
 
@@ -679,39 +681,37 @@ int kvp__wal_snap_commit(const char *dir, uint64_t lsn, int fd)
     return 0;
 }
 
+int kvp__wal_rotate(struct kvp__wal *w, uint64_t lsn)
+{
+    pthread_mutex_lock(&w->io);
+    flush_pending(w);
+    int rc = w->failed;
+    if (!rc && w->seg_start != lsn)
+        rc = open_segment(w, lsn);
+    pthread_mutex_unlock(&w->io);
+    return rc;
+}
+
 void kvp__wal_prune(struct kvp__wal *w, uint64_t lsn)
 {
     struct seg *snaps, *segs;
     size_t ns, nseg;
-    if (list_files(w, "snap-", ".snap", &snaps, &ns) != 0)
-        return;
-    /* Keep this snapshot and the one before it, and the log from the older
-     * one on; with a single snapshot keep the whole log. */
-    uint64_t keep_from = 0;
-    size_t idx = ns;
-    for (size_t i = 0; i < ns; i++)
-        if (snaps[i].lsn == lsn)
-            idx = i;
-    if (idx == ns) {
+    if (list_files(w, "snap-", ".snap", &snaps, &ns) == 0) {
+        for (size_t i = 0; i < ns; i++)
+            if (snaps[i].lsn < lsn)
+                unlinkat(w->dirfd, snaps[i].name, 0);
         free(snaps);
-        return;
     }
-    if (idx > 0)
-        keep_from = snaps[idx - 1].lsn;
-    for (size_t i = 0; i + 1 < idx; i++)
-        unlinkat(w->dirfd, snaps[i].name, 0);
-    free(snaps);
     if (list_files(w, "wal-", ".log", &segs, &nseg) != 0)
         return;
     uint64_t removed = 0;
     pthread_mutex_lock(&w->io);
-    for (size_t i = 0; i + 1 < nseg; i++) {
-        /* Segment i ends where segment i+1 starts. */
-        if (segs[i + 1].lsn <= keep_from && segs[i].lsn != w->seg_start) {
-            if (unlinkat(w->dirfd, segs[i].name, 0) == 0)
-                removed += segs[i].size;
-        }
-    }
+    /* The log was rotated at lsn: every segment that starts before it ends
+     * at or before it, and the snapshot covers it. */
+    for (size_t i = 0; i < nseg; i++)
+        if (segs[i].lsn < lsn && segs[i].lsn != w->seg_start &&
+            unlinkat(w->dirfd, segs[i].name, 0) == 0)
+            removed += segs[i].size;
     w->old_bytes = w->old_bytes > removed ? w->old_bytes - removed : 0;
     pthread_mutex_unlock(&w->io);
     free(segs);

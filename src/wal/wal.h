@@ -113,9 +113,15 @@ int kvp__wal_snap_read(struct kvp__wal *w, uint64_t lsn, kvp__wal_rec_fn fn, voi
 int kvp__wal_snap_list(struct kvp__wal *w, uint64_t *lsns, int max);
 
 /*
- * After a snapshot at lsn is durable: removes snapshots older than the
- * previous one, and segments wholly before that previous snapshot (so one
- * damaged snapshot can still be recovered from the one before it).
+ * Writes and syncs everything appended so far (which must end at lsn, with
+ * appends held off by the caller) and starts a new segment at lsn, so that a
+ * snapshot at lsn can later remove every older segment whole.
+ */
+int kvp__wal_rotate(struct kvp__wal *w, uint64_t lsn);
+
+/*
+ * After the snapshot at lsn is durable and verified: removes older snapshots
+ * and the segments before lsn.
  */
 void kvp__wal_prune(struct kvp__wal *w, uint64_t lsn);
 

@@ -496,8 +496,26 @@ static void test_big_pool_is_lazy(void)
     kvp_meta_close(m);
 }
 
+static void test_largest_pool(void)
+{
+    /* The largest pool is reserved, not committed: it costs nothing until its
+     * pages are used. (No invariant check here: it reads every page.) */
+    struct kvp_meta *m = open_meta(120000, 5000);
+    struct kvp_ns *ns = ns_of(m, "default", "kv");
+    CHECK_EQ(kvp_meta_init_rank(ns, 9, KVP_MAX_PAGES, NULL), 0);
+    CHECK_EQ(put(ns, 9, "big"), 0);
+    struct kvp_str k = K("top");
+    int64_t top = KVP_MAX_PAGES - 1;
+    CHECK_EQ(kvp_meta_confirm(ns, 9, &k, &top, 1, NULL, 0, NULL), 0);
+    CHECK_EQ(loc(ns, 9, "top", 0), top);
+    CHECK_EQ(kvp_meta_clear(ns, 9, NULL), 0);
+    CHECK_EQ(loc(ns, 9, "top", 0), -1);
+    kvp_meta_close(m);
+}
+
 int main(void)
 {
+    test_largest_pool();
     test_per_key_allocation();
     test_duplicates_in_batch();
     test_reuse_complete_and_incomplete();
