@@ -1,0 +1,73 @@
+-- vLLM batch_allocate + confirm_write pairs of fresh keys on rank 0.
+-- Env: BENCH_DIR, BENCH_BATCH (keys per request, default 64).
+--
+-- wrk calls response() and request() per thread, not per connection, and the
+-- next request() of a connection is not guaranteed to follow its own
+-- response() directly. So a confirm is not tied to the connection that
+-- allocated: each allocate response is parsed here and its confirm_write
+-- request (with exactly the pages the server returned) goes into a FIFO;
+-- request() sends a queued confirm when there is one, else a new allocate of
+-- BENCH_BATCH fresh keys. Every allocate gets exactly one confirm, the queue
+-- never holds more than one entry per connection, and on each connection the
+-- requests end up alternating allocate/confirm in steady state.
+-- A pair is counted when its confirm is answered 204.
+dofile(os.getenv("BENCH_DIR") .. "/lib.lua")
+
+local batch = tonumber(os.getenv("BENCH_BATCH") or "64")
+local prefix
+local seq = 0
+local q, qh, qt = {}, 1, 0
+allocs, pairs_ok, neg_pages, non_ok = 0, 0, 0, 0
+
+function init(args)
+  -- 16 hex characters unique to this run, so repeated runs use fresh keys
+  local f = io.open("/dev/urandom", "rb")
+  local b = f:read(8)
+  f:close()
+  prefix = b:gsub(".", function(c) return string.format("%02x", c:byte()) end)
+end
+
+function request()
+  if qh <= qt then
+    local r = q[qh]
+    q[qh] = nil
+    qh = qh + 1
+    return r
+  end
+  seq = seq + 1
+  local s = string.format("%032d", seq)
+  local parts = {}
+  for j = 1, batch do
+    parts[j] = '["' .. prefix .. s .. string.format("%016d", j) .. '",""]'
+  end
+  return wrk.format("POST", "/keys/batch_allocate", nil,
+                    '{"rank":0,"keys":[' .. table.concat(parts, ",") .. ']}')
+end
+
+function response(status, headers, body)
+  if status == 200 then
+    allocs = allocs + 1
+    local parts, n = {}, 0
+    for k, p in body:gmatch('%["(%x+)",%s*(%-?%d+)%]') do
+      if p == "-1" then
+        neg_pages = neg_pages + 1
+      else
+        n = n + 1
+        parts[n] = '["' .. k .. '",' .. p .. ']'
+      end
+    end
+    if n ~= batch then non_ok = non_ok + 1 end
+    qt = qt + 1
+    q[qt] = wrk.format("POST", "/keys/confirm_write", nil,
+                       '{"rank":0,"confirmations":[' .. table.concat(parts, ",") ..
+                       '],"pages_to_release":[]}')
+  elseif status == 204 then
+    pairs_ok = pairs_ok + 1
+  else
+    non_ok = non_ok + 1
+  end
+end
+
+function done(summary, latency, requests)
+  report(summary, latency, {"allocs", "pairs_ok", "neg_pages", "non_ok"})
+end

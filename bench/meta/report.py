@@ -1,0 +1,181 @@
+#!/usr/bin/python3
+"""Turn run.sh's results file into the markdown table (medians over reps).
+
+  report.py RESULTS "1 2"
+"""
+import collections
+import json
+import statistics
+import sys
+
+
+def load(path):
+    runs = collections.defaultdict(list)  # label -> [dict per rep]
+    comments = []
+    for line in open(path):
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            comments.append(line[1:].strip())
+            continue
+        label, *kv = line.split()
+        d = {}
+        for item in kv:
+            k, _, v = item.partition("=")
+            if k in ("srv_before", "srv_after"):
+                d[k] = json.loads(v.replace("%20", " "))
+                continue
+            try:
+                d[k] = float(v)
+            except ValueError:
+                d[k] = v
+        runs[label].append(d)
+    return runs, comments
+
+
+def med(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def fmt(x, nd=0):
+    return f"{x:,.{nd}f}"
+
+
+def main():
+    runs, comments = load(sys.argv[1])
+    threads = sys.argv[2].split() if len(sys.argv) > 2 else ["1", "2"]
+    for c in comments:
+        print(f"<!-- {c} -->")
+
+    def rep_ratio(label, probe):
+        """median over reps of kvpage rps / probe rps of the same rep"""
+        p = {int(d["rep"]): d["rps"] for d in runs.get(probe, [])}
+        return med([d["rps"] / p[int(d["rep"])] for d in runs.get(label, []) if int(d["rep"]) in p])
+
+    def m(label, key):
+        return med([d[key] for d in runs.get(label, []) if key in d])
+
+    def errs(label):
+        return int(sum(d.get("err_connect", 0) + d.get("err_read", 0) + d.get("err_write", 0) +
+                       d.get("err_status", 0) + d.get("err_timeout", 0) for d in runs.get(label, [])))
+
+    verdict = lambda ok: "**PASS**" if ok else "**MISS**"
+    nreps = max((len(v) for v in runs.values()), default=0)
+
+    print()
+    print(f"### Results (median of {nreps} reps; ratios = median of per-rep kvpage/probe)")
+    print()
+    print("| operation | threads | measured | target | result |")
+    print("|---|---:|---|---|---|")
+    for t in threads:
+        L = f"kvpage_t{t}_exists64"
+        rps, p99, ratio = m(L, "rps"), m(L, "p99_ms"), rep_ratio(L, "probe_exists64")
+        ok = ratio >= 0.6 and rps >= 25000 and p99 <= 2.0
+        print(f"| batch_exists, 64 keys | {t} | {fmt(rps)} req/s = **{ratio:.2f}× ceiling** "
+              f"({fmt(m('probe_exists64', 'rps'))} req/s); p50 {m(L, 'p50_ms'):.2f} ms, "
+              f"p99 {p99:.2f} ms | ≥ 0.6× ceiling, ≥ 25,000 req/s, p99 ≤ 2 ms | {verdict(ok)} |")
+    for t in threads:
+        L = f"kvpage_t{t}_exists1024"
+        rps = m(L, "rps")
+        kps = rps * 1024
+        print(f"| batch_exists, 1,024 keys | {t} | **{fmt(kps)} keys/s** ({fmt(rps)} req/s, "
+              f"p99 {m(L, 'p99_ms'):.2f} ms; {rep_ratio(L, 'probe_exists1024'):.2f}× probe with the "
+              f"same body) | ≥ 3,000,000 keys/s | {verdict(kps >= 3e6)} |")
+    for t in threads:
+        L = f"kvpage_t{t}_locations64"
+        rps, ratio = m(L, "rps"), rep_ratio(L, "probe_locations64")
+        print(f"| get_locations, 64 keys | {t} | {fmt(rps)} req/s = **{ratio:.2f}× ceiling** "
+              f"({fmt(m('probe_locations64', 'rps'))} req/s); p99 {m(L, 'p99_ms'):.2f} ms "
+              f"| ≥ 0.5× ceiling | {verdict(ratio >= 0.5)} |")
+    for t in threads:
+        L = f"kvpage_t{t}_allocconfirm64"
+        pps = med([d["pairs_ok"] / d["seconds"] for d in runs.get(L, [])])
+        bad = int(sum(d.get("non_ok", 0) + d.get("neg_pages", 0) for d in runs.get(L, [])))
+        print(f"| batch_allocate + confirm_write, 64 keys | {t} | **{fmt(pps)} pairs/s** "
+              f"({fmt(pps * 64)} keys/s; {bad} bad responses or -1 pages) "
+              f"| ≥ 10,000 pairs/s | {verdict(pps >= 10000 and bad == 0)} |")
+    a = runs.get("alloc128", [{}])[0]
+    if a:
+        r = a["ratio_p50"]
+        print(f"| allocate 128 keys: 4,000,000 vs 4,000 free pages | 1 | p50 "
+              f"{a['big_p50_us']:.0f} µs vs {a['small_p50_us']:.0f} µs (mean {a['big_mean_us']:.0f} "
+              f"vs {a['small_mean_us']:.0f}); **ratio {r:.2f}** | within 20% | "
+              f"{verdict(abs(r - 1) <= 0.2)} |")
+    rs = runs.get("rss", [{}])[0]
+    if rs:
+        b = rs["bytes_per_key"]
+        print(f"| memory per confirmed key (64-char keys, 1 rank) | 1 | **{b:.1f} B/key** (VmRSS "
+              f"{fmt(rs['rss_init_kib'])} → {fmt(rs['rss_after_kib'])} KiB; "
+              f"{rs['bytes_per_page_init']:.1f} B/page at init) | ≤ 150 B/key | {verdict(b <= 150)} |")
+    for t in threads:
+        L = f"sanity_t{t}_exists2"
+        d = runs.get(L, [{}])[0]
+        if d:
+            ok = d["checked"] > 0 and d["non200"] == 0 and errs(L) == 0
+            print(f"| sanity: batch_exists 2 keys, all 200 | {t} | {fmt(d['checked'])} responses "
+                  f"checked, non-200 = {int(d['non200'])}, wrk errors = {errs(L)} "
+                  f"({fmt(d['rps'])} req/s) | errors = 0 | {verdict(ok)} |")
+
+    fl = [(l, runs[l][0]) for l in sorted(runs) if l.startswith("jsonfloor_")]
+    if fl:
+        print()
+        print("### JSON floor: jansson `json_loadb` + `json_decref` alone (no HTTP), same bodies")
+        print()
+        print("| body | bytes | µs per parse | ns/byte | max requests/s per core from parsing alone |")
+        print("|---|---:|---:|---:|---:|")
+        for l, d in fl:
+            print(f"| {d['form']} {int(d['batch'])} keys | {fmt(d['body_bytes'])} | {d['parse_us']:.1f} "
+                  f"| {d['ns_per_byte']:.1f} | {fmt(d['max_rps_per_core'])} |")
+
+    print()
+    print("### Every run (requests/s; p99 ms)")
+    print()
+    labels = sorted(l for l in runs if l.startswith(("probe_", "kvpage_")))
+    print("| run | " + " | ".join(f"rep {i + 1}" for i in range(nreps)) + " | median |")
+    print("|---|" + "---:|" * (nreps + 1))
+    for l in labels:
+        cells = [f"{fmt(d['rps'])}; {d['p99_ms']:.2f}" for d in runs[l]]
+        cells += [""] * (nreps - len(cells))
+        extra = ""
+        if "pairs_ok" in runs[l][0]:
+            extra = " (pairs/s " + ", ".join(fmt(d["pairs_ok"] / d["seconds"]) for d in runs[l]) + ")"
+        print(f"| {l}{extra} | " + " | ".join(cells) + f" | {fmt(m(l, 'rps'))} |")
+
+    # The server's own handler time (kvp__server_handle: JSON parse, meta, JSON
+    # write; not libmicrohttpd or the kernel), from /v1/stats before/after a run.
+    print()
+    print("### kvpage handler time per request (from /v1/stats; median over reps)")
+    print()
+    print("Handler = JSON parse + metadata + JSON write inside kvpage; the rest of each "
+          "request (libmicrohttpd, syscalls, TCP, waiting for the CPU) is outside it. "
+          "`busy` = handler seconds / wall seconds of the run (for 1 thread, the share of "
+          "the server thread spent in the handler).")
+    print()
+    print("| run | route | handler µs/request | busy |")
+    print("|---|---|---:|---:|")
+    for l in labels:
+        if l.startswith("probe_"):
+            continue
+        per_route = collections.defaultdict(list)
+        busy = []
+        for d in runs[l]:
+            b, a = d.get("srv_before"), d.get("srv_after")
+            if not a:
+                continue
+            tot = 0.0
+            for route, (cnt, sec) in a.items():
+                cb, sb = (b or {}).get(route, [0, 0.0])
+                if cnt - cb >= 10 and not route.startswith("/v1/stats"):
+                    per_route[route].append((sec - sb) / (cnt - cb) * 1e6)
+                    tot += sec - sb
+            busy.append(tot / d["seconds"])
+        for route, v in sorted(per_route.items()):
+            print(f"| {l} | `{route.replace('|', ' ')}` | {med(v):.1f} | {med(busy):.2f} |")
+    total_err = sum(errs(l) for l in runs if l.startswith(("probe_", "kvpage_", "sanity_")))
+    print()
+    print(f"wrk socket/status errors over all runs: {total_err}")
+
+
+if __name__ == "__main__":
+    main()
