@@ -100,6 +100,12 @@ void kvp__reply_empty(struct kvp_ctx *c, int status)
     kvp__buf_reset(&c->rep->body);
 }
 
+void kvp__reply_failure(struct kvp_reply *rep, int rc, const char *what)
+{
+    struct kvp_ctx c = {.rep = rep};
+    kvp__reply_internal(&c, rc, what);
+}
+
 struct kvp_buf *kvp__reply_json(struct kvp_ctx *c)
 {
     c->rep->status = 200;

@@ -13,12 +13,14 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "meta/persist.h"
 #include "server/serve.h"
 #include "server/server.h"
 #include "util/log.h"
@@ -29,13 +31,24 @@ struct conn {
     struct kvp_buf in;
     struct kvp_reply rep;
     int too_large;
+    /* Group commit: a reply that changed state waits, with the connection
+     * suspended, until the log is durable up to the request's records. */
+    struct MHD_Connection *mc;
+    atomic_int durable;  /* 1 once the log callback ran for the pending reply */
+    int durable_rc;      /* its status: 0, or -EIO (the change is not acknowledged) */
+    int waiting;         /* a reply is parked until durable */
 };
+
+/* Replies parked on the log's flusher; shutdown waits for them to drain. */
+static atomic_long g_pending;
+static atomic_int g_stopping;
 
 /* Buffers above this are released after a request instead of being kept. */
 #define KEEP_BUFFER_MAX ((size_t)4 << 20)
 
 struct serve {
     struct kvp_server srv;
+    struct kvp_meta *meta;
     size_t max_body;
 };
 
@@ -56,8 +69,9 @@ static void usage(FILE *f)
             "  --max-body BYTES       largest request body (default 67108864; K/M/G suffixes)\n"
             "  --max-keys N           most keys in one request (default 1000000)\n"
             "  --threads N            HTTP worker threads (default 1)\n"
-            "  --data-dir DIR         state directory, or 'none' (persistence is not\n"
-            "                         implemented yet: state is in memory only)\n"
+            "  --data-dir DIR         state directory: write-ahead log and snapshots\n"
+            "                         (default ./kvpage-data); 'none' keeps state in memory only\n"
+            "  --fsync MODE           always, batch (default: group commit) or never\n"
             "  --log-level LEVEL      error, warn, info (default) or debug\n"
             "  --help                 show this help\n");
 }
@@ -155,6 +169,13 @@ static void addr_text(const struct listen_addr *la, char *host, size_t hostlen, 
     }
 }
 
+/* Recovery and background persistence messages of meta (levels match). */
+static void meta_log(void *arg, int level, const char *msg)
+{
+    (void)arg;
+    kvp__log(level, "%s", msg);
+}
+
 /* ---------- libmicrohttpd callbacks ---------- */
 
 static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
@@ -180,33 +201,8 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
     }
 }
 
-static enum MHD_Result respond(struct serve *S, struct MHD_Connection *mc, struct conn *cn,
-                               const char *url, const char *method)
+static enum MHD_Result queue_reply(struct MHD_Connection *mc, struct kvp_reply *rep)
 {
-    struct kvp_request req = {
-        .method = method,
-        .path = url,
-        .path_len = strlen(url),
-        .body = cn->in.p,
-        .body_len = cn->in.len,
-        .authorization = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
-        .body_too_large = cn->too_large,
-    };
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    req.client = ci ? ci->client_addr : NULL;
-    if (S->srv.cfg.nallow && !req.client)
-        return MHD_NO; /* cannot check the address: refuse the connection */
-
-    struct kvp_reply *rep = &cn->rep;
-    kvp__server_handle(&S->srv, &req, rep);
-    if (cn->in.cap > KEEP_BUFFER_MAX)
-        kvp__buf_free(&cn->in);
-    if (rep->status >= 500)
-        KVP_LOGE("%s %s -> %d %.*s", method, url, rep->status, (int)rep->body.len,
-                 rep->body.p ? rep->body.p : "");
-    else
-        KVP_LOGD("%s %s -> %d", method, url, rep->status);
-
     /* The reply buffer belongs to the connection and is not touched again
      * before MHD has sent this response (no pipelined request is handled
      * while a response is pending), so MHD need not copy it. */
@@ -225,6 +221,84 @@ static enum MHD_Result respond(struct serve *S, struct MHD_Connection *mc, struc
     return ret;
 }
 
+/* Runs on the log's flusher thread once the parked reply's records are durable. */
+static void on_durable(void *arg, int status)
+{
+    struct conn *cn = arg;
+    struct MHD_Connection *mc = cn->mc;
+    cn->durable_rc = status;
+    atomic_store(&cn->durable, 1);
+    MHD_resume_connection(mc);
+    atomic_fetch_sub(&g_pending, 1);
+}
+
+static enum MHD_Result durable_reply(struct MHD_Connection *mc, struct conn *cn)
+{
+    cn->waiting = 0;
+    if (cn->durable_rc) {
+        KVP_LOGE("write-ahead log failed (%s): a change is not acknowledged",
+                 kvp_strerror(cn->durable_rc));
+        kvp__reply_failure(&cn->rep, cn->durable_rc, "write-ahead log");
+    }
+    return queue_reply(mc, &cn->rep);
+}
+
+static enum MHD_Result respond(struct serve *S, struct MHD_Connection *mc, struct conn *cn,
+                               const char *url, const char *method)
+{
+    struct kvp_request req = {
+        .method = method,
+        .path = url,
+        .path_len = strlen(url),
+        .body = cn->in.p,
+        .body_len = cn->in.len,
+        .authorization = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
+        .body_too_large = cn->too_large,
+    };
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    req.client = ci ? ci->client_addr : NULL;
+    if (S->srv.cfg.nallow && !req.client)
+        return MHD_NO; /* cannot check the address: refuse the connection */
+
+    struct kvp_reply *rep = &cn->rep;
+    kvp__meta_thread_lsn_reset();
+    kvp__server_handle(&S->srv, &req, rep);
+    uint64_t lsn = kvp__meta_thread_lsn();
+    if (cn->in.cap > KEEP_BUFFER_MAX)
+        kvp__buf_free(&cn->in);
+    if (rep->status >= 500)
+        KVP_LOGE("%s %s -> %d %.*s", method, url, rep->status, (int)rep->body.len,
+                 rep->body.p ? rep->body.p : "");
+    else
+        KVP_LOGD("%s %s -> %d", method, url, rep->status);
+
+    if (lsn) {
+        /* Announce the parked reply before checking for shutdown, which sets
+         * g_stopping before it reads g_pending: one of the two sees the other. */
+        atomic_fetch_add(&g_pending, 1);
+        if (atomic_load(&g_stopping)) {
+            atomic_fetch_sub(&g_pending, 1);
+            cn->durable_rc = kvp__meta_wait_durable(S->meta, lsn);
+            return durable_reply(mc, cn);
+        }
+        /* Suspend first, so that a callback running at once finds the
+         * connection suspended; MHD calls us again after the resume. */
+        cn->mc = mc;
+        cn->waiting = 1;
+        atomic_store(&cn->durable, 0);
+        MHD_suspend_connection(mc);
+        int r = kvp__meta_when_durable(S->meta, lsn, on_durable, cn);
+        if (r != 0) {
+            cn->durable_rc = r < 0 ? r : 0;
+            atomic_store(&cn->durable, 1);
+            MHD_resume_connection(mc);
+            atomic_fetch_sub(&g_pending, 1);
+        }
+        return MHD_YES;
+    }
+    return queue_reply(mc, rep);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
@@ -232,6 +306,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     (void)version;
     struct serve *S = cls;
     struct conn *cn = *con_cls;
+    if (cn && cn->waiting) {
+        if (!atomic_load(&cn->durable))
+            return MHD_YES; /* not ours to answer yet */
+        return durable_reply(mc, cn);
+    }
     if (!cn) {
         /* First call of a request: headers only. */
         const union MHD_ConnectionInfo *ci =
@@ -325,7 +404,7 @@ static int open_listener(const struct listen_addr *la, const char *text)
 int kvp__serve_main(int argc, char **argv)
 {
     enum { O_LISTEN = 1, O_ALLOW, O_TOKEN, O_LEASE, O_GRACE, O_MAXBODY, O_MAXKEYS, O_THREADS,
-           O_DATADIR, O_LOGLEVEL, O_HELP };
+           O_DATADIR, O_FSYNC, O_LOGLEVEL, O_HELP };
     static const struct option opts[] = {
         {"listen", required_argument, NULL, O_LISTEN},
         {"allow", required_argument, NULL, O_ALLOW},
@@ -336,6 +415,7 @@ int kvp__serve_main(int argc, char **argv)
         {"max-keys", required_argument, NULL, O_MAXKEYS},
         {"threads", required_argument, NULL, O_THREADS},
         {"data-dir", required_argument, NULL, O_DATADIR},
+        {"fsync", required_argument, NULL, O_FSYNC},
         {"log-level", required_argument, NULL, O_LOGLEVEL},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
@@ -347,6 +427,7 @@ int kvp__serve_main(int argc, char **argv)
              max_keys = KVP_DEFAULT_MAX_KEYS, threads = 1;
     struct kvp_cidr *allow = NULL;
     size_t nallow = 0;
+    int fsync_mode = KVP_FSYNC_BATCH;
     int status = 2;
 
     if (token && !*token)
@@ -432,6 +513,18 @@ int kvp__serve_main(int argc, char **argv)
             }
             data_dir = v;
             break;
+        case O_FSYNC:
+            if (!strcmp(v, "always"))
+                fsync_mode = KVP_FSYNC_ALWAYS;
+            else if (!strcmp(v, "batch"))
+                fsync_mode = KVP_FSYNC_BATCH;
+            else if (!strcmp(v, "never"))
+                fsync_mode = KVP_FSYNC_NEVER;
+            else {
+                status = bad_value("--fsync", v, "expected always, batch or never");
+                goto out;
+            }
+            break;
         case O_LOGLEVEL: {
             int lvl = kvp__log_parse_level(v);
             if (lvl < 0) {
@@ -473,10 +566,22 @@ int kvp__serve_main(int argc, char **argv)
     kvp_meta_opts_init(&mo);
     mo.lease_ms = lease_ms;
     mo.read_grace_ms = grace_ms;
+    int persistent = strcmp(data_dir, "none") != 0;
+    mo.data_dir = persistent ? data_dir : NULL;
+    mo.fsync = fsync_mode;
+    mo.log = meta_log;
     struct kvp_meta *meta = NULL;
     int rc = kvp_meta_open(&mo, &meta);
     if (rc) {
-        fprintf(stderr, "kvpage serve: cannot create the metadata store: %s\n", kvp_strerror(rc));
+        /* meta has logged the details (file, offset, what is wrong). */
+        if (rc == -EBUSY)
+            fprintf(stderr, "kvpage serve: data directory %s is in use by another kvpage process\n",
+                    data_dir);
+        else if (persistent)
+            fprintf(stderr, "kvpage serve: cannot open the state in %s: %s\n", data_dir,
+                    kvp_strerror(rc));
+        else
+            fprintf(stderr, "kvpage serve: cannot create the metadata store: %s\n", kvp_strerror(rc));
         goto out;
     }
     struct serve *S = calloc(1, sizeof *S);
@@ -494,6 +599,7 @@ int kvp__serve_main(int argc, char **argv)
         .data_dir = data_dir,
     };
     kvp__server_init(&S->srv, meta, &cfg);
+    S->meta = meta;
     S->max_body = (size_t)max_body;
 
     /* Signals are taken synchronously by this thread only; MHD's threads
@@ -508,7 +614,8 @@ int kvp__serve_main(int argc, char **argv)
     int fd = open_listener(&la, listen_text);
     struct MHD_Daemon *d = NULL;
     if (fd >= 0) {
-        unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_TURBO | MHD_USE_ERROR_LOG;
+        unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_TURBO | MHD_USE_ERROR_LOG |
+                         MHD_ALLOW_SUSPEND_RESUME;
         if (la.ss.ss_family == AF_INET6)
             flags |= MHD_USE_IPv6;
         struct MHD_OptionItem ops[] = {
@@ -532,11 +639,11 @@ int kvp__serve_main(int argc, char **argv)
         addr_text(&la, host, sizeof host, &port);
         if (di && di->port)
             port = di->port;
-        if (!strcmp(data_dir, "none"))
-            KVP_LOGI("--data-dir none: state is in memory only (persistence not implemented yet)");
+        static const char *const fsync_names[] = {"never", "batch", "always"};
+        if (!persistent)
+            KVP_LOGI("--data-dir none: state is in memory only");
         else
-            KVP_LOGI("state is in memory only (persistence not implemented yet); --data-dir %s is "
-                     "not used", data_dir);
+            KVP_LOGI("state in %s (write-ahead log, fsync %s)", data_dir, fsync_names[fsync_mode]);
         KVP_LOGI("lease %" PRIu64 " ms, read grace %" PRIu64 " ms, max body %" PRIu64
                  " bytes, max keys %" PRIu64 ", %" PRIu64 " thread(s)%s%s",
                  lease_ms, grace_ms, max_body, max_keys, threads, token ? ", bearer token required" : "",
@@ -554,6 +661,13 @@ int kvp__serve_main(int argc, char **argv)
         int sig = 0;
         sigwait(&sigs, &sig);
         KVP_LOGI("%s received, shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        /* Answer the replies parked on the log before stopping MHD: their
+         * callbacks point at connections that MHD frees when it stops. */
+        atomic_store(&g_stopping, 1);
+        for (int i = 0; i < 30000 && atomic_load(&g_pending) > 0; i++)
+            usleep(1000);
+        if (atomic_load(&g_pending) > 0)
+            KVP_LOGW("%ld replies still wait for the log after 30 s", (long)atomic_load(&g_pending));
         MHD_stop_daemon(d);
         close(fd);
         status = 0;

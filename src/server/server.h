@@ -35,7 +35,7 @@ struct kvp_server_config {
     size_t nallow;
     size_t max_body;            /* bytes; 0 means the default (64 MiB) */
     size_t max_keys;            /* per list in one request; 0 means the default (1,000,000) */
-    const char *data_dir;       /* kept for the persistence issue; unused for now */
+    const char *data_dir;       /* for the record (serve.c opens meta with it); may be NULL */
 };
 
 #define KVP_DEFAULT_MAX_BODY ((size_t)64 << 20)
@@ -124,6 +124,8 @@ struct kvp_reply {
 };
 
 void kvp__reply_init(struct kvp_reply *rep);
+/* Replaces the reply by 500 "Internal error: <what>: <strerror(rc)>". */
+void kvp__reply_failure(struct kvp_reply *rep, int rc, const char *what);
 void kvp__reply_free(struct kvp_reply *rep);
 
 /* Handles one request. Never fails: every outcome is a reply. */
