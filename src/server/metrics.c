@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "meta/persist.h"
 #include "server/server.h"
 
 static const int statuses[KVP_METRICS_NSTATUS - 1] = {200, 204, 400, 401, 403, 404,
@@ -204,6 +205,31 @@ static void prom_requests(struct kvp_server *srv, struct kvp_buf *b)
         }
 }
 
+static void prom_wal(struct kvp_server *srv, struct kvp_buf *b)
+{
+    struct kvp__persist_stats ps;
+    if (kvp__meta_persist_stats(srv->meta, &ps) != 0)
+        return; /* in memory only */
+    kvp__buf_printf(b,
+                    "# HELP kvpage_wal_bytes Bytes of write-ahead log and snapshots on disk.\n"
+                    "# TYPE kvpage_wal_bytes gauge\nkvpage_wal_bytes %llu\n"
+                    "# HELP kvpage_wal_appended_total Write-ahead log appended since start.\n"
+                    "# TYPE kvpage_wal_appended_total counter\nkvpage_wal_appended_total %llu\n"
+                    "# HELP kvpage_wal_fsyncs_total fsync calls of the write-ahead log.\n"
+                    "# TYPE kvpage_wal_fsyncs_total counter\nkvpage_wal_fsyncs_total %llu\n"
+                    "# HELP kvpage_wal_fsync_seconds_total Time spent in those fsync calls.\n"
+                    "# TYPE kvpage_wal_fsync_seconds_total counter\n"
+                    "kvpage_wal_fsync_seconds_total %llu.%09llu\n"
+                    "# HELP kvpage_snapshots_total Snapshots written.\n"
+                    "# TYPE kvpage_snapshots_total counter\nkvpage_snapshots_total %llu\n"
+                    "# HELP kvpage_snapshot_failures_total Snapshots that failed.\n"
+                    "# TYPE kvpage_snapshot_failures_total counter\nkvpage_snapshot_failures_total %llu\n",
+                    (unsigned long long)ps.wal_bytes, (unsigned long long)ps.appended,
+                    (unsigned long long)ps.fsyncs, (unsigned long long)(ps.fsync_ns / 1000000000u),
+                    (unsigned long long)(ps.fsync_ns % 1000000000u), (unsigned long long)ps.snapshots,
+                    (unsigned long long)ps.snapshot_failures);
+}
+
 int kvp__metrics_prometheus(struct kvp_server *srv, struct kvp_buf *b)
 {
     struct collect col = {0};
@@ -213,6 +239,7 @@ int kvp__metrics_prometheus(struct kvp_server *srv, struct kvp_buf *b)
         return rc;
     }
     prom_requests(srv, b);
+    prom_wal(srv, b);
     for (size_t f = 0; f < sizeof rank_fields / sizeof rank_fields[0]; f++) {
         const struct rank_field *rf = &rank_fields[f];
         if (rf->help)
@@ -297,6 +324,17 @@ int kvp__metrics_stats_json(struct kvp_server *srv, struct kvp_buf *b)
         if (!first_status)
             kvp__jw_lit(b, "}");
     }
-    kvp__buf_printf(b, "}, \"total\": %llu}}", (unsigned long long)total);
+    kvp__buf_printf(b, "}, \"total\": %llu}", (unsigned long long)total);
+    struct kvp__persist_stats ps;
+    if (kvp__meta_persist_stats(srv->meta, &ps) == 0)
+        kvp__buf_printf(b,
+                        ", \"wal\": {\"bytes\": %llu, \"appended\": %llu, \"fsyncs\": %llu, "
+                        "\"fsync_seconds\": %llu.%09llu, \"snapshots\": %llu, "
+                        "\"snapshot_failures\": %llu}",
+                        (unsigned long long)ps.wal_bytes, (unsigned long long)ps.appended,
+                        (unsigned long long)ps.fsyncs, (unsigned long long)(ps.fsync_ns / 1000000000u),
+                        (unsigned long long)(ps.fsync_ns % 1000000000u),
+                        (unsigned long long)ps.snapshots, (unsigned long long)ps.snapshot_failures);
+    kvp__jw_lit(b, "}");
     return b->oom ? -ENOMEM : 0;
 }
