@@ -10,6 +10,7 @@
  * their read grace or returned by the same request (see evict()).
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -222,7 +223,9 @@ static struct kvp__key *key_get(struct kvp_ns *ns, const struct kvp_str *k, uint
     if (e && slot < e->cap)
         return e;
     uint16_t cap = (uint16_t)(ns->nranks > slot + 1 ? ns->nranks : slot + 1);
-    struct kvp__key *ne = malloc(sizeof *ne + cap * sizeof(uint32_t) + k->len);
+    /* offsetof, not sizeof: the struct's tail padding would push a 64-byte
+     * key into the next malloc size class (112 instead of 96 bytes). */
+    struct kvp__key *ne = malloc(offsetof(struct kvp__key, pages) + cap * sizeof(uint32_t) + k->len);
     if (!ne)
         return NULL;
     if (!e) {
@@ -240,7 +243,7 @@ static struct kvp__key *key_get(struct kvp_ns *ns, const struct kvp_str *k, uint
         return ne;
     }
     /* Grow an existing entry: copy, then repoint the chain and its pages' owners. */
-    *ne = *e;
+    memcpy(ne, e, offsetof(struct kvp__key, pages));
     ne->cap = cap;
     for (uint32_t i = 0; i < cap; i++)
         ne->pages[i] = i < e->cap ? e->pages[i] : KVP_NONE;

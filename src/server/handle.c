@@ -13,6 +13,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "server/jsonfast.h"
 #include "server/server.h"
 
 static const char JSON_TYPE[] = "application/json";
@@ -714,7 +715,7 @@ static void dispatch(struct kvp_ctx *c)
     c->body = NULL;
     if (req->body_len) {
         json_error_t jerr;
-        json_t *j = json_loadb(req->body, req->body_len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+        json_t *j = kvp__json_load(req->body, req->body_len, &jerr);
         if (!j) {
             kvp__reply_error(c, 400, "Invalid JSON body: %s at byte %lld", jerr.text,
                              (long long)jerr.position);
