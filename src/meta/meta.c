@@ -802,7 +802,9 @@ KVP_API int kvp_meta_confirm(struct kvp_ns *ns, uint32_t rank, const struct kvp_
      * conflict half-way through; find them before anything changes. Sorting
      * (page << 32 | index) groups the same page together. */
     uint64_t *order = NULL;
-    if (n > 1 && !(order = malloc(n * sizeof *order))) {
+    struct kvp__key **ents = NULL; /* each confirmation's entry, looked up once */
+    if (n && (!(order = malloc(n * sizeof *order)) || !(ents = malloc(n * sizeof *ents)))) {
+        free(order);
         set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
         return -ENOMEM;
     }
@@ -858,9 +860,10 @@ KVP_API int kvp_meta_confirm(struct kvp_ns *ns, uint32_t rank, const struct kvp_
     /* Validation is complete; from here on nothing fails but memory. Allocate
      * every new key entry first so that running out of memory changes nothing. */
     for (size_t i = 0; i < n; i++) {
+        ents[i] = NULL;
         if (r->pages[pages[i]].state == KVP_PHELD)
             continue;
-        if (!key_get(ns, &keys[i], r->slot)) {
+        if (!(ents[i] = key_get(ns, &keys[i], r->slot))) {
             rc = -ENOMEM;
             set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
             /* Entries created so far hold no page; drop them again. */
@@ -879,7 +882,7 @@ KVP_API int kvp_meta_confirm(struct kvp_ns *ns, uint32_t rank, const struct kvp_
         struct kvp__page *pg = &r->pages[p];
         if (pg->state == KVP_PHELD)
             continue; /* held by this key (validated): idempotent */
-        struct kvp__key *e = key_get(ns, &keys[i], r->slot); /* exists: no allocation */
+        struct kvp__key *e = ents[i];
         if (pg->state == KVP_PRESERVED)
             list_remove(r->pages, &r->reserved, p);
         else
@@ -909,6 +912,7 @@ KVP_API int kvp_meta_confirm(struct kvp_ns *ns, uint32_t rank, const struct kvp_
 out:
     pthread_mutex_unlock(&ns->lock);
     free(order);
+    free(ents);
     return rc;
 }
 
