@@ -8,7 +8,7 @@
 # Environment: KVP_BENCH_FILE (default /var/tmp/kvp_bench/pages.bin; must be
 # on a disk file system, not tmpfs), KVP_BENCH_SECONDS (timed seconds per run,
 # default 1.2), KVP_BENCH_WARMUP (untimed seconds first, default 0.3),
-# KVP_BENCH_REPS (round-robin repetitions, the best counts; default 3).
+# KVP_BENCH_REPS (round-robin repetitions, the best counts; default 2, ~9 min).
 # Needs fio and /usr/bin/python3. Writes one line per run to RESULTS_FILE
 # (default bench/io/results.txt), then prints the markdown table.
 set -eu
@@ -16,7 +16,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 file=${KVP_BENCH_FILE:-/var/tmp/kvp_bench/pages.bin}
 secs=${KVP_BENCH_SECONDS:-1.2}
 warm=${KVP_BENCH_WARMUP:-0.3}
-reps=${KVP_BENCH_REPS:-3}
+reps=${KVP_BENCH_REPS:-2}
 out=${1:-$here/results.txt}
 size=$((4 * 1024 * 1024 * 1024))
 pool=$((1024 * 1024 * 1024))

@@ -180,36 +180,45 @@ KVP_API int kvp_pagefile_flush(struct kvp_pagefile *pf, struct kvp_error *err);
  */
 KVP_API void kvp_pagefile_close(struct kvp_pagefile *pf);
 
-/* Getters. All are thread-safe and never fail on a valid handle. */
+/*
+ * Getters. Each takes a handle from kvp_pagefile_open (not NULL), is
+ * thread-safe, never fails, and returns a value or a string owned by the
+ * handle (valid until kvp_pagefile_close).
+ */
 
-/* The path given to kvp_pagefile_open (owned by the handle). */
+/* The path given to kvp_pagefile_open. */
 KVP_API const char *kvp_pagefile_path(const struct kvp_pagefile *pf);
-/* The addressable size in bytes (opts->size, or the file size when it was 0). */
+/* The addressable size in bytes: opts->size, or the file's size when that was 0. */
 KVP_API uint64_t kvp_pagefile_size(const struct kvp_pagefile *pf);
-/* The file's size on disk at open (after any extension); may exceed kvp_pagefile_size. */
+/* The file's size on disk at open, after any extension; may exceed kvp_pagefile_size. */
 KVP_API uint64_t kvp_pagefile_file_size(const struct kvp_pagefile *pf);
+/* opts->bytes_per_page: the largest size of one operation. */
 KVP_API uint64_t kvp_pagefile_bytes_per_page(const struct kvp_pagefile *pf);
+/* opts->entries: the most operations in one batch. */
 KVP_API uint32_t kvp_pagefile_entries(const struct kvp_pagefile *pf);
+/* opts->flags (KVP_PAGEFILE_*). */
 KVP_API uint32_t kvp_pagefile_flags(const struct kvp_pagefile *pf);
 /* The backend asked for in opts (KVP_PAGEFILE_BACKEND_*, possibly AUTO). */
 KVP_API int kvp_pagefile_backend_requested(const struct kvp_pagefile *pf);
 /* The backend that serves reads (write == 0) or writes (write != 0): PSYNC or URING. */
 KVP_API int kvp_pagefile_backend(const struct kvp_pagefile *pf, int write);
-/* "auto", "psync" or "uring" for a KVP_PAGEFILE_BACKEND_* value; "?" otherwise. */
+/* "auto", "psync" or "uring" for a KVP_PAGEFILE_BACKEND_* value, "?" otherwise. Static string. */
 KVP_API const char *kvp_pagefile_backend_name(int backend);
-/* Why the backends are what they are, e.g. why io_uring was not used. Owned by the handle. */
+/* One sentence on why the backends are what they are, e.g. why io_uring was not used. */
 KVP_API const char *kvp_pagefile_backend_note(const struct kvp_pagefile *pf);
 /* psync worker threads started (0 when no direction uses psync). */
 KVP_API uint32_t kvp_pagefile_threads(const struct kvp_pagefile *pf);
 /* io_uring rings set up (0 when no direction uses io_uring). */
 KVP_API uint32_t kvp_pagefile_queues(const struct kvp_pagefile *pf);
+/* Permission bits used when the file was created (opts->mode, default 0644). */
 KVP_API uint32_t kvp_pagefile_mode(const struct kvp_pagefile *pf);
+/* Piece size of the psync backend (opts->chunk_bytes rounded up to the O_DIRECT alignment). */
 KVP_API uint64_t kvp_pagefile_chunk_bytes(const struct kvp_pagefile *pf);
 /* O_DIRECT buffer address alignment in bytes (1 without KVP_PAGEFILE_DIRECT). */
 KVP_API uint32_t kvp_pagefile_direct_mem_align(const struct kvp_pagefile *pf);
 /* O_DIRECT offset and size alignment in bytes (1 without KVP_PAGEFILE_DIRECT). */
 KVP_API uint32_t kvp_pagefile_direct_offset_align(const struct kvp_pagefile *pf);
-/* Number of regions currently registered (after splitting at 1 GiB). */
+/* Regions currently registered by kvp_pagefile_register_buffers, after splitting at 1 GiB. */
 KVP_API uint32_t kvp_pagefile_registered_buffers(const struct kvp_pagefile *pf);
 
 #ifdef __cplusplus

@@ -29,15 +29,16 @@
 #define PF_OPTS_MIN_SIZE (offsetof(struct kvp_pagefile_opts, chunk_bytes) + sizeof(uint64_t))
 
 /*
- * Which backend AUTO uses, [direct][write], from bench/io/README.md on the
- * reference machine (2 vCPUs). Buffered reads: io_uring copies from the page
- * cache inline in the submitting thread with no handoff and was faster in
- * most runs; buffered writes: the thread pool was as fast or faster (ext4's
- * per-write work spreads over cores). O_DIRECT: io_uring keeps the device
- * queue full without a thread per request.
+ * Which backend AUTO uses, [direct][write]. The table allows a choice per
+ * mode; on the reference machine (bench/io/README.md, 2 vCPUs, best of 3
+ * round-robin runs) io_uring was as fast or faster in 10 of the 12 cases and
+ * within noise in the other two: for buffered I/O it copies inline in the
+ * submitting thread with no handoff to a worker, and for O_DIRECT it keeps the
+ * device queue full without a thread per request. psync remains the fallback
+ * where io_uring is unavailable.
  */
 static const int pf_auto_choice[2][2] = {
-    {KVP_PAGEFILE_BACKEND_URING, KVP_PAGEFILE_BACKEND_PSYNC},
+    {KVP_PAGEFILE_BACKEND_URING, KVP_PAGEFILE_BACKEND_URING},
     {KVP_PAGEFILE_BACKEND_URING, KVP_PAGEFILE_BACKEND_URING},
 };
 
