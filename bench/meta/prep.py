@@ -52,6 +52,12 @@ class Client:
         return r.status, data
 
 
+def cmd_init(port, pages):
+    """Initializes rank 0 only (for the allocate + confirm runs)."""
+    Client(port).post("/rank/0/initialize", {"num_pages": int(pages)})
+    print(f"RESULT init pages={pages}")
+
+
 def cmd_keys(n, path):
     with open(path, "w") as f:
         for k in make_keys(int(n)):
@@ -173,7 +179,7 @@ def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     cmd, args = sys.argv[1], sys.argv[2:]
-    {"keys": cmd_keys, "prep": cmd_prep, "alloc128": cmd_alloc128, "rss": cmd_rss,
+    {"keys": cmd_keys, "init": cmd_init, "prep": cmd_prep, "alloc128": cmd_alloc128, "rss": cmd_rss,
      "srvtime": cmd_srvtime}[cmd](*args)
 
 

@@ -13,7 +13,8 @@
 # Env: KVPAGE (binary, default build/kvpage; built with cmake if missing),
 #      DUR (seconds per wrk run, 8), REPS (3), THREADS_LIST ("1 2"),
 #      PAGES (pages of rank 0 in the throughput servers, 16777216),
-#      RSS_KEYS (1000000), ALLOC_ITERS (2000), PROFILE (0), KEEP (keep temp dir).
+#      RSS_KEYS (1000000), ALLOC_ITERS (2000), PROFILE (0), KEEP (keep temp dir),
+#      FSYNC_LIST ("batch": allocate+confirm with --data-dir and these --fsync modes).
 # Exits non-zero if a server fails to start or a step fails.
 set -euo pipefail
 
@@ -29,6 +30,7 @@ POOL_KEYS=16384
 RSS_KEYS=${RSS_KEYS:-1000000}
 ALLOC_ITERS=${ALLOC_ITERS:-2000}
 PROFILE=${PROFILE:-0}
+FSYNC_LIST=${FSYNC_LIST:-"batch"}
 PY=/usr/bin/python3
 
 for tool in wrk cc curl "$PY"; do
@@ -152,6 +154,17 @@ for rep in $(seq "$REPS"); do
         stop_server "${KPID[$t]}"
     done
     unset KPID KPORT
+    # issue 3: the same pairs with persistence on (group commit), same rep
+    for mode in $FSYNC_LIST; do
+        rm -rf "$TMP/data-$mode"
+        start_server "kvpage-fsync-$mode-rep$rep" "$KV" serve --listen 127.0.0.1:@PORT@ \
+            --data-dir "$TMP/data-$mode" --fsync "$mode" --threads 1 --log-level warn
+        "$PY" "$HERE/prep.py" init "$SRV_PORT" "$PAGES" >/dev/null || exit 1
+        wrk_run "kvpage_fsync_${mode}_allocconfirm64" "$rep" "$SRV_PORT" allocconfirm.lua BENCH_BATCH=64
+        stop_server "$SRV_PID"
+        log "data dir after fsync=$mode: $(du -sb "$TMP/data-$mode" | cut -f1) bytes"
+        rm -rf "$TMP/data-$mode"
+    done
 done
 stop_server "$PROBE_PID"
 

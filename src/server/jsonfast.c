@@ -15,6 +15,7 @@
  * checks that the two paths agree.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -203,50 +204,85 @@ fail:
     return NULL;
 }
 
-static _Thread_local jsmntok_t *tl_tok;
-static _Thread_local unsigned tl_cap;
+/* One token array per thread, freed when the thread exits (the server's
+ * worker threads come and go with the daemon). */
+struct toks {
+    jsmntok_t *t;
+    unsigned cap;
+};
+static pthread_key_t toks_key;
+static pthread_once_t toks_once = PTHREAD_ONCE_INIT;
+
+static void toks_free(void *p)
+{
+    struct toks *k = p;
+    free(k->t);
+    free(k);
+}
+
+static void toks_init(void)
+{
+    pthread_key_create(&toks_key, toks_free);
+}
+
+static struct toks *thread_toks(void)
+{
+    pthread_once(&toks_once, toks_init);
+    struct toks *k = pthread_getspecific(toks_key);
+    if (!k) {
+        k = calloc(1, sizeof *k);
+        if (!k || !(k->t = malloc(256 * sizeof *k->t)) || pthread_setspecific(toks_key, k)) {
+            if (k)
+                free(k->t);
+            free(k);
+            return NULL;
+        }
+        k->cap = 256;
+    }
+    return k;
+}
 
 /* The fast path; NULL when the body needs jansson. */
 static json_t *fast_load(const char *js, size_t len)
 {
     if (len == 0 || len > (size_t)1 << 30 || memchr(js, '\0', len))
         return NULL;
-    if (!tl_tok) {
-        tl_cap = 256;
-        if (!(tl_tok = malloc(tl_cap * sizeof *tl_tok)))
-            return NULL;
-    }
+    struct toks *k = thread_toks();
+    if (!k)
+        return NULL;
     jsmn_parser p;
     int n;
     for (;;) {
         jsmn_init(&p);
-        n = jsmn_parse(&p, js, len, tl_tok, tl_cap);
+        n = jsmn_parse(&p, js, len, k->t, k->cap);
         if (n != JSMN_ERROR_NOMEM)
             break;
-        if (tl_cap >= (1u << 26))
+        if (k->cap >= (1u << 26))
             return NULL;
-        jsmntok_t *nt = realloc(tl_tok, 2 * (size_t)tl_cap * sizeof *nt);
+        jsmntok_t *nt = realloc(k->t, 2 * (size_t)k->cap * sizeof *nt);
         if (!nt)
             return NULL;
-        tl_tok = nt;
-        tl_cap *= 2;
+        k->t = nt;
+        k->cap *= 2;
     }
     if (n < 1)
         return NULL;
-    struct fast f = {js, len, tl_tok, n, 0, 0};
-    if (!gap_ok(js, 0, tok_begin(&tl_tok[0]), 0))
+    struct fast f = {js, len, k->t, n, 0, 0};
+    if (!gap_ok(js, 0, tok_begin(&k->t[0]), 0))
         return NULL;
     json_t *root = build(&f);
     /* One value, then only whitespace. */
-    if (root && (f.next != n || !gap_ok(js, tok_end(&tl_tok[0]), (int)len, 0))) {
+    if (root && (f.next != n || !gap_ok(js, tok_end(&k->t[0]), (int)len, 0))) {
         json_decref(root);
         root = NULL;
     }
-    /* Keep one large token array per thread from pinning memory. */
-    if (tl_cap > (1u << 16)) {
-        free(tl_tok);
-        tl_tok = NULL;
-        tl_cap = 0;
+    /* A huge body's token array is not kept around. */
+    if (k->cap > (1u << 16)) {
+        jsmntok_t *small = realloc(k->t, 256 * sizeof *small);
+        if (small) {
+            k->t = small;
+            k->cap = 256;
+        }
     }
     return root;
 }
