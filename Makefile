@@ -30,8 +30,14 @@ unit: build
 unit-asan: asan
 	@cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# Integration tests drive the sanitizer build of the real binary.
-integration: asan
+# Integration tests drive the real binary: the release build (which has code
+# that is compiled out under sanitizers, e.g. the request arena), then the
+# sanitizer build.
+integration: build asan
+	@echo "integration tests: release build"
+	@KVPAGE_BIN=$(CURDIR)/$(BUILD)/kvpage KVPAGE_LIB=$(CURDIR)/$(BUILD)/libkvpage.so \
+	  $(PYTHON) -m pytest -q -p no:cacheprovider tests/integration
+	@echo "integration tests: AddressSanitizer + UndefinedBehaviorSanitizer build"
 	@KVPAGE_BIN=$(CURDIR)/$(ASAN_BUILD)/kvpage KVPAGE_LIB=$(CURDIR)/$(ASAN_BUILD)/libkvpage.so \
 	  $(PYTHON) -m pytest -q -p no:cacheprovider tests/integration
 
