@@ -571,6 +571,7 @@ KVP_API void kvp_meta_close(struct kvp_meta *m)
         free(ns->buckets);
         free(ns->deployment);
         free(ns->pool);
+        free(ns->jbuf);
         pthread_mutex_destroy(&ns->lock);
         free(ns);
     }
@@ -665,6 +666,7 @@ KVP_API int kvp_meta_init_rank(struct kvp_ns *ns, uint32_t rank, uint64_t num_pa
             kvp__jrnl_init(ns, rank, (uint32_t)num_pages);
         }
     }
+    kvp__jrnl_commit(ns); /* the op's records reach the log together */
     pthread_mutex_unlock(&ns->lock);
     return rc;
 }
@@ -779,6 +781,7 @@ KVP_API int kvp_meta_allocate(struct kvp_ns *ns, uint32_t rank, const struct kvp
         pages[i] = p;
     }
 out:
+    kvp__jrnl_commit(ns); /* the op's records reach the log together */
     pthread_mutex_unlock(&ns->lock);
     if (n > 1)
         seen_free(&seen);
@@ -910,6 +913,7 @@ KVP_API int kvp_meta_confirm(struct kvp_ns *ns, uint32_t rank, const struct kvp_
         }
     }
 out:
+    kvp__jrnl_commit(ns); /* the op's records reach the log together */
     pthread_mutex_unlock(&ns->lock);
     free(order);
     free(ents);
@@ -1000,6 +1004,7 @@ KVP_API int kvp_meta_delete(struct kvp_ns *ns, int64_t rank, const struct kvp_st
         }
     }
 out:
+    kvp__jrnl_commit(ns); /* the op's records reach the log together */
     pthread_mutex_unlock(&ns->lock);
     return rc;
 }
@@ -1033,6 +1038,7 @@ KVP_API int kvp_meta_clear(struct kvp_ns *ns, int64_t rank, struct kvp_error *er
         }
         free(fresh);
     }
+    kvp__jrnl_commit(ns); /* the op's records reach the log together */
     pthread_mutex_unlock(&ns->lock);
     return rc;
 }

@@ -76,6 +76,10 @@ struct kvp_ns {
     uint32_t nranks, cap_ranks;
     struct kvp__key **buckets;
     uint64_t nbuckets, nkeys;
+    /* Log records of the operation in progress, framed, appended to the
+     * log in one piece by kvp__jrnl_commit (guarded by lock). */
+    uint8_t *jbuf;
+    size_t jlen, jcap;
 };
 
 struct kvp_meta {
@@ -96,11 +100,12 @@ struct kvp_meta {
  * All are no-ops without persistence (src/meta/persist.c). */
 struct kvp__persist;
 void kvp__jrnl_ns(struct kvp_meta *m, const struct kvp_ns *ns);
-void kvp__jrnl_init(const struct kvp_ns *ns, uint32_t rank, uint32_t num_pages);
-void kvp__jrnl_hold(const struct kvp_ns *ns, uint32_t rank, uint32_t page,
-                    const struct kvp__key *key);
-void kvp__jrnl_free(const struct kvp_ns *ns, uint32_t rank, uint32_t page);
-void kvp__jrnl_clear(const struct kvp_ns *ns, int64_t rank);
+void kvp__jrnl_init(struct kvp_ns *ns, uint32_t rank, uint32_t num_pages);
+void kvp__jrnl_hold(struct kvp_ns *ns, uint32_t rank, uint32_t page, const struct kvp__key *key);
+void kvp__jrnl_free(struct kvp_ns *ns, uint32_t rank, uint32_t page);
+void kvp__jrnl_clear(struct kvp_ns *ns, int64_t rank);
+/* Appends the records staged by the calls above; before the lock is released. */
+void kvp__jrnl_commit(struct kvp_ns *ns);
 
 /* Persistence lifetime, called by kvp_meta_open / kvp_meta_close. */
 int kvp__persist_open(struct kvp_meta *m);

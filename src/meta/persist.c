@@ -173,50 +173,86 @@ void kvp__jrnl_ns(struct kvp_meta *m, const struct kvp_ns *ns)
     kvp__wal_append(w, e.b, e.n);
 }
 
-void kvp__jrnl_init(const struct kvp_ns *ns, uint32_t rank, uint32_t num_pages)
+/*
+ * Records of an operation are framed into the namespace's staging buffer
+ * (the caller holds the namespace lock) and reach the log in one append at
+ * kvp__jrnl_commit: one lock of the log and one wake-up of its flusher per
+ * request instead of one per key.
+ */
+static void stage(struct kvp_ns *ns, const struct enc *e)
 {
-    struct kvp__wal *w = jwal(ns->meta);
-    if (!w)
+    size_t need = ns->jlen + KVP_WAL_HDR + e->n;
+    if (need > ns->jcap) {
+        size_t cap = ns->jcap ? ns->jcap : 4096;
+        while (cap < need)
+            cap *= 2;
+        uint8_t *b = realloc(ns->jbuf, cap);
+        if (!b) {
+            /* Send what is staged, then this record alone: order is kept. */
+            kvp__jrnl_commit(ns);
+            kvp__wal_append(ns->meta->persist->wal, e->b, e->n);
+            return;
+        }
+        ns->jbuf = b;
+        ns->jcap = cap;
+    }
+    kvp__wal_frame(ns->jbuf + ns->jlen, e->b, e->n);
+    memcpy(ns->jbuf + ns->jlen + KVP_WAL_HDR, e->b, e->n);
+    ns->jlen += KVP_WAL_HDR + e->n;
+}
+
+void kvp__jrnl_commit(struct kvp_ns *ns)
+{
+    if (!ns->jlen)
+        return;
+    kvp__wal_append_framed(ns->meta->persist->wal, ns->jbuf, ns->jlen);
+    ns->jlen = 0;
+    if (ns->jcap > (1u << 20)) { /* one huge request does not pin its buffer */
+        free(ns->jbuf);
+        ns->jbuf = NULL;
+        ns->jcap = 0;
+    }
+}
+
+void kvp__jrnl_init(struct kvp_ns *ns, uint32_t rank, uint32_t num_pages)
+{
+    if (!jwal(ns->meta))
         return;
     struct enc e = {.n = 0};
     enc_init(&e, ns->id, rank, num_pages);
-    kvp__wal_append(w, e.b, e.n);
+    stage(ns, &e);
 }
 
-void kvp__jrnl_hold(const struct kvp_ns *ns, uint32_t rank, uint32_t page,
-                    const struct kvp__key *key)
+void kvp__jrnl_hold(struct kvp_ns *ns, uint32_t rank, uint32_t page, const struct kvp__key *key)
 {
-    struct kvp__wal *w = jwal(ns->meta);
-    if (!w)
+    if (!jwal(ns->meta))
         return;
     struct enc e = {.n = 0};
     enc_hold(&e, ns->id, rank, page, key);
-    kvp__wal_append(w, e.b, e.n);
+    stage(ns, &e);
 }
 
-void kvp__jrnl_free(const struct kvp_ns *ns, uint32_t rank, uint32_t page)
+void kvp__jrnl_free(struct kvp_ns *ns, uint32_t rank, uint32_t page)
 {
-    struct kvp__wal *w = jwal(ns->meta);
-    if (!w)
+    if (!jwal(ns->meta))
         return;
     struct enc e = {.n = 0};
     e8(&e, REC_FREE);
     e32(&e, ns->id);
     e32(&e, rank);
     e32(&e, page);
-    kvp__wal_append(w, e.b, e.n);
+    stage(ns, &e);
 }
 
-void kvp__jrnl_clear(const struct kvp_ns *ns, int64_t rank)
+void kvp__jrnl_clear(struct kvp_ns *ns, int64_t rank)
 {
-    struct kvp__wal *w = jwal(ns->meta);
-    if (!w)
+    if (!jwal(ns->meta))
         return;
     struct enc e = {.n = 0};
     e8(&e, REC_CLEAR);
     e32(&e, ns->id);
     e32(&e, rank < 0 ? ALL_RANKS : (uint32_t)rank);
-    kvp__wal_append(w, e.b, e.n);
+    stage(ns, &e);
 }
 
 /* ---------------------------------------------------------------- decoding */
@@ -508,6 +544,7 @@ static void append_catalog(struct kvp_meta *m)
         kvp__jrnl_ns(m, ns);
         for (uint32_t s = 0; s < ns->nranks; s++)
             kvp__jrnl_init(ns, ns->slots[s]->id, ns->slots[s]->num_pages);
+        kvp__jrnl_commit(ns);
     }
 }
 

@@ -62,6 +62,9 @@ int kvp__wal_start(struct kvp__wal *w, uint64_t lsn);
  */
 uint64_t kvp__wal_append(struct kvp__wal *w, const void *payload, uint32_t len);
 
+/* Appends records already framed with kvp__wal_frame, in one piece. */
+uint64_t kvp__wal_append_framed(struct kvp__wal *w, const uint8_t *framed, size_t len);
+
 /* The end LSN of the last record appended by the calling thread (0: none). */
 uint64_t kvp__wal_thread_lsn(void);
 void kvp__wal_thread_lsn_reset(void);
