@@ -166,16 +166,40 @@ static uint64_t key_hash(const struct kvp_str *k)
     return XXH3_64bits(k->ptr, k->len);
 }
 
-static struct kvp__key **key_slot(struct kvp_ns *ns, const struct kvp_str *k, uint64_t h)
+/*
+ * The key index is a chained hash table that grows by doubling. The move to
+ * the bigger table is incremental (each insertion moves a few old buckets),
+ * so no request ever waits for millions of keys to be rehashed; until it is
+ * done, a lookup also searches the old table's buckets not yet moved. The
+ * stored tag is the low 32 bits of the key's hash, which are also its bucket
+ * bits, so moving an entry needs neither its key bytes nor a new hash.
+ */
+#define MIGRATE_STEP 64
+#define MAX_KEY_BUCKETS (1ull << 32)
+
+static struct kvp__key **chain_find(struct kvp__key **pp, const struct kvp_str *k, uint32_t tag)
 {
-    struct kvp__key **pp = &ns->buckets[h & (ns->nbuckets - 1)];
-    uint32_t tag = (uint32_t)(h >> 32);
     for (; *pp; pp = &(*pp)->next) {
         struct kvp__key *e = *pp;
         if (e->hash == tag && e->len == k->len && !memcmp(kvp__key_bytes(e), k->ptr, k->len))
             break;
     }
     return pp;
+}
+
+/* Where the key is linked, or where to link it when absent. */
+static struct kvp__key **key_slot(struct kvp_ns *ns, const struct kvp_str *k, uint64_t h)
+{
+    uint32_t tag = (uint32_t)h;
+    if (ns->old) {
+        uint64_t ob = tag & (ns->nold - 1);
+        if (ob >= ns->mpos) {
+            struct kvp__key **pp = chain_find(&ns->old[ob], k, tag);
+            if (*pp)
+                return pp;
+        }
+    }
+    return chain_find(&ns->buckets[tag & (ns->nbuckets - 1)], k, tag);
 }
 
 static struct kvp__key *key_find(struct kvp_ns *ns, const struct kvp_str *k)
@@ -190,23 +214,38 @@ static uint32_t key_page(const struct kvp__key *e, uint32_t slot)
     return (e && slot < e->cap) ? e->pages[slot] : KVP_NONE;
 }
 
-static int grow_buckets(struct kvp_ns *ns)
+/* Moves up to n buckets of the old table into the current one. */
+static void migrate(struct kvp_ns *ns, uint64_t n)
 {
-    uint64_t nb = ns->nbuckets * 2;
+    while (ns->old && n--) {
+        struct kvp__key *e = ns->old[ns->mpos], *nx;
+        for (; e; e = nx) {
+            nx = e->next;
+            uint64_t b = e->hash & (ns->nbuckets - 1);
+            e->next = ns->buckets[b];
+            ns->buckets[b] = e;
+        }
+        ns->old[ns->mpos] = NULL;
+        if (++ns->mpos == ns->nold) {
+            free(ns->old);
+            ns->old = NULL;
+            ns->nold = ns->mpos = 0;
+        }
+    }
+}
+
+/* Starts moving to a table of nb buckets (a power of two). */
+static int start_resize(struct kvp_ns *ns, uint64_t nb)
+{
+    migrate(ns, UINT64_MAX); /* at most one move at a time */
+    if (nb > MAX_KEY_BUCKETS || nb <= ns->nbuckets)
+        return -ENOSPC;
     struct kvp__key **b = calloc(nb, sizeof *b);
     if (!b)
         return -ENOMEM;
-    for (uint64_t i = 0; i < ns->nbuckets; i++) {
-        struct kvp__key *e = ns->buckets[i], *nx;
-        for (; e; e = nx) {
-            nx = e->next;
-            struct kvp_str s = {kvp__key_bytes(e), e->len};
-            uint64_t h = key_hash(&s);
-            e->next = b[h & (nb - 1)];
-            b[h & (nb - 1)] = e;
-        }
-    }
-    free(ns->buckets);
+    ns->old = ns->buckets;
+    ns->nold = ns->nbuckets;
+    ns->mpos = 0;
     ns->buckets = b;
     ns->nbuckets = nb;
     return 0;
@@ -215,8 +254,10 @@ static int grow_buckets(struct kvp_ns *ns)
 /* Returns the key's entry, creating it with room for `slot`. NULL: out of memory. */
 static struct kvp__key *key_get(struct kvp_ns *ns, const struct kvp_str *k, uint32_t slot)
 {
-    if (ns->nkeys + 1 > ns->nbuckets && grow_buckets(ns) != 0 && ns->nkeys >= ns->nbuckets * 4)
-        return NULL; /* a failed grow is tolerable until chains get long */
+    if (ns->old)
+        migrate(ns, MIGRATE_STEP);
+    else if (ns->nkeys + 1 > ns->nbuckets)
+        start_resize(ns, ns->nbuckets * 2); /* on failure chains just get longer */
     uint64_t h = key_hash(k);
     struct kvp__key **pp = key_slot(ns, k, h);
     struct kvp__key *e = *pp;
@@ -230,7 +271,7 @@ static struct kvp__key *key_get(struct kvp_ns *ns, const struct kvp_str *k, uint
         return NULL;
     if (!e) {
         ne->next = NULL;
-        ne->hash = (uint32_t)(h >> 32);
+        ne->hash = (uint32_t)h;
         ne->len = (uint16_t)k->len;
         ne->nheld = 0;
         ne->pad_ = 0;
@@ -542,6 +583,7 @@ KVP_API int kvp_meta_ns(struct kvp_meta *m, const char *deployment, size_t dlen,
 
 static void free_all_keys(struct kvp_ns *ns)
 {
+    migrate(ns, UINT64_MAX);
     for (uint64_t i = 0; i < ns->nbuckets; i++) {
         struct kvp__key *e = ns->buckets[i], *nx;
         for (; e; e = nx) {
@@ -569,6 +611,7 @@ KVP_API void kvp_meta_close(struct kvp_meta *m)
         free(ns->slots);
         free(ns->by_id);
         free(ns->buckets);
+        free(ns->old);
         free(ns->deployment);
         free(ns->pool);
         free(ns->jbuf);
@@ -1170,8 +1213,9 @@ static int check_ns(struct kvp_ns *ns, struct kvp_error *err)
         held_total += nh;
     }
     uint64_t keys = 0, slots_total = 0;
-    for (uint64_t b = 0; b < ns->nbuckets; b++) {
-        for (const struct kvp__key *e = ns->buckets[b]; e; e = e->next) {
+    for (uint64_t b = 0; b < ns->nbuckets + ns->nold; b++) {
+        const struct kvp__key *first = b < ns->nbuckets ? ns->buckets[b] : ns->old[b - ns->nbuckets];
+        for (const struct kvp__key *e = first; e; e = e->next) {
             keys++;
             uint32_t held = 0;
             CHECK(e->nheld > 0, "%s: key '%.*s' holds no page", ctx,
@@ -1288,7 +1332,10 @@ int kvp__replay_free(struct kvp_ns *ns, uint32_t rank, uint32_t page, char *msg,
 void kvp__meta_reserve_keys(struct kvp_ns *ns, uint64_t nkeys)
 {
     pthread_mutex_lock(&ns->lock);
-    while (ns->nbuckets < nkeys && ns->nbuckets < (1ull << 40) && grow_buckets(ns) == 0)
-        ;
+    uint64_t nb = ns->nbuckets;
+    while (nb < nkeys && nb < MAX_KEY_BUCKETS)
+        nb *= 2;
+    if (nb > ns->nbuckets && start_resize(ns, nb) == 0)
+        migrate(ns, UINT64_MAX); /* recovery: no request is waiting */
     pthread_mutex_unlock(&ns->lock);
 }

@@ -21,7 +21,7 @@ enum kvp__pstate { KVP_PFREE = 0, KVP_PRESERVED = 1, KVP_PHELD = 2 };
  */
 struct kvp__key {
     struct kvp__key *next; /* hash chain */
-    uint32_t hash;         /* low bits of the xxh3 hash, to skip memcmp */
+    uint32_t hash;         /* low 32 bits of the xxh3 hash: bucket bits and a tag */
     uint16_t len;          /* key length, 1..1024 */
     uint16_t cap;          /* number of slots in pages[] */
     uint16_t nheld;        /* slots with a page */
@@ -76,6 +76,8 @@ struct kvp_ns {
     uint32_t nranks, cap_ranks;
     struct kvp__key **buckets;
     uint64_t nbuckets, nkeys;
+    struct kvp__key **old; /* while the index grows: the table being emptied */
+    uint64_t nold, mpos;   /* its size; its buckets below mpos are moved */
     /* Log records of the operation in progress, framed, appended to the
      * log in one piece by kvp__jrnl_commit (guarded by lock). */
     uint8_t *jbuf;
