@@ -29,16 +29,16 @@
 #define PF_OPTS_MIN_SIZE (offsetof(struct kvp_pagefile_opts, chunk_bytes) + sizeof(uint64_t))
 
 /*
- * Which backend AUTO uses, [direct][write]. The table allows a choice per
- * mode; on the reference machine (bench/io/README.md, 2 vCPUs, best of 3
- * round-robin runs) io_uring was as fast or faster in 10 of the 12 cases and
- * within noise in the other two: for buffered I/O it copies inline in the
- * submitting thread with no handoff to a worker, and for O_DIRECT it keeps the
- * device queue full without a thread per request. psync remains the fallback
- * where io_uring is unavailable.
+ * Which backend AUTO uses, [direct][write], from bench/io on a quiet 2-vCPU
+ * machine (bench/io/README.md, 2026-11-30 12:32 UTC): buffered reads are
+ * memory copies out of the page cache, and psync spreads them over the cores
+ * (24-25 GB/s against io_uring's 13-15 for 2 and 16 MiB pages, even at
+ * 256 KiB); for buffered writes and for O_DIRECT io_uring was ahead in every
+ * page size (it keeps the device queue full without a thread per request).
+ * psync is also the fallback where io_uring is unavailable.
  */
 static const int pf_auto_choice[2][2] = {
-    {KVP_PAGEFILE_BACKEND_URING, KVP_PAGEFILE_BACKEND_URING},
+    {KVP_PAGEFILE_BACKEND_PSYNC, KVP_PAGEFILE_BACKEND_URING},
     {KVP_PAGEFILE_BACKEND_URING, KVP_PAGEFILE_BACKEND_URING},
 };
 

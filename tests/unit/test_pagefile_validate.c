@@ -373,14 +373,15 @@ static void test_auto_and_fallback(void)
     reset_err();
     CHECK_EQ(kvp_pagefile_open(path, &o, &pf, &E), 0);
     if (pf) {
-        /* io_uring for both directions (bench/io), unless io_uring is missing */
+        /* buffered: psync reads (copies on every core), io_uring writes
+         * (bench/io), unless io_uring is missing */
         printf("auto buffered: %s\n", kvp_pagefile_backend_note(pf));
+        CHECK_EQ(kvp_pagefile_backend(pf, 0), KVP_PAGEFILE_BACKEND_PSYNC);
+        CHECK(kvp_pagefile_threads(pf) > 0);
         if (strstr(kvp_pagefile_backend_note(pf), "io_uring is unavailable") == NULL) {
-            CHECK_EQ(kvp_pagefile_backend(pf, 0), KVP_PAGEFILE_BACKEND_URING);
             CHECK_EQ(kvp_pagefile_backend(pf, 1), KVP_PAGEFILE_BACKEND_URING);
             CHECK_STR(kvp_pagefile_backend_note(pf),
-                      "auto: uring reads, uring writes for buffered I/O (the faster per bench/io)");
-            CHECK_EQ(kvp_pagefile_threads(pf), 0);
+                      "auto: psync reads, uring writes for buffered I/O (the faster per bench/io)");
             CHECK_EQ(kvp_pagefile_queues(pf), 4);
         }
         kvp_pagefile_close(pf);
