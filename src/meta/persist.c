@@ -20,6 +20,7 @@
  * is approximated by write order. A clean close writes a final snapshot.
  */
 #include <errno.h>
+#include <sched.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -570,6 +571,10 @@ static int snapshot_fork(struct kvp_meta *m)
     if (pid > 0)
         append_catalog(m); /* after the fork: the child's image must not include it */
     if (pid == 0) {
+        /* The snapshot can wait; requests cannot: use only idle CPU. */
+        struct sched_param sp = {0};
+        if (sched_setscheduler(0, SCHED_IDLE, &sp) != 0 && nice(19) == -1)
+            (void)0; /* a lower priority is an optimization only */
         int fd = kvp__wal_snap_create(dir, lsn);
         int crc = fd < 0 ? fd : write_snapshot(m, fd, lsn);
         if (fd >= 0)
