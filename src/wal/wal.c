@@ -451,55 +451,35 @@ int kvp__wal_start(struct kvp__wal *w, uint64_t lsn)
     return 0;
 }
 
-uint64_t kvp__wal_append(struct kvp__wal *w, const void *payload, uint32_t len)
+/*
+ * Makes room for len more bytes of pending log, with w->mu held. On failure
+ * the log is failed (nothing acknowledged may depend on a record that was not
+ * kept), w->mu is released and 0 returned.
+ */
+static int reserve_locked(struct kvp__wal *w, size_t len)
 {
-    pthread_mutex_lock(&w->mu);
-    size_t need = w->len + KVP_WAL_HDR + len;
-    if (need > w->cap) {
-        size_t cap = w->cap ? w->cap : 1 << 16;
-        while (cap < need)
-            cap *= 2;
-        uint8_t *b = realloc(w->buf, cap);
-        if (!b) {
-            /* Nothing acknowledged can depend on a record that was not kept. */
-            w->failed = -ENOMEM;
-            pthread_mutex_unlock(&w->mu);
-            logf_(w, 0, "wal: out of memory appending a record; the log is failed");
-            return tl_lsn = UINT64_MAX;
-        }
-        w->buf = b;
-        w->cap = cap;
+    size_t need = w->len + len;
+    if (need <= w->cap)
+        return 1;
+    size_t cap = w->cap ? w->cap : 1 << 16;
+    while (cap < need)
+        cap *= 2;
+    uint8_t *b = realloc(w->buf, cap);
+    if (!b) {
+        w->failed = -ENOMEM;
+        pthread_mutex_unlock(&w->mu);
+        logf_(w, 0, "wal: out of memory appending to the log; the log is failed");
+        return 0;
     }
-    kvp__wal_frame(w->buf + w->len, payload, len);
-    memcpy(w->buf + w->len + KVP_WAL_HDR, payload, len);
-    w->len += KVP_WAL_HDR + len;
-    w->appended += KVP_WAL_HDR + len;
-    uint64_t lsn = w->appended;
-    if (w->len == KVP_WAL_HDR + len && w->started)
-        pthread_cond_signal(&w->work);
-    pthread_mutex_unlock(&w->mu);
-    return tl_lsn = lsn;
+    w->buf = b;
+    w->cap = cap;
+    return 1;
 }
 
-uint64_t kvp__wal_append_framed(struct kvp__wal *w, const uint8_t *framed, size_t len)
+/* Accounts for len bytes just placed at the end of the pending log, wakes the
+ * flusher when they are the first, releases w->mu; returns the end LSN. */
+static uint64_t appended_locked(struct kvp__wal *w, size_t len)
 {
-    pthread_mutex_lock(&w->mu);
-    size_t need = w->len + len;
-    if (need > w->cap) {
-        size_t cap = w->cap ? w->cap : 1 << 16;
-        while (cap < need)
-            cap *= 2;
-        uint8_t *b = realloc(w->buf, cap);
-        if (!b) {
-            w->failed = -ENOMEM;
-            pthread_mutex_unlock(&w->mu);
-            logf_(w, 0, "wal: out of memory appending records; the log is failed");
-            return tl_lsn = UINT64_MAX;
-        }
-        w->buf = b;
-        w->cap = cap;
-    }
-    memcpy(w->buf + w->len, framed, len);
     int was_empty = w->len == 0;
     w->len += len;
     w->appended += len;
@@ -508,6 +488,25 @@ uint64_t kvp__wal_append_framed(struct kvp__wal *w, const uint8_t *framed, size_
         pthread_cond_signal(&w->work);
     pthread_mutex_unlock(&w->mu);
     return tl_lsn = lsn;
+}
+
+uint64_t kvp__wal_append(struct kvp__wal *w, const void *payload, uint32_t len)
+{
+    pthread_mutex_lock(&w->mu);
+    if (!reserve_locked(w, KVP_WAL_HDR + len))
+        return tl_lsn = UINT64_MAX;
+    kvp__wal_frame(w->buf + w->len, payload, len);
+    memcpy(w->buf + w->len + KVP_WAL_HDR, payload, len);
+    return appended_locked(w, KVP_WAL_HDR + len);
+}
+
+uint64_t kvp__wal_append_framed(struct kvp__wal *w, const uint8_t *framed, size_t len)
+{
+    pthread_mutex_lock(&w->mu);
+    if (!reserve_locked(w, len))
+        return tl_lsn = UINT64_MAX;
+    memcpy(w->buf + w->len, framed, len);
+    return appended_locked(w, len);
 }
 
 uint64_t kvp__wal_thread_lsn(void)
