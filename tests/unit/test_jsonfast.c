@@ -64,6 +64,43 @@ int main(void)
     json_t *j = kvp__json_load("{\"a\":\"\\u0041\"}", 14, &e);
     CHECK(j && !strcmp(json_string_value(json_object_get(j, "a")), "A"));
     json_decref(j);
+    /* the word-at-a-time string check: every bad byte at every position of
+     * strings across 8-byte words is refused; good bytes are accepted */
+    const unsigned char badb[] = {0x01, 0x1f, 0x7f, 0x80, 0xc3, 0xff, '\\'};
+    const unsigned char goodb[] = {0x20, 0x21, 0x5b, 0x5d, 0x7e, 'a', '0'};
+    int wrong = 0;
+    for (int len = 1; len <= 19; len++)
+        for (int pos = 0; pos < len; pos++) {
+            char body[64];
+            for (size_t b = 0; b < sizeof badb + sizeof goodb; b++) {
+                int refuse = b < sizeof badb;
+                unsigned char ch = refuse ? badb[b] : goodb[b - sizeof badb];
+                int n = snprintf(body, sizeof body, "{\"k\":[\"");
+                for (int i = 0; i < len; i++)
+                    body[n++] = i == pos ? (char)ch : 'x';
+                n += snprintf(body + n, sizeof body - (size_t)n, "\"]}");
+                json_t *f = kvp__json_load_fast_only(body, (size_t)n);
+                if ((f != NULL) == refuse)
+                    wrong++;
+                if (f && !refuse) {
+                    const char *v = json_string_value(json_array_get(json_object_get(f, "k"), 0));
+                    if (!v || strlen(v) != (size_t)len || (unsigned char)v[pos] != ch)
+                        wrong++;
+                }
+                json_decref(f);
+                /* the same byte in an object member's name */
+                n = snprintf(body, sizeof body, "{\"");
+                for (int i = 0; i < len; i++)
+                    body[n++] = i == pos ? (char)ch : 'y';
+                n += snprintf(body + n, sizeof body - (size_t)n, "\":1}");
+                f = kvp__json_load_fast_only(body, (size_t)n);
+                if ((f != NULL) == refuse)
+                    wrong++;
+                json_decref(f);
+            }
+        }
+    CHECK_EQ(wrong, 0);
+
     /* a NUL byte inside the body */
     json_t *n = kvp__json_load_fast_only("{}\0{}", 5);
     CHECK(n == NULL);
