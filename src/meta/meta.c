@@ -347,9 +347,8 @@ static void touch(struct kvp__rank *r, uint32_t p)
 }
 
 /* Reservations whose lease ran out go back to FREE. FIFO order = deadline order. */
-static void expire(struct kvp_ns *ns, struct kvp__rank *r, uint64_t now)
+static void expire(struct kvp__rank *r, uint64_t now)
 {
-    (void)ns;
     while (r->reserved.tail != KVP_NONE && r->pages[r->reserved.tail].t <= now) {
         uint32_t p = r->reserved.tail;
         list_remove(r->pages, &r->reserved, p);
@@ -696,7 +695,7 @@ KVP_API int kvp_meta_init_rank(struct kvp_ns *ns, uint32_t rank, uint64_t num_pa
         else if (rc)
             set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
     } else if (r->num_pages != num_pages) {
-        expire(ns, r, now_ms(ns->meta));
+        expire(r, now_ms(ns->meta));
         if (r->lru.count || r->reserved.count) {
             rc = -EEXIST;
             set_err(err, rc, KVP_RULE_RESIZE_HELD, -1, r->num_pages, (int64_t)num_pages,
@@ -783,7 +782,7 @@ KVP_API int kvp_meta_allocate(struct kvp_ns *ns, uint32_t rank, const struct kvp
     if ((rc = rank_lookup_err(ns, rank, &r, err)) != 0)
         goto out;
     uint64_t now = now_ms(ns->meta);
-    expire(ns, r, now);
+    expire(r, now);
     if (++r->stamp == 0)
         r->stamp = 1;
     /* Hits first, touched last to first so that earlier keys (prefix parents)
@@ -831,6 +830,21 @@ out:
     return rc;
 }
 
+/* -EINVAL (rule, the element, its page) unless every page is in [0, num_pages). */
+static int pages_in_range(const struct kvp__rank *r, const int64_t *p, size_t n, int rule,
+                          const char *what, struct kvp_error *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] < 0 || p[i] >= r->num_pages) {
+            set_err(err, -EINVAL, rule, (int64_t)i, p[i], r->num_pages,
+                    "%s %zu: page %lld is outside [0, %u)", what, i, (long long)p[i],
+                    r->num_pages);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
 static int cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -858,24 +872,9 @@ KVP_API int kvp_meta_confirm(struct kvp_ns *ns, uint32_t rank, const struct kvp_
     struct kvp__rank *r;
     if ((rc = rank_lookup_err(ns, rank, &r, err)) != 0)
         goto out;
-    for (size_t i = 0; i < n; i++) {
-        if (pages[i] < 0 || pages[i] >= r->num_pages) {
-            rc = -EINVAL;
-            set_err(err, rc, KVP_RULE_CONFIRM_PAGE, (int64_t)i, pages[i], r->num_pages,
-                    "confirmation %zu: page %lld is outside [0, %u)", i, (long long)pages[i],
-                    r->num_pages);
-            goto out;
-        }
-    }
-    for (size_t i = 0; i < nrel; i++) {
-        if (release[i] < 0 || release[i] >= r->num_pages) {
-            rc = -EINVAL;
-            set_err(err, rc, KVP_RULE_RELEASE_PAGE, (int64_t)i, release[i], r->num_pages,
-                    "release %zu: page %lld is outside [0, %u)", i, (long long)release[i],
-                    r->num_pages);
-            goto out;
-        }
-    }
+    if ((rc = pages_in_range(r, pages, n, KVP_RULE_CONFIRM_PAGE, "confirmation", err)) ||
+        (rc = pages_in_range(r, release, nrel, KVP_RULE_RELEASE_PAGE, "release", err)))
+        goto out;
     for (size_t i = 0; i < n; i++) {
         struct kvp__page *pg = &r->pages[pages[i]];
         if (pg->state != KVP_PHELD)
@@ -1122,7 +1121,7 @@ KVP_API int kvp_meta_stats(struct kvp_meta *m, kvp_meta_stats_fn fn, void *arg)
         }
         uint64_t now = now_ms(m);
         for (size_t i = 0; i < nr; i++) {
-            expire(ns, ns->by_id[i], now);
+            expire(ns->by_id[i], now);
             rank_stats(ns->by_id[i], &st[i]);
         }
         pthread_mutex_unlock(&ns->lock);

@@ -506,7 +506,7 @@ static uint64_t mono_ms(void)
 }
 
 struct snapcheck {
-    uint64_t records, end_count, bytes, bad_offset;
+    uint64_t records, end_count, bytes;
     int saw_end;
 };
 
@@ -673,10 +673,8 @@ static int snap_check_rec(void *arg, const uint8_t *payload, uint32_t len, const
 {
     struct snapcheck *c = arg;
     (void)file;
-    if (c->saw_end || (c->records == 0 && (len < 1 || payload[0] != REC_SNAP_BEGIN))) {
-        c->bad_offset = offset;
+    if (c->saw_end || (c->records == 0 && (len < 1 || payload[0] != REC_SNAP_BEGIN)))
         return -EUCLEAN;
-    }
     c->records++;
     c->bytes = offset + KVP_WAL_HDR + len;
     if (len == 17 && payload[0] == REC_SNAP_END) {
