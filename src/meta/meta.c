@@ -10,6 +10,7 @@
  * their read grace or returned by the same request (see evict()).
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 #include <time.h>
 #include <xxhash.h>
 
+#include "meta/mem.h"
 #include "meta/meta_int.h"
 
 #define NS_BUCKETS 1024
@@ -87,6 +89,7 @@ KVP_API int kvp_meta_open(const struct kvp_meta_opts *opts, struct kvp_meta **ou
         return -ENOMEM;
     }
     pthread_rwlock_init(&m->ns_lock, NULL);
+    kvp__mempool_init(&m->pool);
     if (m->opts.data_dir) {
         int rc = kvp__persist_open(m);
         if (rc) {
@@ -202,11 +205,106 @@ static struct kvp__key **key_slot(struct kvp_ns *ns, const struct kvp_str *k, ui
     return chain_find(&ns->buckets[tag & (ns->nbuckets - 1)], k, tag);
 }
 
-static struct kvp__key *key_find(struct kvp_ns *ns, const struct kvp_str *k)
+static struct kvp__key *key_find_h(struct kvp_ns *ns, const struct kvp_str *k, uint64_t h)
 {
     if (!ns->nkeys)
         return NULL;
-    return *key_slot(ns, k, key_hash(k));
+    return *key_slot(ns, k, h);
+}
+
+static struct kvp__key *key_find(struct kvp_ns *ns, const struct kvp_str *k)
+{
+    return key_find_h(ns, k, key_hash(k));
+}
+
+/*
+ * Batches. A request's keys are hashed once, before the namespace lock, and
+ * searched a window at a time: the window's buckets are prefetched, then the
+ * first entry of each of their chains, then the window is searched. The
+ * cache misses of a window overlap instead of coming one after another (the
+ * index is far bigger than the cache, so nearly every bucket and entry is a
+ * miss; this halved the cost of a 64-key lookup).
+ */
+#define KB_LOCAL 64  /* keys whose hashes and entries live on the stack */
+#define KB_WINDOW 16 /* keys whose misses are in flight together */
+
+struct kbatch {
+    uint64_t *h;         /* hash of each key */
+    struct kvp__key **e; /* entry of each key, filled by kb_find */
+    uint64_t lh[KB_LOCAL];
+    struct kvp__key *le[KB_LOCAL];
+};
+
+static int kb_init(struct kbatch *kb, const struct kvp_str *keys, size_t n)
+{
+    kb->h = kb->lh;
+    kb->e = kb->le;
+    if (n > KB_LOCAL) {
+        kb->h = malloc(n * sizeof *kb->h);
+        kb->e = malloc(n * sizeof *kb->e);
+        if (!kb->h || !kb->e) {
+            free(kb->h);
+            free(kb->e);
+            return -ENOMEM;
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        kb->h[i] = key_hash(&keys[i]);
+    return 0;
+}
+
+static void kb_free(struct kbatch *kb)
+{
+    if (kb->h != kb->lh) {
+        free(kb->h);
+        free(kb->e);
+    }
+}
+
+/* Pulls the buckets of keys [i, j), then their chains' first entries, into the cache. */
+static void kb_prefetch(const struct kvp_ns *ns, const uint64_t *h, size_t i, size_t j)
+{
+    for (size_t x = i; x < j; x++) {
+        uint32_t tag = (uint32_t)h[x];
+        __builtin_prefetch(&ns->buckets[tag & (ns->nbuckets - 1)]);
+        if (ns->old)
+            __builtin_prefetch(&ns->old[tag & (ns->nold - 1)]);
+    }
+    for (size_t x = i; x < j; x++) {
+        uint32_t tag = (uint32_t)h[x];
+        struct kvp__key *e = ns->buckets[tag & (ns->nbuckets - 1)];
+        if (e)
+            __builtin_prefetch(e);
+        if (ns->old && (e = ns->old[tag & (ns->nold - 1)]) != NULL)
+            __builtin_prefetch(e);
+    }
+}
+
+/* kb->e[i] = the entry of keys[i] or NULL, for every key. */
+static void kb_find(struct kvp_ns *ns, struct kbatch *kb, const struct kvp_str *keys, size_t n)
+{
+    if (!ns->nkeys) {
+        memset(kb->e, 0, n * sizeof *kb->e);
+        return;
+    }
+    for (size_t w = 0; w < n; w += KB_WINDOW) {
+        size_t end = n - w > KB_WINDOW ? w + KB_WINDOW : n;
+        kb_prefetch(ns, kb->h, w, end);
+        for (size_t i = w; i < end; i++)
+            kb->e[i] = *key_slot(ns, &keys[i], kb->h[i]);
+    }
+}
+
+/* Bytes of an entry with cap slots and a key of len bytes. */
+static size_t key_size(uint32_t cap, size_t len)
+{
+    /* offsetof, not sizeof: the struct's tail padding is not needed */
+    return offsetof(struct kvp__key, pages) + cap * sizeof(uint32_t) + len;
+}
+
+static void key_free(struct kvp_ns *ns, struct kvp__key *e)
+{
+    kvp__slab_free(&ns->keys_mem, e, key_size(e->cap, e->len));
 }
 
 static uint32_t key_page(const struct kvp__key *e, uint32_t slot)
@@ -217,6 +315,10 @@ static uint32_t key_page(const struct kvp__key *e, uint32_t slot)
 /* Moves up to n buckets of the old table into the current one. */
 static void migrate(struct kvp_ns *ns, uint64_t n)
 {
+    if (ns->old) /* the step's first entries are scattered: fetch them together */
+        for (uint64_t b = ns->mpos; b < ns->nold && b < ns->mpos + n; b++)
+            if (ns->old[b])
+                __builtin_prefetch(ns->old[b]);
     while (ns->old && n--) {
         struct kvp__key *e = ns->old[ns->mpos], *nx;
         for (; e; e = nx) {
@@ -227,7 +329,7 @@ static void migrate(struct kvp_ns *ns, uint64_t n)
         }
         ns->old[ns->mpos] = NULL;
         if (++ns->mpos == ns->nold) {
-            free(ns->old);
+            kvp__big_free(ns->old, ns->nold * sizeof *ns->old);
             ns->old = NULL;
             ns->nold = ns->mpos = 0;
         }
@@ -240,8 +342,13 @@ static int start_resize(struct kvp_ns *ns, uint64_t nb)
     migrate(ns, UINT64_MAX); /* at most one move at a time */
     if (nb > MAX_KEY_BUCKETS || nb <= ns->nbuckets)
         return -ENOSPC;
-    struct kvp__key **b = calloc(nb, sizeof *b);
-    if (!b)
+    struct kvp__key **b = NULL;
+    if (ns->grown && ns->ngrown == nb)
+        b = ns->grown; /* backed, or being backed: populating changes no byte */
+    else
+        kvp__big_free(ns->grown, ns->ngrown * sizeof *ns->grown);
+    ns->grown = NULL;
+    if (!b && !(b = kvp__big_zalloc(nb * sizeof *b)))
         return -ENOMEM;
     ns->old = ns->buckets;
     ns->nold = ns->nbuckets;
@@ -251,22 +358,45 @@ static int start_resize(struct kvp_ns *ns, uint64_t nb)
     return 0;
 }
 
+/*
+ * The index doubles when it holds as many keys as buckets. A big new table is
+ * backed by the background thread before the move starts: a fresh 64 MiB
+ * table touched at random by the first requests after the resize stalled
+ * them for up to 190 ms. Meanwhile the current table takes more keys, up to
+ * twice as many as buckets, after which the move starts regardless.
+ */
+static void grow_index(struct kvp_ns *ns)
+{
+    uint64_t nb = ns->nbuckets * 2;
+    if (nb > MAX_KEY_BUCKETS)
+        return; /* chains just get longer */
+    if (nb * sizeof *ns->buckets >= KVP_PIECE_SIZE && !ns->grown) {
+        if ((ns->grown = kvp__big_zalloc(nb * sizeof *ns->grown)) != NULL) {
+            ns->ngrown = nb;
+            ns->grow_job.addr = ns->grown;
+            ns->grow_job.len = nb * sizeof *ns->grown;
+            kvp__mempool_populate(&ns->meta->pool, &ns->grow_job);
+        }
+    }
+    if (!ns->grown || atomic_load(&ns->grow_job.state) != KVP_POPULATE_QUEUED ||
+        ns->nkeys >= 2 * ns->nbuckets)
+        start_resize(ns, nb); /* on failure chains just get longer */
+}
+
 /* Returns the key's entry, creating it with room for `slot`. NULL: out of memory. */
-static struct kvp__key *key_get(struct kvp_ns *ns, const struct kvp_str *k, uint32_t slot)
+static struct kvp__key *key_get_h(struct kvp_ns *ns, const struct kvp_str *k, uint64_t h,
+                                  uint32_t slot)
 {
     if (ns->old)
         migrate(ns, MIGRATE_STEP);
     else if (ns->nkeys + 1 > ns->nbuckets)
-        start_resize(ns, ns->nbuckets * 2); /* on failure chains just get longer */
-    uint64_t h = key_hash(k);
+        grow_index(ns);
     struct kvp__key **pp = key_slot(ns, k, h);
     struct kvp__key *e = *pp;
     if (e && slot < e->cap)
         return e;
     uint16_t cap = (uint16_t)(ns->nranks > slot + 1 ? ns->nranks : slot + 1);
-    /* offsetof, not sizeof: the struct's tail padding would push a 64-byte
-     * key into the next malloc size class (112 instead of 96 bytes). */
-    struct kvp__key *ne = malloc(offsetof(struct kvp__key, pages) + cap * sizeof(uint32_t) + k->len);
+    struct kvp__key *ne = kvp__slab_alloc(&ns->keys_mem, key_size(cap, k->len));
     if (!ne)
         return NULL;
     if (!e) {
@@ -293,8 +423,13 @@ static struct kvp__key *key_get(struct kvp_ns *ns, const struct kvp_str *k, uint
     for (uint32_t i = 0; i < e->cap; i++)
         if (e->pages[i] != KVP_NONE)
             ns->slots[i]->pages[e->pages[i]].owner = ne;
-    free(e);
+    key_free(ns, e);
     return ne;
+}
+
+static struct kvp__key *key_get(struct kvp_ns *ns, const struct kvp_str *k, uint32_t slot)
+{
+    return key_get_h(ns, k, key_hash(k), slot);
 }
 
 static void key_unlink(struct kvp_ns *ns, struct kvp__key *e)
@@ -303,7 +438,7 @@ static void key_unlink(struct kvp_ns *ns, struct kvp__key *e)
     struct kvp__key **pp = key_slot(ns, &s, key_hash(&s));
     *pp = e->next;
     ns->nkeys--;
-    free(e);
+    key_free(ns, e);
 }
 
 /* ---------------------------------------------------------------- pages */
@@ -358,7 +493,25 @@ static void expire(struct kvp__rank *r, uint64_t now)
 }
 
 /* A FREE page, unlinked, or KVP_NONE. */
-static uint32_t take_free_page(struct kvp__rank *r)
+/* Pages whose slots fill one 2 MiB piece of a page array. */
+#define PAGES_PER_PIECE (KVP_PIECE_SIZE / sizeof(struct kvp__page))
+
+/* Has the background thread back the page array from page `from` on, one
+ * piece ahead of the high-water mark, so that handing out never-used pages
+ * does not wait for fresh memory. */
+static void populate_ahead(struct kvp_meta *m, struct kvp__rank *r, uint64_t from)
+{
+    if (from >= r->num_pages)
+        return;
+    uint64_t n = r->num_pages - from < PAGES_PER_PIECE ? r->num_pages - from : PAGES_PER_PIECE;
+    if (atomic_load(&r->ahead.state) == KVP_POPULATE_QUEUED)
+        return;
+    r->ahead.addr = &r->pages[from];
+    r->ahead.len = n * sizeof *r->pages;
+    kvp__mempool_populate(&m->pool, &r->ahead);
+}
+
+static uint32_t take_free_page(struct kvp_meta *m, struct kvp__rank *r)
 {
     if (r->free.head != KVP_NONE) {
         uint32_t p = r->free.head;
@@ -368,6 +521,8 @@ static uint32_t take_free_page(struct kvp__rank *r)
     }
     while (r->hwm < r->num_pages) {
         uint32_t p = r->hwm++;
+        if (p % PAGES_PER_PIECE == 0)
+            populate_ahead(m, r, (uint64_t)p + PAGES_PER_PIECE);
         if (r->pages[p].state == KVP_PFREE) {
             r->nfree--;
             return p;
@@ -432,7 +587,10 @@ static struct kvp__page *pages_alloc(uint32_t num_pages)
 {
     void *p = mmap(NULL, (size_t)num_pages * sizeof(struct kvp__page), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
+    if (p == MAP_FAILED)
+        return NULL;
+    kvp__big_hint(p, (size_t)num_pages * sizeof(struct kvp__page));
+    return p;
 }
 
 static void pages_free(struct kvp__page *pg, uint32_t num_pages)
@@ -539,7 +697,7 @@ KVP_API int kvp_meta_ns(struct kvp_meta *m, const char *deployment, size_t dlen,
         if (ns) {
             ns->deployment = strndup(deployment, dlen);
             ns->pool = strndup(pool, plen);
-            ns->buckets = calloc(MIN_KEY_BUCKETS, sizeof *ns->buckets);
+            ns->buckets = kvp__big_zalloc(MIN_KEY_BUCKETS * sizeof *ns->buckets);
             ns->nbuckets = MIN_KEY_BUCKETS;
         }
         struct kvp_ns **by_id = NULL;
@@ -554,7 +712,7 @@ KVP_API int kvp_meta_ns(struct kvp_meta *m, const char *deployment, size_t dlen,
             if (ns) {
                 free(ns->deployment);
                 free(ns->pool);
-                free(ns->buckets);
+                kvp__big_free(ns->buckets, MIN_KEY_BUCKETS * sizeof *ns->buckets);
                 free(ns);
             }
             pthread_rwlock_unlock(&m->ns_lock);
@@ -562,6 +720,7 @@ KVP_API int kvp_meta_ns(struct kvp_meta *m, const char *deployment, size_t dlen,
             return -ENOMEM;
         }
         ns->meta = m;
+        ns->keys_mem.pool = &m->pool;
         ns->id = (uint32_t)m->ns_count;
         m->ns_by_id[ns->id] = ns;
         kvp__jrnl_ns(m, ns);
@@ -587,11 +746,12 @@ static void free_all_keys(struct kvp_ns *ns)
         struct kvp__key *e = ns->buckets[i], *nx;
         for (; e; e = nx) {
             nx = e->next;
-            free(e);
+            key_free(ns, e); /* frees the big ones, kept in no chunk */
         }
         ns->buckets[i] = NULL;
     }
     ns->nkeys = 0;
+    kvp__slab_destroy(&ns->keys_mem);
 }
 
 KVP_API void kvp_meta_close(struct kvp_meta *m)
@@ -599,6 +759,7 @@ KVP_API void kvp_meta_close(struct kvp_meta *m)
     if (!m)
         return;
     kvp__persist_close(m);
+    kvp__mempool_destroy(&m->pool); /* its thread may be writing into namespaces */
     struct kvp_ns *ns = m->ns_first, *nx;
     for (; ns; ns = nx) {
         nx = ns->next_all;
@@ -609,8 +770,10 @@ KVP_API void kvp_meta_close(struct kvp_meta *m)
         }
         free(ns->slots);
         free(ns->by_id);
-        free(ns->buckets);
-        free(ns->old);
+        kvp__big_free(ns->buckets, ns->nbuckets * sizeof *ns->buckets);
+        kvp__big_free(ns->old, ns->nold * sizeof *ns->old);
+        kvp__big_free(ns->grown, ns->ngrown * sizeof *ns->grown);
+        kvp__slab_destroy(&ns->keys_mem);
         free(ns->deployment);
         free(ns->pool);
         free(ns->jbuf);
@@ -740,9 +903,10 @@ static int seen_init(struct seen *s, size_t n)
 }
 
 /* Returns the earlier index of key i, or inserts i and returns -1. */
-static int64_t seen_check(struct seen *s, const struct kvp_str *keys, size_t i)
+static int64_t seen_check(struct seen *s, const struct kvp_str *keys, const uint64_t *hash,
+                          size_t i)
 {
-    uint64_t h = key_hash(&keys[i]);
+    uint64_t h = hash[i];
     for (size_t j = h & s->mask;; j = (j + 1) & s->mask) {
         if (!s->slot[j]) {
             s->slot[j] = (uint32_t)i + 1;
@@ -773,7 +937,13 @@ KVP_API int kvp_meta_allocate(struct kvp_ns *ns, uint32_t rank, const struct kvp
         return -EINVAL;
     }
     struct seen seen = {0};
+    struct kbatch kb;
+    if (kb_init(&kb, keys, n) != 0) {
+        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        return -ENOMEM;
+    }
     if (n > 1 && seen_init(&seen, n) != 0) {
+        kb_free(&kb);
         set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
         return -ENOMEM;
     }
@@ -785,10 +955,11 @@ KVP_API int kvp_meta_allocate(struct kvp_ns *ns, uint32_t rank, const struct kvp
     expire(r, now);
     if (++r->stamp == 0)
         r->stamp = 1;
+    kb_find(ns, &kb, keys, n);
     /* Hits first, touched last to first so that earlier keys (prefix parents)
      * end up more recent; marking them keeps phase two from evicting them. */
     for (size_t i = n; i-- > 0;) {
-        uint32_t p = key_page(key_find(ns, &keys[i]), r->slot);
+        uint32_t p = key_page(kb.e[i], r->slot);
         if (existed)
             existed[i] = p != KVP_NONE;
         pages[i] = p == KVP_NONE ? -2 : (int64_t)p;
@@ -801,16 +972,16 @@ KVP_API int kvp_meta_allocate(struct kvp_ns *ns, uint32_t rank, const struct kvp
     for (size_t i = 0; i < n; i++) {
         if (pages[i] != -2) {
             if (n > 1)
-                seen_check(&seen, keys, i); /* a hit is also "seen" */
+                seen_check(&seen, keys, kb.h, i); /* a hit is also "seen" */
             continue;
         }
-        int64_t prev = n > 1 ? seen_check(&seen, keys, i) : -1;
+        int64_t prev = n > 1 ? seen_check(&seen, keys, kb.h, i) : -1;
         if (prev >= 0) {
             pages[i] = pages[prev];
             continue;
         }
         r->misses++;
-        uint32_t p = take_free_page(r);
+        uint32_t p = take_free_page(ns->meta, r);
         if (p == KVP_NONE)
             p = evict(ns, r, now);
         if (p == KVP_NONE) {
@@ -827,6 +998,7 @@ out:
     pthread_mutex_unlock(&ns->lock);
     if (n > 1)
         seen_free(&seen);
+    kb_free(&kb);
     return rc;
 }
 
@@ -862,9 +1034,13 @@ KVP_API int kvp_meta_confirm(struct kvp_ns *ns, uint32_t rank, const struct kvp_
      * conflict half-way through; find them before anything changes. Sorting
      * (page << 32 | index) groups the same page together. */
     uint64_t *order = NULL;
-    struct kvp__key **ents = NULL; /* each confirmation's entry, looked up once */
-    if (n && (!(order = malloc(n * sizeof *order)) || !(ents = malloc(n * sizeof *ents)))) {
-        free(order);
+    struct kbatch kb; /* kb.e: each confirmation's entry, looked up once */
+    if (kb_init(&kb, keys, n) != 0) {
+        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        return -ENOMEM;
+    }
+    if (n > 1 && !(order = malloc(n * sizeof *order))) {
+        kb_free(&kb);
         set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
         return -ENOMEM;
     }
@@ -905,10 +1081,12 @@ KVP_API int kvp_meta_confirm(struct kvp_ns *ns, uint32_t rank, const struct kvp_
     /* Validation is complete; from here on nothing fails but memory. Allocate
      * every new key entry first so that running out of memory changes nothing. */
     for (size_t i = 0; i < n; i++) {
-        ents[i] = NULL;
+        if (i % KB_WINDOW == 0)
+            kb_prefetch(ns, kb.h, i, n - i > KB_WINDOW ? i + KB_WINDOW : n);
+        kb.e[i] = NULL;
         if (r->pages[pages[i]].state == KVP_PHELD)
             continue;
-        if (!(ents[i] = key_get(ns, &keys[i], r->slot))) {
+        if (!(kb.e[i] = key_get_h(ns, &keys[i], kb.h[i], r->slot))) {
             rc = -ENOMEM;
             set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
             /* Entries created so far hold no page; drop them again. */
@@ -927,7 +1105,7 @@ KVP_API int kvp_meta_confirm(struct kvp_ns *ns, uint32_t rank, const struct kvp_
         struct kvp__page *pg = &r->pages[p];
         if (pg->state == KVP_PHELD)
             continue; /* held by this key (validated): idempotent */
-        struct kvp__key *e = ents[i];
+        struct kvp__key *e = kb.e[i];
         if (pg->state == KVP_PRESERVED)
             list_remove(r->pages, &r->reserved, p);
         else
@@ -958,7 +1136,7 @@ out:
     kvp__jrnl_commit(ns); /* the op's records reach the log together */
     pthread_mutex_unlock(&ns->lock);
     free(order);
-    free(ents);
+    kb_free(&kb);
     return rc;
 }
 
@@ -968,20 +1146,27 @@ KVP_API int kvp_meta_exists(struct kvp_ns *ns, int64_t rank, const struct kvp_st
     int rc = validate_keys(keys, n, err);
     if (rc)
         return rc;
+    struct kbatch kb;
+    if (kb_init(&kb, keys, n) != 0) {
+        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        return -ENOMEM;
+    }
     pthread_mutex_lock(&ns->lock);
     if (rank < 0) {
         uint32_t want = ns->nranks;
-        for (size_t i = 0; i < n; i++) {
-            struct kvp__key *e = key_find(ns, &keys[i]);
-            out[i] = e && want && e->nheld == want;
-        }
+        kb_find(ns, &kb, keys, n);
+        for (size_t i = 0; i < n; i++)
+            out[i] = kb.e[i] && want && kb.e[i]->nheld == want;
     } else {
         struct kvp__rank *r;
-        if ((rc = rank_lookup_err(ns, (uint32_t)rank, &r, err)) == 0)
+        if ((rc = rank_lookup_err(ns, (uint32_t)rank, &r, err)) == 0) {
+            kb_find(ns, &kb, keys, n);
             for (size_t i = 0; i < n; i++)
-                out[i] = key_page(key_find(ns, &keys[i]), r->slot) != KVP_NONE;
+                out[i] = key_page(kb.e[i], r->slot) != KVP_NONE;
+        }
     }
     pthread_mutex_unlock(&ns->lock);
+    kb_free(&kb);
     return rc;
 }
 
@@ -992,13 +1177,19 @@ KVP_API int kvp_meta_lookup(struct kvp_ns *ns, uint32_t rank, int complete_only,
     int rc = validate_keys(keys, n, err);
     if (rc)
         return rc;
+    struct kbatch kb;
+    if (kb_init(&kb, keys, n) != 0) {
+        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        return -ENOMEM;
+    }
     pthread_mutex_lock(&ns->lock);
     struct kvp__rank *r;
     if ((rc = rank_lookup_err(ns, rank, &r, err)) != 0)
         goto out;
     uint64_t until = now_ms(ns->meta) + ns->meta->opts.read_grace_ms;
+    kb_find(ns, &kb, keys, n);
     for (size_t i = n; i-- > 0;) {
-        struct kvp__key *e = key_find(ns, &keys[i]);
+        struct kvp__key *e = kb.e[i];
         uint32_t p = key_page(e, r->slot);
         if (p != KVP_NONE && complete_only && e->nheld != ns->nranks)
             p = KVP_NONE;
@@ -1013,6 +1204,7 @@ KVP_API int kvp_meta_lookup(struct kvp_ns *ns, uint32_t rank, int complete_only,
     }
 out:
     pthread_mutex_unlock(&ns->lock);
+    kb_free(&kb);
     return rc;
 }
 

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include "kvpage/meta.h"
+#include "meta/mem.h"
 
 #define KVP_NONE UINT32_MAX /* "no page" in uint32 page links and key slots */
 #define KVP_MAX_RANKS_PER_NS 65535
@@ -61,6 +62,7 @@ struct kvp__rank {
     struct kvp__page *pages;
     struct kvp__list free, reserved, lru;
     uint64_t nfree; /* free-list pages plus FREE pages >= hwm */
+    struct kvp__populate ahead; /* backs the page array ahead of hwm */
     uint64_t hits, misses, allocations, evictions, expired, release_held;
 };
 
@@ -78,6 +80,10 @@ struct kvp_ns {
     uint64_t nbuckets, nkeys;
     struct kvp__key **old; /* while the index grows: the table being emptied */
     uint64_t nold, mpos;   /* its size; its buckets below mpos are moved */
+    struct kvp__key **grown;   /* the next, bigger table while it is being backed */
+    uint64_t ngrown;
+    struct kvp__populate grow_job;
+    struct kvp__slab keys_mem; /* the key entries */
     /* Log records of the operation in progress, framed, appended to the
      * log in one piece by kvp__jrnl_commit (guarded by lock). */
     uint8_t *jbuf;
@@ -92,6 +98,7 @@ struct kvp_meta {
     uint64_t ns_count;
     struct kvp_ns **ns_by_id;
     struct kvp__persist *persist; /* NULL: in memory only */
+    struct kvp__mempool pool;     /* pre-faulted pieces for the key entries */
     int replaying;                /* recovery is applying records: log nothing */
 };
 
