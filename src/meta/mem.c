@@ -56,6 +56,12 @@ void kvp__big_free(void *p, size_t size)
         munmap(p, huge_round(size));
 }
 
+void kvp__big_nofork(void *p, size_t size, int nofork)
+{
+    if (p && size >= HUGE_SIZE)
+        (void)madvise(p, huge_round(size), nofork ? MADV_DONTFORK : MADV_DOFORK);
+}
+
 void kvp__big_hint(void *p, size_t size)
 {
 #ifdef MADV_HUGEPAGE
@@ -71,9 +77,11 @@ void kvp__big_hint(void *p, size_t size)
 static void *piece_new(void)
 {
     char *p = kvp__big_zalloc(KVP_PIECE_SIZE);
-    if (p) /* one write a 4 KiB page: the whole piece is backed now */
+    if (p) { /* one write a 4 KiB page: the whole piece is backed now */
         for (size_t i = 0; i < KVP_PIECE_SIZE; i += 4096)
             ((volatile char *)p)[i] = 0;
+        kvp__big_nofork(p, KVP_PIECE_SIZE, 1); /* unused: no copy-on-write after a fork */
+    }
     return p;
 }
 
@@ -177,7 +185,10 @@ void *kvp__mempool_take(struct kvp__mempool *p)
         piece = p->ready[--p->n];
     pthread_cond_signal(&p->wake);
     pthread_mutex_unlock(&p->lock);
-    return piece ? piece : kvp__big_zalloc(KVP_PIECE_SIZE);
+    if (!piece)
+        return kvp__big_zalloc(KVP_PIECE_SIZE);
+    kvp__big_nofork(piece, KVP_PIECE_SIZE, 0); /* in use from now on: a snapshot reads it */
+    return piece;
 }
 
 void kvp__mempool_destroy(struct kvp__mempool *p)

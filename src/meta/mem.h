@@ -21,6 +21,11 @@
  * pages. NULL when out of memory. Release with kvp__big_free(p, size). */
 void *kvp__big_zalloc(size_t size);
 void kvp__big_free(void *p, size_t size);
+/* For memory from kvp__big_zalloc: nofork != 0 leaves it out of forked
+ * children (MADV_DONTFORK; a no-op below 2 MiB, which is on the heap), so
+ * writes to it after a fork copy nothing; 0 puts it back. The snapshot child
+ * reads neither the key index nor the unused pieces. */
+void kvp__big_nofork(void *p, size_t size, int nofork);
 /* Marks an existing mapping for huge pages (a hint; errors are ignored). */
 void kvp__big_hint(void *p, size_t size);
 

@@ -350,6 +350,7 @@ static int start_resize(struct kvp_ns *ns, uint64_t nb)
     ns->grown = NULL;
     if (!b && !(b = kvp__big_zalloc(nb * sizeof *b)))
         return -ENOMEM;
+    kvp__big_nofork(b, nb * sizeof *b, 1); /* the snapshot child never reads the index */
     ns->old = ns->buckets;
     ns->nold = ns->nbuckets;
     ns->mpos = 0;
@@ -372,6 +373,7 @@ static void grow_index(struct kvp_ns *ns)
         return; /* chains just get longer */
     if (nb * sizeof *ns->buckets >= KVP_PIECE_SIZE && !ns->grown) {
         if ((ns->grown = kvp__big_zalloc(nb * sizeof *ns->grown)) != NULL) {
+            kvp__big_nofork(ns->grown, nb * sizeof *ns->grown, 1);
             ns->ngrown = nb;
             ns->grow_job.addr = ns->grown;
             ns->grow_job.len = nb * sizeof *ns->grown;
@@ -400,7 +402,12 @@ static struct kvp__key *key_get_h(struct kvp_ns *ns, const struct kvp_str *k, ui
     if (!ne)
         return NULL;
     if (!e) {
-        ne->next = NULL;
+        /* Linked at the head of its bucket, not at the end of the chain
+         * where the search stopped: writing into an older entry would copy
+         * its page while a snapshot child shares it (a copy-on-write fault
+         * per insertion, across all of the entries' memory). */
+        struct kvp__key **head = &ns->buckets[(uint32_t)h & (ns->nbuckets - 1)];
+        ne->next = *head;
         ne->hash = (uint32_t)h;
         ne->len = (uint16_t)k->len;
         ne->nheld = 0;
@@ -409,7 +416,7 @@ static struct kvp__key *key_get_h(struct kvp_ns *ns, const struct kvp_str *k, ui
         for (uint32_t i = 0; i < cap; i++)
             ne->pages[i] = KVP_NONE;
         memcpy((char *)(ne->pages + cap), k->ptr, k->len);
-        *pp = ne;
+        *head = ne;
         ns->nkeys++;
         return ne;
     }

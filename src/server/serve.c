@@ -156,6 +156,8 @@ static void usage(FILE *f)
             "  --data-dir DIR         state directory: write-ahead log and snapshots\n"
             "                         (default ./kvpage-data); 'none' keeps state in memory only\n"
             "  --fsync MODE           always, batch (default: group commit) or never\n"
+            "  --snapshot-bytes N     write a snapshot once the log has grown by N bytes, or\n"
+            "                         by the last snapshot's size if larger (default 64M)\n"
             "  --log-level LEVEL      error, warn, info (default) or debug\n"
             "  --help                 show this help\n");
 }
@@ -490,7 +492,7 @@ static int open_listener(const struct listen_addr *la, const char *text)
 int kvp__serve_main(int argc, char **argv)
 {
     enum { O_LISTEN = 1, O_ALLOW, O_TOKEN, O_LEASE, O_GRACE, O_MAXBODY, O_MAXKEYS, O_THREADS,
-           O_DATADIR, O_FSYNC, O_LOGLEVEL, O_HELP };
+           O_DATADIR, O_FSYNC, O_SNAPBYTES, O_LOGLEVEL, O_HELP };
     static const struct option opts[] = {
         {"listen", required_argument, NULL, O_LISTEN},
         {"allow", required_argument, NULL, O_ALLOW},
@@ -502,6 +504,7 @@ int kvp__serve_main(int argc, char **argv)
         {"threads", required_argument, NULL, O_THREADS},
         {"data-dir", required_argument, NULL, O_DATADIR},
         {"fsync", required_argument, NULL, O_FSYNC},
+        {"snapshot-bytes", required_argument, NULL, O_SNAPBYTES},
         {"log-level", required_argument, NULL, O_LOGLEVEL},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
@@ -510,7 +513,7 @@ int kvp__serve_main(int argc, char **argv)
     const char *token = getenv("KVPAGE_TOKEN");
     const char *data_dir = "./kvpage-data";
     uint64_t lease_ms = 120000, grace_ms = 5000, max_body = KVP_DEFAULT_MAX_BODY,
-             max_keys = KVP_DEFAULT_MAX_KEYS, threads = 1;
+             max_keys = KVP_DEFAULT_MAX_KEYS, threads = 1, snapshot_bytes = 0;
     struct kvp_cidr *allow = NULL;
     size_t nallow = 0;
     int fsync_mode = KVP_FSYNC_BATCH;
@@ -613,6 +616,14 @@ int kvp__serve_main(int argc, char **argv)
                 goto out;
             }
             break;
+        case O_SNAPBYTES:
+            if (parse_size(v, 1, &n) || n < (UINT64_C(1) << 20) || n > (UINT64_C(1) << 50)) {
+                status = bad_value("--snapshot-bytes", v, "expected a number of bytes of at least "
+                                                          "1M (K/M/G suffixes allowed)");
+                goto out;
+            }
+            snapshot_bytes = n;
+            break;
         case O_LOGLEVEL: {
             int lvl = kvp__log_parse_level(v);
             if (lvl < 0) {
@@ -657,6 +668,7 @@ int kvp__serve_main(int argc, char **argv)
     int persistent = strcmp(data_dir, "none") != 0;
     mo.data_dir = persistent ? data_dir : NULL;
     mo.fsync = fsync_mode;
+    mo.snapshot_bytes = snapshot_bytes; /* 0: the library's default */
     mo.log = meta_log;
     struct kvp_meta *meta = NULL;
     int rc = kvp_meta_open(&mo, &meta);

@@ -22,7 +22,13 @@
 #include "wal/wal.h"
 
 #define SEGMENT_MAX (64u << 20)
-#define GATHER_NS 200000L /* 0.2 ms, a fraction of one fsync here (1-3 ms) */
+/*
+ * The segment file is extended with zeros ahead of the records, this much at
+ * a time: an fdatasync of records written inside the file's size writes only
+ * the data, where one that grows the file also writes its inode (0.27 vs
+ * 0.38 ms here, ext4). Replay ends a segment at its first all-zero tail.
+ */
+#define ZERO_AHEAD ((uint64_t)4 << 20)
 
 struct waiter {
     uint64_t lsn;
@@ -49,6 +55,7 @@ struct kvp__wal {
     pthread_mutex_t io; /* one writer of the segment at a time */
     int seg_fd;
     uint64_t seg_start, seg_bytes, old_bytes;
+    uint64_t seg_size; /* the file's size: seg_bytes of records, then zeros */
     uint64_t fsyncs, fsync_ns;
 };
 
@@ -100,10 +107,10 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static int write_all(int fd, const uint8_t *p, size_t n)
+static int pwrite_all(int fd, const uint8_t *p, size_t n, uint64_t off)
 {
     while (n) {
-        ssize_t r = write(fd, p, n);
+        ssize_t r = pwrite(fd, p, n, (off_t)off);
         if (r < 0) {
             if (errno == EINTR)
                 continue;
@@ -111,8 +118,36 @@ static int write_all(int fd, const uint8_t *p, size_t n)
         }
         p += r;
         n -= (size_t)r;
+        off += (uint64_t)r;
     }
     return 0;
+}
+
+/* Writes zeros from the file's end up to a ZERO_AHEAD multiple past `need`. */
+static int zero_ahead(struct kvp__wal *w, uint64_t need)
+{
+    static const uint8_t zeros[64 << 10];
+    uint64_t to = (need + ZERO_AHEAD) & ~(ZERO_AHEAD - 1);
+    if (to > SEGMENT_MAX && need <= SEGMENT_MAX)
+        to = SEGMENT_MAX; /* the segment ends there */
+    uint64_t at = w->seg_size > need ? w->seg_size : need;
+    while (at < to) {
+        size_t n = to - at < sizeof zeros ? (size_t)(to - at) : sizeof zeros;
+        int rc = pwrite_all(w->seg_fd, zeros, n, at);
+        if (rc)
+            return rc;
+        at += n;
+    }
+    w->seg_size = at;
+    return 0;
+}
+
+static int all_zero(const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i])
+            return 0;
+    return 1;
 }
 
 static int open_segment(struct kvp__wal *w, uint64_t lsn)
@@ -134,6 +169,7 @@ static int open_segment(struct kvp__wal *w, uint64_t lsn)
     w->seg_fd = fd;
     w->seg_start = lsn;
     w->seg_bytes = 0;
+    w->seg_size = 0;
     return 0;
 }
 
@@ -367,10 +403,11 @@ int kvp__wal_replay(struct kvp__wal *w, uint64_t from, int repair, kvp__wal_rec_
             }
             off += rl;
         }
+        int zero_tail = off < len && all_zero(buf + off, len - off); /* see ZERO_AHEAD */
         unmap_file(buf, len);
         if (s->lsn + off > pos)
             pos = s->lsn + off;
-        if (off < len) {
+        if (off < len && !zero_tail) {
             uint64_t later = n - i - 1;
             logf_(w, 1,
                   "wal: torn or corrupt record at %s/%s offset %zu: dropped %zu bytes%s%" PRIu64
@@ -561,9 +598,13 @@ static void flush_pending(struct kvp__wal *w)
 
     int rc = failed;
     if (!rc && n) {
-        rc = write_all(w->seg_fd, b, n);
+        rc = pwrite_all(w->seg_fd, b, n, w->seg_bytes);
+        if (!rc && w->mode != KVP_FSYNC_NEVER && w->seg_bytes + n > w->seg_size)
+            rc = zero_ahead(w, w->seg_bytes + n); /* made durable by this fdatasync */
         if (!rc) {
             w->seg_bytes += n;
+            if (w->seg_bytes > w->seg_size)
+                w->seg_size = w->seg_bytes;
             if (w->mode != KVP_FSYNC_NEVER) {
                 uint64_t t0 = mono_ns();
                 if (fdatasync(w->seg_fd) != 0)
@@ -620,12 +661,9 @@ static void *flusher_main(void *arg)
         pthread_mutex_unlock(&w->mu);
         if (stop)
             return NULL;
-        if (w->mode == KVP_FSYNC_BATCH && !w->stop) {
-            /* Group commit: give the requests already being handled a moment
-             * to add their records to this fsync. */
-            struct timespec gather = {0, GATHER_NS};
-            nanosleep(&gather, NULL);
-        }
+        /* No pause to gather more: whatever arrives while this fsync runs
+         * shares the next one (a 0.2 ms gather made no measurable difference
+         * to throughput and added its time to every lone request). */
         pthread_mutex_lock(&w->io);
         flush_pending(w);
         pthread_mutex_unlock(&w->io);
@@ -771,6 +809,8 @@ void kvp__wal_close(struct kvp__wal *w)
     if (w->seg_fd >= 0) {
         pthread_mutex_lock(&w->io);
         flush_pending(w);
+        if (w->seg_size > w->seg_bytes && !w->failed) /* drop the zeros ahead */
+            (void)!ftruncate(w->seg_fd, (off_t)w->seg_bytes);
         if (w->mode != KVP_FSYNC_NEVER)
             fdatasync(w->seg_fd);
         pthread_mutex_unlock(&w->io);

@@ -247,6 +247,14 @@ static char *segment_path(const char *dir, char *out, size_t n)
     return out;
 }
 
+static int all_zero(const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i])
+            return 0;
+    return 1;
+}
+
 static size_t slurp(const char *path, uint8_t **buf)
 {
     int fd = open(path, O_RDONLY);
@@ -274,6 +282,8 @@ static int boundaries(const uint8_t *b, size_t n, size_t *ends, int max)
     while (off + KVP_WAL_HDR <= n && k < max) {
         uint32_t len = (uint32_t)b[off] | (uint32_t)b[off + 1] << 8 | (uint32_t)b[off + 2] << 16 |
                        (uint32_t)b[off + 3] << 24;
+        if (len == 0)
+            break; /* the zeros written ahead of the records */
         off += KVP_WAL_HDR + len;
         ends[k++] = off;
     }
@@ -288,33 +298,54 @@ static void test_torn_and_corrupt_log(void)
     crash_writer(dir, KVP_FSYNC_BATCH, nkeys, -1);
     segment_path(dir, seg, sizeof seg);
     uint8_t *orig;
-    size_t n = slurp(seg, &orig);
+    size_t flen = slurp(seg, &orig);
     size_t ends[64];
-    int nrec = boundaries(orig, n, ends, 64);
+    int nrec = boundaries(orig, flen, ends, 64);
     CHECK_EQ(nrec, nkeys + 2); /* NS, INIT, HOLD x nkeys */
-    CHECK_EQ(ends[nrec - 1], n);
-    /* every truncation point: never crash, keep every whole record before it */
+    size_t n = ends[nrec - 1];
+    /* After a crash the file goes on with the zeros written ahead of the
+     * records (up to a 4 MiB boundary). */
+    CHECK(flen > n);
+    CHECK(all_zero(orig + n, flen - n));
+    /* Every truncation point, once cut off and once followed by the zeros:
+     * never crash, keep every whole record before it, and say what was
+     * dropped unless all of it was zeros. */
     int cuts = 0;
-    for (size_t cut = 0; cut <= n; cut += (cut < 200 ? 1 : 7)) {
-        spit(seg, orig, cut);
+    uint8_t *zt = calloc(1, flen);
+    for (size_t step = 0; step < 2 * (n + 1); step += (step / 2 < 200 ? 1 : 14)) {
+        size_t cut = step / 2;
+        int zero_tail = step % 2;
+        if (zero_tail) {
+            memcpy(zt, orig, cut);
+            spit(seg, zt, flen);
+        } else {
+            spit(seg, orig, cut);
+        }
         loglen = 0;
         struct kvp_meta *m;
         int rc = open_ro(dir, &m);
         CHECK_EQ(rc, 0);
         if (rc)
             continue;
+        if (zero_tail) /* the file is the original up to the first nonzero byte cut off */
+            while (cut < n && orig[cut] == 0)
+                cut++;
         int whole = 0;
         while (whole < nrec && ends[whole] <= cut)
             whole++;
         int want = whole > 2 ? whole - 2 : 0;
         CHECK_EQ(recovered_prefix(m, nkeys), want);
-        if (cut > 0 && (whole == 0 || ends[whole - 1] != cut))
+        size_t kept = whole ? ends[whole - 1] : 0;
+        if (cut > kept && !all_zero(orig + kept, cut - kept))
             CHECK(strstr(logbuf, "dropped") != NULL); /* says what it dropped */
+        if (cut == kept || zero_tail) /* whole records, then nothing or zeros */
+            CHECK(cut > kept || strstr(logbuf, "dropped") == NULL);
         invariants(m);
         kvp_meta_close(m);
         cuts++;
     }
-    CHECK(cuts > 100);
+    free(zt);
+    CHECK(cuts > 200);
     /* A writable start truncates the torn tail, then appends after it. */
     size_t cut = ends[nrec - 2] + 5;
     spit(seg, orig, cut);
