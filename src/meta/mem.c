@@ -106,6 +106,7 @@ static int populate_slice(struct kvp__populate *job)
 
 static void *filler(void *arg)
 {
+    pthread_setname_np(pthread_self(), "kvp-prefault"); /* for top and perf */
     struct kvp__mempool *p = arg;
     pthread_mutex_lock(&p->lock);
     while (!p->stop) {

@@ -649,6 +649,7 @@ static int snapshot_fork(struct kvp_meta *m)
 
 static void *snap_main(void *arg)
 {
+    pthread_setname_np(pthread_self(), "kvp-snapshot"); /* for top and perf */
     struct kvp_meta *m = arg;
     struct kvp__persist *p = m->persist;
     pthread_mutex_lock(&p->mu);

@@ -89,6 +89,7 @@ static void pf_unlink(struct kvp__pf_pool *p, struct pf_job *job)
 
 static void *pf_worker(void *arg)
 {
+    pthread_setname_np(pthread_self(), "kvp-io"); /* for top and perf */
     struct kvp__pf_pool *p = arg;
     pthread_mutex_lock(&p->mu);
     while (!p->stop) {

@@ -652,6 +652,7 @@ static void flush_pending(struct kvp__wal *w)
 
 static void *flusher_main(void *arg)
 {
+    pthread_setname_np(pthread_self(), "kvp-wal"); /* for top and perf */
     struct kvp__wal *w = arg;
     for (;;) {
         pthread_mutex_lock(&w->mu);
