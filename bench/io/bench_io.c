@@ -7,7 +7,12 @@
  *   bench_io --file F --size BYTES --bpp BYTES --rw read|write [--direct]
  *            [--backend auto|psync|uring] [--threads N] [--queues N]
  *            [--pool BYTES] [--batch N] [--callers N] [--seconds S]
- *            [--register] [--chunk BYTES]
+ *            [--register] [--chunk BYTES] [--memcpy]
+ *
+ * --memcpy measures the ceiling of a buffered read instead: each caller
+ * copies the same pages with memcpy from the file mapped in memory (the page
+ * cache itself, the source pread copies from) into the same pool slots. Run
+ * with --callers 2 it is what two cores can copy into a cold pool.
  *
  * Prints one line: key=value pairs including gbps (10^9 bytes/s).
  */
@@ -19,17 +24,21 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "kvpage.h"
 
 static struct {
     const char *file;
     uint64_t size, bpp, pool, chunk;
-    int write, direct, backend, threads, queues, batch, callers, reg, huge;
+    int write, direct, backend, threads, queues, batch, callers, reg, huge, memcpy;
     double warmup;
     double seconds;
-} a = {NULL, 4ull << 30, 2u << 20, 1ull << 30, 0, 0, 0, KVP_PAGEFILE_BACKEND_AUTO, 0, 0, 8, 1, 0, 1, 1.0, 4.0};
+} a = {NULL, 4ull << 30, 2u << 20, 1ull << 30, 0, 0, 0, KVP_PAGEFILE_BACKEND_AUTO, 0, 0, 8, 1, 0, 1, 0, 1.0, 4.0};
+
+static const unsigned char *map; /* --memcpy: the file, mapped */
 
 static struct kvp_pagefile *pf;
 static atomic_int stop;
@@ -76,7 +85,12 @@ static void *caller(void *arg)
             }
             ops[i] = (struct kvp_pagefile_op){(int64_t)(page * a.bpp), pool + slot * a.bpp, a.bpp};
         }
-        int rc = a.write ? kvp_pagefile_write(pf, ops, (size_t)a.batch, res, &err)
+        int rc = 0;
+        if (map)
+            for (int i = 0; i < a.batch; i++)
+                memcpy(ops[i].buf, map + ops[i].offset, ops[i].size);
+        else
+            rc = a.write ? kvp_pagefile_write(pf, ops, (size_t)a.batch, res, &err)
                          : kvp_pagefile_read(pf, ops, (size_t)a.batch, res, &err);
         if (rc != 0) {
             fprintf(stderr, "bench_io: %s\n", err.msg);
@@ -113,6 +127,7 @@ int main(int argc, char **argv)
         else if (!strcmp(k, "--chunk")) a.chunk = parse_size(v), i++;
         else if (!strcmp(k, "--rw")) a.write = !strcmp(v, "write"), i++;
         else if (!strcmp(k, "--direct")) a.direct = 1;
+        else if (!strcmp(k, "--memcpy")) a.memcpy = 1;
         else if (!strcmp(k, "--register")) a.reg = 1;
         else if (!strcmp(k, "--no-huge")) a.huge = 0;
         else if (!strcmp(k, "--warmup")) a.warmup = atof(v), i++;
@@ -151,6 +166,21 @@ int main(int argc, char **argv)
     if (rc != 0) {
         fprintf(stderr, "bench_io: open: %s\n", err.msg);
         return 1;
+    }
+    if (a.memcpy) {
+        if (a.write || a.direct) {
+            fprintf(stderr, "bench_io: --memcpy is the buffered-read ceiling only\n");
+            return 2;
+        }
+        int fd = open(a.file, O_RDONLY);
+        void *m = fd < 0 ? MAP_FAILED
+                         : mmap(NULL, a.size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+        if (m == MAP_FAILED) {
+            fprintf(stderr, "bench_io: cannot map %s\n", a.file);
+            return 1;
+        }
+        close(fd);
+        map = m;
     }
     pools = calloc((size_t)a.callers, sizeof *pools);
     for (int c = 0; c < a.callers; c++) {
@@ -198,7 +228,7 @@ int main(int argc, char **argv)
         pthread_join(tids[c], NULL);
     printf("tool=kvpage rw=%s direct=%d bpp=%llu batch=%d callers=%d backend=%s threads=%u "
            "queues=%u registered=%d batches=%llu seconds=%.2f gbps=%.3f us_per_batch=%.1f\n",
-           a.write ? "write" : "read", a.direct, (unsigned long long)a.bpp, a.batch, a.callers,
+           a.write ? "write" : map ? "memcpy" : "read", a.direct, (unsigned long long)a.bpp, a.batch, a.callers,
            kvp_pagefile_backend_name(kvp_pagefile_backend(pf, a.write)), kvp_pagefile_threads(pf),
            kvp_pagefile_queues(pf), a.reg, (unsigned long long)batches, dt, (double)bytes / dt / 1e9,
            batches ? dt * 1e6 / (double)batches * a.callers : 0.0);

@@ -61,7 +61,8 @@ struct kvp_pagefile_opts {
                                 (with DIRECT at least min(entries, 16): the queue depth) */
     uint32_t queues;         /* io_uring rings (batches in flight at once); 0 = 4 */
     uint32_t mode;           /* permission bits of a created file; default 0644 */
-    uint64_t chunk_bytes;    /* psync splits operations into pieces this big; 0 = 1 MiB */
+    uint64_t chunk_bytes;    /* psync: smallest piece it cuts an operation into, when a
+                                batch has fewer operations than threads; 0 = 1 MiB */
 };
 
 /* One operation of a batch: file range [offset, offset + size) <-> buf. */

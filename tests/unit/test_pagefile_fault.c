@@ -169,7 +169,10 @@ static void run_backend(int backend, uint32_t flags, const char *name)
     char path[600];
     pt_path(path, sizeof path, name);
     struct kvp_pagefile_opts o = pt_opts(FILE_SIZE, BPP, N, KVP_PAGEFILE_CREATE | flags, backend);
-    o.chunk_bytes = 64 << 10; /* psync: 4 pieces per page, so faults hit the middle of ops */
+    /* psync: 4 pieces per page, so faults hit the middle of ops (psync cuts
+     * pages only to give each of its threads a piece: 32 threads, 8 pages) */
+    o.chunk_bytes = 64 << 10;
+    o.threads = 4 * N;
     struct kvp_pagefile *pf = pt_open_or_skip(path, &o, name);
     if (!pf)
         return;
