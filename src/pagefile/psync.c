@@ -110,8 +110,8 @@ static void cpu_relax(void)
 /*
  * A worker out of pieces watches for the next job this long before it
  * sleeps. A caller's batches come back to back, and waking a sleeping worker
- * costs more than a 256 KiB copy takes: with the spin, 256 KiB reads went
- * from x to y GB/s. The spin is bounded, so an idle pool sleeps.
+ * (futex, then the scheduler) takes about as long as copying a 256 KiB page
+ * here. The spin is bounded, so an idle pool sleeps.
  */
 #define SPIN_NS 50000
 
