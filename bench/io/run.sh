@@ -81,6 +81,11 @@ for direct in 0 1; do
                     --callers 2 --pool "$bs"
                 kv kvpage-fiolike-uring --bpp "$bs" --rw "$rw" $d --backend uring --register \
                     --pool $((bs * 8))
+                # The ceiling of a buffered read into the cold pool: two threads
+                # memcpy from the file mapped in memory (the page cache itself).
+                if [ "$direct" = 0 ] && [ "$rw" = read ]; then
+                    kv memcpy-ceiling --bpp "$bs" --rw read --memcpy --callers 2 --pool "$pool"
+                fi
                 fio_run fio-psync-2j "$rw" "$direct" "$bs" --ioengine=psync --numjobs=2
                 fio_run fio-uring-qd8 "$rw" "$direct" "$bs" --ioengine=io_uring --iodepth=8 \
                     --fixedbufs --registerfiles --numjobs=1
