@@ -732,7 +732,8 @@ static void dispatch(struct kvp_ctx *c)
         kvp__sglang_handle(c, m.route);
     else
         kvp__vllm_handle(c, m.route);
-    json_decref(c->body);
+    if (!(c->srv->cfg.json_is_scratch && c->srv->cfg.json_is_scratch()))
+        json_decref(c->body);
     c->body = NULL;
 }
 

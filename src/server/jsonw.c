@@ -93,6 +93,21 @@ static unsigned char esc_class(unsigned char c)
     return 0;
 }
 
+/* True when none of the 8 bytes at s needs an escape or a UTF-8 check
+ * (esc_class 0 for all: 0x20..0x7f except '"' and '\\'). */
+static int plain8(const unsigned char *s)
+{
+    const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
+    uint64_t x;
+    memcpy(&x, s, 8);
+    if (x & high) /* a byte >= 0x80 */
+        return 0;
+    if ((x - 0x20 * ones) & ~x & high) /* a byte < 0x20 */
+        return 0;
+    uint64_t q = x ^ (0x22 * ones), b = x ^ (0x5c * ones); /* '"' or '\\' become 0 */
+    return !(((q - ones) & ~q & high) | ((b - ones) & ~b & high));
+}
+
 /* Length of the valid UTF-8 sequence starting at s (at most n bytes), or 0. */
 static size_t utf8_seq(const unsigned char *s, size_t n)
 {
@@ -137,6 +152,8 @@ void kvp__jw_str(struct kvp_buf *b, const char *str, size_t n)
     size_t i = 0;
     while (i < n) {
         size_t run = i;
+        while (run + 8 <= n && plain8(s + run)) /* keys: most of every reply */
+            run += 8;
         while (run < n && esc_class(s[run]) == 0)
             run++;
         if (run > i) {

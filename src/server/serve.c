@@ -69,6 +69,7 @@ struct arena {
     size_t used, cap;
     size_t want; /* bytes the last request asked for, arena or not */
     int active;
+    int spilled; /* a block of this request came from malloc */
 };
 static _Thread_local struct arena t_arena;
 
@@ -83,8 +84,16 @@ static void *arena_malloc(size_t n)
             a->used += need;
             return p;
         }
+        a->spilled = 1;
     }
     return malloc(n);
+}
+
+/* Every JSON block of the request in progress is in the arena: releasing
+ * them one by one would only walk the values (the reset reclaims them). */
+static int arena_holds_all(void)
+{
+    return t_arena.active && !t_arena.spilled;
 }
 
 static void arena_free(void *p)
@@ -114,6 +123,7 @@ static void arena_begin(void)
     }
     a->used = 0;
     a->want = 0;
+    a->spilled = 0;
     a->active = a->base != NULL;
 }
 
@@ -697,6 +707,7 @@ int kvp__serve_main(int argc, char **argv)
         .max_body = (size_t)max_body,
         .max_keys = (size_t)max_keys,
         .data_dir = data_dir,
+        .json_is_scratch = KVP_JSON_ARENA ? arena_holds_all : NULL,
     };
     kvp__server_init(&S->srv, meta, &cfg);
     S->meta = meta;

@@ -36,6 +36,10 @@ struct kvp_server_config {
     size_t max_body;            /* bytes; 0 means the default (64 MiB) */
     size_t max_keys;            /* per list in one request; 0 means the default (1,000,000) */
     const char *data_dir;       /* for the record (serve.c opens meta with it); may be NULL */
+    /* When set and true after a request, the request body's JSON values live
+     * in scratch memory the caller reclaims whole: they are not released one
+     * by one (serve.c's arena; a tenth of the JSON time for a 64-key body). */
+    int (*json_is_scratch)(void);
 };
 
 #define KVP_DEFAULT_MAX_BODY ((size_t)64 << 20)

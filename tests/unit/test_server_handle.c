@@ -233,6 +233,35 @@ static void test_jsonw(void)
     kvp__buf_reset(&b);
     kvp__jw_int(&b, INT64_MIN);
     EXPECT("jw_int", b.len == 20 && !memcmp(b.p, "-9223372036854775808", 20));
+    /* Long strings are scanned eight bytes at a time: every byte value at
+     * every position of a 24-byte string must come out as it does alone
+     * (a 1-byte string never takes the 8-byte path). */
+    struct kvp_buf one, want8;
+    kvp__buf_init(&one);
+    kvp__buf_init(&want8);
+    int bad = 0;
+    for (int c = 0; c < 256; c++) {
+        kvp__buf_reset(&one);
+        char ch = (char)c;
+        kvp__jw_str(&one, &ch, 1);
+        for (int pos = 0; pos < 24; pos++) {
+            char in[24];
+            memset(in, 'k', sizeof in);
+            in[pos] = ch;
+            kvp__buf_reset(&want8);
+            kvp__buf_put(&want8, "\"", 1);
+            kvp__buf_put(&want8, in, (size_t)pos);
+            kvp__buf_put(&want8, one.p + 1, one.len - 2);
+            kvp__buf_put(&want8, in + pos + 1, sizeof in - (size_t)pos - 1);
+            kvp__buf_put(&want8, "\"", 1);
+            kvp__buf_reset(&b);
+            kvp__jw_str(&b, in, sizeof in);
+            bad += b.len != want8.len || memcmp(b.p, want8.p, b.len) != 0;
+        }
+    }
+    EXPECT("jw_str: every byte at every position", bad == 0);
+    kvp__buf_free(&one);
+    kvp__buf_free(&want8);
     kvp__buf_free(&b);
 }
 
