@@ -627,9 +627,9 @@ int kvp__serve_main(int argc, char **argv)
             }
             break;
         case O_SNAPBYTES:
-            if (parse_size(v, 1, &n) || n < (UINT64_C(1) << 20) || n > (UINT64_C(1) << 50)) {
+            if (parse_size(v, 1, &n) || n < (UINT64_C(64) << 10) || n > (UINT64_C(1) << 50)) {
                 status = bad_value("--snapshot-bytes", v, "expected a number of bytes of at least "
-                                                          "1M (K/M/G suffixes allowed)");
+                                                          "64K (K/M/G suffixes allowed)");
                 goto out;
             }
             snapshot_bytes = n;

@@ -5,7 +5,6 @@ SIGKILL at random moments and restarted on the same data directory. Every
 confirmation that was answered 204 must be there afterwards with the same
 page, `kvpage fsck` must pass, and no page may be held by two keys.
 """
-import os
 import random
 import signal
 import subprocess
@@ -74,12 +73,13 @@ def check_recovered(srv, acked):
         s.close()
 
 
-def crash_rounds(tmp_path, fsync, rounds, seed):
+def crash_rounds(tmp_path, fsync, rounds, seed, extra=()):
     rng = random.Random(seed)
     data = tmp_path / f"data-{fsync}"
     acked = {}
+    snapshots = 0  # written while a writer ran, before some SIGKILL
     for rnd in range(rounds):
-        srv = launch(tmp_path, ["--data-dir", str(data), "--fsync", fsync])
+        srv = launch(tmp_path, ["--data-dir", str(data), "--fsync", fsync, *extra])
         try:
             if rnd == 0:
                 r = session().post(srv.url("/rank/0/initialize"), json={"num_pages": NUM_PAGES})
@@ -96,13 +96,14 @@ def crash_rounds(tmp_path, fsync, rounds, seed):
             time.sleep(rng.uniform(0.05, 0.6))
         finally:
             srv.stop(signal.SIGKILL)
+            snapshots += srv.stderr().count("snapshot at log position")
         stop.set()
         for t in threads:
             t.join()
         assert not errors, errors[:3]
         res = fsck(data)
         assert res.returncode == 0, res.stdout + res.stderr
-    srv = launch(tmp_path, ["--data-dir", str(data), "--fsync", fsync])
+    srv = launch(tmp_path, ["--data-dir", str(data), "--fsync", fsync, *extra])
     try:
         check_recovered(srv, acked)
         assert len(acked) > 0
@@ -110,15 +111,24 @@ def crash_rounds(tmp_path, fsync, rounds, seed):
         assert srv.stop() == 0, srv.stderr()
     res = fsck(data)
     assert res.returncode == 0 and "every invariant holds" in res.stdout, res.stdout + res.stderr
-    return len(acked)
+    return len(acked), snapshots
 
 
 def test_crash_batch(tmp_path):
-    assert crash_rounds(tmp_path, "batch", 20, seed=7) > 100
+    assert crash_rounds(tmp_path, "batch", 20, seed=7)[0] > 100
+
+
+def test_crash_batch_during_snapshots(tmp_path):
+    # A snapshot every 64 KiB of log (or the last snapshot's size): kills land
+    # before, during and after snapshots, log rotations and the zero-filled
+    # tails of segments.
+    n, snapshots = crash_rounds(tmp_path, "batch", 8, seed=13, extra=["--snapshot-bytes", "64K"])
+    assert n > 100
+    assert snapshots > 0, "no snapshot was written while serving: the test did not test them"
 
 
 def test_crash_always(tmp_path):
-    assert crash_rounds(tmp_path, "always", 3, seed=11) > 10
+    assert crash_rounds(tmp_path, "always", 3, seed=11)[0] > 10
 
 
 def test_restart_keeps_lru_order(tmp_path):

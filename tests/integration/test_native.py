@@ -258,7 +258,7 @@ def test_serve_help():
     assert rc == 0, (rc, out, err)
     text = out + err
     for flag in ("--listen", "--data-dir", "--allow", "--token", "--lease-seconds", "--read-grace-ms",
-                 "--max-body", "--max-keys"):
+                 "--max-body", "--max-keys", "--snapshot-bytes"):
         assert flag in text, f"{flag} missing from --help:\n{text}"
     assert not sanitizer_report(err), err
 
@@ -285,8 +285,11 @@ def test_no_command_exits_2():
     (["--allow", "10.0.0.0/33"], "allow"),
     (["--log-level", "loud"], "log-level"),
     (["--listen"], "listen"),
+    (["--snapshot-bytes", "63K"], "snapshot-bytes"),
+    (["--snapshot-bytes", "big"], "snapshot-bytes"),
 ], ids=["unknown", "lease-nan", "grace-negative", "max-body-nan", "listen-bad", "allow-bad-ip",
-        "allow-bad-prefix", "log-level-bad", "listen-missing-value"])
+        "allow-bad-prefix", "log-level-bad", "listen-missing-value", "snapshot-bytes-small",
+        "snapshot-bytes-nan"])
 def test_bad_flag_exits_2(args, word, tmp_path):
     listen = [] if "--listen" in args else ["--listen", f"127.0.0.1:{free_port()}"]
     try:
