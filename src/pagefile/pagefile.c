@@ -30,15 +30,17 @@
 
 /*
  * Which backend AUTO uses, [direct][write], from bench/io on a quiet 2-vCPU
- * machine (bench/io/README.md, 2026-11-30 12:32 UTC): buffered reads are
- * memory copies out of the page cache, and psync spreads them over the cores
- * (24-25 GB/s against io_uring's 13-15 for 2 and 16 MiB pages, even at
- * 256 KiB); for buffered writes and for O_DIRECT io_uring was ahead in every
- * page size (it keeps the device queue full without a thread per request).
- * psync is also the fallback where io_uring is unavailable.
+ * machine (bench/io/README.md, 2026-11-30): buffered reads are memory copies
+ * out of the page cache, and psync spreads them over the cores (24-27 GB/s
+ * against io_uring's 13-15); buffered writes take the file's inode lock one
+ * at a time, and psync runs them on the calling thread alone (8.3-8.6 GB/s
+ * at 2 MiB against io_uring's 6.7-6.9, ahead at 256 KiB and 16 MiB too); for
+ * O_DIRECT io_uring is ahead in every page size (it keeps the device queue
+ * full without a thread per request). psync is also the fallback where
+ * io_uring is unavailable.
  */
 static const int pf_auto_choice[2][2] = {
-    {KVP_PAGEFILE_BACKEND_PSYNC, KVP_PAGEFILE_BACKEND_URING},
+    {KVP_PAGEFILE_BACKEND_PSYNC, KVP_PAGEFILE_BACKEND_PSYNC},
     {KVP_PAGEFILE_BACKEND_URING, KVP_PAGEFILE_BACKEND_URING},
 };
 

@@ -251,6 +251,11 @@ void kvp__pf_pool_run(struct kvp_pagefile *pf, struct kvp__pf_batch *b)
      * runs pieces too while the workers run the rest. */
     unsigned callers = p ? atomic_fetch_add(&p->callers, 1) + 1 : 1;
     uint64_t want = p && p->nthreads > callers ? p->nthreads / callers : 1;
+    /* Buffered writes to one file take its inode lock one at a time (ext4,
+     * XFS): helpers would only queue behind it. One 2 MiB page batch wrote
+     * 6.1-6.5 GB/s with a helper, 8.3-9.3 GB/s alone (bench/io). */
+    if (b->write && !(pf->flags & KVP_PAGEFILE_DIRECT))
+        want = 1;
     uint64_t per_op = b->n >= want ? 1 : (want + b->n - 1) / b->n;
     /* Pieces are whole multiples of chunk_bytes (which keeps O_DIRECT alignment). */
     uint64_t unit = pf->chunk_bytes;
