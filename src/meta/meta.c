@@ -20,6 +20,7 @@
 #include <xxhash.h>
 
 #include "meta/mem.h"
+#include "util/clock.h"
 #include "meta/meta_int.h"
 
 #define NS_BUCKETS 1024
@@ -48,9 +49,7 @@ static void set_err(struct kvp_error *err, int code, int rule, int64_t index, in
 static uint64_t default_clock(void *arg)
 {
     (void)arg;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    return kvp__mono_ns() / 1000000u;
 }
 
 static uint64_t now_ms(const struct kvp_meta *m)
@@ -469,6 +468,18 @@ static void page_take_free(struct kvp__rank *r, uint32_t p)
     if (p < r->hwm)
         list_remove(r->pages, &r->free, p);
     r->nfree--;
+}
+
+/* Page p, already unlinked from its list, becomes HELD by key e, most recent in the LRU. */
+static void page_hold(struct kvp__rank *r, uint32_t p, struct kvp__key *e)
+{
+    struct kvp__page *pg = &r->pages[p];
+    pg->state = KVP_PHELD;
+    pg->owner = e;
+    pg->t = 0;
+    e->pages[r->slot] = p;
+    e->nheld++;
+    list_push_head(r->pages, &r->lru, p);
 }
 
 /* HELD page p loses its key (eviction, delete, clear); p is unlinked from the LRU. */
@@ -1105,8 +1116,6 @@ KVP_API int kvp_meta_confirm(struct kvp_ns *ns, uint32_t rank, const struct kvp_
             goto out;
         }
     }
-    uint64_t now = now_ms(ns->meta);
-    (void)now;
     for (size_t i = 0; i < n; i++) {
         uint32_t p = (uint32_t)pages[i];
         struct kvp__page *pg = &r->pages[p];
@@ -1122,12 +1131,7 @@ KVP_API int kvp_meta_confirm(struct kvp_ns *ns, uint32_t rank, const struct kvp_
             continue;
         }
         kvp__jrnl_hold(ns, r->id, p, e);
-        pg->state = KVP_PHELD;
-        pg->owner = e;
-        pg->t = 0;
-        e->pages[r->slot] = p;
-        e->nheld++;
-        list_push_head(r->pages, &r->lru, p);
+        page_hold(r, p, e);
     }
     for (size_t i = 0; i < nrel; i++) {
         uint32_t p = (uint32_t)release[i];
@@ -1505,13 +1509,7 @@ int kvp__replay_hold(struct kvp_ns *ns, uint32_t rank, uint32_t page, const stru
         return -EUCLEAN;
     }
     page_take_free(r, page);
-    struct kvp__page *pg = &r->pages[page];
-    pg->state = KVP_PHELD;
-    pg->owner = e;
-    pg->t = 0;
-    e->pages[r->slot] = page;
-    e->nheld++;
-    list_push_head(r->pages, &r->lru, page);
+    page_hold(r, page, e);
     return 0;
 }
 

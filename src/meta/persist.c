@@ -33,6 +33,7 @@
 
 #include "meta/meta_int.h"
 #include "meta/persist.h"
+#include "util/clock.h"
 #include "wal/wal.h"
 
 enum {
@@ -437,8 +438,7 @@ static void sw_pace(struct snapw *w)
 {
     if (w->err || w->written - w->synced < SNAP_CHUNK)
         return;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    uint64_t t0 = kvp__mono_ns();
     if (sync_file_range(w->fd, (off_t)w->synced, (off_t)(w->written - w->synced),
                         SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
                             SYNC_FILE_RANGE_WAIT_AFTER) != 0) {
@@ -446,12 +446,8 @@ static void sw_pace(struct snapw *w)
         return;
     }
     w->synced = w->written;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    struct timespec rest = {t1.tv_sec - t0.tv_sec, t1.tv_nsec - t0.tv_nsec};
-    if (rest.tv_nsec < 0) {
-        rest.tv_sec--;
-        rest.tv_nsec += 1000000000L;
-    }
+    uint64_t took = kvp__mono_ns() - t0;
+    struct timespec rest = {(time_t)(took / 1000000000u), (long)(took % 1000000000u)};
     while (nanosleep(&rest, &rest) != 0 && errno == EINTR)
         ;
 }
@@ -552,9 +548,7 @@ static void unlock_all(struct kvp_meta *m)
 
 static uint64_t mono_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    return kvp__mono_ns() / 1000000u;
 }
 
 struct snapcheck {

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "pagefile/pf_internal.h"
+#include "util/clock.h"
 
 struct pf_job {
     struct kvp__pf_batch *b;
@@ -115,20 +116,13 @@ static void cpu_relax(void)
  */
 #define SPIN_NS 50000
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Called with p->mu held, returns with it held: 1 when a job was posted. */
 static int pf_spin(struct kvp__pf_pool *p)
 {
     uint64_t seen = atomic_load(&p->posted);
     p->spinning++;
     pthread_mutex_unlock(&p->mu);
-    uint64_t until = mono_ns() + SPIN_NS;
+    uint64_t until = kvp__mono_ns() + SPIN_NS;
     int posted = 0;
     for (unsigned i = 1;; i++) {
         if (atomic_load_explicit(&p->posted, memory_order_acquire) != seen) {
@@ -136,7 +130,7 @@ static int pf_spin(struct kvp__pf_pool *p)
             break;
         }
         cpu_relax();
-        if (i % 64 == 0 && mono_ns() > until)
+        if (i % 64 == 0 && kvp__mono_ns() > until)
             break;
     }
     pthread_mutex_lock(&p->mu);
@@ -301,10 +295,10 @@ void kvp__pf_pool_run(struct kvp_pagefile *pf, struct kvp__pf_batch *b)
      * lives on our stack). Their last pieces end within microseconds: watch
      * first, sleep only if they take long. The mutex below still orders the
      * return after a helper's last touch of the job. */
-    uint64_t until = mono_ns() + SPIN_NS;
+    uint64_t until = kvp__mono_ns() + SPIN_NS;
     for (unsigned i = 1; atomic_load_explicit(&job.helpers, memory_order_acquire) > 0; i++) {
         cpu_relax();
-        if (i % 64 == 0 && mono_ns() > until)
+        if (i % 64 == 0 && kvp__mono_ns() > until)
             break;
     }
     pthread_mutex_lock(&p->mu);

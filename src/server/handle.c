@@ -15,6 +15,7 @@
 
 #include "server/jsonfast.h"
 #include "server/server.h"
+#include "util/clock.h"
 
 static const char JSON_TYPE[] = "application/json";
 
@@ -640,13 +641,6 @@ void kvp__server_init(struct kvp_server *srv, struct kvp_meta *meta,
     srv->token_len = srv->cfg.token ? strlen(srv->cfg.token) : 0;
 }
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static void dispatch(struct kvp_ctx *c)
 {
     struct kvp_server *srv = c->srv;
@@ -740,11 +734,11 @@ static void dispatch(struct kvp_ctx *c)
 void kvp__server_handle(struct kvp_server *srv, const struct kvp_request *req,
                         struct kvp_reply *rep)
 {
-    uint64_t t0 = now_ns();
+    uint64_t t0 = kvp__mono_ns();
     struct kvp_ctx c = {.srv = srv, .req = req, .rep = rep};
     reply_reset(rep);
     dispatch(&c);
     if (rep->body.oom)
         reply_oom(rep);
-    kvp__metrics_record(&srv->metrics, rep->route, rep->status, now_ns() - t0);
+    kvp__metrics_record(&srv->metrics, rep->route, rep->status, kvp__mono_ns() - t0);
 }

@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "util/clock.h"
 #include "wal/wal.h"
 
 #define SEGMENT_MAX (64u << 20)
@@ -98,13 +99,6 @@ void kvp__wal_frame(uint8_t hdr[KVP_WAL_HDR], const void *payload, uint32_t len)
 {
     put32(hdr, len);
     put64(hdr + 4, XXH64(payload, len, 0));
-}
-
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 static int pwrite_all(int fd, const uint8_t *p, size_t n, uint64_t off)
@@ -606,11 +600,11 @@ static void flush_pending(struct kvp__wal *w)
             if (w->seg_bytes > w->seg_size)
                 w->seg_size = w->seg_bytes;
             if (w->mode != KVP_FSYNC_NEVER) {
-                uint64_t t0 = mono_ns();
+                uint64_t t0 = kvp__mono_ns();
                 if (fdatasync(w->seg_fd) != 0)
                     rc = -errno;
                 w->fsyncs++;
-                w->fsync_ns += mono_ns() - t0;
+                w->fsync_ns += kvp__mono_ns() - t0;
             }
         }
         if (rc)

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "meta_test.h"
 #include "kvpage/meta.h"
 #include "meta/meta_int.h"
 
@@ -25,28 +26,6 @@ static struct kvp_meta *open_meta(uint64_t lease_ms, uint64_t grace_ms)
         abort();
     fake_now = 1000;
     return m;
-}
-
-static struct kvp_ns *ns_of(struct kvp_meta *m, const char *dep, const char *pool)
-{
-    struct kvp_ns *ns = NULL;
-    if (kvp_meta_ns(m, dep, strlen(dep), pool, strlen(pool), 1, &ns, NULL) != 0)
-        abort();
-    return ns;
-}
-
-static struct kvp_str K(const char *s)
-{
-    return (struct kvp_str){s, strlen(s)};
-}
-
-static void invariants(struct kvp_meta *m)
-{
-    struct kvp_error e = {0};
-    int rc = kvp_meta_check(m, &e);
-    if (rc)
-        fprintf(stderr, "invariant: %s\n", e.msg);
-    CHECK_EQ(rc, 0);
 }
 
 struct counts {
@@ -80,17 +59,6 @@ static struct counts counts(struct kvp_meta *m, uint32_t rank)
 /* counts() reads namespace default/kv only. */
 
 /* allocate + confirm one key on one rank; returns its page */
-static int64_t put(struct kvp_ns *ns, uint32_t rank, const char *key)
-{
-    struct kvp_str k = K(key);
-    int64_t p;
-    if (kvp_meta_allocate(ns, rank, &k, 1, &p, NULL, NULL) != 0 || p < 0)
-        return -1;
-    if (kvp_meta_confirm(ns, rank, &k, &p, 1, NULL, 0, NULL) != 0)
-        return -1;
-    return p;
-}
-
 static int64_t loc(struct kvp_ns *ns, uint32_t rank, const char *key, int complete)
 {
     struct kvp_str k = K(key);

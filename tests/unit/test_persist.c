@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "meta_test.h"
 #include "kvpage/meta.h"
 #include "meta/meta_int.h"
 #include "meta/persist.h"
@@ -71,42 +72,10 @@ static int open_ro(const char *dir, struct kvp_meta **m)
     return open_opts(dir, KVP_FSYNC_NEVER, 1, m);
 }
 
-static struct kvp_ns *ns_of(struct kvp_meta *m, const char *dep, const char *pool)
-{
-    struct kvp_ns *ns = NULL;
-    kvp_meta_ns(m, dep, strlen(dep), pool, strlen(pool), 1, &ns, NULL);
-    return ns;
-}
-
-static struct kvp_str K(const char *s)
-{
-    return (struct kvp_str){s, strlen(s)};
-}
-
-static int64_t put(struct kvp_ns *ns, uint32_t rank, const char *key)
-{
-    struct kvp_str k = K(key);
-    int64_t p;
-    if (kvp_meta_allocate(ns, rank, &k, 1, &p, NULL, NULL) || p < 0)
-        return -1;
-    if (kvp_meta_confirm(ns, rank, &k, &p, 1, NULL, 0, NULL))
-        return -1;
-    return p;
-}
-
 static int64_t peek(struct kvp_ns *ns, uint32_t rank, const char *key)
 {
     struct kvp_str k = K(key);
     return kvp__meta_peek(ns, rank, &k);
-}
-
-static void invariants(struct kvp_meta *m)
-{
-    struct kvp_error e = {0};
-    int rc = kvp_meta_check(m, &e);
-    if (rc)
-        fprintf(stderr, "invariant: %s\n", e.msg);
-    CHECK_EQ(rc, 0);
 }
 
 static void test_roundtrip_and_lru(void)
