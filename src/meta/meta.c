@@ -9,7 +9,9 @@
  * touch and eviction are O(1) apart from eviction skipping pages that are in
  * their read grace or returned by the same request (see evict()).
  */
+#include <assert.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -172,43 +174,124 @@ static uint64_t key_hash(const struct kvp_str *k)
  * The key index is a chained hash table that grows by doubling. The move to
  * the bigger table is incremental (each insertion moves a few old buckets),
  * so no request ever waits for millions of keys to be rehashed; until it is
- * done, a lookup also searches the old table's buckets not yet moved. The
- * stored tag is the low 32 bits of the key's hash, which are also its bucket
- * bits, so moving an entry needs neither its key bytes nor a new hash.
+ * done, a lookup also searches the old table's buckets not yet moved. An
+ * entry keeps the low 32 bits of its hash, which are its bucket bits (moving
+ * it needs neither its key bytes nor a new hash), and a 16-bit tag from the
+ * top bits. A bucket keeps the tags of its chain's first entries and the
+ * chain's length, so a lookup of an absent key, which is every key of a
+ * batch_allocate and of a first confirm_write, usually reads no entry at all:
+ * only its bucket.
  */
 #define MIGRATE_STEP 64
 #define MAX_KEY_BUCKETS (1ull << 32)
+#define CHAIN_UNCOUNTED UINT16_MAX /* bucket n: the chain is at least this long */
 
-static struct kvp__key **chain_find(struct kvp__key **pp, const struct kvp_str *k, uint32_t tag)
+static uint16_t key_tag(uint64_t h)
 {
-    for (; *pp; pp = &(*pp)->next) {
-        struct kvp__key *e = *pp;
-        if (e->hash == tag && e->len == k->len && !memcmp(kvp__key_bytes(e), k->ptr, k->len))
-            break;
-    }
-    return pp;
+    return (uint16_t)(h >> 48) | 1;
 }
 
-/* Where the key is linked, or where to link it when absent. */
-static struct kvp__key **key_slot(struct kvp_ns *ns, const struct kvp_str *k, uint64_t h)
+static struct kvp__bucket *bucket_of(struct kvp__bucket *t, uint64_t nb, uint64_t h)
 {
-    uint32_t tag = (uint32_t)h;
-    if (ns->old) {
-        uint64_t ob = tag & (ns->nold - 1);
-        if (ob >= ns->mpos) {
-            struct kvp__key **pp = chain_find(&ns->old[ob], k, tag);
-            if (*pp)
-                return pp;
+    return &t[(uint32_t)h & (nb - 1)];
+}
+
+static void bucket_push(struct kvp__bucket *b, struct kvp__key *e)
+{
+    e->next = b->head;
+    b->head = e;
+    for (unsigned i = KVP_BUCKET_TAGS - 1; i > 0; i--)
+        b->tag[i] = b->tag[i - 1];
+    b->tag[0] = e->tag;
+    if (b->n != CHAIN_UNCOUNTED)
+        b->n++;
+}
+
+/* Tags and length of bucket b after the entry at place pos of its chain was unlinked. */
+static void bucket_unlinked(struct kvp__bucket *b, unsigned pos)
+{
+    uint64_t n = 0;
+    if (b->n == CHAIN_UNCOUNTED) { /* count it again, and redo the tags */
+        for (struct kvp__key *e = b->head; e; e = e->next, n++)
+            if (n < KVP_BUCKET_TAGS)
+                b->tag[n] = e->tag;
+        b->n = n < CHAIN_UNCOUNTED ? (uint16_t)n : CHAIN_UNCOUNTED;
+        for (; n < KVP_BUCKET_TAGS; n++)
+            b->tag[n] = 0;
+        return;
+    }
+    b->n--;
+    if (pos >= KVP_BUCKET_TAGS)
+        return;
+    for (unsigned i = pos; i + 1 < KVP_BUCKET_TAGS; i++)
+        b->tag[i] = b->tag[i + 1];
+    uint16_t last = 0;
+    if (b->n >= KVP_BUCKET_TAGS) {
+        struct kvp__key *e = b->head;
+        for (unsigned i = 0; i + 1 < KVP_BUCKET_TAGS; i++)
+            e = e->next;
+        last = e->tag;
+    }
+    b->tag[KVP_BUCKET_TAGS - 1] = last;
+}
+
+/* The link to key k's entry in bucket b, or NULL when it is not there; *pos: its place. */
+static struct kvp__key **chain_find(struct kvp__bucket *b, const struct kvp_str *k, uint64_t h,
+                                    unsigned *pos)
+{
+    uint16_t t = key_tag(h);
+    /* In a chain of at most KVP_BUCKET_TAGS entries, the last matching tag
+     * bounds the search; usually no tag matches and no entry is read. */
+    uint64_t end = b->n;
+    if (end <= KVP_BUCKET_TAGS) {
+        end = 0;
+        for (unsigned i = 0; i < b->n; i++)
+            if (b->tag[i] == t)
+                end = i + 1;
+    } else if (end == CHAIN_UNCOUNTED) {
+        end = UINT64_MAX;
+    }
+    struct kvp__key **pp = &b->head;
+    for (uint64_t i = 0; i < end && *pp; i++, pp = &(*pp)->next) {
+        struct kvp__key *e = *pp;
+        if ((i < KVP_BUCKET_TAGS ? b->tag[i] : e->tag) != t)
+            continue;
+        if (e->hash == (uint32_t)h && e->len == k->len &&
+            !memcmp(kvp__key_bytes(e), k->ptr, k->len)) {
+            if (pos)
+                *pos = i < UINT_MAX ? (unsigned)i : UINT_MAX;
+            return pp;
         }
     }
-    return chain_find(&ns->buckets[tag & (ns->nbuckets - 1)], k, tag);
+    return NULL;
+}
+
+/* The link to the key's entry, or NULL when the key is absent; *bo, *pos: where it is. */
+static struct kvp__key **key_slot(struct kvp_ns *ns, const struct kvp_str *k, uint64_t h,
+                                  struct kvp__bucket **bo, unsigned *pos)
+{
+    struct kvp__bucket *b;
+    struct kvp__key **pp;
+    if (ns->old) {
+        uint64_t ob = (uint32_t)h & (ns->nold - 1);
+        if (ob >= ns->mpos && (pp = chain_find(b = &ns->old[ob], k, h, pos)) != NULL) {
+            if (bo)
+                *bo = b;
+            return pp;
+        }
+    }
+    b = bucket_of(ns->buckets, ns->nbuckets, h);
+    if (bo)
+        *bo = b;
+    return chain_find(b, k, h, pos);
 }
 
 static struct kvp__key *key_find_h(struct kvp_ns *ns, const struct kvp_str *k, uint64_t h)
 {
     if (!ns->nkeys)
         return NULL;
-    return *key_slot(ns, k, h);
+    struct kvp__key **pp = key_slot(ns, k, h, NULL, NULL);
+    return pp ? *pp : NULL;
 }
 
 static struct kvp__key *key_find(struct kvp_ns *ns, const struct kvp_str *k)
@@ -260,22 +343,33 @@ static void kb_free(struct kbatch *kb)
     }
 }
 
-/* Pulls the buckets of keys [i, j), then their chains' first entries, into the cache. */
+/* Whether a search of bucket b for a key with tag t may read an entry. */
+static int bucket_may_hold(const struct kvp__bucket *b, uint16_t t)
+{
+    if (b->n > KVP_BUCKET_TAGS)
+        return 1;
+    for (unsigned i = 0; i < KVP_BUCKET_TAGS; i++)
+        if (b->tag[i] == t)
+            return 1;
+    return 0;
+}
+
+/* Pulls the buckets of keys [i, j), then the first entries of the chains
+ * that may hold them, into the cache. */
 static void kb_prefetch(const struct kvp_ns *ns, const uint64_t *h, size_t i, size_t j)
 {
     for (size_t x = i; x < j; x++) {
-        uint32_t tag = (uint32_t)h[x];
-        __builtin_prefetch(&ns->buckets[tag & (ns->nbuckets - 1)]);
+        __builtin_prefetch(bucket_of(ns->buckets, ns->nbuckets, h[x]));
         if (ns->old)
-            __builtin_prefetch(&ns->old[tag & (ns->nold - 1)]);
+            __builtin_prefetch(bucket_of(ns->old, ns->nold, h[x]));
     }
     for (size_t x = i; x < j; x++) {
-        uint32_t tag = (uint32_t)h[x];
-        struct kvp__key *e = ns->buckets[tag & (ns->nbuckets - 1)];
-        if (e)
-            __builtin_prefetch(e);
-        if (ns->old && (e = ns->old[tag & (ns->nold - 1)]) != NULL)
-            __builtin_prefetch(e);
+        uint16_t t = key_tag(h[x]);
+        const struct kvp__bucket *b = bucket_of(ns->buckets, ns->nbuckets, h[x]);
+        if (bucket_may_hold(b, t))
+            __builtin_prefetch(b->head);
+        if (ns->old && bucket_may_hold(b = bucket_of(ns->old, ns->nold, h[x]), t))
+            __builtin_prefetch(b->head);
     }
 }
 
@@ -290,7 +384,7 @@ static void kb_find(struct kvp_ns *ns, struct kbatch *kb, const struct kvp_str *
         size_t end = n - w > KB_WINDOW ? w + KB_WINDOW : n;
         kb_prefetch(ns, kb->h, w, end);
         for (size_t i = w; i < end; i++)
-            kb->e[i] = *key_slot(ns, &keys[i], kb->h[i]);
+            kb->e[i] = key_find_h(ns, &keys[i], kb->h[i]);
     }
 }
 
@@ -316,17 +410,15 @@ static void migrate(struct kvp_ns *ns, uint64_t n)
 {
     if (ns->old) /* the step's first entries are scattered: fetch them together */
         for (uint64_t b = ns->mpos; b < ns->nold && b < ns->mpos + n; b++)
-            if (ns->old[b])
-                __builtin_prefetch(ns->old[b]);
+            if (ns->old[b].head)
+                __builtin_prefetch(ns->old[b].head);
     while (ns->old && n--) {
-        struct kvp__key *e = ns->old[ns->mpos], *nx;
-        for (; e; e = nx) {
+        struct kvp__bucket *ob = &ns->old[ns->mpos];
+        for (struct kvp__key *e = ob->head, *nx; e; e = nx) {
             nx = e->next;
-            uint64_t b = e->hash & (ns->nbuckets - 1);
-            e->next = ns->buckets[b];
-            ns->buckets[b] = e;
+            bucket_push(bucket_of(ns->buckets, ns->nbuckets, e->hash), e);
         }
-        ns->old[ns->mpos] = NULL;
+        memset(ob, 0, sizeof *ob);
         if (++ns->mpos == ns->nold) {
             kvp__big_free(ns->old, ns->nold * sizeof *ns->old);
             ns->old = NULL;
@@ -341,7 +433,7 @@ static int start_resize(struct kvp_ns *ns, uint64_t nb)
     migrate(ns, UINT64_MAX); /* at most one move at a time */
     if (nb > MAX_KEY_BUCKETS || nb <= ns->nbuckets)
         return -ENOSPC;
-    struct kvp__key **b = NULL;
+    struct kvp__bucket *b = NULL;
     if (ns->grown && ns->ngrown == nb)
         b = ns->grown; /* backed, or being backed: populating changes no byte */
     else
@@ -392,8 +484,8 @@ static struct kvp__key *key_get_h(struct kvp_ns *ns, const struct kvp_str *k, ui
         migrate(ns, MIGRATE_STEP);
     else if (ns->nkeys + 1 > ns->nbuckets)
         grow_index(ns);
-    struct kvp__key **pp = key_slot(ns, k, h);
-    struct kvp__key *e = *pp;
+    struct kvp__key **pp = key_slot(ns, k, h, NULL, NULL);
+    struct kvp__key *e = pp ? *pp : NULL;
     if (e && slot < e->cap)
         return e;
     uint16_t cap = (uint16_t)(ns->nranks > slot + 1 ? ns->nranks : slot + 1);
@@ -405,17 +497,15 @@ static struct kvp__key *key_get_h(struct kvp_ns *ns, const struct kvp_str *k, ui
          * where the search stopped: writing into an older entry would copy
          * its page while a snapshot child shares it (a copy-on-write fault
          * per insertion, across all of the entries' memory). */
-        struct kvp__key **head = &ns->buckets[(uint32_t)h & (ns->nbuckets - 1)];
-        ne->next = *head;
         ne->hash = (uint32_t)h;
         ne->len = (uint16_t)k->len;
         ne->nheld = 0;
-        ne->pad_ = 0;
+        ne->tag = key_tag(h);
         ne->cap = cap;
         for (uint32_t i = 0; i < cap; i++)
             ne->pages[i] = KVP_NONE;
         memcpy((char *)(ne->pages + cap), k->ptr, k->len);
-        *head = ne;
+        bucket_push(bucket_of(ns->buckets, ns->nbuckets, h), ne);
         ns->nkeys++;
         return ne;
     }
@@ -441,8 +531,12 @@ static struct kvp__key *key_get(struct kvp_ns *ns, const struct kvp_str *k, uint
 static void key_unlink(struct kvp_ns *ns, struct kvp__key *e)
 {
     struct kvp_str s = {kvp__key_bytes(e), e->len};
-    struct kvp__key **pp = key_slot(ns, &s, key_hash(&s));
+    struct kvp__bucket *b;
+    unsigned pos = 0;
+    struct kvp__key **pp = key_slot(ns, &s, key_hash(&s), &b, &pos);
+    assert(pp && *pp == e);
     *pp = e->next;
+    bucket_unlinked(b, pos);
     ns->nkeys--;
     key_free(ns, e);
 }
@@ -761,12 +855,12 @@ static void free_all_keys(struct kvp_ns *ns)
 {
     migrate(ns, UINT64_MAX);
     for (uint64_t i = 0; i < ns->nbuckets; i++) {
-        struct kvp__key *e = ns->buckets[i], *nx;
+        struct kvp__key *e = ns->buckets[i].head, *nx;
         for (; e; e = nx) {
             nx = e->next;
             key_free(ns, e); /* frees the big ones, kept in no chunk */
         }
-        ns->buckets[i] = NULL;
+        memset(&ns->buckets[i], 0, sizeof ns->buckets[i]);
     }
     ns->nkeys = 0;
     kvp__slab_destroy(&ns->keys_mem);
@@ -1416,8 +1510,21 @@ static int check_ns(struct kvp_ns *ns, struct kvp_error *err)
     }
     uint64_t keys = 0, slots_total = 0;
     for (uint64_t b = 0; b < ns->nbuckets + ns->nold; b++) {
-        const struct kvp__key *first = b < ns->nbuckets ? ns->buckets[b] : ns->old[b - ns->nbuckets];
-        for (const struct kvp__key *e = first; e; e = e->next) {
+        int in_old = b >= ns->nbuckets;
+        uint64_t bi = in_old ? b - ns->nbuckets : b, nb = in_old ? ns->nold : ns->nbuckets;
+        const struct kvp__bucket *bk = in_old ? &ns->old[bi] : &ns->buckets[bi];
+        CHECK(!in_old || bi >= ns->mpos || (!bk->head && !bk->n),
+              "%s: old bucket %llu was moved but is not empty", ctx, (unsigned long long)bi);
+        uint64_t pos = 0;
+        for (const struct kvp__key *e = bk->head; e; e = e->next, pos++) {
+            struct kvp_str ks = {kvp__key_bytes(e), e->len};
+            uint64_t h = key_hash(&ks);
+            CHECK(e->hash == (uint32_t)h && e->tag == key_tag(h) && ((uint32_t)h & (nb - 1)) == bi,
+                  "%s: key '%.*s' has a wrong hash or tag, or sits in the wrong bucket", ctx,
+                  (int)(e->len > 64 ? 64 : e->len), kvp__key_bytes(e));
+            CHECK(pos >= KVP_BUCKET_TAGS || bk->tag[pos] == e->tag,
+                  "%s: bucket %llu has a wrong tag at place %llu", ctx, (unsigned long long)bi,
+                  (unsigned long long)pos);
             keys++;
             uint32_t held = 0;
             CHECK(e->nheld > 0, "%s: key '%.*s' holds no page", ctx,
@@ -1437,6 +1544,12 @@ static int check_ns(struct kvp_ns *ns, struct kvp_error *err)
                   (int)(e->len > 64 ? 64 : e->len), kvp__key_bytes(e), e->nheld, held);
             slots_total += held;
         }
+        CHECK(bk->n == CHAIN_UNCOUNTED ? pos >= CHAIN_UNCOUNTED : bk->n == pos,
+              "%s: bucket %llu counts %u entries, has %llu", ctx, (unsigned long long)bi, bk->n,
+              (unsigned long long)pos);
+        for (; pos < KVP_BUCKET_TAGS; pos++)
+            CHECK(!bk->tag[pos], "%s: bucket %llu has a tag past its chain's end", ctx,
+                  (unsigned long long)bi);
     }
     CHECK(keys == ns->nkeys, "%s: %llu keys in the index, counted %llu", ctx,
           (unsigned long long)keys, (unsigned long long)ns->nkeys);

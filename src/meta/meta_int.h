@@ -26,8 +26,22 @@ struct kvp__key {
     uint16_t len;          /* key length, 1..1024 */
     uint16_t cap;          /* number of slots in pages[] */
     uint16_t nheld;        /* slots with a page */
-    uint16_t pad_;
+    uint16_t tag;          /* bits 48..63 of the hash, made odd (never 0): see kvp__bucket */
     uint32_t pages[]; /* per rank slot: page or KVP_NONE; key bytes follow */
+};
+
+/*
+ * A bucket of the key index: the head of a chain of entries, the tags of its
+ * first three entries (0 past the chain's end) and its length (saturating at
+ * UINT16_MAX, which means "count the chain"). A lookup of an absent key in a
+ * chain of up to three entries reads only the bucket, never an entry; 16
+ * bytes, a quarter of a cache line.
+ */
+#define KVP_BUCKET_TAGS 3
+struct kvp__bucket {
+    struct kvp__key *head;
+    uint16_t tag[KVP_BUCKET_TAGS];
+    uint16_t n;
 };
 
 static inline const char *kvp__key_bytes(const struct kvp__key *k)
@@ -76,11 +90,11 @@ struct kvp_ns {
     struct kvp__rank **slots; /* by slot */
     struct kvp__rank **by_id; /* sorted by rank id */
     uint32_t nranks, cap_ranks;
-    struct kvp__key **buckets;
+    struct kvp__bucket *buckets;
     uint64_t nbuckets, nkeys;
-    struct kvp__key **old; /* while the index grows: the table being emptied */
-    uint64_t nold, mpos;   /* its size; its buckets below mpos are moved */
-    struct kvp__key **grown;   /* the next, bigger table while it is being backed */
+    struct kvp__bucket *old; /* while the index grows: the table being emptied */
+    uint64_t nold, mpos;     /* its size; its buckets below mpos are moved */
+    struct kvp__bucket *grown; /* the next, bigger table while it is being backed */
     uint64_t ngrown;
     struct kvp__populate grow_job;
     struct kvp__slab keys_mem; /* the key entries */
