@@ -143,7 +143,7 @@ static json_t *build_primitive(struct fast *f, const jsmntok_t *t)
  * decode, no control character, nothing for UTF-8 validation. Eight bytes at
  * a time: these strings are the keys, i.e. most of every body.
  */
-static int plain_ascii(const char *s, size_t n)
+int kvp__plain_ascii(const char *s, size_t n)
 {
     const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
     size_t i = 0;
@@ -170,7 +170,7 @@ static json_t *build_string(struct fast *f, const jsmntok_t *t)
 {
     const char *s = f->js + t->start;
     size_t n = (size_t)(t->end - t->start);
-    if (!plain_ascii(s, n))
+    if (!kvp__plain_ascii(s, n))
         return NULL; /* escapes, controls, non-ASCII: jansson */
     return json_stringn_nocheck(s, n);
 }
@@ -207,7 +207,7 @@ static json_t *build(struct fast *f)
         if (c->type != JSMN_STRING || c->size != 1)
             goto fail;
         f->next++;
-        if (!plain_ascii(f->js + c->start, (size_t)(c->end - c->start)))
+        if (!kvp__plain_ascii(f->js + c->start, (size_t)(c->end - c->start)))
             goto fail;
         if (f->next >= f->ntok)
             goto fail;

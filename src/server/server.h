@@ -40,6 +40,8 @@ struct kvp_server_config {
      * in scratch memory the caller reclaims whole: they are not released one
      * by one (serve.c's arena; a tenth of the JSON time for a 64-key body). */
     int (*json_is_scratch)(void);
+    /* Tests and the fuzzer only: read every body with jansson (fastbody.c off). */
+    int no_fast_bodies;
 };
 
 #define KVP_DEFAULT_MAX_BODY ((size_t)64 << 20)
@@ -155,6 +157,8 @@ struct kvp_ctx {
 };
 
 void kvp__vllm_handle(struct kvp_ctx *c, int route);
+/* The vLLM routes whose plain bodies fastbody.c reads: 1 when handled (replied), else 0. */
+int kvp__vllm_fast(struct kvp_ctx *c, int route);
 void kvp__sglang_handle(struct kvp_ctx *c, int route);
 void kvp__native_handle(struct kvp_ctx *c, int route);
 /* Writes the Prometheus text (metrics.c) and the /v1/stats JSON. Return 0 or
@@ -180,6 +184,15 @@ const char *kvp__key_problem(const char *s, size_t len);
 int kvp__pool_valid(const char *s, size_t len);
 /* Checks a list length against --max-keys; replies 413 and returns -1 when over. */
 int kvp__check_count(struct kvp_ctx *c, size_t n);
+
+/*
+ * fastbody.c: the plain forms of the vLLM batch_allocate and confirm_write
+ * bodies, read into the scratch arrays without jansson. 1: read (rank, the
+ * counts, keys/pages/pages2 filled); 0: not in plain form, nothing replied,
+ * use the general path; -1: out of memory, replied 500.
+ */
+int kvp__fast_allocate(struct kvp_ctx *c, uint32_t *rank, size_t *n);
+int kvp__fast_confirm(struct kvp_ctx *c, uint32_t *rank, size_t *n, size_t *nrel);
 
 /* A body list field: missing → *out = NULL and returns 0 (reads as []);
  * present and an array → 0; anything else (null included) → -1. */

@@ -71,24 +71,16 @@ static void do_init(struct kvp_ctx *c)
     kvp__buf_printf(b, "{\"message\": \"Rank %u initialized with %lld pages\"}", rank, (long long)n);
 }
 
-static void do_allocate(struct kvp_ctx *c)
+/* batch_allocate of the n keys in c->rep->keys, the body read. */
+static void allocate_run(struct kvp_ctx *c, uint32_t rank, size_t n)
 {
-    uint32_t rank;
-    json_t *keys;
-    if (body_rank(c, &rank) || kvp__body_list(c, "keys", &keys)) {
-        kvp__reply_error(c, 400, "Invalid request format: need 'rank' and 'keys'");
-        return;
-    }
-    ptrdiff_t n = kvp__parse_alloc_keys(c, keys);
-    if (n < 0)
-        return;
     struct kvp_ns *ns;
     int rc = kvp__find_ns(c, POOL, POOL_LEN, 0, &ns);
     if (rc && rc != -ENOENT)
         return;
     struct kvp_error err = {0};
     if (rc == 0)
-        rc = kvp_meta_allocate(ns, rank, c->rep->keys, (size_t)n, c->rep->pages, NULL, &err);
+        rc = kvp_meta_allocate(ns, rank, c->rep->keys, n, c->rep->pages, NULL, &err);
     if (rc == -ENOENT) {
         kvp__reply_error(c, 404, "Allocation failed: Rank %u not initialized", rank);
         return;
@@ -100,11 +92,11 @@ static void do_allocate(struct kvp_ctx *c)
     struct kvp_buf *b = kvp__reply_json(c);
     const struct kvp_str *k = c->rep->keys;
     const int64_t *pages = c->rep->pages;
-    kvp__buf_reserve(b, (size_t)n * 96 + 48);
+    kvp__buf_reserve(b, n * 96 + 48);
     kvp__jw_lit(b, "{\"rank\": ");
     kvp__jw_uint(b, rank);
     kvp__jw_lit(b, ", \"results\": [");
-    for (ptrdiff_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++) {
         if (i)
             kvp__jw_lit(b, ", ");
         kvp__jw_lit(b, "[");
@@ -116,17 +108,22 @@ static void do_allocate(struct kvp_ctx *c)
     kvp__jw_lit(b, "]}");
 }
 
-static void do_confirm(struct kvp_ctx *c)
+static void do_allocate(struct kvp_ctx *c)
 {
     uint32_t rank;
-    json_t *conf;
-    if (body_rank(c, &rank) || kvp__body_list(c, "confirmations", &conf)) {
-        kvp__reply_error(c, 400, "Invalid request format: need 'rank' and 'confirmations'");
+    json_t *keys;
+    if (body_rank(c, &rank) || kvp__body_list(c, "keys", &keys)) {
+        kvp__reply_error(c, 400, "Invalid request format: need 'rank' and 'keys'");
         return;
     }
-    size_t n, nrel;
-    if (kvp__parse_confirm(c, conf, "confirmations", &n, &nrel, 0))
-        return;
+    ptrdiff_t n = kvp__parse_alloc_keys(c, keys);
+    if (n >= 0)
+        allocate_run(c, rank, (size_t)n);
+}
+
+/* confirm_write of the n confirmations and nrel releases in the scratch arrays. */
+static void confirm_run(struct kvp_ctx *c, uint32_t rank, size_t n, size_t nrel)
+{
     struct kvp_ns *ns;
     int rc = kvp__find_ns(c, POOL, POOL_LEN, 0, &ns);
     if (rc && rc != -ENOENT)
@@ -143,6 +140,36 @@ static void do_confirm(struct kvp_ctx *c)
         return;
     }
     kvp__reply_empty(c, 204);
+}
+
+static void do_confirm(struct kvp_ctx *c)
+{
+    uint32_t rank;
+    json_t *conf;
+    if (body_rank(c, &rank) || kvp__body_list(c, "confirmations", &conf)) {
+        kvp__reply_error(c, 400, "Invalid request format: need 'rank' and 'confirmations'");
+        return;
+    }
+    size_t n, nrel;
+    if (kvp__parse_confirm(c, conf, "confirmations", &n, &nrel, 0) == 0)
+        confirm_run(c, rank, n, nrel);
+}
+
+int kvp__vllm_fast(struct kvp_ctx *c, int route)
+{
+    uint32_t rank;
+    size_t n, nrel;
+    int rc;
+    if (route == KVP_ROUTE_VLLM_ALLOCATE) {
+        if ((rc = kvp__fast_allocate(c, &rank, &n)) == 1)
+            allocate_run(c, rank, n);
+    } else if (route == KVP_ROUTE_VLLM_CONFIRM) {
+        if ((rc = kvp__fast_confirm(c, &rank, &n, &nrel)) == 1)
+            confirm_run(c, rank, n, nrel);
+    } else {
+        return 0;
+    }
+    return rc != 0;
 }
 
 static void write_bools(struct kvp_buf *b, const char *head, const uint8_t *v, size_t n)

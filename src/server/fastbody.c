@@ -1,0 +1,222 @@
+/*
+ * The two hot bodies of the vLLM dialect, read without building JSON values.
+ *
+ *   batch_allocate  {"rank": R, "keys": [K | [K, P], ...]}
+ *   confirm_write   {"rank": R, "confirmations": [[K, page], ...],
+ *                    "pages_to_release": [page, ...]}
+ *
+ * are nearly all of a busy server's writes. A body in their plain form is
+ * scanned straight into the request's scratch arrays, its keys pointing into
+ * the body; that costs a fraction of tokenizing it and building jansson values
+ * (bench/meta). The scanner takes only what it is sure of: strings of
+ * printable ASCII without escapes, integers without sign tricks, fraction or
+ * exponent, these fields once each and no others, lists within --max-keys,
+ * keys that pass the key rule. For anything else it returns 0 without
+ * replying, and the general path (jansson) reads the body and gives every
+ * error its message. The scanner never answers an error itself, so the two
+ * paths cannot disagree on one; fuzz/fuzz_request.c runs every input through
+ * both and compares the replies.
+ */
+#include <string.h>
+
+#include "server/jsonfast.h"
+#include "server/server.h"
+
+struct scan {
+    const char *p, *end;
+};
+
+static void skip_ws(struct scan *s)
+{
+    while (s->p < s->end && (*s->p == ' ' || *s->p == '\n' || *s->p == '\r' || *s->p == '\t'))
+        s->p++;
+}
+
+/* Consumes c (after whitespace) when it is next. */
+static int eat(struct scan *s, char c)
+{
+    skip_ws(s);
+    if (s->p < s->end && *s->p == c) {
+        s->p++;
+        return 1;
+    }
+    return 0;
+}
+
+static int peek(struct scan *s, char c)
+{
+    skip_ws(s);
+    return s->p < s->end && *s->p == c;
+}
+
+/* A string of printable ASCII without escapes. */
+static int plain_string(struct scan *s, struct kvp_str *out)
+{
+    if (!eat(s, '"'))
+        return 0;
+    const char *q = memchr(s->p, '"', (size_t)(s->end - s->p));
+    /* No backslash before q (checked next), so q is the closing quote. */
+    if (!q || !kvp__plain_ascii(s->p, (size_t)(q - s->p)))
+        return 0;
+    out->ptr = s->p;
+    out->len = (size_t)(q - s->p);
+    s->p = q + 1;
+    return 1;
+}
+
+/* -?(0|[1-9][0-9]{0,17}): an integer that jansson reads as the same int64. */
+static int plain_int(struct scan *s, int64_t *out)
+{
+    skip_ws(s);
+    const char *p = s->p;
+    int neg = p < s->end && *p == '-';
+    p += neg;
+    if (p >= s->end || *p < '0' || *p > '9')
+        return 0;
+    const char *d = p;
+    int64_t v = 0;
+    while (p < s->end && *p >= '0' && *p <= '9') {
+        if (p - d == 18)
+            return 0; /* near the int64 limits: jansson's rules */
+        v = v * 10 + (*p++ - '0');
+    }
+    if ((*d == '0' && p - d > 1) || (neg && v == 0))
+        return 0; /* leading zero (invalid JSON), "-0" */
+    if (p < s->end && (*p == '.' || *p == 'e' || *p == 'E'))
+        return 0; /* a real number */
+    *out = neg ? -v : v;
+    s->p = p;
+    return 1;
+}
+
+/* The name of the next field and its colon. */
+static int field(struct scan *s, struct kvp_str *name)
+{
+    return plain_string(s, name) && eat(s, ':');
+}
+
+static int is(const struct kvp_str *name, const char *lit)
+{
+    size_t n = strlen(lit);
+    return name->len == n && !memcmp(name->ptr, lit, n);
+}
+
+/* Room for one more element at index n of every scratch array, within --max-keys. */
+static int room(struct kvp_ctx *c, size_t n, int *oom)
+{
+    if (n + 1 > c->srv->cfg.max_keys)
+        return 0;
+    if (n < c->rep->scratch_cap)
+        return 1;
+    if (kvp__scratch(c, n + 1)) {
+        *oom = 1; /* replied 500 */
+        return 0;
+    }
+    return 1;
+}
+
+static int good_key(const struct kvp_str *k)
+{
+    return !kvp__key_problem(k->ptr, k->len);
+}
+
+/* The rank field's value: 0..KVP_MAX_RANK. */
+static int rank_value(struct scan *s, uint32_t *rank)
+{
+    int64_t r;
+    if (!plain_int(s, &r) || r < 0 || r > (int64_t)KVP_MAX_RANK)
+        return 0;
+    *rank = (uint32_t)r;
+    return 1;
+}
+
+/* A list of elements read by one(s, c, i, oom); *n: how many. */
+static int list(struct scan *s, struct kvp_ctx *c, size_t *n, int *oom,
+                int (*one)(struct scan *, struct kvp_ctx *, size_t))
+{
+    *n = 0;
+    if (!eat(s, '['))
+        return 0;
+    if (eat(s, ']'))
+        return 1;
+    do {
+        if (!room(c, *n, oom) || !one(s, c, *n))
+            return 0;
+        ++*n;
+    } while (eat(s, ','));
+    return eat(s, ']');
+}
+
+/* keys[i]: K or [K, P] with P a string. */
+static int alloc_key(struct scan *s, struct kvp_ctx *c, size_t i)
+{
+    struct kvp_str *k = &c->rep->keys[i], prefix;
+    if (!peek(s, '['))
+        return plain_string(s, k) && good_key(k);
+    return eat(s, '[') && plain_string(s, k) && good_key(k) && eat(s, ',') &&
+           plain_string(s, &prefix) && eat(s, ']');
+}
+
+/* confirmations[i]: [K, page]. */
+static int confirmation(struct scan *s, struct kvp_ctx *c, size_t i)
+{
+    struct kvp_str *k = &c->rep->keys[i];
+    return eat(s, '[') && plain_string(s, k) && good_key(k) && eat(s, ',') &&
+           plain_int(s, &c->rep->pages[i]) && eat(s, ']');
+}
+
+/* pages_to_release[i]: a page. */
+static int release(struct scan *s, struct kvp_ctx *c, size_t i)
+{
+    return plain_int(s, &c->rep->pages2[i]);
+}
+
+/* Reads an object of the given fields (each at most once, rank and the first
+ * list required) and nothing after it. */
+static int scan_body(struct kvp_ctx *c, const char *list1, const char *list2, uint32_t *rank,
+                     size_t *n1, size_t *n2, int *oom,
+                     int (*one1)(struct scan *, struct kvp_ctx *, size_t))
+{
+    struct scan s = {c->req->body, c->req->body + c->req->body_len};
+    int seen_rank = 0, seen1 = 0, seen2 = 0;
+    *n2 = 0;
+    if (!eat(&s, '{'))
+        return 0;
+    do {
+        struct kvp_str name;
+        if (!field(&s, &name))
+            return 0;
+        if (is(&name, "rank") && !seen_rank++) {
+            if (!rank_value(&s, rank))
+                return 0;
+        } else if (is(&name, list1) && !seen1++) {
+            if (!list(&s, c, n1, oom, one1))
+                return 0;
+        } else if (list2 && is(&name, list2) && !seen2++) {
+            if (!list(&s, c, n2, oom, release))
+                return 0;
+        } else {
+            return 0;
+        }
+    } while (eat(&s, ','));
+    if (!eat(&s, '}'))
+        return 0;
+    skip_ws(&s);
+    return s.p == s.end && seen_rank && seen1;
+}
+
+int kvp__fast_allocate(struct kvp_ctx *c, uint32_t *rank, size_t *n)
+{
+    int oom = 0;
+    size_t unused;
+    int ok = scan_body(c, "keys", NULL, rank, n, &unused, &oom, alloc_key);
+    return oom ? -1 : ok;
+}
+
+int kvp__fast_confirm(struct kvp_ctx *c, uint32_t *rank, size_t *n, size_t *nrel)
+{
+    int oom = 0;
+    /* confirmations and pages_to_release share the scratch arrays' capacity */
+    int ok = scan_body(c, "confirmations", "pages_to_release", rank, n, nrel, &oom, confirmation);
+    return oom ? -1 : ok;
+}
