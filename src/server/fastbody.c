@@ -1,11 +1,13 @@
 /*
- * The two hot bodies of the vLLM dialect, read without building JSON values.
+ * The hot bodies of the vLLM dialect, read without building JSON values.
  *
- *   batch_allocate  {"rank": R, "keys": [K | [K, P], ...]}
- *   confirm_write   {"rank": R, "confirmations": [[K, page], ...],
- *                    "pages_to_release": [page, ...]}
+ *   batch_allocate    {"rank": R, "keys": [K | [K, P], ...]}
+ *   confirm_write     {"rank": R, "confirmations": [[K, page], ...],
+ *                      "pages_to_release": [page, ...]}
+ *   batch_exists      {"keys": [K, ...]}
+ *   get_locations     {"rank": R, "keys": [K, ...]}
  *
- * are nearly all of a busy server's writes. A body in their plain form is
+ * are nearly all of a busy server's requests. A body in their plain form is
  * scanned straight into the request's scratch arrays, its keys pointing into
  * the body; that costs a fraction of tokenizing it and building jansson values
  * (bench/meta). The scanner takes only what it is sure of: strings of
@@ -157,6 +159,12 @@ static int alloc_key(struct scan *s, struct kvp_ctx *c, size_t i)
            plain_string(s, &prefix) && eat(s, ']');
 }
 
+/* keys[i]: K. */
+static int plain_key(struct scan *s, struct kvp_ctx *c, size_t i)
+{
+    return plain_string(s, &c->rep->keys[i]) && good_key(&c->rep->keys[i]);
+}
+
 /* confirmations[i]: [K, page]. */
 static int confirmation(struct scan *s, struct kvp_ctx *c, size_t i)
 {
@@ -171,11 +179,11 @@ static int release(struct scan *s, struct kvp_ctx *c, size_t i)
     return plain_int(s, &c->rep->pages2[i]);
 }
 
-/* Reads an object of the given fields (each at most once, rank and the first
- * list required) and nothing after it. */
-static int scan_body(struct kvp_ctx *c, const char *list1, const char *list2, uint32_t *rank,
-                     size_t *n1, size_t *n2, int *oom,
-                     int (*one1)(struct scan *, struct kvp_ctx *, size_t))
+/* Reads an object of the given fields (each at most once; rank, when wanted,
+ * and the first list required) and nothing after it. */
+static int scan_body(struct kvp_ctx *c, uint32_t *rank, const char *list1, size_t *n1,
+                     int (*one1)(struct scan *, struct kvp_ctx *, size_t), const char *list2,
+                     size_t *n2, int *oom)
 {
     struct scan s = {c->req->body, c->req->body + c->req->body_len};
     int seen_rank = 0, seen1 = 0, seen2 = 0;
@@ -186,7 +194,7 @@ static int scan_body(struct kvp_ctx *c, const char *list1, const char *list2, ui
         struct kvp_str name;
         if (!field(&s, &name))
             return 0;
-        if (is(&name, "rank") && !seen_rank++) {
+        if (rank && is(&name, "rank") && !seen_rank++) {
             if (!rank_value(&s, rank))
                 return 0;
         } else if (is(&name, list1) && !seen1++) {
@@ -202,14 +210,22 @@ static int scan_body(struct kvp_ctx *c, const char *list1, const char *list2, ui
     if (!eat(&s, '}'))
         return 0;
     skip_ws(&s);
-    return s.p == s.end && seen_rank && seen1;
+    return s.p == s.end && (seen_rank || !rank) && seen1;
 }
 
 int kvp__fast_allocate(struct kvp_ctx *c, uint32_t *rank, size_t *n)
 {
     int oom = 0;
     size_t unused;
-    int ok = scan_body(c, "keys", NULL, rank, n, &unused, &oom, alloc_key);
+    int ok = scan_body(c, rank, "keys", n, alloc_key, NULL, &unused, &oom);
+    return oom ? -1 : ok;
+}
+
+int kvp__fast_keys(struct kvp_ctx *c, uint32_t *rank, size_t *n)
+{
+    int oom = 0;
+    size_t unused;
+    int ok = scan_body(c, rank, "keys", n, plain_key, NULL, &unused, &oom);
     return oom ? -1 : ok;
 }
 
@@ -217,6 +233,6 @@ int kvp__fast_confirm(struct kvp_ctx *c, uint32_t *rank, size_t *n, size_t *nrel
 {
     int oom = 0;
     /* confirmations and pages_to_release share the scratch arrays' capacity */
-    int ok = scan_body(c, "confirmations", "pages_to_release", rank, n, nrel, &oom, confirmation);
+    int ok = scan_body(c, rank, "confirmations", n, confirmation, "pages_to_release", nrel, &oom);
     return oom ? -1 : ok;
 }

@@ -186,13 +186,16 @@ int kvp__pool_valid(const char *s, size_t len);
 int kvp__check_count(struct kvp_ctx *c, size_t n);
 
 /*
- * fastbody.c: the plain forms of the vLLM batch_allocate and confirm_write
- * bodies, read into the scratch arrays without jansson. 1: read (rank, the
- * counts, keys/pages/pages2 filled); 0: not in plain form, nothing replied,
- * use the general path; -1: out of memory, replied 500.
+ * fastbody.c: the plain forms of the vLLM batch_allocate, confirm_write,
+ * batch_exists and get_locations bodies, read into the scratch arrays without
+ * jansson. 1: read (rank, the counts, keys/pages/pages2 filled); 0: not in
+ * plain form, nothing replied, use the general path; -1: out of memory,
+ * replied 500.
  */
 int kvp__fast_allocate(struct kvp_ctx *c, uint32_t *rank, size_t *n);
 int kvp__fast_confirm(struct kvp_ctx *c, uint32_t *rank, size_t *n, size_t *nrel);
+/* {"keys": [K, ...]} (rank NULL) or {"rank": R, "keys": [K, ...]}. */
+int kvp__fast_keys(struct kvp_ctx *c, uint32_t *rank, size_t *n);
 
 /* A body list field: missing → *out = NULL and returns 0 (reads as []);
  * present and an array → 0; anything else (null included) → -1. */

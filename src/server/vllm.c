@@ -155,23 +155,6 @@ static void do_confirm(struct kvp_ctx *c)
         confirm_run(c, rank, n, nrel);
 }
 
-int kvp__vllm_fast(struct kvp_ctx *c, int route)
-{
-    uint32_t rank;
-    size_t n, nrel;
-    int rc;
-    if (route == KVP_ROUTE_VLLM_ALLOCATE) {
-        if ((rc = kvp__fast_allocate(c, &rank, &n)) == 1)
-            allocate_run(c, rank, n);
-    } else if (route == KVP_ROUTE_VLLM_CONFIRM) {
-        if ((rc = kvp__fast_confirm(c, &rank, &n, &nrel)) == 1)
-            confirm_run(c, rank, n, nrel);
-    } else {
-        return 0;
-    }
-    return rc != 0;
-}
-
 static void write_bools(struct kvp_buf *b, const char *head, const uint8_t *v, size_t n)
 {
     kvp__buf_reserve(b, n * 7 + 32);
@@ -187,6 +170,25 @@ static void write_bools(struct kvp_buf *b, const char *head, const uint8_t *v, s
     kvp__jw_lit(b, "]}");
 }
 
+static void exists_run(struct kvp_ctx *c, size_t n)
+{
+    struct kvp_ns *ns;
+    int rc = kvp__find_ns(c, POOL, POOL_LEN, 0, &ns);
+    if (rc && rc != -ENOENT)
+        return;
+    if (rc == -ENOENT) {
+        memset(c->rep->flags, 0, n);
+    } else {
+        struct kvp_error err = {0};
+        rc = kvp_meta_exists(ns, -1, c->rep->keys, n, c->rep->flags, &err);
+        if (rc) {
+            kvp__meta_error(c, rc, &err, "keys");
+            return;
+        }
+    }
+    write_bools(kvp__reply_json(c), "{\"exists\": [", c->rep->flags, n);
+}
+
 static void do_exists(struct kvp_ctx *c)
 {
     json_t *keys;
@@ -195,23 +197,8 @@ static void do_exists(struct kvp_ctx *c)
         return;
     }
     ptrdiff_t n = kvp__parse_str_keys(c, keys, 1);
-    if (n < 0)
-        return;
-    struct kvp_ns *ns;
-    int rc = kvp__find_ns(c, POOL, POOL_LEN, 0, &ns);
-    if (rc && rc != -ENOENT)
-        return;
-    if (rc == -ENOENT) {
-        memset(c->rep->flags, 0, (size_t)n);
-    } else {
-        struct kvp_error err = {0};
-        rc = kvp_meta_exists(ns, -1, c->rep->keys, (size_t)n, c->rep->flags, &err);
-        if (rc) {
-            kvp__meta_error(c, rc, &err, "keys");
-            return;
-        }
-    }
-    write_bools(kvp__reply_json(c), "{\"exists\": [", c->rep->flags, (size_t)n);
+    if (n >= 0)
+        exists_run(c, (size_t)n);
 }
 
 static void write_locations(struct kvp_buf *b, const char *head, const int64_t *p, size_t n)
@@ -226,6 +213,26 @@ static void write_locations(struct kvp_buf *b, const char *head, const int64_t *
     kvp__jw_lit(b, "]}");
 }
 
+static void locations_run(struct kvp_ctx *c, uint32_t rank, size_t n)
+{
+    struct kvp_ns *ns;
+    int rc = kvp__find_ns(c, POOL, POOL_LEN, 0, &ns);
+    if (rc && rc != -ENOENT)
+        return;
+    struct kvp_error err = {0};
+    if (rc == 0)
+        rc = kvp_meta_lookup(ns, rank, 1, c->rep->keys, n, c->rep->pages, &err);
+    if (rc == -ENOENT) {
+        kvp__reply_error(c, 404, "Failed to get key locations: Rank %u not initialized", rank);
+        return;
+    }
+    if (rc) {
+        kvp__meta_error(c, rc, &err, "keys");
+        return;
+    }
+    write_locations(kvp__reply_json(c), "{\"locations\": [", c->rep->pages, n);
+}
+
 static void do_locations(struct kvp_ctx *c)
 {
     uint32_t rank;
@@ -235,24 +242,8 @@ static void do_locations(struct kvp_ctx *c)
         return;
     }
     ptrdiff_t n = kvp__parse_str_keys(c, keys, 0);
-    if (n < 0)
-        return;
-    struct kvp_ns *ns;
-    int rc = kvp__find_ns(c, POOL, POOL_LEN, 0, &ns);
-    if (rc && rc != -ENOENT)
-        return;
-    struct kvp_error err = {0};
-    if (rc == 0)
-        rc = kvp_meta_lookup(ns, rank, 1, c->rep->keys, (size_t)n, c->rep->pages, &err);
-    if (rc == -ENOENT) {
-        kvp__reply_error(c, 404, "Failed to get key locations: Rank %u not initialized", rank);
-        return;
-    }
-    if (rc) {
-        kvp__meta_error(c, rc, &err, "keys");
-        return;
-    }
-    write_locations(kvp__reply_json(c), "{\"locations\": [", c->rep->pages, (size_t)n);
+    if (n >= 0)
+        locations_run(c, rank, (size_t)n);
 }
 
 static void do_clear(struct kvp_ctx *c)
@@ -305,6 +296,29 @@ void kvp__write_bools(struct kvp_buf *b, const char *head, const uint8_t *v, siz
 void kvp__write_pages(struct kvp_buf *b, const char *head, const int64_t *p, size_t n)
 {
     write_locations(b, head, p, n);
+}
+
+int kvp__vllm_fast(struct kvp_ctx *c, int route)
+{
+    uint32_t rank;
+    size_t n, nrel;
+    int rc;
+    if (route == KVP_ROUTE_VLLM_ALLOCATE) {
+        if ((rc = kvp__fast_allocate(c, &rank, &n)) == 1)
+            allocate_run(c, rank, n);
+    } else if (route == KVP_ROUTE_VLLM_CONFIRM) {
+        if ((rc = kvp__fast_confirm(c, &rank, &n, &nrel)) == 1)
+            confirm_run(c, rank, n, nrel);
+    } else if (route == KVP_ROUTE_VLLM_EXISTS) {
+        if ((rc = kvp__fast_keys(c, NULL, &n)) == 1)
+            exists_run(c, n);
+    } else if (route == KVP_ROUTE_VLLM_LOCATIONS) {
+        if ((rc = kvp__fast_keys(c, &rank, &n)) == 1)
+            locations_run(c, rank, n);
+    } else {
+        return 0;
+    }
+    return rc != 0;
 }
 
 void kvp__vllm_handle(struct kvp_ctx *c, int route)
