@@ -127,40 +127,48 @@ static void enc_init(struct enc *e, uint32_t ns, uint32_t rank, uint32_t num_pag
     e32(e, rank);
     e32(e, num_pages);
 }
-static int hexval(char c)
+/* One more than the value of each lowercase hex digit; 0 for every other byte. */
+static const uint8_t HEX1[256] = {
+    ['0'] = 1,  ['1'] = 2,  ['2'] = 3,  ['3'] = 4,  ['4'] = 5,  ['5'] = 6,
+    ['6'] = 7,  ['7'] = 8,  ['8'] = 9,  ['9'] = 10, ['a'] = 11, ['b'] = 12,
+    ['c'] = 13, ['d'] = 14, ['e'] = 15, ['f'] = 16,
+};
+
+/* Packs the n lowercase hex digits at k into n/2 bytes at out; 0 when n is
+ * odd or one of them is not such a digit (out then holds garbage). */
+static int pack_hex(uint8_t *out, const char *k, size_t n)
 {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    uint8_t bad = (uint8_t)(n % 2);
+    for (size_t i = 0; i + 1 < n; i += 2) {
+        /* a non-digit becomes 0xff: its high bits mark the key as not hex */
+        uint8_t hi = (uint8_t)(HEX1[(unsigned char)k[i]] - 1);
+        uint8_t lo = (uint8_t)(HEX1[(unsigned char)k[i + 1]] - 1);
+        bad |= (hi | lo) & 0xf0;
+        out[i / 2] = (uint8_t)(hi << 4 | (lo & 0x0f));
+    }
+    return !bad;
 }
 
 /* The engines' keys are md5 or sha256 in lowercase hex: storing their bytes
  * halves the log and the snapshot. */
-static int is_hex_key(const char *k, size_t n)
-{
-    if (n % 2)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (hexval(k[i]) < 0)
-            return 0;
-    return 1;
-}
-
 static void enc_hold(struct enc *e, uint32_t ns, uint32_t rank, uint32_t page,
                      const struct kvp__key *k)
 {
     const char *kb = kvp__key_bytes(k);
-    int hex = is_hex_key(kb, k->len);
-    e8(e, hex ? REC_HOLD_HEX : REC_HOLD);
+    uint32_t start = e->n;
+    e8(e, REC_HOLD_HEX);
     e32(e, ns);
     e32(e, rank);
     e32(e, page);
-    if (!hex) {
-        e16(e, k->len);
-        ebytes(e, kb, k->len);
+    e16(e, (uint16_t)(k->len / 2));
+    if (pack_hex(e->b + e->n, kb, k->len)) {
+        e->n += k->len / 2;
         return;
     }
-    e16(e, (uint16_t)(k->len / 2));
-    for (size_t i = 0; i < k->len; i += 2)
-        e8(e, (uint8_t)(hexval(kb[i]) << 4 | hexval(kb[i + 1])));
+    e->b[start] = REC_HOLD;
+    e->n -= 2;
+    e16(e, k->len);
+    ebytes(e, kb, k->len);
 }
 
 static struct kvp__wal *jwal(const struct kvp_meta *m)

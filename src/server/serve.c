@@ -144,6 +144,7 @@ struct serve {
     struct kvp_server srv;
     struct kvp_meta *meta;
     size_t max_body;
+    int group_commit; /* --fsync batch: replies wait for the flusher, parked */
 };
 
 static void usage(FILE *f)
@@ -370,6 +371,12 @@ static enum MHD_Result respond(struct serve *S, struct MHD_Connection *mc, struc
     else
         KVP_LOGD("%s %s -> %d", method, url, rep->status);
 
+    if (lsn && !S->group_commit) {
+        /* always / never: this thread writes (and syncs) the records itself;
+         * parking the reply would only add a suspend and a resume. */
+        cn->durable_rc = kvp__meta_wait_durable(S->meta, lsn);
+        return durable_reply(mc, cn);
+    }
     if (lsn) {
         /* Announce the parked reply before checking for shutdown, which sets
          * g_stopping before it reads g_pending: one of the two sees the other. */
@@ -711,6 +718,7 @@ int kvp__serve_main(int argc, char **argv)
     };
     kvp__server_init(&S->srv, meta, &cfg);
     S->meta = meta;
+    S->group_commit = fsync_mode == KVP_FSYNC_BATCH;
     S->max_body = (size_t)max_body;
 
     /* Signals are taken synchronously by this thread only; MHD's threads
