@@ -138,10 +138,7 @@ static int zero_ahead(struct kvp__wal *w, uint64_t need)
 
 static int all_zero(const uint8_t *p, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        if (p[i])
-            return 0;
-    return 1;
+    return n == 0 || (p[0] == 0 && memcmp(p, p + 1, n - 1) == 0);
 }
 
 static int open_segment(struct kvp__wal *w, uint64_t lsn)
