@@ -188,6 +188,10 @@ static int scan_body(struct kvp_ctx *c, uint32_t *rank, const char *list1, size_
     struct scan s = {c->req->body, c->req->body + c->req->body_len};
     int seen_rank = 0, seen1 = 0, seen2 = 0;
     *n2 = 0;
+    if (kvp__scratch(c, 1)) { /* the arrays exist even for empty lists */
+        *oom = 1;
+        return 0;
+    }
     if (!eat(&s, '{'))
         return 0;
     do {

@@ -276,6 +276,13 @@ int main(void)
     kvp__server_init(&srv, meta, &cfg);
     kvp__reply_init(&rep);
 
+    /* First, on a reply whose arrays were never used: empty key lists in
+     * plain form (the body scanner) on a namespace that does not exist. */
+    X("POST", "/ns/fresh/keys/batch_exists", "{\"keys\": []}", 200, "{\"exists\": []}");
+    X("POST", "/ns/fresh/keys/get_locations", "{\"rank\": 0, \"keys\": []}", 404,
+      D("Failed to get key locations: Rank 0 not initialized"));
+    X("POST", "/ns/fresh/keys/batch_exists", "{\"keys\": [\"a\"]}", 200, "{\"exists\": [false]}");
+
     test_routing();
     test_json();
     test_vllm();
