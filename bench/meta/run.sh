@@ -14,7 +14,8 @@
 #      DUR (seconds per wrk run, 8), REPS (3), THREADS_LIST ("1 2"),
 #      PAGES (pages of rank 0 in the throughput servers, 16777216),
 #      RSS_KEYS (1000000), ALLOC_ITERS (2000), PROFILE (0), KEEP (keep temp dir),
-#      FSYNC_LIST ("batch": allocate+confirm with --data-dir and these --fsync modes).
+#      FSYNC_LIST ("batch": allocate+confirm with --data-dir and these --fsync modes),
+#      CONNS (wrk connections, 16: the issue's setting).
 # Exits non-zero if a server fails to start or a step fails.
 set -euo pipefail
 
@@ -31,6 +32,7 @@ RSS_KEYS=${RSS_KEYS:-1000000}
 ALLOC_ITERS=${ALLOC_ITERS:-2000}
 PROFILE=${PROFILE:-0}
 FSYNC_LIST=${FSYNC_LIST:-"batch"}
+CONNS=${CONNS:-16}
 PY=/usr/bin/python3
 
 for tool in wrk cc curl "$PY"; do
@@ -67,7 +69,7 @@ RESULTS=$TMP/results.txt
 {
     echo "# date=$(date -u +%Y-%m-%dT%H:%M:%SZ) nproc=$(nproc) kernel=$(uname -r)"
     echo "# kvpage=$KVPAGE sha256=$(sha256sum "$KV" | cut -c1-16) git=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo ?)"
-    echo "# wrk: $(wrk -v 2>&1 | head -1 | cut -c1-40); 1 thread, 16 connections, ${DUR}s per run, $REPS reps"
+    echo "# wrk: $(wrk -v 2>&1 | head -1 | cut -c1-40); 1 thread, $CONNS connections, ${DUR}s per run, $REPS reps"
     echo "# loadavg at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 } >>"$RESULTS"
 
@@ -112,7 +114,7 @@ wrk_run() {
     local out before="" after=""
     if [[ $label != probe_* ]]; then before=$("$PY" "$HERE/prep.py" srvtime "$port") || exit 1; fi
     out=$(env BENCH_DIR="$HERE" BENCH_KEYS="$TMP/keys.txt" "$@" \
-        wrk -t1 -c16 -d"${DUR}s" --timeout 30s -s "$HERE/$script" "http://127.0.0.1:$port/") || {
+        wrk -t1 -c"$CONNS" -d"${DUR}s" --timeout 30s -s "$HERE/$script" "http://127.0.0.1:$port/") || {
         echo "run.sh: wrk failed for $label" >&2; echo "$out" >&2; exit 1; }
     local res; res=$(grep '^RESULT ' <<<"$out" | tail -1)
     [ -n "$res" ] || { echo "run.sh: no RESULT from wrk for $label" >&2; echo "$out" >&2; exit 1; }
