@@ -51,7 +51,7 @@ static void set_err(struct kvp_error *err, int code, int rule, int64_t index, in
 static uint64_t default_clock(void *arg)
 {
     (void)arg;
-    return kvp__mono_ns() / 1000000u;
+    return kvp__mono_ms();
 }
 
 static uint64_t now_ms(const struct kvp_meta *m)
@@ -235,22 +235,28 @@ static void bucket_unlinked(struct kvp__bucket *b, unsigned pos)
     b->tag[KVP_BUCKET_TAGS - 1] = last;
 }
 
+/* How many entries of bucket b's chain a search for tag t must look at: in a
+ * chain of at most KVP_BUCKET_TAGS entries, up to the last matching tag
+ * (usually none matches, and no entry is read); else the whole chain. */
+static uint64_t bucket_search_end(const struct kvp__bucket *b, uint16_t t)
+{
+    if (b->n == CHAIN_UNCOUNTED)
+        return UINT64_MAX;
+    if (b->n > KVP_BUCKET_TAGS)
+        return b->n;
+    uint64_t end = 0;
+    for (unsigned i = 0; i < b->n; i++)
+        if (b->tag[i] == t)
+            end = i + 1;
+    return end;
+}
+
 /* The link to key k's entry in bucket b, or NULL when it is not there; *pos: its place. */
 static struct kvp__key **chain_find(struct kvp__bucket *b, const struct kvp_str *k, uint64_t h,
                                     unsigned *pos)
 {
     uint16_t t = key_tag(h);
-    /* In a chain of at most KVP_BUCKET_TAGS entries, the last matching tag
-     * bounds the search; usually no tag matches and no entry is read. */
-    uint64_t end = b->n;
-    if (end <= KVP_BUCKET_TAGS) {
-        end = 0;
-        for (unsigned i = 0; i < b->n; i++)
-            if (b->tag[i] == t)
-                end = i + 1;
-    } else if (end == CHAIN_UNCOUNTED) {
-        end = UINT64_MAX;
-    }
+    uint64_t end = bucket_search_end(b, t);
     struct kvp__key **pp = &b->head;
     for (uint64_t i = 0; i < end && *pp; i++, pp = &(*pp)->next) {
         struct kvp__key *e = *pp;
@@ -317,7 +323,8 @@ struct kbatch {
     struct kvp__key *le[KB_LOCAL];
 };
 
-static int kb_init(struct kbatch *kb, const struct kvp_str *keys, size_t n)
+/* Hashes the n keys; -ENOMEM (err set) when their arrays cannot be had. */
+static int kb_init(struct kbatch *kb, const struct kvp_str *keys, size_t n, struct kvp_error *err)
 {
     kb->h = kb->lh;
     kb->e = kb->le;
@@ -327,6 +334,7 @@ static int kb_init(struct kbatch *kb, const struct kvp_str *keys, size_t n)
         if (!kb->h || !kb->e) {
             free(kb->h);
             free(kb->e);
+            set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
             return -ENOMEM;
         }
     }
@@ -335,23 +343,18 @@ static int kb_init(struct kbatch *kb, const struct kvp_str *keys, size_t n)
     return 0;
 }
 
+/* End of the window of keys that starts at i. */
+static size_t kb_window_end(size_t i, size_t n)
+{
+    return n - i > KB_WINDOW ? i + KB_WINDOW : n;
+}
+
 static void kb_free(struct kbatch *kb)
 {
     if (kb->h != kb->lh) {
         free(kb->h);
         free(kb->e);
     }
-}
-
-/* Whether a search of bucket b for a key with tag t may read an entry. */
-static int bucket_may_hold(const struct kvp__bucket *b, uint16_t t)
-{
-    if (b->n > KVP_BUCKET_TAGS)
-        return 1;
-    for (unsigned i = 0; i < KVP_BUCKET_TAGS; i++)
-        if (b->tag[i] == t)
-            return 1;
-    return 0;
 }
 
 /* Pulls the buckets of keys [i, j), then the first entries of the chains
@@ -366,9 +369,9 @@ static void kb_prefetch(const struct kvp_ns *ns, const uint64_t *h, size_t i, si
     for (size_t x = i; x < j; x++) {
         uint16_t t = key_tag(h[x]);
         const struct kvp__bucket *b = bucket_of(ns->buckets, ns->nbuckets, h[x]);
-        if (bucket_may_hold(b, t))
+        if (bucket_search_end(b, t))
             __builtin_prefetch(b->head);
-        if (ns->old && bucket_may_hold(b = bucket_of(ns->old, ns->nold, h[x]), t))
+        if (ns->old && bucket_search_end(b = bucket_of(ns->old, ns->nold, h[x]), t))
             __builtin_prefetch(b->head);
     }
 }
@@ -381,7 +384,7 @@ static void kb_find(struct kvp_ns *ns, struct kbatch *kb, const struct kvp_str *
         return;
     }
     for (size_t w = 0; w < n; w += KB_WINDOW) {
-        size_t end = n - w > KB_WINDOW ? w + KB_WINDOW : n;
+        size_t end = kb_window_end(w, n);
         kb_prefetch(ns, kb->h, w, end);
         for (size_t i = w; i < end; i++)
             kb->e[i] = key_find_h(ns, &keys[i], kb->h[i]);
@@ -604,7 +607,6 @@ static void expire(struct kvp__rank *r, uint64_t now)
     }
 }
 
-/* A FREE page, unlinked, or KVP_NONE. */
 /* Pages whose slots fill one 2 MiB piece of a page array. */
 #define PAGES_PER_PIECE (KVP_PIECE_SIZE / sizeof(struct kvp__page))
 
@@ -623,6 +625,7 @@ static void populate_ahead(struct kvp_meta *m, struct kvp__rank *r, uint64_t fro
     kvp__mempool_populate(&m->pool, &r->ahead);
 }
 
+/* A FREE page, unlinked, or KVP_NONE. */
 static uint32_t take_free_page(struct kvp_meta *m, struct kvp__rank *r)
 {
     if (r->free.head != KVP_NONE) {
@@ -1050,10 +1053,8 @@ KVP_API int kvp_meta_allocate(struct kvp_ns *ns, uint32_t rank, const struct kvp
     }
     struct seen seen = {0};
     struct kbatch kb;
-    if (kb_init(&kb, keys, n) != 0) {
-        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+    if (kb_init(&kb, keys, n, err) != 0)
         return -ENOMEM;
-    }
     if (n > 1 && seen_init(&seen, n) != 0) {
         kb_free(&kb);
         set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
@@ -1147,10 +1148,8 @@ KVP_API int kvp_meta_confirm(struct kvp_ns *ns, uint32_t rank, const struct kvp_
      * (page << 32 | index) groups the same page together. */
     uint64_t *order = NULL;
     struct kbatch kb; /* kb.e: each confirmation's entry, looked up once */
-    if (kb_init(&kb, keys, n) != 0) {
-        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+    if (kb_init(&kb, keys, n, err) != 0)
         return -ENOMEM;
-    }
     if (n > 1 && !(order = malloc(n * sizeof *order))) {
         kb_free(&kb);
         set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
@@ -1194,7 +1193,7 @@ KVP_API int kvp_meta_confirm(struct kvp_ns *ns, uint32_t rank, const struct kvp_
      * every new key entry first so that running out of memory changes nothing. */
     for (size_t i = 0; i < n; i++) {
         if (i % KB_WINDOW == 0)
-            kb_prefetch(ns, kb.h, i, n - i > KB_WINDOW ? i + KB_WINDOW : n);
+            kb_prefetch(ns, kb.h, i, kb_window_end(i, n));
         kb.e[i] = NULL;
         if (r->pages[pages[i]].state == KVP_PHELD)
             continue;
@@ -1252,10 +1251,8 @@ KVP_API int kvp_meta_exists(struct kvp_ns *ns, int64_t rank, const struct kvp_st
     if (rc)
         return rc;
     struct kbatch kb;
-    if (kb_init(&kb, keys, n) != 0) {
-        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+    if (kb_init(&kb, keys, n, err) != 0)
         return -ENOMEM;
-    }
     pthread_mutex_lock(&ns->lock);
     if (rank < 0) {
         uint32_t want = ns->nranks;
@@ -1283,10 +1280,8 @@ KVP_API int kvp_meta_lookup(struct kvp_ns *ns, uint32_t rank, int complete_only,
     if (rc)
         return rc;
     struct kbatch kb;
-    if (kb_init(&kb, keys, n) != 0) {
-        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+    if (kb_init(&kb, keys, n, err) != 0)
         return -ENOMEM;
-    }
     pthread_mutex_lock(&ns->lock);
     struct kvp__rank *r;
     if ((rc = rank_lookup_err(ns, rank, &r, err)) != 0)

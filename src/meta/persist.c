@@ -554,11 +554,6 @@ static void unlock_all(struct kvp_meta *m)
     pthread_rwlock_unlock(&m->ns_lock);
 }
 
-static uint64_t mono_ms(void)
-{
-    return kvp__mono_ns() / 1000000u;
-}
-
 struct snapcheck {
     uint64_t records, end_count, bytes;
     int saw_end;
@@ -608,7 +603,7 @@ static int snapshot_fork(struct kvp_meta *m)
 {
     struct kvp__persist *p = m->persist;
     const char *dir = kvp__wal_dir(p->wal);
-    uint64_t t0 = mono_ms();
+    uint64_t t0 = kvp__mono_ms();
     lock_all(m);
     uint64_t lsn = kvp__wal_appended(p->wal);
     if (lsn == p->last_snap) {
@@ -636,7 +631,7 @@ static int snapshot_fork(struct kvp_meta *m)
         _exit(crc ? 1 : 0);
     }
     unlock_all(m);
-    uint64_t paused = mono_ms() - t0;
+    uint64_t paused = kvp__mono_ms() - t0;
     if (pid < 0) {
         int e = -errno;
         plog(m, 0, "snapshot: fork failed: %s", strerror(errno));
@@ -801,7 +796,7 @@ int kvp__persist_open(struct kvp_meta *m)
     }
     m->persist = p;
     m->replaying = 1;
-    uint64_t t0 = mono_ms();
+    uint64_t t0 = kvp__mono_ms();
 
     uint64_t snaps[16];
     int nsnap = kvp__wal_snap_list(p->wal, snaps, 16);
@@ -832,7 +827,7 @@ int kvp__persist_open(struct kvp_meta *m)
     p->last_snap_size = 0;
     plog(m, 2,
          "recovered %s: snapshot at %" PRIu64 " + %" PRIu64 " log records in %" PRIu64 " ms",
-         m->opts.data_dir, from, c.records, mono_ms() - t0);
+         m->opts.data_dir, from, c.records, kvp__mono_ms() - t0);
     if (m->opts.readonly)
         return 0;
     if ((rc = kvp__wal_start(p->wal, end)) != 0) {

@@ -116,26 +116,46 @@ static void cpu_relax(void)
  */
 #define SPIN_NS 50000
 
+/* Watches done(arg) for at most SPIN_NS; 1 when it became true. */
+static int spin_until(int (*done)(const void *arg), const void *arg)
+{
+    uint64_t until = kvp__mono_ns() + SPIN_NS;
+    for (unsigned i = 1;; i++) {
+        if (done(arg))
+            return 1;
+        cpu_relax();
+        if (i % 64 == 0 && kvp__mono_ns() > until)
+            return 0;
+    }
+}
+
+struct posted_watch {
+    const struct kvp__pf_pool *p;
+    uint64_t seen;
+};
+
+static int job_posted(const void *arg)
+{
+    const struct posted_watch *w = arg;
+    return atomic_load_explicit(&w->p->posted, memory_order_acquire) != w->seen;
+}
+
+static int helpers_done(const void *arg)
+{
+    const struct pf_job *job = arg;
+    return atomic_load_explicit(&job->helpers, memory_order_acquire) == 0;
+}
+
 /* Called with p->mu held, returns with it held: 1 when a job was posted. */
 static int pf_spin(struct kvp__pf_pool *p)
 {
-    uint64_t seen = atomic_load(&p->posted);
+    struct posted_watch w = {p, atomic_load(&p->posted)};
     p->spinning++;
     pthread_mutex_unlock(&p->mu);
-    uint64_t until = kvp__mono_ns() + SPIN_NS;
-    int posted = 0;
-    for (unsigned i = 1;; i++) {
-        if (atomic_load_explicit(&p->posted, memory_order_acquire) != seen) {
-            posted = 1;
-            break;
-        }
-        cpu_relax();
-        if (i % 64 == 0 && kvp__mono_ns() > until)
-            break;
-    }
+    int posted = spin_until(job_posted, &w);
     pthread_mutex_lock(&p->mu);
     p->spinning--;
-    return posted || atomic_load(&p->posted) != seen;
+    return posted || job_posted(&w);
 }
 
 static void *pf_worker(void *arg)
@@ -295,12 +315,7 @@ void kvp__pf_pool_run(struct kvp_pagefile *pf, struct kvp__pf_batch *b)
      * lives on our stack). Their last pieces end within microseconds: watch
      * first, sleep only if they take long. The mutex below still orders the
      * return after a helper's last touch of the job. */
-    uint64_t until = kvp__mono_ns() + SPIN_NS;
-    for (unsigned i = 1; atomic_load_explicit(&job.helpers, memory_order_acquire) > 0; i++) {
-        cpu_relax();
-        if (i % 64 == 0 && kvp__mono_ns() > until)
-            break;
-    }
+    spin_until(helpers_done, &job);
     pthread_mutex_lock(&p->mu);
     pf_unlink(p, &job);
     job.waiting = 1;
