@@ -448,8 +448,13 @@ struct snapw {
  * busy loop). So after each chunk the child rests as long as the chunk took
  * to encode, write and sync: it never takes more than half of a CPU or of
  * the disk.
+ *
+ * A chunk handed to the device this way still sits in the host's cache, and
+ * the log's next fdatasync pays for writing it out: the chunk is small so
+ * that each of those pays a little (4 MiB chunks: p99 of allocate + confirm
+ * 15-27 ms while snapshots ran; 256 KiB: 12-16 ms, four interleaved runs).
  */
-#define SNAP_CHUNK ((uint64_t)4 << 20)
+#define SNAP_CHUNK ((uint64_t)256 << 10)
 
 static void sw_pace(struct snapw *w)
 {
