@@ -1,13 +1,16 @@
 /*
  * meta_test.h — helpers shared by the tests of src/meta (test_meta.c,
- * test_persist.c): a namespace by name, a key from a C string, one key
- * allocated and confirmed, and the invariant checker as a check.
+ * test_persist.c, test_powerloss.c): a namespace by name, a key from a C
+ * string, one key allocated and confirmed, the invariant checker as a check,
+ * and removing a data directory.
  */
 #ifndef KVPAGE_META_TEST_H
 #define KVPAGE_META_TEST_H
 
+#include <dirent.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "kvpage/meta.h"
@@ -44,6 +47,23 @@ static inline void invariants(struct kvp_meta *m)
     if (rc)
         fprintf(stderr, "invariant: %s\n", e.msg);
     CHECK_EQ(rc, 0);
+}
+
+/* Removes a directory and the files in it (the tests' data directories are flat). */
+static inline void rmrf(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char p[1024];
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        unlink(p);
+    }
+    if (d)
+        closedir(d);
+    rmdir(dir);
 }
 
 #endif

@@ -33,22 +33,6 @@ static void capture(void *arg, int level, const char *msg)
 
 static char base[256];
 
-static void rmrf(const char *dir)
-{
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    char p[512];
-    while (d && (e = readdir(d))) {
-        if (e->d_name[0] == '.')
-            continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        unlink(p);
-    }
-    if (d)
-        closedir(d);
-    rmdir(dir);
-}
-
 static int open_opts(const char *dir, int fsync, int readonly, struct kvp_meta **m)
 {
     struct kvp_meta_opts o;
