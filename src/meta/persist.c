@@ -27,7 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -625,13 +624,6 @@ static void append_catalog(struct kvp_meta *m)
  * and read back whole). */
 enum { SNAP_CHILD_WRITE_FAILED = 1, SNAP_CHILD_UNREADABLE = 2 };
 
-static int snap_stat(const char *dir, uint64_t lsn, struct stat *st)
-{
-    char name[4200];
-    snprintf(name, sizeof name, "%s/snap-%016" PRIx64 ".snap", dir, lsn);
-    return stat(name, st) != 0 ? -errno : 0;
-}
-
 /* Takes a snapshot in a forked child. Returns 0 or a negative errno. */
 static int snapshot_fork(struct kvp_meta *m)
 {
@@ -682,13 +674,14 @@ static int snapshot_fork(struct kvp_meta *m)
         log_unreadable(m, lsn, -EUCLEAN);
         return -EUCLEAN;
     }
-    struct stat st;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || snap_stat(dir, lsn, &st) != 0) {
+    uint64_t bytes;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
+        kvp__wal_snap_size(p->wal, lsn, &bytes) != 0) {
         plog(m, 0, "snapshot at %" PRIu64 " failed (child status %d); the log is kept", lsn,
              status);
         return -EIO;
     }
-    adopt_snapshot(m, lsn, (uint64_t)st.st_size);
+    adopt_snapshot(m, lsn, bytes);
     plog(m, 2, "snapshot at log position %" PRIu64 " written (requests paused %" PRIu64 " ms)",
          lsn, paused);
     return 0;

@@ -430,10 +430,26 @@ int kvp__wal_replay(struct kvp__wal *w, uint64_t from, int repair, kvp__wal_rec_
     return rc;
 }
 
+static void snap_name(char name[64], uint64_t lsn)
+{
+    snprintf(name, 64, "snap-%016" PRIx64 ".snap", lsn);
+}
+
+int kvp__wal_snap_size(struct kvp__wal *w, uint64_t lsn, uint64_t *size)
+{
+    char name[64];
+    snap_name(name, lsn);
+    struct stat st;
+    if (fstatat(w->dirfd, name, &st, 0) != 0)
+        return -errno;
+    *size = (uint64_t)st.st_size;
+    return 0;
+}
+
 int kvp__wal_snap_read(struct kvp__wal *w, uint64_t lsn, kvp__wal_rec_fn fn, void *arg)
 {
     char name[64];
-    snprintf(name, sizeof name, "snap-%016" PRIx64 ".snap", lsn);
+    snap_name(name, lsn);
     uint8_t *buf = NULL;
     size_t len = 0;
     int rc = read_file(w->dirfd, name, &buf, &len);

@@ -110,6 +110,9 @@ int kvp__wal_snap_commit(const char *dir, uint64_t lsn, int fd);
  */
 int kvp__wal_snap_read(struct kvp__wal *w, uint64_t lsn, kvp__wal_rec_fn fn, void *arg);
 
+/* The size of snap-<lsn>.snap in bytes: 0, or a negative errno. */
+int kvp__wal_snap_size(struct kvp__wal *w, uint64_t lsn, uint64_t *size);
+
 /*
  * Lists snapshot LSNs, newest first, into lsns (up to max); returns the count.
  */
