@@ -14,7 +14,8 @@ Debian /usr/bin/python3, standard library only (http.client). Subcommands:
   rss PORT PID N              VmRSS growth for N confirmed keys on rank 0
                               (init with N pages, confirm 1,000 per request)
   srvtime PORT                the server's own per-route request counts and
-                              handler seconds from /v1/stats, as one
+                              handler seconds (and the log's fsyncs and their
+                              seconds, as "wal|fsyncs") from /v1/stats, as one
                               space-free JSON token (run.sh diffs two of them)
 
 Every subcommand prints `RESULT key=value ...` lines for run.sh.
@@ -172,6 +173,9 @@ def cmd_srvtime(port):
     for route, by_status in st.get("requests", {}).get("by_route", {}).items():
         for status, v in by_status.items():
             out[f"{route}|{status}"] = [v.get("count", 0), v.get("seconds", 0.0)]
+    wal = st.get("wal")
+    if wal:  # the log's fsyncs so far and their time (servers with --data-dir)
+        out["wal|fsyncs"] = [wal.get("fsyncs", 0), float(wal.get("fsync_seconds", 0.0))]
     print(json.dumps(out, separators=(",", ":")).replace(" ", "%20"))
 
 
