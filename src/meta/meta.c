@@ -1051,6 +1051,7 @@ KVP_API int kvp_meta_allocate(struct kvp_ns *ns, uint32_t rank, const struct kvp
         set_err(err, -EINVAL, KVP_RULE_TOO_MANY, -1, (int64_t)n, UINT32_MAX - 1, "too many keys");
         return -EINVAL;
     }
+    int reused = 0; /* a FREE page is handed out (kvp__jrnl_reuse) */
     struct seen seen = {0};
     struct kbatch kb;
     if (kb_init(&kb, keys, n, err) != 0)
@@ -1095,7 +1096,9 @@ KVP_API int kvp_meta_allocate(struct kvp_ns *ns, uint32_t rank, const struct kvp
         }
         r->misses++;
         uint32_t p = take_free_page(ns->meta, r);
-        if (p == KVP_NONE)
+        if (p != KVP_NONE)
+            reused = 1;
+        else
             p = evict(ns, r, now);
         if (p == KVP_NONE) {
             pages[i] = -1;
@@ -1106,6 +1109,8 @@ KVP_API int kvp_meta_allocate(struct kvp_ns *ns, uint32_t rank, const struct kvp
         r->allocations++;
         pages[i] = p;
     }
+    if (reused)
+        kvp__jrnl_reuse(ns);
 out:
     kvp__jrnl_commit(ns); /* the op's records reach the log together */
     pthread_mutex_unlock(&ns->lock);

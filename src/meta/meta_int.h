@@ -102,6 +102,13 @@ struct kvp_ns {
      * log in one piece by kvp__jrnl_commit (guarded by lock). */
     uint8_t *jbuf;
     size_t jlen, jcap;
+    /* A page freed by a FREE or CLEAR record may be handed out again only
+     * in a reply that waits until that record is durable: otherwise a crash
+     * would bring back the old key on a page its new writer has overwritten.
+     * jfreed: the staged records free pages; free_lsn: the log position
+     * that makes the latest freeing durable (guarded by lock). */
+    int jfreed;
+    uint64_t free_lsn;
 };
 
 struct kvp_meta {
@@ -129,6 +136,9 @@ void kvp__jrnl_free(struct kvp_ns *ns, uint32_t rank, uint32_t page);
 void kvp__jrnl_clear(struct kvp_ns *ns, int64_t rank);
 /* Appends the records staged by the calls above; before the lock is released. */
 void kvp__jrnl_commit(struct kvp_ns *ns);
+/* The operation hands out a FREE page: its reply waits until the newest
+ * freeing of the namespace is durable (with the lock held). */
+void kvp__jrnl_reuse(struct kvp_ns *ns);
 
 /* Persistence lifetime, called by kvp_meta_open / kvp_meta_close. */
 int kvp__persist_open(struct kvp_meta *m);

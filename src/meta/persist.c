@@ -217,15 +217,25 @@ static void stage(struct kvp_ns *ns, const struct enc *e)
 
 void kvp__jrnl_commit(struct kvp_ns *ns)
 {
-    if (!ns->jlen)
-        return;
-    kvp__wal_append_framed(ns->meta->persist->wal, ns->jbuf, ns->jlen);
-    ns->jlen = 0;
-    if (ns->jcap > (1u << 20)) { /* one huge request does not pin its buffer */
-        free(ns->jbuf);
-        ns->jbuf = NULL;
-        ns->jcap = 0;
+    if (ns->jlen) {
+        kvp__wal_append_framed(ns->meta->persist->wal, ns->jbuf, ns->jlen);
+        ns->jlen = 0;
+        if (ns->jcap > (1u << 20)) { /* one huge request does not pin its buffer */
+            free(ns->jbuf);
+            ns->jbuf = NULL;
+            ns->jcap = 0;
+        }
     }
+    if (ns->jfreed) { /* this thread's last append holds the freeing records */
+        ns->free_lsn = kvp__wal_thread_lsn();
+        ns->jfreed = 0;
+    }
+}
+
+void kvp__jrnl_reuse(struct kvp_ns *ns)
+{
+    if (jwal(ns->meta) && ns->free_lsn)
+        kvp__wal_thread_depends(ns->meta->persist->wal, ns->free_lsn);
 }
 
 void kvp__jrnl_init(struct kvp_ns *ns, uint32_t rank, uint32_t num_pages)
@@ -259,6 +269,7 @@ void kvp__jrnl_free(struct kvp_ns *ns, uint32_t rank, uint32_t page)
     e32(&e, rank);
     e32(&e, page);
     stage(ns, &e);
+    ns->jfreed = 1;
 }
 
 void kvp__jrnl_clear(struct kvp_ns *ns, int64_t rank)
@@ -271,6 +282,7 @@ void kvp__jrnl_clear(struct kvp_ns *ns, int64_t rank)
     e32(&e, ns->id);
     e32(&e, rank < 0 ? ALL_RANKS : (uint32_t)rank);
     stage(ns, &e);
+    ns->jfreed = 1;
 }
 
 /* ---------------------------------------------------------------- decoding */

@@ -567,6 +567,17 @@ void kvp__wal_thread_lsn_reset(void)
     tl_lsn = 0;
 }
 
+void kvp__wal_thread_depends(struct kvp__wal *w, uint64_t lsn)
+{
+    if (lsn <= tl_lsn)
+        return;
+    pthread_mutex_lock(&w->mu);
+    int pending = lsn > w->durable;
+    pthread_mutex_unlock(&w->mu);
+    if (pending)
+        tl_lsn = lsn;
+}
+
 uint64_t kvp__wal_appended(struct kvp__wal *w)
 {
     pthread_mutex_lock(&w->mu);

@@ -68,6 +68,11 @@ uint64_t kvp__wal_append_framed(struct kvp__wal *w, const uint8_t *framed, size_
 /* The end LSN of the last record appended by the calling thread (0: none). */
 uint64_t kvp__wal_thread_lsn(void);
 void kvp__wal_thread_lsn_reset(void);
+/*
+ * Makes the calling thread's operation depend on lsn as well, unless lsn is
+ * durable already: its reply waits for it as for records of its own.
+ */
+void kvp__wal_thread_depends(struct kvp__wal *w, uint64_t lsn);
 
 /*
  * Waits until everything up to lsn is durable as the fsync mode defines it

@@ -2,7 +2,8 @@
  * Persistence of src/meta (protocol.md §6): restart round trip, LRU order
  * across a restart, crash (fork + _exit) recovery, torn tails at every offset
  * class, corrupted log and snapshot bytes, the directory lock, and a record
- * that contradicts the state.
+ * that contradicts the state, and a freed page handed out again only once its
+ * freeing is durable.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -497,6 +498,61 @@ static void test_lock_and_bad_record(void)
     rmrf(dir);
 }
 
+/*
+ * A page freed by a record that is not durable yet is handed out only in a
+ * reply that waits for that record. Otherwise its new writer could overwrite
+ * the page, and a crash before the record reached the disk would bring back
+ * the old key on the new bytes. With never, nothing is written until someone
+ * waits, so "not durable yet" holds for as long as the test needs.
+ */
+static int64_t alloc1(struct kvp_ns *ns, const char *key)
+{
+    struct kvp_str k = K(key);
+    int64_t p = -1;
+    kvp__meta_thread_lsn_reset();
+    CHECK_EQ(kvp_meta_allocate(ns, 0, &k, 1, &p, NULL, NULL), 0);
+    CHECK(p >= 0);
+    return p;
+}
+
+static void test_freed_page_reuse_waits(void)
+{
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/reuse", base);
+    struct kvp_meta *m;
+    CHECK_EQ(open_dir(dir, KVP_FSYNC_NEVER, &m), 0);
+    struct kvp_ns *ns = ns_of(m, "default", "kv");
+    kvp_meta_init_rank(ns, 0, 2, NULL);
+    CHECK(put(ns, 0, "old") >= 0);
+    CHECK_EQ(kvp__meta_wait_durable(m, kvp__meta_thread_lsn()), 0);
+
+    /* an allocation before and after a delete is durable */
+    alloc1(ns, "before");
+    CHECK_EQ(kvp__meta_thread_lsn(), 0); /* nothing was ever freed: no wait */
+    struct kvp_str k = K("old");
+    kvp__meta_thread_lsn_reset();
+    CHECK_EQ(kvp_meta_delete(ns, 0, &k, 1, NULL), 0);
+    uint64_t freed = kvp__meta_thread_lsn();
+    CHECK(freed > 0);
+    alloc1(ns, "new1"); /* the only FREE page is the one just freed */
+    CHECK(kvp__meta_thread_lsn() >= freed);
+    CHECK_EQ(kvp__meta_wait_durable(m, kvp__meta_thread_lsn()), 0);
+
+    /* the same after a clear; once durable, a reuse waits for nothing */
+    kvp__meta_thread_lsn_reset();
+    CHECK_EQ(kvp_meta_clear(ns, 0, NULL), 0);
+    freed = kvp__meta_thread_lsn();
+    CHECK(freed > 0);
+    alloc1(ns, "new2");
+    CHECK(kvp__meta_thread_lsn() >= freed);
+    CHECK_EQ(kvp__meta_wait_durable(m, kvp__meta_thread_lsn()), 0);
+    alloc1(ns, "new3");
+    CHECK_EQ(kvp__meta_thread_lsn(), 0);
+    invariants(m);
+    kvp_meta_close(m);
+    rmrf(dir);
+}
+
 int main(void)
 {
     const char *t = getenv("TMPDIR");
@@ -508,6 +564,7 @@ int main(void)
     test_torn_and_corrupt_log();
     test_corrupt_snapshot();
     test_lock_and_bad_record();
+    test_freed_page_reuse_waits();
     rmdir(base);
     return check_report();
 }
