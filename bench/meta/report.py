@@ -96,22 +96,23 @@ def main():
               f"({fmt(pps * 64)} keys/s; {bad} bad responses or -1 pages) "
               f"| ≥ 10,000 pairs/s | {verdict(pps >= 10000 and bad == 0)} |")
     base = {int(d["rep"]): d["pairs_ok"] / d["seconds"] for d in runs.get("kvpage_t1_allocconfirm64", [])}
-    order = {"batch-nosnap": 1, "batch-nodisk": 2}  # the real modes first, then the controls
+    # run.sh's controls, printed after the real modes in this order
+    controls = {"batch-nosnap": "control: the same without snapshots",
+                "batch-nodisk": "control: without snapshots, fsync and fdatasync no-ops"}
+    rank = {m: i + 1 for i, m in enumerate(controls)}
     for L in sorted((l for l in runs if l.startswith("kvpage_fsync_")),
-                    key=lambda l: (order.get(l.split("_")[2], 0), l)):
+                    key=lambda l: (rank.get(l.split("_")[2], 0), l)):
         mode = L.split("_")[2]
         pps = med([d["pairs_ok"] / d["seconds"] for d in runs[L]])
         ratio = med([d["pairs_ok"] / d["seconds"] / base[int(d["rep"])] for d in runs[L]
                      if int(d["rep"]) in base])
-        controls = {"batch-nosnap": "control: the same without snapshots",
-                    "batch-nodisk": "control: without snapshots, fsync and fdatasync no-ops"}
         fs = []  # per rep: fsyncs/s, mean ms, pairs per fsync
         for d in runs[L]:
-            b, a = d.get("srv_before") or {}, d.get("srv_after") or {}
-            n = a.get("wal|fsyncs", [0, 0.0])[0] - b.get("wal|fsyncs", [0, 0.0])[0]
-            if n > 0:
-                sec = a["wal|fsyncs"][1] - b.get("wal|fsyncs", [0, 0.0])[1]
-                fs.append((n / d["seconds"], sec / n * 1e3, d["pairs_ok"] / n))
+            n0, s0 = (d.get("srv_before") or {}).get("wal|fsyncs", [0, 0.0])
+            n1, s1 = (d.get("srv_after") or {}).get("wal|fsyncs", [0, 0.0])
+            if n1 > n0:
+                n = n1 - n0
+                fs.append((n / d["seconds"], (s1 - s0) / n * 1e3, d["pairs_ok"] / n))
         wal = (f"; log: {fmt(med([f[0] for f in fs]))} fsyncs/s of {med([f[1] for f in fs]):.2f} ms, "
                f"{med([f[2] for f in fs]):.1f} pairs each" if fs and mode != "batch-nodisk" else "")
         if mode in controls:

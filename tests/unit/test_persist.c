@@ -498,13 +498,7 @@ static void test_lock_and_bad_record(void)
     rmrf(dir);
 }
 
-/*
- * A page freed by a record that is not durable yet is handed out only in a
- * reply that waits for that record. Otherwise its new writer could overwrite
- * the page, and a crash before the record reached the disk would bring back
- * the old key on the new bytes. With never, nothing is written until someone
- * waits, so "not durable yet" holds for as long as the test needs.
- */
+/* Allocates one key on rank 0 with a fresh thread LSN. */
 static int64_t alloc1(struct kvp_ns *ns, const char *key)
 {
     struct kvp_str k = K(key);
@@ -515,6 +509,13 @@ static int64_t alloc1(struct kvp_ns *ns, const char *key)
     return p;
 }
 
+/*
+ * A page freed by a record that is not durable yet is handed out only in a
+ * reply that waits for that record. Otherwise its new writer could overwrite
+ * the page, and a crash before the record reached the disk would bring back
+ * the old key on the new bytes. With never, nothing is written until someone
+ * waits, so "not durable yet" holds for as long as the test needs.
+ */
 static void test_freed_page_reuse_waits(void)
 {
     char dir[300];
@@ -526,7 +527,7 @@ static void test_freed_page_reuse_waits(void)
     CHECK(put(ns, 0, "old") >= 0);
     CHECK_EQ(kvp__meta_wait_durable(m, kvp__meta_thread_lsn()), 0);
 
-    /* an allocation before and after a delete is durable */
+    /* a never-used page, nothing freed yet; then the page a delete freed */
     alloc1(ns, "before");
     CHECK_EQ(kvp__meta_thread_lsn(), 0); /* nothing was ever freed: no wait */
     struct kvp_str k = K("old");
