@@ -13,6 +13,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "server/bodyguard.h"
 #include "server/jsonfast.h"
 #include "server/server.h"
 #include "util/clock.h"
@@ -194,8 +195,40 @@ int kvp__check_count(struct kvp_ctx *c, size_t n)
     size_t max = c->srv->cfg.max_keys;
     if (n <= max)
         return 0;
-    kvp__reply_error(c, 413, "Too many keys: %zu in one request, limit is %zu", n, max);
+    kvp__reply_error(c, 413, "Too many keys: more than %zu in one request", max);
     return -1;
+}
+
+/* Replies to a body the guard refused; the texts are in docs/protocol-notes.md. */
+static void reply_guard(struct kvp_ctx *c, const struct kvp_guard_fail *f)
+{
+    switch (f->rule) {
+    case KVP_GUARD_DEPTH:
+        kvp__reply_error(c, 400, "Invalid JSON body: nesting deeper than %zu levels at byte %zu",
+                         f->limit, f->offset);
+        break;
+    case KVP_GUARD_LIST:
+        kvp__reply_error(c, 413, "Too many keys: more than %zu in one request", f->limit);
+        break;
+    case KVP_GUARD_FIELDS:
+        kvp__reply_error(c, 413, "Too many fields: more than %zu in one object at byte %zu",
+                         f->limit, f->offset);
+        break;
+    case KVP_GUARD_VALUES:
+        kvp__reply_error(c, 413, "Too many values: more than %zu JSON values in one request",
+                         f->limit);
+        break;
+    case KVP_GUARD_STRING:
+        kvp__reply_error(c, 400,
+                         "Invalid JSON body: string longer than %zu bytes at byte %zu (keys are "
+                         "at most 1024 bytes)", f->limit, f->offset);
+        break;
+    default:
+        kvp__reply_error(c, 400,
+                         "Invalid JSON body: number or literal longer than %zu characters at byte %zu",
+                         f->limit, f->offset);
+        break;
+    }
 }
 
 int kvp__body_list(struct kvp_ctx *c, const char *field, json_t **out)
@@ -710,6 +743,11 @@ static void dispatch(struct kvp_ctx *c)
     if (req->body_len && !srv->cfg.no_fast_bodies && kvp__vllm_fast(c, m.route))
         return;
     if (req->body_len) {
+        struct kvp_guard_fail gf;
+        if (kvp__body_guard(req->body, req->body_len, srv->cfg.max_keys, &gf)) {
+            reply_guard(c, &gf);
+            return;
+        }
         json_error_t jerr;
         json_t *j = kvp__json_load(req->body, req->body_len, &jerr);
         if (!j) {

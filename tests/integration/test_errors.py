@@ -433,7 +433,7 @@ def test_max_keys(start_server):
     assert c.v_alloc(0, ten) == list(range(10))
     c.v_confirm(0, [], list(range(10)))
     before = srv.stats()["namespaces"]
-    msg = "Too many keys: 11 in one request, limit is 10"
+    msg = "Too many keys: more than 10 in one request"
     cases = [
         ("/keys/batch_allocate", {"rank": 0, "keys": [[k, ""] for k in eleven]}),
         ("/keys/batch_exists", {"keys": eleven}),
@@ -453,7 +453,7 @@ def test_max_keys(start_server):
         match_detail(r, 413, msg)
         assert srv.stats()["namespaces"] == before, route
     r = c.post("/keys/batch_exists", {"keys": [f"k{i}" for i in range(25)]})
-    match_detail(r, 413, "Too many keys: 25 in one request, limit is 10")
+    match_detail(r, 413, "Too many keys: more than 10 in one request")
     # exactly the limit is fine everywhere
     assert c.v_exists(ten) == [False] * 10
     c.v_confirm(0, [[k, i] for i, k in enumerate(ten)], list(range(10)))
