@@ -230,6 +230,35 @@ static void prom_wal(struct kvp_server *srv, struct kvp_buf *b)
                     (unsigned long long)ps.snapshot_failures);
 }
 
+static uint64_t ld(atomic_uint_fast64_t *v)
+{
+    return atomic_load_explicit(v, memory_order_relaxed);
+}
+
+static void prom_conns(struct kvp_server *srv, struct kvp_buf *b)
+{
+    struct kvp_conn_stats *c = &srv->conns;
+    kvp__buf_printf(
+        b,
+        "# HELP kvpage_connections_open Client connections open now.\n"
+        "# TYPE kvpage_connections_open gauge\nkvpage_connections_open %llu\n"
+        "# HELP kvpage_connections_accepted_total Client connections accepted.\n"
+        "# TYPE kvpage_connections_accepted_total counter\nkvpage_connections_accepted_total %llu\n"
+        "# HELP kvpage_connections_refused_total Client connections closed at once: over "
+        "--max-conns-per-client (per_client) or --max-conns (total).\n"
+        "# TYPE kvpage_connections_refused_total counter\n"
+        "kvpage_connections_refused_total{reason=\"per_client\"} %llu\n"
+        "kvpage_connections_refused_total{reason=\"total\"} %llu\n"
+        "# HELP kvpage_connections_timed_out_total Connections closed by the server: idle for "
+        "--idle-timeout (idle) or a request stalled for --request-timeout (request).\n"
+        "# TYPE kvpage_connections_timed_out_total counter\n"
+        "kvpage_connections_timed_out_total{phase=\"idle\"} %llu\n"
+        "kvpage_connections_timed_out_total{phase=\"request\"} %llu\n",
+        (unsigned long long)ld(&c->open), (unsigned long long)ld(&c->accepted),
+        (unsigned long long)ld(&c->refused_client), (unsigned long long)ld(&c->refused_total),
+        (unsigned long long)ld(&c->timeout_idle), (unsigned long long)ld(&c->timeout_request));
+}
+
 int kvp__metrics_prometheus(struct kvp_server *srv, struct kvp_buf *b)
 {
     struct collect col = {0};
@@ -239,6 +268,7 @@ int kvp__metrics_prometheus(struct kvp_server *srv, struct kvp_buf *b)
         return rc;
     }
     prom_requests(srv, b);
+    prom_conns(srv, b);
     prom_wal(srv, b);
     for (size_t f = 0; f < sizeof rank_fields / sizeof rank_fields[0]; f++) {
         const struct rank_field *rf = &rank_fields[f];
@@ -325,6 +355,16 @@ int kvp__metrics_stats_json(struct kvp_server *srv, struct kvp_buf *b)
             kvp__jw_lit(b, "}");
     }
     kvp__buf_printf(b, "}, \"total\": %llu}", (unsigned long long)total);
+    struct kvp_conn_stats *c = &srv->conns;
+    kvp__buf_printf(b,
+                    ", \"connections\": {\"open\": %llu, \"accepted\": %llu, \"refused_per_client\": "
+                    "%llu, \"refused_total\": %llu, \"timed_out_idle\": %llu, "
+                    "\"timed_out_request\": %llu}",
+                    (unsigned long long)ld(&c->open), (unsigned long long)ld(&c->accepted),
+                    (unsigned long long)ld(&c->refused_client),
+                    (unsigned long long)ld(&c->refused_total),
+                    (unsigned long long)ld(&c->timeout_idle),
+                    (unsigned long long)ld(&c->timeout_request));
     struct kvp__persist_stats ps;
     if (kvp__meta_persist_stats(srv->meta, &ps) == 0)
         kvp__buf_printf(b,

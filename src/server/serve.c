@@ -12,18 +12,28 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "meta/persist.h"
 #include "server/serve.h"
 #include "server/server.h"
+#include "util/clock.h"
 #include "util/log.h"
+
+/* A client address as the per-client connection limit counts it (an
+ * IPv4-mapped IPv6 address counts as its IPv4 address). */
+struct client_key {
+    uint8_t addr[16];
+    uint8_t len; /* 4 or 16; 0: not counted (no address) */
+};
 
 /* Per-connection state: the request body being received and the reply with
  * its scratch space, both reused by every request of the connection. */
@@ -36,7 +46,15 @@ struct conn {
     struct MHD_Connection *mc;
     atomic_int durable;  /* 1 once the log callback ran for the pending reply */
     int durable_rc;      /* its status: 0, or -EIO (the change is not acknowledged) */
-    int waiting;         /* a reply is parked until durable */
+    int waiting;         /* a reply is parked until durable (or until the body worker is done) */
+    /* Limits and timeouts. */
+    struct client_key key; /* the client's address, counted in the per-client table */
+    int in_request;        /* the request line came and its reply is not sent yet */
+    int timed_out;         /* MHD reported the request's timeout (counted) */
+    uint64_t last_ms;      /* last progress the callbacks saw */
+    /* A large body is handled by the body worker, off the event loop. */
+    struct kvp_request req;
+    struct conn *job_next;
 };
 
 /*
@@ -140,11 +158,35 @@ static atomic_int g_stopping;
 /* Buffers above this are released after a request instead of being kept. */
 #define KEEP_BUFFER_MAX ((size_t)4 << 20)
 
+/* Bodies larger than this are parsed and handled by the body worker, so that
+ * the event loop goes on serving everyone else meanwhile (a 64 MiB body
+ * takes the guard about 0.1 s, a valid 1,000,000-key request longer). */
+#define WORKER_BODY_MIN ((size_t)1 << 20)
+
+/* The per-client connection counts: a chained hash table under one lock
+ * (taken once per accept and once per close). */
+#define CLIENT_BUCKETS 1024
+struct client_count {
+    struct client_key key;
+    unsigned n;
+    struct client_count *next;
+};
+
 struct serve {
     struct kvp_server srv;
     struct kvp_meta *meta;
     size_t max_body;
     int group_commit; /* --fsync batch: replies wait for the flusher, parked */
+    unsigned idle_timeout, request_timeout; /* seconds; 0: none */
+    uint64_t max_conns, max_conns_per_client;
+    pthread_mutex_t clients_lock;
+    struct client_count *clients[CLIENT_BUCKETS];
+    /* The body worker's queue of suspended connections. */
+    pthread_t worker;
+    int worker_running, worker_stop;
+    pthread_mutex_t jobs_lock;
+    pthread_cond_t jobs_cond;
+    struct conn *jobs_head, *jobs_tail;
 };
 
 static void usage(FILE *f)
@@ -163,7 +205,16 @@ static void usage(FILE *f)
             "  --read-grace-ms MS     no eviction this long after a lookup (default 5000)\n"
             "  --max-body BYTES       largest request body (default 67108864; K/M/G suffixes)\n"
             "  --max-keys N           most keys in one request (default 1000000)\n"
-            "  --threads N            HTTP worker threads (default 1)\n"
+            "  --threads N            HTTP worker threads (default 1; bodies over 1 MiB are\n"
+            "                         handled by one more thread, off the event loop)\n"
+            "  --idle-timeout S       close a connection idle between requests for S seconds\n"
+            "                         (default 60; 0: never)\n"
+            "  --request-timeout S    drop a request whose headers or body stop arriving for S\n"
+            "                         seconds (default 30; 0: never)\n"
+            "  --max-conns-per-client N  connections one client address may hold open\n"
+            "                         (default 1024); more are closed at once\n"
+            "  --max-conns N          connections in total (default: the open-file limit,\n"
+            "                         raised to its hard limit, less 64); more are closed at once\n"
             "  --data-dir DIR         state directory: write-ahead log and snapshots\n"
             "                         (default ./kvpage-data); 'none' keeps state in memory only\n"
             "  --fsync MODE           always, batch (default: group commit) or never\n"
@@ -273,23 +324,164 @@ static void meta_log(void *arg, int level, const char *msg)
     kvp__log(level, "%s", msg);
 }
 
+/* ---------- connection limits ---------- */
+
+static int client_key_of(const struct sockaddr *sa, struct client_key *k)
+{
+    static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    memset(k, 0, sizeof *k);
+    if (!sa)
+        return -1;
+    if (sa->sa_family == AF_INET) {
+        memcpy(k->addr, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+        k->len = 4;
+    } else if (sa->sa_family == AF_INET6) {
+        const uint8_t *a = (const uint8_t *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
+        if (!memcmp(a, v4mapped, 12)) {
+            memcpy(k->addr, a + 12, 4);
+            k->len = 4;
+        } else {
+            memcpy(k->addr, a, 16);
+            k->len = 16;
+        }
+    } else {
+        return -1;
+    }
+    return 0;
+}
+
+static struct client_count **client_slot(struct serve *S, const struct client_key *k)
+{
+    uint32_t h = 2166136261u;
+    for (unsigned i = 0; i < k->len; i++)
+        h = (h ^ k->addr[i]) * 16777619u;
+    struct client_count **pp = &S->clients[h % CLIENT_BUCKETS];
+    while (*pp && ((*pp)->key.len != k->len || memcmp((*pp)->key.addr, k->addr, k->len)))
+        pp = &(*pp)->next;
+    return pp;
+}
+
+/* Connections open from k now. */
+static unsigned client_conns(struct serve *S, const struct client_key *k)
+{
+    pthread_mutex_lock(&S->clients_lock);
+    struct client_count *c = *client_slot(S, k);
+    unsigned n = c ? c->n : 0;
+    pthread_mutex_unlock(&S->clients_lock);
+    return n;
+}
+
+/* Adds delta (+1 or -1) to k's count; 0, or -1 when out of memory (then the
+ * connection is not counted). */
+static int client_add(struct serve *S, const struct client_key *k, int delta)
+{
+    int rc = 0;
+    pthread_mutex_lock(&S->clients_lock);
+    struct client_count **pp = client_slot(S, k), *c = *pp;
+    if (delta > 0) {
+        if (!c && (c = calloc(1, sizeof *c)) != NULL) {
+            c->key = *k;
+            *pp = c;
+        }
+        if (c)
+            c->n++;
+        else
+            rc = -1;
+    } else if (c && --c->n == 0) {
+        *pp = c->next;
+        free(c);
+    }
+    pthread_mutex_unlock(&S->clients_lock);
+    return rc;
+}
+
+/* Runs for each accepted socket before MHD takes it: over a limit, MHD
+ * closes it at once (the client sees the connection closed, not a hang). */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
+{
+    (void)addrlen;
+    struct serve *S = cls;
+    struct kvp_conn_stats *cs = &S->srv.conns;
+    if (atomic_load(&cs->open) >= S->max_conns) {
+        atomic_fetch_add(&cs->refused_total, 1);
+        return MHD_NO;
+    }
+    struct client_key k;
+    if (!client_key_of(addr, &k) && client_conns(S, &k) >= S->max_conns_per_client) {
+        atomic_fetch_add(&cs->refused_client, 1);
+        return MHD_NO;
+    }
+    return MHD_YES;
+}
+
+/* The request line of a new request arrived: from now on, the request's
+ * bytes must keep coming (--request-timeout), until its reply is sent. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *mc)
+{
+    (void)uri;
+    struct serve *S = cls;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    struct conn *cn = ci ? ci->socket_context : NULL;
+    if (cn) {
+        cn->in_request = 1;
+        cn->last_ms = kvp__mono_ms();
+    }
+    if (S->request_timeout != S->idle_timeout)
+        MHD_set_connection_option(mc, MHD_CONNECTION_OPTION_TIMEOUT, S->request_timeout);
+    return NULL; /* *con_cls starts NULL: on_request sees its first call */
+}
+
+static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    struct serve *S = cls;
+    struct conn *cn = *con_cls;
+    if (!cn)
+        return;
+    if (toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED && !cn->timed_out) {
+        cn->timed_out = 1;
+        atomic_fetch_add(&S->srv.conns.timeout_request, 1);
+    }
+    cn->in_request = 0;
+    cn->last_ms = kvp__mono_ms();
+    if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && S->request_timeout != S->idle_timeout)
+        MHD_set_connection_option(mc, MHD_CONNECTION_OPTION_TIMEOUT, S->idle_timeout);
+}
+
 /* ---------- libmicrohttpd callbacks ---------- */
 
 static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
                           enum MHD_ConnectionNotificationCode toe)
 {
-    (void)cls;
-    (void)mc;
+    struct serve *S = cls;
+    struct kvp_conn_stats *cs = &S->srv.conns;
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
         struct conn *cn = calloc(1, sizeof *cn);
         if (cn) {
             kvp__buf_init(&cn->in);
             kvp__reply_init(&cn->rep);
+            cn->last_ms = kvp__mono_ms();
+            const union MHD_ConnectionInfo *ci =
+                MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+            if (client_key_of(ci ? ci->client_addr : NULL, &cn->key) ||
+                client_add(S, &cn->key, +1))
+                cn->key.len = 0;
         }
+        atomic_fetch_add(&cs->open, 1);
+        atomic_fetch_add(&cs->accepted, 1);
         *socket_context = cn;
     } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
         struct conn *cn = *socket_context;
+        atomic_fetch_sub(&cs->open, 1);
         if (cn) {
+            /* MHD does not say why it closes; a connection that made no
+             * progress for its whole timeout was closed for it. */
+            unsigned t = cn->in_request ? S->request_timeout : S->idle_timeout;
+            if (t && !cn->timed_out && !atomic_load(&g_stopping) &&
+                kvp__mono_ms() - cn->last_ms + 100 >= (uint64_t)t * 1000)
+                atomic_fetch_add(cn->in_request ? &cs->timeout_request : &cs->timeout_idle, 1);
+            if (cn->key.len)
+                client_add(S, &cn->key, -1);
             kvp__buf_free(&cn->in);
             kvp__reply_free(&cn->rep);
             free(cn);
@@ -340,10 +532,84 @@ static enum MHD_Result durable_reply(struct MHD_Connection *mc, struct conn *cn)
     return queue_reply(mc, &cn->rep);
 }
 
+/* Handles the request in cn->req on the calling thread; returns the end of
+ * its log records (0: it changed nothing that is logged). */
+static uint64_t handle(struct serve *S, struct conn *cn)
+{
+    struct kvp_reply *rep = &cn->rep;
+    kvp__meta_thread_lsn_reset();
+    arena_begin();
+    kvp__server_handle(&S->srv, &cn->req, rep);
+    arena_end();
+    uint64_t lsn = kvp__meta_thread_lsn();
+    if (cn->in.cap > KEEP_BUFFER_MAX)
+        kvp__buf_free(&cn->in);
+    if (rep->status >= 500)
+        KVP_LOGE("%s %.*s -> %d %.*s", cn->req.method, (int)cn->req.path_len, cn->req.path,
+                 rep->status, (int)rep->body.len, rep->body.p ? rep->body.p : "");
+    else
+        KVP_LOGD("%s %.*s -> %d", cn->req.method, (int)cn->req.path_len, cn->req.path, rep->status);
+    return lsn;
+}
+
+/* The body worker: handles the requests with large bodies, one at a time,
+ * waits for their log records, and gives each connection back to MHD. */
+static void *body_worker(void *arg)
+{
+    struct serve *S = arg;
+    pthread_setname_np(pthread_self(), "kvp-body");
+    pthread_mutex_lock(&S->jobs_lock);
+    for (;;) {
+        while (!S->jobs_head && !S->worker_stop)
+            pthread_cond_wait(&S->jobs_cond, &S->jobs_lock);
+        struct conn *cn = S->jobs_head;
+        if (!cn)
+            break;
+        S->jobs_head = cn->job_next;
+        if (!S->jobs_head)
+            S->jobs_tail = NULL;
+        pthread_mutex_unlock(&S->jobs_lock);
+        uint64_t lsn = handle(S, cn);
+        cn->durable_rc = lsn ? kvp__meta_wait_durable(S->meta, lsn) : 0;
+        atomic_store(&cn->durable, 1);
+        MHD_resume_connection(cn->mc);
+        atomic_fetch_sub(&g_pending, 1);
+        pthread_mutex_lock(&S->jobs_lock);
+    }
+    pthread_mutex_unlock(&S->jobs_lock);
+    return NULL;
+}
+
+static void worker_push(struct serve *S, struct conn *cn)
+{
+    cn->job_next = NULL;
+    pthread_mutex_lock(&S->jobs_lock);
+    if (S->jobs_tail)
+        S->jobs_tail->job_next = cn;
+    else
+        S->jobs_head = cn;
+    S->jobs_tail = cn;
+    pthread_cond_signal(&S->jobs_cond);
+    pthread_mutex_unlock(&S->jobs_lock);
+}
+
+/* Announces a reply that will be given later (parked on the log or on the
+ * body worker); 0 when shutdown has begun, and the caller must answer now.
+ * Shutdown sets g_stopping before it reads g_pending: one of the two sees
+ * the other. */
+static int announce_pending(void)
+{
+    atomic_fetch_add(&g_pending, 1);
+    if (!atomic_load(&g_stopping))
+        return 1;
+    atomic_fetch_sub(&g_pending, 1);
+    return 0;
+}
+
 static enum MHD_Result respond(struct serve *S, struct MHD_Connection *mc, struct conn *cn,
                                const char *url, const char *method)
 {
-    struct kvp_request req = {
+    cn->req = (struct kvp_request){
         .method = method,
         .path = url,
         .path_len = strlen(url),
@@ -353,24 +619,22 @@ static enum MHD_Result respond(struct serve *S, struct MHD_Connection *mc, struc
         .body_too_large = cn->too_large,
     };
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    req.client = ci ? ci->client_addr : NULL;
-    if (S->srv.cfg.nallow && !req.client)
+    cn->req.client = ci ? ci->client_addr : NULL;
+    if (S->srv.cfg.nallow && !cn->req.client)
         return MHD_NO; /* cannot check the address: refuse the connection */
 
-    struct kvp_reply *rep = &cn->rep;
-    kvp__meta_thread_lsn_reset();
-    arena_begin();
-    kvp__server_handle(&S->srv, &req, rep);
-    arena_end();
-    uint64_t lsn = kvp__meta_thread_lsn();
-    if (cn->in.cap > KEEP_BUFFER_MAX)
-        kvp__buf_free(&cn->in);
-    if (rep->status >= 500)
-        KVP_LOGE("%s %s -> %d %.*s", method, url, rep->status, (int)rep->body.len,
-                 rep->body.p ? rep->body.p : "");
-    else
-        KVP_LOGD("%s %s -> %d", method, url, rep->status);
+    if (cn->req.body_len > WORKER_BODY_MIN && S->worker_running && announce_pending()) {
+        /* Everything the request points at (url, headers, body) stays put
+         * while the connection is suspended. */
+        cn->mc = mc;
+        cn->waiting = 1;
+        atomic_store(&cn->durable, 0);
+        MHD_suspend_connection(mc);
+        worker_push(S, cn);
+        return MHD_YES;
+    }
 
+    uint64_t lsn = handle(S, cn);
     if (lsn && !S->group_commit) {
         /* always / never: this thread writes (and syncs) the records itself;
          * parking the reply would only add a suspend and a resume. */
@@ -378,11 +642,7 @@ static enum MHD_Result respond(struct serve *S, struct MHD_Connection *mc, struc
         return durable_reply(mc, cn);
     }
     if (lsn) {
-        /* Announce the parked reply before checking for shutdown, which sets
-         * g_stopping before it reads g_pending: one of the two sees the other. */
-        atomic_fetch_add(&g_pending, 1);
-        if (atomic_load(&g_stopping)) {
-            atomic_fetch_sub(&g_pending, 1);
+        if (!announce_pending()) {
             cn->durable_rc = kvp__meta_wait_durable(S->meta, lsn);
             return durable_reply(mc, cn);
         }
@@ -401,7 +661,7 @@ static enum MHD_Result respond(struct serve *S, struct MHD_Connection *mc, struc
         }
         return MHD_YES;
     }
-    return queue_reply(mc, rep);
+    return queue_reply(mc, &cn->rep);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url,
@@ -424,6 +684,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         if (!cn)
             return MHD_NO;
         *con_cls = cn;
+        cn->last_ms = kvp__mono_ms();
         kvp__buf_reset(&cn->in);
         cn->too_large = 0;
         if (cn->rep.body.cap > KEEP_BUFFER_MAX || cn->rep.scratch_cap > KEEP_BUFFER_MAX / 8) {
@@ -448,6 +709,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     if (*upload_data_size) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
+        cn->last_ms = kvp__mono_ms();
         if (cn->too_large)
             return MHD_YES; /* drop the rest of an oversized body */
         if (n > S->max_body - cn->in.len) {
@@ -463,9 +725,29 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     return respond(S, mc, cn, url, method);
 }
 
+/* libmicrohttpd's messages, at most a few a second: every client that
+ * hangs up mid-request makes one, and a client must not fill the log. */
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
     (void)cls;
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static uint64_t window_ms, dropped;
+    static unsigned in_window;
+    uint64_t now = kvp__mono_ms(), was_dropped = 0;
+    pthread_mutex_lock(&lock);
+    if (now - window_ms >= 1000) {
+        was_dropped = dropped;
+        window_ms = now;
+        in_window = dropped = 0;
+    }
+    int quiet = ++in_window > 10;
+    dropped += quiet;
+    pthread_mutex_unlock(&lock);
+    if (was_dropped)
+        KVP_LOGW("libmicrohttpd: %llu more messages in the last second were not logged",
+                 (unsigned long long)was_dropped);
+    if (quiet)
+        return;
     char line[1024];
     vsnprintf(line, sizeof line, fmt, ap);
     size_t n = strlen(line);
@@ -509,7 +791,8 @@ static int open_listener(const struct listen_addr *la, const char *text)
 int kvp__serve_main(int argc, char **argv)
 {
     enum { O_LISTEN = 1, O_ALLOW, O_TOKEN, O_LEASE, O_GRACE, O_MAXBODY, O_MAXKEYS, O_THREADS,
-           O_DATADIR, O_FSYNC, O_SNAPBYTES, O_LOGLEVEL, O_HELP };
+           O_DATADIR, O_FSYNC, O_SNAPBYTES, O_LOGLEVEL, O_IDLE, O_REQTIME, O_CONNS_CLIENT, O_CONNS,
+           O_HELP };
     static const struct option opts[] = {
         {"listen", required_argument, NULL, O_LISTEN},
         {"allow", required_argument, NULL, O_ALLOW},
@@ -523,6 +806,10 @@ int kvp__serve_main(int argc, char **argv)
         {"fsync", required_argument, NULL, O_FSYNC},
         {"snapshot-bytes", required_argument, NULL, O_SNAPBYTES},
         {"log-level", required_argument, NULL, O_LOGLEVEL},
+        {"idle-timeout", required_argument, NULL, O_IDLE},
+        {"request-timeout", required_argument, NULL, O_REQTIME},
+        {"max-conns-per-client", required_argument, NULL, O_CONNS_CLIENT},
+        {"max-conns", required_argument, NULL, O_CONNS},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -531,6 +818,7 @@ int kvp__serve_main(int argc, char **argv)
     const char *data_dir = "./kvpage-data";
     uint64_t lease_ms = 120000, grace_ms = 5000, max_body = KVP_DEFAULT_MAX_BODY,
              max_keys = KVP_DEFAULT_MAX_KEYS, threads = 1, snapshot_bytes = 0;
+    uint64_t idle_timeout = 60, request_timeout = 30, max_conns_client = 1024, max_conns = 0;
     struct kvp_cidr *allow = NULL;
     size_t nallow = 0;
     int fsync_mode = KVP_FSYNC_BATCH;
@@ -650,6 +938,24 @@ int kvp__serve_main(int argc, char **argv)
             kvp__log_set_level(lvl);
             break;
         }
+        case O_IDLE:
+        case O_REQTIME:
+            if (parse_size(v, 0, &n) || n > 86400 * 365) {
+                status = bad_value(o == O_IDLE ? "--idle-timeout" : "--request-timeout", v,
+                                   "expected a whole number of seconds (0: no timeout)");
+                goto out;
+            }
+            *(o == O_IDLE ? &idle_timeout : &request_timeout) = n;
+            break;
+        case O_CONNS_CLIENT:
+        case O_CONNS:
+            if (parse_size(v, 0, &n) || n == 0 || n > (UINT64_C(1) << 30)) {
+                status = bad_value(o == O_CONNS ? "--max-conns" : "--max-conns-per-client", v,
+                                   "expected a positive integer");
+                goto out;
+            }
+            *(o == O_CONNS ? &max_conns : &max_conns_client) = n;
+            break;
         case O_HELP:
             usage(stdout);
             status = 0;
@@ -678,6 +984,26 @@ int kvp__serve_main(int argc, char **argv)
 
     /* From here on failures are not usage errors. */
     status = 1;
+    /* Every connection is a file descriptor: take all the kernel allows, and
+     * keep some for the log, snapshots and the listener. */
+    struct rlimit rl;
+    uint64_t fd_room = 1024;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        if (rl.rlim_cur < rl.rlim_max) {
+            rlim_t want = rl.rlim_max == RLIM_INFINITY ? (rlim_t)1 << 20 : rl.rlim_max;
+            struct rlimit up = {want, rl.rlim_max};
+            if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+                rl.rlim_cur = want;
+        }
+        fd_room = rl.rlim_cur == RLIM_INFINITY ? (uint64_t)1 << 20 : (uint64_t)rl.rlim_cur;
+    }
+    uint64_t conn_room = fd_room > 128 ? fd_room - 64 : fd_room / 2;
+    if (!max_conns)
+        max_conns = conn_room;
+    else if (max_conns > conn_room)
+        KVP_LOGW("--max-conns %" PRIu64 " is above what the open-file limit (%" PRIu64
+                 ") leaves for connections (%" PRIu64 "); accepts may fail past that",
+                 max_conns, fd_room, conn_room);
     struct kvp_meta_opts mo;
     kvp_meta_opts_init(&mo);
     mo.lease_ms = lease_ms;
@@ -720,6 +1046,13 @@ int kvp__serve_main(int argc, char **argv)
     S->meta = meta;
     S->group_commit = fsync_mode == KVP_FSYNC_BATCH;
     S->max_body = (size_t)max_body;
+    S->idle_timeout = (unsigned)idle_timeout;
+    S->request_timeout = (unsigned)request_timeout;
+    S->max_conns = max_conns;
+    S->max_conns_per_client = max_conns_client;
+    pthread_mutex_init(&S->clients_lock, NULL);
+    pthread_mutex_init(&S->jobs_lock, NULL);
+    pthread_cond_init(&S->jobs_cond, NULL);
 
     /* Signals are taken synchronously by this thread only; MHD's threads
      * inherit the mask. */
@@ -737,14 +1070,25 @@ int kvp__serve_main(int argc, char **argv)
                          MHD_ALLOW_SUSPEND_RESUME;
         if (la.ss.ss_family == AF_INET6)
             flags |= MHD_USE_IPv6;
+        /* MHD's own limit stays out of reach: at it, MHD stops accepting
+         * (every new client hangs) where on_accept refuses at once. */
+        uint64_t mhd_limit = max_conns + 64 + threads;
         struct MHD_OptionItem ops[] = {
             {MHD_OPTION_LISTEN_SOCKET, fd, NULL},
-            {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, NULL},
+            {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, S},
+            {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, S},
+            {MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)on_uri, S},
+            {MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)idle_timeout, NULL},
+            {MHD_OPTION_CONNECTION_LIMIT, (intptr_t)(mhd_limit > UINT_MAX ? UINT_MAX : mhd_limit), NULL},
             {MHD_OPTION_CONNECTION_MEMORY_LIMIT, 16 * 1024, NULL},
             {threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, (intptr_t)threads, NULL},
             {MHD_OPTION_END, 0, NULL},
         };
-        d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, S, MHD_OPTION_EXTERNAL_LOGGER,
+        if (pthread_create(&S->worker, NULL, body_worker, S) == 0)
+            S->worker_running = 1;
+        else
+            KVP_LOGW("cannot start the body worker thread: large bodies are handled in line");
+        d = MHD_start_daemon(flags, 0, on_accept, S, on_request, S, MHD_OPTION_EXTERNAL_LOGGER,
                              mhd_log, NULL, MHD_OPTION_ARRAY, ops, MHD_OPTION_END);
         if (!d) {
             fprintf(stderr, "kvpage serve: cannot start the HTTP server on %s\n", listen_text);
@@ -767,6 +1111,9 @@ int kvp__serve_main(int argc, char **argv)
                  " bytes, max keys %" PRIu64 ", %" PRIu64 " thread(s)%s%s",
                  lease_ms, grace_ms, max_body, max_keys, threads, token ? ", bearer token required" : "",
                  nallow ? ", client addresses restricted by --allow" : "");
+        KVP_LOGI("connections: at most %" PRIu64 ", %" PRIu64 " per client address; idle timeout %"
+                 PRIu64 " s, request timeout %" PRIu64 " s", max_conns, max_conns_client,
+                 idle_timeout, request_timeout);
         printf("kvpage serve: listening on http://%s:%u\n"
                "  vLLM:   \"hf3fs_metadata_server_url\": \"http://%s:%u\" in kv_connector_extra_config\n"
                "  SGLang: \"metadata_server_url\": \"http://%s:%u\" in the JSON file named by "
@@ -791,6 +1138,22 @@ int kvp__serve_main(int argc, char **argv)
         close(fd);
         status = 0;
     }
+    if (S->worker_running) {
+        pthread_mutex_lock(&S->jobs_lock);
+        S->worker_stop = 1;
+        pthread_cond_signal(&S->jobs_cond);
+        pthread_mutex_unlock(&S->jobs_lock);
+        pthread_join(S->worker, NULL);
+    }
+    for (size_t i = 0; i < CLIENT_BUCKETS; i++)
+        while (S->clients[i]) {
+            struct client_count *c = S->clients[i];
+            S->clients[i] = c->next;
+            free(c);
+        }
+    pthread_mutex_destroy(&S->clients_lock);
+    pthread_mutex_destroy(&S->jobs_lock);
+    pthread_cond_destroy(&S->jobs_cond);
     kvp_meta_close(meta);
     free(S);
 out:

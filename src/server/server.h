@@ -86,11 +86,22 @@ struct kvp_metrics {
     struct kvp_metrics_cell cell[KVP_ROUTE_COUNT][KVP_METRICS_NSTATUS];
 };
 
+/* Connections, counted by the transport (serve.c), printed with the metrics. */
+struct kvp_conn_stats {
+    atomic_uint_fast64_t open;            /* now */
+    atomic_uint_fast64_t accepted;        /* since start */
+    atomic_uint_fast64_t refused_client;  /* over --max-conns-per-client */
+    atomic_uint_fast64_t refused_total;   /* over --max-conns */
+    atomic_uint_fast64_t timeout_idle;    /* closed after --idle-timeout between requests */
+    atomic_uint_fast64_t timeout_request; /* dropped after --request-timeout inside a request */
+};
+
 struct kvp_server {
     struct kvp_meta *meta; /* not owned */
     struct kvp_server_config cfg;
     size_t token_len;
     struct kvp_metrics metrics;
+    struct kvp_conn_stats conns;
 };
 
 /* Sets up srv over an open meta. cfg is copied (its strings and allow array
