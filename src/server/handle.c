@@ -734,6 +734,13 @@ static void dispatch(struct kvp_ctx *c)
                          m.rank.p);
         return;
     }
+    if (req->body_memory_full) {
+        kvp__reply_error(c, 503,
+                         "Server busy: request bodies over 1 MiB being received or handled take all "
+                         "of the %zu bytes allowed (--max-body-memory); retry later",
+                         req->body_memory_full);
+        return;
+    }
     if (req->body_too_large || req->body_len > srv->cfg.max_body) {
         kvp__reply_error(c, 413, "Request body too large: limit is %zu bytes", srv->cfg.max_body);
         return;

@@ -41,6 +41,8 @@ struct conn {
     struct kvp_buf in;
     struct kvp_reply rep;
     int too_large;
+    int memory_full;     /* the body was dropped: over --max-body-memory */
+    size_t held;         /* bytes of --max-body-memory this request's body holds */
     /* Group commit: a reply that changed state waits, with the connection
      * suspended, until the log is durable up to the request's records. */
     struct MHD_Connection *mc;
@@ -179,6 +181,8 @@ struct serve {
     int group_commit; /* --fsync batch: replies wait for the flusher, parked */
     unsigned idle_timeout, request_timeout; /* seconds; 0: none */
     uint64_t max_conns, max_conns_per_client;
+    size_t max_body_memory;
+    atomic_size_t body_memory; /* held by the bodies over 1 MiB in flight */
     pthread_mutex_t clients_lock;
     struct client_count *clients[CLIENT_BUCKETS];
     /* The body worker's queue of suspended connections. */
@@ -205,6 +209,8 @@ static void usage(FILE *f)
             "  --read-grace-ms MS     no eviction this long after a lookup (default 5000)\n"
             "  --max-body BYTES       largest request body (default 67108864; K/M/G suffixes)\n"
             "  --max-keys N           most keys in one request (default 1000000)\n"
+            "  --max-body-memory N    memory all bodies over 1 MiB may take at once (default\n"
+            "                         1G, at least --max-body); past it they get 503\n"
             "  --threads N            HTTP worker threads (default 1; bodies over 1 MiB are\n"
             "                         handled by one more thread, off the event loop)\n"
             "  --idle-timeout S       close a connection idle between requests for S seconds\n"
@@ -448,6 +454,34 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
         MHD_set_connection_option(mc, MHD_CONNECTION_OPTION_TIMEOUT, S->idle_timeout);
 }
 
+/* ---------- memory of large bodies ---------- */
+
+/*
+ * Bodies over 1 MiB share --max-body-memory, so that many slow uploads of
+ * large bodies cannot take all the memory: a body that would pass it is
+ * dropped and answered 503. Smaller bodies do not count (each connection's
+ * memory is bounded by them, and engines' requests always get through).
+ */
+static int body_hold(struct serve *S, struct conn *cn, size_t want)
+{
+    if (want <= WORKER_BODY_MIN || want <= cn->held)
+        return 0;
+    size_t add = want - cn->held, cur = atomic_load(&S->body_memory);
+    do {
+        if (add > S->max_body_memory || cur > S->max_body_memory - add)
+            return -1;
+    } while (!atomic_compare_exchange_weak(&S->body_memory, &cur, cur + add));
+    cn->held = want;
+    return 0;
+}
+
+static void body_release(struct serve *S, struct conn *cn)
+{
+    if (cn->held)
+        atomic_fetch_sub(&S->body_memory, cn->held);
+    cn->held = 0;
+}
+
 /* ---------- libmicrohttpd callbacks ---------- */
 
 static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
@@ -482,6 +516,7 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
                 atomic_fetch_add(cn->in_request ? &cs->timeout_request : &cs->timeout_idle, 1);
             if (cn->key.len)
                 client_add(S, &cn->key, -1);
+            body_release(S, cn);
             kvp__buf_free(&cn->in);
             kvp__reply_free(&cn->rep);
             free(cn);
@@ -544,6 +579,7 @@ static uint64_t handle(struct serve *S, struct conn *cn)
     uint64_t lsn = kvp__meta_thread_lsn();
     if (cn->in.cap > KEEP_BUFFER_MAX)
         kvp__buf_free(&cn->in);
+    body_release(S, cn);
     if (rep->status >= 500)
         KVP_LOGE("%s %.*s -> %d %.*s", cn->req.method, (int)cn->req.path_len, cn->req.path,
                  rep->status, (int)rep->body.len, rep->body.p ? rep->body.p : "");
@@ -617,6 +653,7 @@ static enum MHD_Result respond(struct serve *S, struct MHD_Connection *mc, struc
         .body_len = cn->in.len,
         .authorization = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
         .body_too_large = cn->too_large,
+        .body_memory_full = cn->memory_full ? S->max_body_memory : 0,
     };
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     cn->req.client = ci ? ci->client_addr : NULL;
@@ -687,6 +724,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         cn->last_ms = kvp__mono_ms();
         kvp__buf_reset(&cn->in);
         cn->too_large = 0;
+        cn->memory_full = 0;
+        body_release(S, cn);
         if (cn->rep.body.cap > KEEP_BUFFER_MAX || cn->rep.scratch_cap > KEEP_BUFFER_MAX / 8) {
             kvp__reply_free(&cn->rep);
             kvp__reply_init(&cn->rep);
@@ -701,6 +740,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
                 cn->too_large = 1;
                 return respond(S, mc, cn, url, method);
             }
+            if (!parse_size(cl, 0, &n) && body_hold(S, cn, (size_t)n)) {
+                cn->memory_full = 1;
+                return respond(S, mc, cn, url, method);
+            }
             if (!parse_size(cl, 0, &n) && n <= KEEP_BUFFER_MAX)
                 kvp__buf_reserve(&cn->in, (size_t)n);
         }
@@ -710,12 +753,28 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         size_t n = *upload_data_size;
         *upload_data_size = 0;
         cn->last_ms = kvp__mono_ms();
-        if (cn->too_large)
-            return MHD_YES; /* drop the rest of an oversized body */
+        if (cn->too_large || cn->memory_full)
+            return MHD_YES; /* drop the rest of a body that will be refused */
         if (n > S->max_body - cn->in.len) {
             cn->too_large = 1;
             kvp__buf_free(&cn->in);
+            body_release(S, cn);
             return MHD_YES;
+        }
+        /* A body without Content-Length holds memory as it grows, in doublings. */
+        size_t want = cn->in.len + n;
+        if (want > cn->held && want > WORKER_BODY_MIN) {
+            size_t step = cn->held ? 2 * cn->held : 2 * WORKER_BODY_MIN;
+            if (step > S->max_body)
+                step = S->max_body;
+            if (step < want)
+                step = want;
+            if (body_hold(S, cn, step) && body_hold(S, cn, want)) {
+                cn->memory_full = 1;
+                kvp__buf_free(&cn->in);
+                body_release(S, cn);
+                return MHD_YES;
+            }
         }
         kvp__buf_put(&cn->in, upload_data, n);
         if (cn->in.oom)
@@ -792,7 +851,7 @@ int kvp__serve_main(int argc, char **argv)
 {
     enum { O_LISTEN = 1, O_ALLOW, O_TOKEN, O_LEASE, O_GRACE, O_MAXBODY, O_MAXKEYS, O_THREADS,
            O_DATADIR, O_FSYNC, O_SNAPBYTES, O_LOGLEVEL, O_IDLE, O_REQTIME, O_CONNS_CLIENT, O_CONNS,
-           O_HELP };
+           O_BODYMEM, O_HELP };
     static const struct option opts[] = {
         {"listen", required_argument, NULL, O_LISTEN},
         {"allow", required_argument, NULL, O_ALLOW},
@@ -810,6 +869,7 @@ int kvp__serve_main(int argc, char **argv)
         {"request-timeout", required_argument, NULL, O_REQTIME},
         {"max-conns-per-client", required_argument, NULL, O_CONNS_CLIENT},
         {"max-conns", required_argument, NULL, O_CONNS},
+        {"max-body-memory", required_argument, NULL, O_BODYMEM},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -819,6 +879,7 @@ int kvp__serve_main(int argc, char **argv)
     uint64_t lease_ms = 120000, grace_ms = 5000, max_body = KVP_DEFAULT_MAX_BODY,
              max_keys = KVP_DEFAULT_MAX_KEYS, threads = 1, snapshot_bytes = 0;
     uint64_t idle_timeout = 60, request_timeout = 30, max_conns_client = 1024, max_conns = 0;
+    uint64_t max_body_memory = UINT64_C(1) << 30;
     struct kvp_cidr *allow = NULL;
     size_t nallow = 0;
     int fsync_mode = KVP_FSYNC_BATCH;
@@ -956,6 +1017,14 @@ int kvp__serve_main(int argc, char **argv)
             }
             *(o == O_CONNS ? &max_conns : &max_conns_client) = n;
             break;
+        case O_BODYMEM:
+            if (parse_size(v, 1, &n) || n == 0 || n > SIZE_MAX / 2) {
+                status = bad_value("--max-body-memory", v, "expected a positive number of bytes "
+                                                           "(K/M/G suffixes allowed)");
+                goto out;
+            }
+            max_body_memory = n;
+            break;
         case O_HELP:
             usage(stdout);
             status = 0;
@@ -1050,6 +1119,8 @@ int kvp__serve_main(int argc, char **argv)
     S->request_timeout = (unsigned)request_timeout;
     S->max_conns = max_conns;
     S->max_conns_per_client = max_conns_client;
+    /* One body of --max-body always fits. */
+    S->max_body_memory = (size_t)(max_body_memory > max_body ? max_body_memory : max_body);
     pthread_mutex_init(&S->clients_lock, NULL);
     pthread_mutex_init(&S->jobs_lock, NULL);
     pthread_cond_init(&S->jobs_cond, NULL);

@@ -118,6 +118,9 @@ struct kvp_request {
     const struct sockaddr *client; /* NULL: not checked against --allow (in-process callers) */
     const char *authorization;  /* the Authorization header, or NULL */
     int body_too_large;         /* the transport saw more than max_body bytes and dropped them */
+    /* The transport dropped the body: large bodies already take all the
+     * memory it allows them (--max-body-memory, the limit in bytes). */
+    size_t body_memory_full;
 };
 
 /*

@@ -304,7 +304,8 @@ def test_connection_limits(start_server):
 
 
 @pytest.mark.parametrize("flag,value", [("--idle-timeout", "-1"), ("--request-timeout", "x"),
-                                        ("--max-conns-per-client", "0"), ("--max-conns", "")])
+                                        ("--max-conns-per-client", "0"), ("--max-conns", ""),
+                                        ("--max-body-memory", "0")])
 def test_connection_flags_rejected(flag, value):
     import subprocess
     from kvpserver import require_bin
@@ -312,3 +313,43 @@ def test_connection_flags_rejected(flag, value):
                        timeout=30)
     assert r.returncode == 2
     assert f"for {flag}".encode() in r.stderr or b"needs a value" in r.stderr, r.stderr
+
+
+def test_body_memory_budget(start_server):
+    """Bodies over 1 MiB share --max-body-memory: while two slow uploads
+    hold it, a third large body gets 503 at once, small requests go on, and
+    once the uploads finish a large body is accepted again."""
+    srv = start_server("--max-body", "4M", "--max-body-memory", "8M", "--request-timeout", "20")
+    body = b'{"keys": [' + b",".join(b'"%030d"' % i for i in range(100000)) + b"]}"  # 3.3 MB
+    slow = []
+    for _ in range(2):
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=20)
+        s.sendall(b"POST /keys/batch_exists HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body)
+                  + body[:1000])
+        slow.append(s)
+    time.sleep(0.3)  # both headers seen: 2 x 3.3 MB of the 8 MiB held
+    c = srv.client()
+    r = c.post("/keys/batch_exists", Raw(body))
+    expect(r, 503, "Server busy: request bodies over 1 MiB being received or handled take all of the "
+               "8388608 bytes allowed (--max-body-memory); retry later")
+    assert c.v_exists(["a"]) == [False]
+    # A chunked body (no Content-Length) is held as it grows, and refused the same way.
+    def chunks():
+        for i in range(0, len(body), 65536):
+            yield body[i:i + 65536]
+    r = c.s.post(srv.url("/keys/batch_exists"), data=chunks(), timeout=60)
+    assert r.status_code == 503, r.text[:200]
+    for s in slow:
+        s.sendall(body[1000:])
+        s.settimeout(20)
+        data = b""
+        while not data.endswith(b"]}"):
+            part = s.recv(1 << 20)
+            assert part, data[:200]
+            data += part
+        assert data.startswith(b"HTTP/1.1 200"), data[:200]
+        s.close()
+    r = c.post("/keys/batch_exists", Raw(body))
+    assert r.status_code == 200 and r.json()["exists"] == [False] * 100000
+    r = c.s.post(srv.url("/keys/batch_exists"), data=chunks(), timeout=60)
+    assert r.status_code == 200, r.text[:200]
