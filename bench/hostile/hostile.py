@@ -12,7 +12,8 @@ release build with the default flags (--data-dir none unless DATA_DIR is set).
 3. What a valid 1,000,000-key request costs the others: the probe while a
    client sends valid 1,000,000-key batch_exists, batch_allocate and
    confirm_write bodies (32-character keys; 64-character keys would not fit
-   in 64 MiB), and the time each of those takes.
+   in 64 MiB), and the time each of those takes; the probe asks the same
+   namespace, then another deployment's.
 
     bench/hostile/hostile.py [KVPAGE_BIN]      # default build/kvpage
 Env: REPS (3), PROBE_S (20), DATA_DIR (none).
@@ -79,14 +80,14 @@ def post(conn, path, body):
     return r.status, data
 
 
-def probe(port, seconds, stop_evt=None):
+def probe(port, seconds, stop_evt=None, prefix=""):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     body = json.dumps({"keys": ["%064x" % i for i in range(64)]}).encode()
     lat = []
     t_end = time.monotonic() + seconds
     while time.monotonic() < t_end and not (stop_evt and stop_evt.is_set()):
         t = time.perf_counter()
-        st, _ = post(conn, "/keys/batch_exists", body)
+        st, _ = post(conn, prefix + "/keys/batch_exists", body)
         lat.append(time.perf_counter() - t)
         assert st == 200, st
     conn.close()
@@ -151,30 +152,36 @@ def main():
         keys = ["%032x" % i for i in range(1000000)]
         reqs = [("batch_exists", "/keys/batch_exists", {"keys": keys}),
                 ("batch_allocate", "/keys/batch_allocate", {"rank": 0, "keys": keys})]
-        print("| request | body | its time (s) | probe meanwhile |")
-        print("|---|---|---|---|")
+        st, _ = post(c, "/ns/other/rank/0/initialize", json.dumps({"num_pages": 16}).encode())
+        assert st == 200, st
+        print("| request | body | its time (s) | probe meanwhile, same namespace | its time (s) | "
+              "probe meanwhile, another deployment |")
+        print("|---|---|---|---|---|---|")
         pages = None
         for name, path, obj in reqs + [("confirm_write", "/keys/confirm_write", None)]:
-            if obj is None:
-                obj = {"rank": 0, "confirmations": [[k, p] for k, p in zip(keys, pages)]}
-            body = json.dumps(obj).encode()
-            res = {}
-            stop = threading.Event()
+            row = []
+            for prefix in ("", "/ns/other"):
+                if obj is None:
+                    obj = {"rank": 0, "confirmations": [[k, p] for k, p in zip(keys, pages)]}
+                body = json.dumps(obj).encode()
+                res = {}
+                stop = threading.Event()
 
-            def big():
-                t = time.perf_counter()
-                res["st"], res["data"] = post(c, path, body)
-                res["t"] = time.perf_counter() - t
-                stop.set()
+                def big():
+                    t = time.perf_counter()
+                    res["st"], res["data"] = post(c, path, body)
+                    res["t"] = time.perf_counter() - t
+                    stop.set()
 
-            th = threading.Thread(target=big)
-            th.start()
-            lat = probe(port, 600, stop)
-            th.join()
-            assert res["st"] in (200, 204), (res["st"], res["data"][:200])
-            if name == "batch_allocate":
-                pages = [p for _, p in json.loads(res["data"])["results"]]
-            print(f"| {name} | {len(body) / 2**20:.1f} MiB | {res['t']:.3f} | {summary(lat)} |")
+                th = threading.Thread(target=big)
+                th.start()
+                lat = probe(port, 600, stop, prefix)
+                th.join()
+                assert res["st"] in (200, 204), (res["st"], res["data"][:200])
+                if name == "batch_allocate" and pages is None:
+                    pages = [p for _, p in json.loads(res["data"])["results"]]
+                row += [f"{res['t']:.3f}", summary(lat)]
+            print(f"| {name} | {len(body) / 2**20:.1f} MiB | " + " | ".join(row) + " |")
         c.close()
     finally:
         proc.terminate()
