@@ -466,7 +466,14 @@ static void grow_index(struct kvp_ns *ns)
     if (nb > MAX_KEY_BUCKETS)
         return; /* chains just get longer */
     if (nb * sizeof *ns->buckets >= KVP_PIECE_SIZE && !ns->grown) {
-        if ((ns->grown = kvp__big_zalloc(nb * sizeof *ns->grown)) != NULL) {
+        /* A move that started before its table was backed (below) left that
+         * table's job queued, and a queued job's fields belong to the
+         * background thread (mem.h): the next table waits for it while the
+         * current one may still take keys. */
+        if (atomic_load(&ns->grow_job.state) == KVP_POPULATE_QUEUED) {
+            if (ns->nkeys < 2 * ns->nbuckets)
+                return;
+        } else if ((ns->grown = kvp__big_zalloc(nb * sizeof *ns->grown)) != NULL) {
             kvp__big_nofork(ns->grown, nb * sizeof *ns->grown, 1);
             ns->ngrown = nb;
             ns->grow_job.addr = ns->grown;

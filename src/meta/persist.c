@@ -58,6 +58,9 @@ struct kvp__persist {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int stop;
+    /* Guarded by mu: written by whichever thread took the snapshot (the
+     * snapshot thread, or one calling kvp__meta_snapshot_now), read by the
+     * snapshot thread and by kvp__meta_persist_stats. */
     uint64_t last_snap;      /* LSN of the newest snapshot on disk */
     uint64_t last_snap_size; /* its size: the log may grow to this before the next */
     uint64_t snapshots, snapshot_failures;
@@ -605,9 +608,11 @@ static void adopt_snapshot(struct kvp_meta *m, uint64_t lsn, uint64_t bytes)
 {
     struct kvp__persist *p = m->persist;
     kvp__wal_prune(p->wal, lsn);
+    pthread_mutex_lock(&p->mu);
     p->last_snap = lsn;
     p->last_snap_size = bytes;
     p->snapshots++;
+    pthread_mutex_unlock(&p->mu);
 }
 
 static void log_unreadable(struct kvp_meta *m, uint64_t lsn, int rc)
@@ -644,7 +649,10 @@ static int snapshot_fork(struct kvp_meta *m)
     uint64_t t0 = kvp__mono_ms();
     lock_all(m);
     uint64_t lsn = kvp__wal_appended(p->wal);
-    if (lsn == p->last_snap) {
+    pthread_mutex_lock(&p->mu);
+    uint64_t last = p->last_snap;
+    pthread_mutex_unlock(&p->mu);
+    if (lsn == last) {
         unlock_all(m);
         return 0;
     }
@@ -724,9 +732,9 @@ static void *snap_main(void *arg)
         if (appended - p->last_snap < limit)
             continue;
         pthread_mutex_unlock(&p->mu);
-        if (snapshot_fork(m) != 0)
-            p->snapshot_failures++;
+        int failed = snapshot_fork(m) != 0;
         pthread_mutex_lock(&p->mu);
+        p->snapshot_failures += failed;
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
@@ -966,9 +974,11 @@ int kvp__meta_persist_stats(struct kvp_meta *m, struct kvp__persist_stats *st)
     st->wal_bytes = kvp__wal_disk_bytes(m->persist->wal);
     st->appended = kvp__wal_appended(m->persist->wal);
     kvp__wal_fsync_stats(m->persist->wal, &st->fsyncs, &st->fsync_ns);
+    pthread_mutex_lock(&m->persist->mu);
     st->snapshots = m->persist->snapshots;
     st->snapshot_failures = m->persist->snapshot_failures;
     st->last_snapshot = m->persist->last_snap;
+    pthread_mutex_unlock(&m->persist->mu);
     return 0;
 }
 

@@ -105,6 +105,13 @@ class Server:
         _RECENT.append(self)
         return self.returncode
 
+    def assert_no_sanitizer_report(self):
+        """For a server stopped without a clean exit (SIGKILL): a sanitizer
+        that stopped it early left its report in stderr."""
+        err = self.stderr()
+        bad = sanitizer_report(err)
+        assert not bad, f"sanitizer report in stderr ({bad})\n--- stderr ---\n{err}"
+
     def assert_clean_exit(self, rc):
         err = self.stderr()
         assert rc == 0, f"kvpage serve exited with {rc!r} (expected 0)\n--- stderr ---\n{err}"
@@ -146,6 +153,8 @@ def launch(tmp_path, flags=(), env=None, tries=5):
     # production (the server must answer 500), instead of aborting.
     full_env.setdefault("ASAN_OPTIONS", "abort_on_error=0:detect_leaks=1:allocator_may_return_null=1")
     full_env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1")
+    # A ThreadSanitizer build stops at its first report (status 66).
+    full_env.setdefault("TSAN_OPTIONS", "halt_on_error=1:exitcode=66:second_deadlock_stack=1")
     if env:
         full_env.update(env)
     last_err = ""

@@ -1,7 +1,9 @@
 """Keep-alive concurrency: 8 threads, each with its own connection, send a
 few hundred mixed requests of both dialects on two ranks, with shared keys
 (racing writers) and private keys. Afterwards the invariants hold, nothing
-is left RESERVED, and every confirmed key is found on its rank."""
+is left RESERVED, and every confirmed key is found on its rank. Run in memory
+with 1 and 4 HTTP threads, and with a data directory and group commit (the
+replies that change state park until the log's flusher has synced them)."""
 import random
 import threading
 
@@ -76,9 +78,18 @@ def worker(base, tid, confirmed, errors, barrier):
         c.close()
 
 
-@pytest.mark.parametrize("server_threads", ["1", "4"])
-def test_keepalive_concurrency(start_server, server_threads):
-    server = start_server("--threads", server_threads)
+@pytest.mark.parametrize("server_flags", [
+    ("--threads", "1"),
+    ("--threads", "4"),
+    # Replies parked until the log is durable, resumed from its flusher
+    # thread, while 4 HTTP threads serve (test_crash.py covers snapshots).
+    ("--threads", "4", "--fsync", "batch"),
+], ids=["1", "4", "4-batch"])
+def test_keepalive_concurrency(start_server, tmp_path, server_flags):
+    flags = list(server_flags)
+    if "--fsync" in flags:
+        flags += ["--data-dir", str(tmp_path / "data")]
+    server = start_server(*flags)
     c = server.client()
     c.v_init(0, NUM_PAGES)
     c.s_init(1, NUM_PAGES)
@@ -95,6 +106,8 @@ def test_keepalive_concurrency(start_server, server_threads):
     assert not errors, "\n".join(errors)
 
     st = invariants(server.stats())
+    if "--fsync" in flags:
+        assert st["wal"]["fsyncs"] > 0 and st["wal"]["snapshot_failures"] == 0, st["wal"]
     # every reservation was confirmed or released; every confirmed key holds
     # exactly one page per rank (racing writers left no leaked page)
     for rank in (0, 1):

@@ -73,12 +73,16 @@ def check_recovered(srv, acked):
         s.close()
 
 
-def crash_rounds(tmp_path, fsync, rounds, seed, extra=()):
+def crash_rounds(tmp_path, fsync, rounds, seed, extra=(), more_until_snapshot=0):
+    """rounds kill-and-restart rounds; then up to more_until_snapshot more
+    while no snapshot has been written yet (a slow build, e.g. with
+    ThreadSanitizer, often gets killed before its first snapshot is done)."""
     rng = random.Random(seed)
     data = tmp_path / f"data-{fsync}"
     acked = {}
     snapshots = 0  # written while a writer ran, before some SIGKILL
-    for rnd in range(rounds):
+    rnd = 0
+    while rnd < rounds or (not snapshots and rnd < rounds + more_until_snapshot):
         srv = launch(tmp_path, ["--data-dir", str(data), "--fsync", fsync, *extra])
         try:
             if rnd == 0:
@@ -100,9 +104,13 @@ def crash_rounds(tmp_path, fsync, rounds, seed, extra=()):
         stop.set()
         for t in threads:
             t.join()
+        # A sanitizer that stopped the server before the kill would go
+        # unnoticed otherwise: the writers take its death for the kill.
+        srv.assert_no_sanitizer_report()
         assert not errors, errors[:3]
         res = fsck(data)
         assert res.returncode == 0, res.stdout + res.stderr
+        rnd += 1
     srv = launch(tmp_path, ["--data-dir", str(data), "--fsync", fsync, *extra])
     try:
         check_recovered(srv, acked)
@@ -122,7 +130,8 @@ def test_crash_batch_during_snapshots(tmp_path):
     # A snapshot every 64 KiB of log (or the last snapshot's size): kills land
     # before, during and after snapshots, log rotations and the zero-filled
     # tails of segments.
-    n, snapshots = crash_rounds(tmp_path, "batch", 8, seed=13, extra=["--snapshot-bytes", "64K"])
+    n, snapshots = crash_rounds(tmp_path, "batch", 8, seed=13, extra=["--snapshot-bytes", "64K"],
+                                more_until_snapshot=16)
     assert n > 100
     assert snapshots > 0, "no snapshot was written while serving: the test did not test them"
 
