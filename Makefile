@@ -58,9 +58,13 @@ integration: build asan
 	  $(PYTHON) -m pytest -q -p no:cacheprovider tests/integration
 
 # The integration tests in which the server runs threads against each other
-# (HTTP workers, the log's flusher and parked replies, snapshots), against
+# (HTTP workers, the log's flusher and parked replies, snapshots, the body
+# worker and the connection counters), against
 # the ThreadSanitizer build.
-TSAN_INTEGRATION = tests/integration/test_concurrency.py tests/integration/test_crash.py
+TSAN_INTEGRATION = tests/integration/test_concurrency.py tests/integration/test_crash.py \
+  tests/integration/test_hostile.py::test_probe_while_hostile \
+  tests/integration/test_hostile.py::test_big_valid_request_off_the_loop \
+  tests/integration/test_hostile.py::test_body_memory_budget
 integration-tsan: tsan
 	@echo "integration tests: ThreadSanitizer build ($(notdir $(TSAN_INTEGRATION)))"
 	@TSAN_OPTIONS=$(KVP_TSAN_OPTIONS) \
