@@ -18,7 +18,12 @@
 #      --data-dir and these --fsync modes; two controls: batch-nosnap takes no
 #      snapshot, batch-nodisk neither, with nodisk.c preloaded so that fsync
 #      and fdatasync cost nothing),
-#      CONNS (wrk connections, 16: the issue's setting).
+#      CONNS (wrk connections, 16: the issue's setting),
+#      SGLANG (1: issue 11's SGLang rows, each beside its vLLM row on the same
+#      server in the same rep, the two in alternating order: /0/exists and
+#      /0/get_page_indices beside batch_exists and get_locations, and
+#      reserve_and_allocate + confirm_write pairs beside vLLM pairs, both with
+#      pairs.lua and one connection per wrk thread; 0: without them).
 # Exits non-zero if a server fails to start or a step fails.
 set -euo pipefail
 
@@ -36,6 +41,8 @@ ALLOC_ITERS=${ALLOC_ITERS:-2000}
 PROFILE=${PROFILE:-0}
 FSYNC_LIST=${FSYNC_LIST:-"batch batch-nosnap batch-nodisk"}
 CONNS=${CONNS:-16}
+SGLANG=${SGLANG:-1}
+WRK_THREADS=1
 PY=/usr/bin/python3
 
 for tool in wrk cc curl "$PY"; do
@@ -111,6 +118,7 @@ start_kvpage() { # start_kvpage NAME THREADS
 }
 
 # wrk_run LABEL REP PORT SCRIPT [VAR=VALUE...]: one wrk run, RESULT line appended.
+# wrk has WRK_THREADS threads (1; pairs.lua: one per connection).
 # For kvpage runs the server's own handler time (/v1/stats) is recorded before
 # and after, so the report can split the time into handler and the rest.
 wrk_run() {
@@ -118,7 +126,7 @@ wrk_run() {
     local out before="" after=""
     if [[ $label != probe_* ]]; then before=$("$PY" "$HERE/prep.py" srvtime "$port") || exit 1; fi
     out=$(env BENCH_DIR="$HERE" BENCH_KEYS="$TMP/keys.txt" "$@" \
-        wrk -t1 -c"$CONNS" -d"${DUR}s" --timeout 30s -s "$HERE/$script" "http://127.0.0.1:$port/") || {
+        wrk -t"$WRK_THREADS" -c"$CONNS" -d"${DUR}s" --timeout 30s -s "$HERE/$script" "http://127.0.0.1:$port/") || {
         echo "run.sh: wrk failed for $label" >&2; echo "$out" >&2; exit 1; }
     local res; res=$(grep '^RESULT ' <<<"$out" | tail -1)
     [ -n "$res" ] || { echo "run.sh: no RESULT from wrk for $label" >&2; echo "$out" >&2; exit 1; }
@@ -126,7 +134,7 @@ wrk_run() {
         after=$("$PY" "$HERE/prep.py" srvtime "$port") || exit 1
         res="$res srv_before=$before srv_after=$after"
     fi
-    echo "$label rep=$rep ${res#RESULT }" >>"$RESULTS"
+    echo "$label rep=$rep wrk_threads=$WRK_THREADS ${res#RESULT }" >>"$RESULTS"
     log "$label rep $rep: $(sed -E 's/.*(rps=[^ ]+).*(p99_ms=[^ ]+).*/\1 \2/' <<<"$res")"
 }
 
@@ -147,16 +155,31 @@ for rep in $(seq "$REPS"); do
         KPID[$t]=$SRV_PID KPORT[$t]=$SRV_PORT
         prep_kvpage "${KPORT[$t]}"
     done
-    for spec in "exists 64" "locations 64" "exists 1024"; do
+    # issue 11: each SGLang op beside its vLLM op, on the same server; odd reps
+    # run vLLM first, even reps SGLang first (labels: sgl_exists -> sglexists)
+    for spec in "exists 64 sgl_exists" "locations 64 sgl_get" "exists 1024 sgl_exists"; do
         set -- $spec
-        op=$1 batch=$2
+        op=$1 batch=$2 sop=$3
         wrk_run "probe_${op}${batch}" "$rep" "$PROBE_PORT" lookup.lua BENCH_OP="$op" BENCH_BATCH="$batch"
+        ops=$op
+        if [ "$SGLANG" = 1 ]; then
+            if ((rep % 2)); then ops="$op $sop"; else ops="$sop $op"; fi
+        fi
         for t in $THREADS_LIST; do
-            wrk_run "kvpage_t${t}_${op}${batch}" "$rep" "${KPORT[$t]}" lookup.lua BENCH_OP="$op" BENCH_BATCH="$batch"
+            for o in $ops; do
+                wrk_run "kvpage_t${t}_${o//_/}${batch}" "$rep" "${KPORT[$t]}" lookup.lua BENCH_OP="$o" BENCH_BATCH="$batch"
+            done
         done
     done
     for t in $THREADS_LIST; do
         wrk_run "kvpage_t${t}_allocconfirm64" "$rep" "${KPORT[$t]}" allocconfirm.lua BENCH_BATCH=64
+        if [ "$SGLANG" = 1 ]; then
+            if ((rep % 2)); then dialects="vllm sglang"; else dialects="sglang vllm"; fi
+            for d in $dialects; do
+                WRK_THREADS=$CONNS wrk_run "kvpage_t${t}_pairs${d}64" "$rep" "${KPORT[$t]}" pairs.lua \
+                    BENCH_DIALECT="$d" BENCH_BATCH=64
+            done
+        fi
         stop_server "${KPID[$t]}"
     done
     unset KPID KPORT
