@@ -31,7 +31,48 @@ def load(path):
             except ValueError:
                 d[k] = v
         runs[label].append(d)
+    for label, ds in runs.items():
+        runs[label] = merge_reps(ds)
     return runs, comments
+
+
+SUMMED = ("requests", "seconds", "allocs", "pairs_ok", "neg_pages", "non_ok", "checked", "non200",
+          "err_connect", "err_read", "err_write", "err_status", "err_timeout")
+
+
+def merge_reps(ds):
+    """One dict per rep: run.sh's ab_runs cuts a run into several of one label
+    and rep. Counts and seconds add up (rps = requests / seconds), p99 and max
+    are the highest of the pieces, p50 their median, and the server's counters
+    (srv_before/srv_after) add up so that after - before is the sum of the
+    pieces' differences."""
+    by_rep = collections.OrderedDict()
+    for d in ds:
+        by_rep.setdefault(d.get("rep"), []).append(d)
+    out = []
+    for parts in by_rep.values():
+        if len(parts) == 1:
+            out.append(parts[0])
+            continue
+        m = dict(parts[0])
+        for k in SUMMED:
+            if k in m:
+                m[k] = sum(p.get(k, 0) for p in parts)
+        m["rps"] = m["requests"] / m["seconds"]
+        for k in ("p99_ms", "max_ms"):
+            m[k] = max(p[k] for p in parts)
+        m["p50_ms"] = statistics.median(p["p50_ms"] for p in parts)
+        for k in ("srv_before", "srv_after"):
+            if all(k in p for p in parts):
+                acc = {}
+                for p in parts:
+                    for route, (cnt, sec) in p[k].items():
+                        c0, s0 = acc.get(route, [0, 0.0])
+                        acc[route] = [c0 + cnt, s0 + sec]
+                m[k] = acc
+        m["pieces"] = len(parts)
+        out.append(m)
+    return out
 
 
 def med(xs):
