@@ -29,71 +29,30 @@ else
   alloc_path, alloc_head = "/keys/batch_allocate", '{"rank":0,"keys":[["'
   confirm_path, confirm_head = "/keys/confirm_write", '{"rank":0,"confirmations":['
 end
-local tpl = {}      -- the allocate body, the request's sequence number at every even index
-local suffix = {}   -- the keys' last 16 characters
-local prefix
-local sent, sh, st = {}, 1, 0 -- FIFO of the sequence numbers of allocates awaiting a reply
-local q, qh, qt = {}, 1, 0    -- FIFO of confirm requests to send
+local sent = fifo() -- the sequence numbers of allocates awaiting a reply
+local q = fifo()    -- confirm requests to send
 allocs, pairs_ok, neg_pages, non_ok = 0, 0, 0, 0
+local k = pair_requests(q, alloc_path, alloc_head, batch, sent)
 
-function init(args)
-  local f = io.open("/dev/urandom", "rb")
-  local b = f:read(8)
-  f:close()
-  prefix = b:gsub(".", function(c) return string.format("%02x", c:byte()) end)
-  tpl[1] = alloc_head .. prefix
-  for j = 1, batch do
-    suffix[j] = string.format("%016d", j)
-    tpl[2 * j] = ""
-    tpl[2 * j + 1] = suffix[j] .. (j < batch and '",""],["' .. prefix or '",""]]}')
-  end
-end
-
-local seq = 0
-function request()
-  if qh <= qt then
-    local r = q[qh]
-    q[qh] = nil
-    qh = qh + 1
-    return r
-  end
-  seq = seq + 1
-  local s = string.format("%032d", seq)
-  for j = 1, batch do tpl[2 * j] = s end
-  st = st + 1
-  sent[st] = s
-  return wrk.format("POST", alloc_path, nil, table.concat(tpl))
-end
-
-function response(status, headers, body)
-  if status == 200 then
-    allocs = allocs + 1
-    local s = sent[sh]
-    sent[sh] = nil
-    sh = sh + 1
-    -- each element's page follows ", " and ends it: [K, page] or [existed, page]
-    -- (anchored on the comma: "(%-?%d+)%]" alone backtracks through every
-    -- digit run of the keys in the vLLM reply, quadratic in their length)
-    local parts, j = {}, 0
-    for p in body:gmatch(", (%-?%d+)%]") do
-      j = j + 1
-      if p == "-1" then
-        neg_pages = neg_pages + 1
-      else
-        parts[#parts + 1] = '["' .. prefix .. s .. suffix[j] .. '",' .. p .. ']'
-      end
+-- The confirm of an allocate's reply: the keys of the oldest allocate awaiting
+-- its reply, with the reply's pages.
+local function confirm_of(body)
+  local s = pop(sent)
+  -- each element's page follows ", " and ends it: [K, page] or [existed, page]
+  -- (anchored on the comma: "(%-?%d+)%]" alone backtracks through every
+  -- digit run of the keys in the vLLM reply, quadratic in their length)
+  local parts, j = {}, 0
+  for p in body:gmatch(", (%-?%d+)%]") do
+    j = j + 1
+    if p == "-1" then
+      neg_pages = neg_pages + 1
+    else
+      parts[#parts + 1] = '["' .. k.prefix .. s .. k.suffix[j] .. '",' .. p .. ']'
     end
-    if j ~= batch then non_ok = non_ok + 1 end
-    qt = qt + 1
-    q[qt] = wrk.format("POST", confirm_path, nil,
-                       confirm_head .. table.concat(parts, ",") .. '],"pages_to_release":[]}')
-  elseif status == 204 then
-    pairs_ok = pairs_ok + 1
-  else
-    non_ok = non_ok + 1
   end
+  if j ~= batch then non_ok = non_ok + 1 end
+  return wrk.format("POST", confirm_path, nil,
+                    confirm_head .. table.concat(parts, ",") .. '],"pages_to_release":[]}')
 end
 
-function done(summary, latency, requests)
-  report(summary, latency, {"allocs", "pairs_ok", "neg_pages", "non_ok"})
-end
+pair_callbacks(q, confirm_of)
