@@ -14,41 +14,14 @@
 dofile(os.getenv("BENCH_DIR") .. "/lib.lua")
 
 local batch = tonumber(os.getenv("BENCH_BATCH") or "64")
-local tpl = {}   -- the allocate body, with the request's sequence number at every even index
-local q, qh, qt = {}, 1, 0
+local q = fifo() -- confirm requests to send
 allocs, pairs_ok, neg_pages, non_ok = 0, 0, 0, 0
 
 -- The load generator shares the 2 cores with the server, so it does as little
 -- as it can per request: the allocate body is a template whose sequence-number
 -- slots are filled in, and the confirm body is the allocate response's results
 -- array, moved as it is (one element per key, in order, with its page).
-function init(args)
-  -- 16 hex characters unique to this run, so repeated runs use fresh keys
-  local f = io.open("/dev/urandom", "rb")
-  local b = f:read(8)
-  f:close()
-  local prefix = b:gsub(".", function(c) return string.format("%02x", c:byte()) end)
-  tpl[1] = '{"rank":0,"keys":[["' .. prefix
-  for j = 1, batch do
-    tpl[2 * j] = ""
-    tpl[2 * j + 1] = string.format("%016d", j) ..
-        (j < batch and '",""],["' .. prefix or '",""]]}')
-  end
-end
-
-local seq = 0
-function request()
-  if qh <= qt then
-    local r = q[qh]
-    q[qh] = nil
-    qh = qh + 1
-    return r
-  end
-  seq = seq + 1
-  local s = string.format("%032d", seq)
-  for j = 1, batch do tpl[2 * j] = s end
-  return wrk.format("POST", "/keys/batch_allocate", nil, table.concat(tpl))
-end
+pair_requests(q, "/keys/batch_allocate", '{"rank":0,"keys":[["', batch)
 
 -- The slow path: pairs parsed one by one, keys without a page (-1) left out.
 local function confirm_body_parsed(body)
@@ -65,26 +38,16 @@ local function confirm_body_parsed(body)
   return "[" .. table.concat(parts, ",") .. "]"
 end
 
-function response(status, headers, body)
-  if status == 200 then
-    allocs = allocs + 1
-    local a = body:find('"results": [', 1, true)
-    local arr
-    if a and not body:find(', -1]', a, true) and body:sub(-1) == "}" then
-      arr = body:sub(a + 11, -2)
-    else
-      arr = confirm_body_parsed(body)
-    end
-    qt = qt + 1
-    q[qt] = wrk.format("POST", "/keys/confirm_write", nil,
-                       '{"rank":0,"confirmations":' .. arr .. ',"pages_to_release":[]}')
-  elseif status == 204 then
-    pairs_ok = pairs_ok + 1
+local function confirm_of(body)
+  local a = body:find('"results": [', 1, true)
+  local arr
+  if a and not body:find(', -1]', a, true) and body:sub(-1) == "}" then
+    arr = body:sub(a + 11, -2)
   else
-    non_ok = non_ok + 1
+    arr = confirm_body_parsed(body)
   end
+  return wrk.format("POST", "/keys/confirm_write", nil,
+                    '{"rank":0,"confirmations":' .. arr .. ',"pages_to_release":[]}')
 end
 
-function done(summary, latency, requests)
-  report(summary, latency, {"allocs", "pairs_ok", "neg_pages", "non_ok"})
-end
+pair_callbacks(q, confirm_of)

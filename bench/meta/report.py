@@ -31,7 +31,48 @@ def load(path):
             except ValueError:
                 d[k] = v
         runs[label].append(d)
+    for label, ds in runs.items():
+        runs[label] = merge_reps(ds)
     return runs, comments
+
+
+SUMMED = ("requests", "seconds", "allocs", "pairs_ok", "neg_pages", "non_ok", "checked", "non200",
+          "err_connect", "err_read", "err_write", "err_status", "err_timeout")
+
+
+def merge_reps(ds):
+    """One dict per rep: run.sh's ab_runs cuts a run into several of one label
+    and rep. Counts and seconds add up (rps = requests / seconds), p99 and max
+    are the highest of the pieces, p50 their median, and the server's counters
+    (srv_before/srv_after) add up so that after - before is the sum of the
+    pieces' differences."""
+    by_rep = collections.OrderedDict()
+    for d in ds:
+        by_rep.setdefault(d.get("rep"), []).append(d)
+    out = []
+    for parts in by_rep.values():
+        if len(parts) == 1:
+            out.append(parts[0])
+            continue
+        m = dict(parts[0])
+        for k in SUMMED:
+            if k in m:
+                m[k] = sum(p.get(k, 0) for p in parts)
+        m["rps"] = m["requests"] / m["seconds"]
+        for k in ("p99_ms", "max_ms"):
+            m[k] = max(p[k] for p in parts)
+        m["p50_ms"] = statistics.median(p["p50_ms"] for p in parts)
+        for k in ("srv_before", "srv_after"):
+            if all(k in p for p in parts):
+                acc = {}
+                for p in parts:
+                    for route, (cnt, sec) in p[k].items():
+                        c0, s0 = acc.get(route, [0, 0.0])
+                        acc[route] = [c0 + cnt, s0 + sec]
+                m[k] = acc
+        m["pieces"] = len(parts)
+        out.append(m)
+    return out
 
 
 def med(xs):
@@ -144,6 +185,8 @@ def main():
                   f"checked, non-200 = {int(d['non200'])}, wrk errors = {errs(L)} "
                   f"({fmt(d['rps'])} req/s) | errors = 0 | {verdict(ok)} |")
 
+    sglang_table(runs, threads, med, fmt, verdict)
+
     fl = [(l, runs[l][0]) for l in sorted(runs) if l.startswith("jsonfloor_")]
     if fl:
         print()
@@ -202,6 +245,68 @@ def main():
     total_err = sum(errs(l) for l in runs if l.startswith(("probe_", "kvpage_", "sanity_")))
     print()
     print(f"wrk socket/status errors over all runs: {total_err}")
+
+
+def handler_us(d, route):
+    """The server's mean handler time per request of route during run d (µs), or None."""
+    b, a = d.get("srv_before") or {}, d.get("srv_after") or {}
+    for key in (route + "|200", route + "|204"):
+        if key in a:
+            cnt, sec = a[key]
+            cb, sb = b.get(key, [0, 0.0])
+            if cnt - cb >= 10:
+                return (sec - sb) / (cnt - cb) * 1e6
+    return None
+
+
+def sglang_table(runs, threads, med, fmt, verdict):
+    """Issue 11: each SGLang op beside its vLLM op, same server, same rep."""
+    pairs = [  # (operation, vLLM label, SGLang label, [(vLLM route, SGLang route)], unit)
+        ("exists, 64 keys: `/0/exists` ÷ `batch_exists`", "exists64", "sglexists64",
+         [("/keys/batch_exists", "/{rank}/exists")], "req/s"),
+        ("get_page_indices ÷ get_locations, 64 keys", "locations64", "sglget64",
+         [("/keys/get_locations", "/{rank}/get_page_indices")], "req/s"),
+        ("exists, 1,024 keys: `/0/exists` ÷ `batch_exists`", "exists1024", "sglexists1024",
+         [("/keys/batch_exists", "/{rank}/exists")], "req/s"),
+        ("reserve_and_allocate + confirm_write ÷ batch_allocate + confirm_write, 64 keys "
+         "(pairs.lua, one connection per wrk thread)", "pairsvllm64", "pairssglang64",
+         [("/keys/batch_allocate", "/{rank}/reserve_and_allocate_page_indices"),
+          ("/keys/confirm_write", "/{rank}/confirm_write")], "pairs/s"),
+    ]
+    if not any(f"kvpage_t{t}_{s}" in runs for t in threads for _, _, s, _, _ in pairs):
+        return
+    print()
+    print("### Issue 11: SGLang beside vLLM (same server, same rep, alternating order)")
+    print()
+    print("Ratio = median over reps of SGLang ÷ vLLM of the same rep. Handler = the server's own "
+          "µs per request of each route (/v1/stats), median over reps.")
+    print()
+    print("| operation | threads | vLLM | SGLang | ratio (per rep) | handler µs vLLM → SGLang "
+          "| target | result |")
+    print("|---|---:|---:|---:|---|---|---|---|")
+
+    def rate(d, unit):
+        return d["pairs_ok"] / d["seconds"] if unit == "pairs/s" else d["rps"]
+
+    for name, vl, sl, routes, unit in pairs:
+        for t in threads:
+            V, S = runs.get(f"kvpage_t{t}_{vl}", []), runs.get(f"kvpage_t{t}_{sl}", [])
+            if not V or not S:
+                continue
+            v = {int(d["rep"]): d for d in V}
+            per = [(int(d["rep"]), rate(d, unit) / rate(v[int(d["rep"])], unit))
+                   for d in S if int(d["rep"]) in v]
+            per.sort()
+            ratio = med([r for _, r in per])
+            hs = []
+            for vr, sr in routes:
+                hv = [h for h in (handler_us(d, vr) for d in V) if h is not None]
+                hsg = [h for h in (handler_us(d, sr) for d in S) if h is not None]
+                hs.append(f"`{vr.rsplit('/', 1)[1]}` {med(hv):.1f} → {med(hsg):.1f}")
+            print(f"| {name} | {t} | {fmt(med([rate(d, unit) for d in V]))} {unit} | "
+                  f"{fmt(med([rate(d, unit) for d in S]))} {unit} | **{ratio:.2f}** ("
+                  + ", ".join(f"{r:.2f}" for _, r in per) + ") | " + "; ".join(hs) +
+                  f" | ≥ 0.9× | {verdict(ratio >= 0.9)} |")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,16 @@
 #      --data-dir and these --fsync modes; two controls: batch-nosnap takes no
 #      snapshot, batch-nodisk neither, with nodisk.c preloaded so that fsync
 #      and fdatasync cost nothing),
-#      CONNS (wrk connections, 16: the issue's setting).
+#      CONNS (wrk connections, 16: the issue's setting),
+#      SGLANG (1: issue 11's SGLang rows, each beside its vLLM row on the same
+#      server in the same rep: /0/exists and /0/get_page_indices beside
+#      batch_exists and get_locations, and reserve_and_allocate + confirm_write
+#      pairs beside vLLM pairs, both with pairs.lua and one connection per wrk
+#      thread; 0: without them), SPLIT (2: in each rep the vLLM and the SGLang
+#      run are each cut into SPLIT runs of DUR/SPLIT seconds, interleaved
+#      A B B A A B ..., A the vLLM one in odd reps and the SGLang one in even
+#      reps; report.py adds a label's runs of one rep up. The machine's load
+#      moves in bursts of seconds: this spreads them over both dialects).
 # Exits non-zero if a server fails to start or a step fails.
 set -euo pipefail
 
@@ -34,8 +43,11 @@ POOL_KEYS=16384
 RSS_KEYS=${RSS_KEYS:-1000000}
 ALLOC_ITERS=${ALLOC_ITERS:-2000}
 PROFILE=${PROFILE:-0}
-FSYNC_LIST=${FSYNC_LIST:-"batch batch-nosnap batch-nodisk"}
+FSYNC_LIST=${FSYNC_LIST-"batch batch-nosnap batch-nodisk"}  # FSYNC_LIST="": none
 CONNS=${CONNS:-16}
+SGLANG=${SGLANG:-1}
+SPLIT=${SPLIT:-2}
+WRK_THREADS=1
 PY=/usr/bin/python3
 
 for tool in wrk cc curl "$PY"; do
@@ -111,6 +123,7 @@ start_kvpage() { # start_kvpage NAME THREADS
 }
 
 # wrk_run LABEL REP PORT SCRIPT [VAR=VALUE...]: one wrk run, RESULT line appended.
+# wrk has WRK_THREADS threads (1; pairs.lua: one per connection).
 # For kvpage runs the server's own handler time (/v1/stats) is recorded before
 # and after, so the report can split the time into handler and the rest.
 wrk_run() {
@@ -118,7 +131,7 @@ wrk_run() {
     local out before="" after=""
     if [[ $label != probe_* ]]; then before=$("$PY" "$HERE/prep.py" srvtime "$port") || exit 1; fi
     out=$(env BENCH_DIR="$HERE" BENCH_KEYS="$TMP/keys.txt" "$@" \
-        wrk -t1 -c"$CONNS" -d"${DUR}s" --timeout 30s -s "$HERE/$script" "http://127.0.0.1:$port/") || {
+        wrk -t"$WRK_THREADS" -c"$CONNS" -d"${DUR}s" --timeout 30s -s "$HERE/$script" "http://127.0.0.1:$port/") || {
         echo "run.sh: wrk failed for $label" >&2; echo "$out" >&2; exit 1; }
     local res; res=$(grep '^RESULT ' <<<"$out" | tail -1)
     [ -n "$res" ] || { echo "run.sh: no RESULT from wrk for $label" >&2; echo "$out" >&2; exit 1; }
@@ -126,8 +139,26 @@ wrk_run() {
         after=$("$PY" "$HERE/prep.py" srvtime "$port") || exit 1
         res="$res srv_before=$before srv_after=$after"
     fi
-    echo "$label rep=$rep ${res#RESULT }" >>"$RESULTS"
+    echo "$label rep=$rep wrk_threads=$WRK_THREADS ${res#RESULT }" >>"$RESULTS"
     log "$label rep $rep: $(sed -E 's/.*(rps=[^ ]+).*(p99_ms=[^ ]+).*/\1 \2/' <<<"$res")"
+}
+
+# ab_runs REP PORT SCRIPT LABEL_A VARS_A LABEL_B VARS_B: the two runs of a
+# comparison, interleaved A B B A A B ... in 2*SPLIT runs of DUR/SPLIT seconds
+# (B first in even reps); VARS: space-separated VAR=VALUE for the script.
+ab_runs() {
+    local rep=$1 port=$2 script=$3 la=$4 va=$5 lb=$6 vb=$7 i
+    if ((rep % 2 == 0)); then
+        local t=$la; la=$lb; lb=$t; t=$va; va=$vb; vb=$t
+    fi
+    local DUR=$((DUR / SPLIT > 0 ? DUR / SPLIT : 1))
+    for ((i = 0; i < 2 * SPLIT; i++)); do
+        if ((i % 4 == 0 || i % 4 == 3)); then
+            wrk_run "$la" "$rep" "$port" "$script" $va
+        else
+            wrk_run "$lb" "$rep" "$port" "$script" $vb
+        fi
+    done
 }
 
 prep_kvpage() { # prep_kvpage PORT
@@ -147,16 +178,29 @@ for rep in $(seq "$REPS"); do
         KPID[$t]=$SRV_PID KPORT[$t]=$SRV_PORT
         prep_kvpage "${KPORT[$t]}"
     done
-    for spec in "exists 64" "locations 64" "exists 1024"; do
+    # issue 11: each SGLang op beside its vLLM op, on the same server, the two
+    # interleaved (ab_runs; labels: sgl_exists -> sglexists)
+    for spec in "exists 64 sgl_exists" "locations 64 sgl_get" "exists 1024 sgl_exists"; do
         set -- $spec
-        op=$1 batch=$2
+        op=$1 batch=$2 sop=$3
         wrk_run "probe_${op}${batch}" "$rep" "$PROBE_PORT" lookup.lua BENCH_OP="$op" BENCH_BATCH="$batch"
         for t in $THREADS_LIST; do
-            wrk_run "kvpage_t${t}_${op}${batch}" "$rep" "${KPORT[$t]}" lookup.lua BENCH_OP="$op" BENCH_BATCH="$batch"
+            if [ "$SGLANG" = 1 ]; then
+                ab_runs "$rep" "${KPORT[$t]}" lookup.lua \
+                    "kvpage_t${t}_${op}${batch}" "BENCH_OP=$op BENCH_BATCH=$batch" \
+                    "kvpage_t${t}_${sop//_/}${batch}" "BENCH_OP=$sop BENCH_BATCH=$batch"
+            else
+                wrk_run "kvpage_t${t}_${op}${batch}" "$rep" "${KPORT[$t]}" lookup.lua BENCH_OP="$op" BENCH_BATCH="$batch"
+            fi
         done
     done
     for t in $THREADS_LIST; do
         wrk_run "kvpage_t${t}_allocconfirm64" "$rep" "${KPORT[$t]}" allocconfirm.lua BENCH_BATCH=64
+        if [ "$SGLANG" = 1 ]; then
+            WRK_THREADS=$CONNS ab_runs "$rep" "${KPORT[$t]}" pairs.lua \
+                "kvpage_t${t}_pairsvllm64" "BENCH_DIALECT=vllm BENCH_BATCH=64" \
+                "kvpage_t${t}_pairssglang64" "BENCH_DIALECT=sglang BENCH_BATCH=64"
+        fi
         stop_server "${KPID[$t]}"
     done
     unset KPID KPORT

@@ -1,5 +1,5 @@
 /*
- * The hot bodies of the vLLM dialect, read without building JSON values.
+ * The hot bodies of both dialects, read without building JSON values.
  *
  *   batch_allocate    {"rank": R, "keys": [K | [K, P], ...]}
  *   confirm_write     {"rank": R, "confirmations": [[K, page], ...],
@@ -7,17 +7,25 @@
  *   batch_exists      {"keys": [K, ...]}
  *   get_locations     {"rank": R, "keys": [K, ...]}
  *
+ * and SGLang's (the rank is in the path; "namespace": "POOL" optional)
+ *
+ *   /{rank}/reserve_and_allocate_page_indices  {"keys": [K | [K, P], ...]}
+ *   /{rank}/confirm_write      {"written_keys_to_confirm": [[K, page], ...],
+ *                               "pages_to_release": [page, ...]}
+ *   /{rank}/exists, /{rank}/get_page_indices   {"keys": [K, ...]}
+ *
  * are nearly all of a busy server's requests. A body in their plain form is
  * scanned straight into the request's scratch arrays, its keys pointing into
  * the body; that costs a fraction of tokenizing it and building jansson values
  * (bench/meta). The scanner takes only what it is sure of: strings of
  * printable ASCII without escapes, integers without sign tricks, fraction or
  * exponent, these fields once each and no others, lists within --max-keys,
- * keys that pass the key rule. For anything else it returns 0 without
- * replying, and the general path (jansson) reads the body and gives every
- * error its message. The scanner never answers an error itself, so the two
- * paths cannot disagree on one; fuzz/fuzz_request.c runs every input through
- * both and compares the replies.
+ * keys that pass the key rule, pool names that pass the pool rule
+ * (kvp__pool_valid). For anything else it returns 0 without replying, and the
+ * general path (jansson) reads the body and gives every error its message.
+ * The scanner never answers an error itself, so the two paths cannot disagree
+ * on one; fuzz/fuzz_request.c runs every input through both and compares the
+ * replies.
  */
 #include <string.h>
 
@@ -179,15 +187,36 @@ static int release(struct scan *s, struct kvp_ctx *c, size_t i)
     return plain_int(s, &c->rep->pages2[i]);
 }
 
-/* Reads an object of the given fields (each at most once; rank, when wanted,
- * and the first list required) and nothing after it. */
-static int scan_body(struct kvp_ctx *c, uint32_t *rank, const char *list1, size_t *n1,
-                     int (*one1)(struct scan *, struct kvp_ctx *, size_t), const char *list2,
-                     size_t *n2, int *oom)
+/* What a body holds besides its scalar field: its lists, each at most once. */
+struct shape {
+    const char *list1; /* required */
+    int (*one1)(struct scan *, struct kvp_ctx *, size_t);
+    const char *list2; /* pages_to_release (read by release), or NULL */
+};
+
+static const struct shape ALLOCATE = {"keys", alloc_key, NULL};
+static const struct shape KEYS = {"keys", plain_key, NULL};
+static const struct shape CONFIRM = {"confirmations", confirmation, "pages_to_release"};
+static const struct shape SGL_CONFIRM = {"written_keys_to_confirm", confirmation,
+                                         "pages_to_release"};
+
+/* The namespace field's value: a pool name the general path takes as it is. */
+static int pool_value(struct scan *s, struct kvp_str *pool)
+{
+    return plain_string(s, pool) && kvp__pool_valid(pool->ptr, pool->len);
+}
+
+/* Reads an object of the shape's lists and either "rank" (rank != NULL:
+ * required) or "namespace" (pool != NULL: optional, pool->ptr NULL when
+ * absent), each field at most once, and nothing after it. */
+static int scan_body(struct kvp_ctx *c, const struct shape *sh, uint32_t *rank,
+                     struct kvp_str *pool, size_t *n1, size_t *n2, int *oom)
 {
     struct scan s = {c->req->body, c->req->body + c->req->body_len};
-    int seen_rank = 0, seen1 = 0, seen2 = 0;
+    int seen_rank = 0, seen_pool = 0, seen1 = 0, seen2 = 0;
     *n2 = 0;
+    if (pool)
+        pool->ptr = NULL, pool->len = 0;
     if (kvp__scratch(c, 1)) { /* the arrays exist even for empty lists */
         *oom = 1;
         return 0;
@@ -201,10 +230,13 @@ static int scan_body(struct kvp_ctx *c, uint32_t *rank, const char *list1, size_
         if (rank && is(&name, "rank") && !seen_rank++) {
             if (!rank_value(&s, rank))
                 return 0;
-        } else if (is(&name, list1) && !seen1++) {
-            if (!list(&s, c, n1, oom, one1))
+        } else if (pool && is(&name, "namespace") && !seen_pool++) {
+            if (!pool_value(&s, pool))
                 return 0;
-        } else if (list2 && is(&name, list2) && !seen2++) {
+        } else if (is(&name, sh->list1) && !seen1++) {
+            if (!list(&s, c, n1, oom, sh->one1))
+                return 0;
+        } else if (sh->list2 && is(&name, sh->list2) && !seen2++) {
             if (!list(&s, c, n2, oom, release))
                 return 0;
         } else {
@@ -217,26 +249,42 @@ static int scan_body(struct kvp_ctx *c, uint32_t *rank, const char *list1, size_
     return s.p == s.end && (seen_rank || !rank) && seen1;
 }
 
-int kvp__fast_allocate(struct kvp_ctx *c, uint32_t *rank, size_t *n)
+static int scan(struct kvp_ctx *c, const struct shape *sh, uint32_t *rank, struct kvp_str *pool,
+                size_t *n1, size_t *n2)
 {
     int oom = 0;
     size_t unused;
-    int ok = scan_body(c, rank, "keys", n, alloc_key, NULL, &unused, &oom);
+    int ok = scan_body(c, sh, rank, pool, n1, n2 ? n2 : &unused, &oom);
     return oom ? -1 : ok;
+}
+
+int kvp__fast_allocate(struct kvp_ctx *c, uint32_t *rank, size_t *n)
+{
+    return scan(c, &ALLOCATE, rank, NULL, n, NULL);
 }
 
 int kvp__fast_keys(struct kvp_ctx *c, uint32_t *rank, size_t *n)
 {
-    int oom = 0;
-    size_t unused;
-    int ok = scan_body(c, rank, "keys", n, plain_key, NULL, &unused, &oom);
-    return oom ? -1 : ok;
+    return scan(c, &KEYS, rank, NULL, n, NULL);
 }
 
 int kvp__fast_confirm(struct kvp_ctx *c, uint32_t *rank, size_t *n, size_t *nrel)
 {
-    int oom = 0;
     /* confirmations and pages_to_release share the scratch arrays' capacity */
-    int ok = scan_body(c, rank, "confirmations", n, confirmation, "pages_to_release", nrel, &oom);
-    return oom ? -1 : ok;
+    return scan(c, &CONFIRM, rank, NULL, n, nrel);
+}
+
+int kvp__fast_sgl_allocate(struct kvp_ctx *c, struct kvp_str *pool, size_t *n)
+{
+    return scan(c, &ALLOCATE, NULL, pool, n, NULL);
+}
+
+int kvp__fast_sgl_keys(struct kvp_ctx *c, struct kvp_str *pool, size_t *n)
+{
+    return scan(c, &KEYS, NULL, pool, n, NULL);
+}
+
+int kvp__fast_sgl_confirm(struct kvp_ctx *c, struct kvp_str *pool, size_t *n, size_t *nrel)
+{
+    return scan(c, &SGL_CONFIRM, NULL, pool, n, nrel);
 }

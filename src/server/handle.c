@@ -747,7 +747,8 @@ static void dispatch(struct kvp_ctx *c)
     }
 
     c->body = NULL;
-    if (req->body_len && !srv->cfg.no_fast_bodies && kvp__vllm_fast(c, m.route))
+    if (req->body_len && !srv->cfg.no_fast_bodies &&
+        (kvp__vllm_fast(c, m.route) || kvp__sglang_fast(c, m.route)))
         return;
     if (req->body_len) {
         struct kvp_guard_fail gf;

@@ -174,6 +174,8 @@ void kvp__vllm_handle(struct kvp_ctx *c, int route);
 /* The vLLM routes whose plain bodies fastbody.c reads: 1 when handled (replied), else 0. */
 int kvp__vllm_fast(struct kvp_ctx *c, int route);
 void kvp__sglang_handle(struct kvp_ctx *c, int route);
+/* The SGLang routes whose plain bodies fastbody.c reads: 1 when handled (replied), else 0. */
+int kvp__sglang_fast(struct kvp_ctx *c, int route);
 void kvp__native_handle(struct kvp_ctx *c, int route);
 /* Writes the Prometheus text (metrics.c) and the /v1/stats JSON. Return 0 or
  * a negative errno (out of memory). */
@@ -210,6 +212,12 @@ int kvp__fast_allocate(struct kvp_ctx *c, uint32_t *rank, size_t *n);
 int kvp__fast_confirm(struct kvp_ctx *c, uint32_t *rank, size_t *n, size_t *nrel);
 /* {"keys": [K, ...]} (rank NULL) or {"rank": R, "keys": [K, ...]}. */
 int kvp__fast_keys(struct kvp_ctx *c, uint32_t *rank, size_t *n);
+/* The SGLang bodies of reserve_and_allocate_page_indices, confirm_write
+ * (written_keys_to_confirm) and exists / get_page_indices: the same lists, no
+ * rank, and an optional "namespace" (pool->ptr NULL when absent). Same returns. */
+int kvp__fast_sgl_allocate(struct kvp_ctx *c, struct kvp_str *pool, size_t *n);
+int kvp__fast_sgl_confirm(struct kvp_ctx *c, struct kvp_str *pool, size_t *n, size_t *nrel);
+int kvp__fast_sgl_keys(struct kvp_ctx *c, struct kvp_str *pool, size_t *n);
 
 /* A body list field: missing → *out = NULL and returns 0 (reads as []);
  * present and an array → 0; anything else (null included) → -1. */

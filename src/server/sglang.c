@@ -106,42 +106,49 @@ static void do_init(struct sgl *s)
     kvp__reply_empty(c, 204);
 }
 
-static void do_exists(struct sgl *s)
+/* The routes below come in two halves: do_X (or do_str_keys) reads the body,
+ * X_run does the rest with the keys (and pages) in the scratch arrays, for the
+ * general path and fastbody.c's alike. */
+
+static void exists_run(struct sgl *s, size_t n)
+{
+    if (find(s))
+        return;
+    struct kvp_error err = {0};
+    int rc = kvp_meta_exists(s->ns, s->rank, s->c->rep->keys, n, s->c->rep->flags, &err);
+    if (rc) {
+        meta_fail(s, rc, &err);
+        return;
+    }
+    kvp__write_bools(kvp__reply_json(s->c), "{\"exists\": [", s->c->rep->flags, n);
+}
+
+/* exists and get_page_indices: a list of string keys, then run. */
+static void do_str_keys(struct sgl *s, void (*run)(struct sgl *, size_t))
 {
     json_t *keys;
     if (list_field(s, "keys", &keys))
         return;
     ptrdiff_t n = kvp__parse_str_keys(s->c, keys, 0);
-    if (n < 0 || find(s))
-        return;
-    struct kvp_error err = {0};
-    int rc = kvp_meta_exists(s->ns, s->rank, s->c->rep->keys, (size_t)n, s->c->rep->flags, &err);
-    if (rc) {
-        meta_fail(s, rc, &err);
-        return;
-    }
-    kvp__write_bools(kvp__reply_json(s->c), "{\"exists\": [", s->c->rep->flags, (size_t)n);
+    if (n >= 0)
+        run(s, (size_t)n);
 }
 
-static void do_reserve(struct sgl *s)
+static void reserve_run(struct sgl *s, size_t n)
 {
-    json_t *keys;
-    if (list_field(s, "keys", &keys))
-        return;
-    ptrdiff_t n = kvp__parse_alloc_keys(s->c, keys);
-    if (n < 0 || find(s))
+    if (find(s))
         return;
     struct kvp_reply *r = s->c->rep;
     struct kvp_error err = {0};
-    int rc = kvp_meta_allocate(s->ns, s->rank, r->keys, (size_t)n, r->pages, r->flags, &err);
+    int rc = kvp_meta_allocate(s->ns, s->rank, r->keys, n, r->pages, r->flags, &err);
     if (rc) {
         meta_fail(s, rc, &err);
         return;
     }
     struct kvp_buf *b = kvp__reply_json(s->c);
-    kvp__buf_reserve(b, (size_t)n * 24 + 32);
+    kvp__buf_reserve(b, n * 24 + 32);
     kvp__jw_lit(b, "{\"indices\": [");
-    for (ptrdiff_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++) {
         if (i)
             kvp__jw_lit(b, ", ");
         if (r->flags[i])
@@ -154,14 +161,21 @@ static void do_reserve(struct sgl *s)
     kvp__jw_lit(b, "]}");
 }
 
-static void do_confirm(struct sgl *s)
+static void do_reserve(struct sgl *s)
 {
-    static const char F[] = "written_keys_to_confirm";
-    json_t *conf;
-    if (list_field(s, F, &conf))
+    json_t *keys;
+    if (list_field(s, "keys", &keys))
         return;
-    size_t n, nrel;
-    if (kvp__parse_confirm(s->c, conf, F, &n, &nrel, 1) || find(s))
+    ptrdiff_t n = kvp__parse_alloc_keys(s->c, keys);
+    if (n >= 0)
+        reserve_run(s, (size_t)n);
+}
+
+static const char CONFIRMED[] = "written_keys_to_confirm";
+
+static void confirm_run(struct sgl *s, size_t n, size_t nrel)
+{
+    if (find(s))
         return;
     struct kvp_reply *r = s->c->rep;
     struct kvp_error err = {0};
@@ -171,10 +185,20 @@ static void do_confirm(struct sgl *s)
         return;
     }
     if (rc) {
-        kvp__confirm_error(s->c, rc, &err, F, s->rank);
+        kvp__confirm_error(s->c, rc, &err, CONFIRMED, s->rank);
         return;
     }
     kvp__reply_empty(s->c, 204);
+}
+
+static void do_confirm(struct sgl *s)
+{
+    json_t *conf;
+    if (list_field(s, CONFIRMED, &conf))
+        return;
+    size_t n, nrel;
+    if (kvp__parse_confirm(s->c, conf, CONFIRMED, &n, &nrel, 1) == 0)
+        confirm_run(s, n, nrel);
 }
 
 static void do_delete(struct sgl *s)
@@ -207,21 +231,46 @@ static void do_clear(struct sgl *s)
     kvp__reply_empty(s->c, 204);
 }
 
-static void do_get(struct sgl *s)
+static void get_run(struct sgl *s, size_t n)
 {
-    json_t *keys;
-    if (list_field(s, "keys", &keys))
-        return;
-    ptrdiff_t n = kvp__parse_str_keys(s->c, keys, 0);
-    if (n < 0 || find(s))
+    if (find(s))
         return;
     struct kvp_error err = {0};
-    int rc = kvp_meta_lookup(s->ns, s->rank, 0, s->c->rep->keys, (size_t)n, s->c->rep->pages, &err);
+    int rc = kvp_meta_lookup(s->ns, s->rank, 0, s->c->rep->keys, n, s->c->rep->pages, &err);
     if (rc) {
         meta_fail(s, rc, &err);
         return;
     }
-    kvp__write_pages(kvp__reply_json(s->c), "{\"indices\": [", s->c->rep->pages, (size_t)n);
+    kvp__write_pages(kvp__reply_json(s->c), "{\"indices\": [", s->c->rep->pages, n);
+}
+
+int kvp__sglang_fast(struct kvp_ctx *c, int route)
+{
+    struct sgl s = {.c = c, .rank = c->path_rank, .pool = "kv", .plen = 2};
+    struct kvp_str pool;
+    size_t n, nrel = 0;
+    int rc;
+    if (route == KVP_ROUTE_SGL_RESERVE)
+        rc = kvp__fast_sgl_allocate(c, &pool, &n);
+    else if (route == KVP_ROUTE_SGL_CONFIRM)
+        rc = kvp__fast_sgl_confirm(c, &pool, &n, &nrel);
+    else if (route == KVP_ROUTE_SGL_EXISTS || route == KVP_ROUTE_SGL_GET)
+        rc = kvp__fast_sgl_keys(c, &pool, &n);
+    else
+        return 0;
+    if (rc != 1)
+        return rc != 0; /* -1: replied 500 */
+    if (pool.ptr) {
+        s.pool = pool.ptr;
+        s.plen = pool.len;
+    }
+    switch (route) {
+    case KVP_ROUTE_SGL_RESERVE: reserve_run(&s, n); break;
+    case KVP_ROUTE_SGL_CONFIRM: confirm_run(&s, n, nrel); break;
+    case KVP_ROUTE_SGL_EXISTS: exists_run(&s, n); break;
+    default: get_run(&s, n); break;
+    }
+    return 1;
 }
 
 void kvp__sglang_handle(struct kvp_ctx *c, int route)
@@ -231,12 +280,12 @@ void kvp__sglang_handle(struct kvp_ctx *c, int route)
         return;
     switch (route) {
     case KVP_ROUTE_SGL_INIT: do_init(&s); break;
-    case KVP_ROUTE_SGL_EXISTS: do_exists(&s); break;
+    case KVP_ROUTE_SGL_EXISTS: do_str_keys(&s, exists_run); break;
     case KVP_ROUTE_SGL_RESERVE: do_reserve(&s); break;
     case KVP_ROUTE_SGL_CONFIRM: do_confirm(&s); break;
     case KVP_ROUTE_SGL_DELETE: do_delete(&s); break;
     case KVP_ROUTE_SGL_CLEAR: do_clear(&s); break;
-    case KVP_ROUTE_SGL_GET: do_get(&s); break;
+    case KVP_ROUTE_SGL_GET: do_str_keys(&s, get_run); break;
     default: kvp__reply_error(c, 404, "Not Found");
     }
 }
