@@ -27,6 +27,7 @@ Definitions (the summary repeats them):
 """
 import argparse
 import csv
+import gzip
 import hashlib
 import json
 import os
@@ -100,6 +101,7 @@ class Server:
         self.log_path = log_path
         self.proc = None
         self.lifetime = -1
+        self.ready = False  # the current process has answered /healthz
 
     def start(self):
         """Starts a new process and waits for /healthz; returns the time it answered."""
@@ -108,6 +110,7 @@ class Server:
             log.flush()
             self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=log)
+        self.ready = False
         self.lifetime += 1
         deadline = now() + 120
         s = session()
@@ -118,6 +121,7 @@ class Server:
                                      f"see {self.log_path}")
                 try:
                     if s.get(self.base + "/healthz", timeout=1).status_code == 200:
+                        self.ready = True
                         return now()
                 except requests.RequestException:
                     s.close()
@@ -349,23 +353,67 @@ def chunks(seq, n):
         yield seq[i:i + n]
 
 
-def check_worker(s, base, w, lost, back):
-    """Looks up every acknowledged (rank, key) of worker w and appends the
-    lost ones to `lost`; looks up every (rank, key) it deleted (204) and did
-    not write since, and appends those found to `back`. Returns the numbers
-    checked. Call with w.lock held."""
+class Check:
+    """One check of every acknowledged key of every worker (see check_worker)."""
+
+    def __init__(self, label, errors):
+        self.label = label
+        self.s = session()
+        self.errors = errors   # the controller's error list: (t0, t1, op, what)
+        self.checked = 0       # acknowledged (rank, key) looked up
+        self.lost = {}         # (worker, rank, key) -> what the first failed lookup gave
+        self.unverified = set()  # acknowledged (worker, rank, key) whose lookup got no reply
+        self.deleted = 0       # deleted (rank, key) looked up
+        self.back = []         # deleted (rank, key) found again
+
+    def ask(self, url, route, body, field, n):
+        """The list `field` of a 200 reply, one element per key. Any other
+        reply is an error, and answers "not found" for each of the n keys (the
+        server said something else than where they are); no reply is an
+        error, and returns None: the keys are unverified."""
+        t0 = now()
+        try:
+            return post(self.s, url, route, body, 200).json()[field]
+        except Failed as e:
+            self.errors.append((t0, now(), "check", f"{self.label}: {e}"))
+            return None if e.conn else [f"(no answer: {e.what[:80]})"] * n
+
+
+def check_worker(c, base, w):
+    """Looks up every acknowledged (rank, key) of worker w, and every (rank,
+    key) it deleted (204) and has not written since. Call with w.lock held."""
     url = base + w.prefix
-    checked = 0
     pool = "kv" if w.dialect == "vllm" else w.pool
-    ndeleted = 0
+
+    def lookup(r, keys, acked_r, how):
+        for part in chunks(keys, CHECK_CHUNK):
+            body = {"keys": part, "namespace": pool}
+            if how == "get_locations":
+                ans = c.ask(url + "/keys/get_locations", "check get_locations",
+                            {"rank": r, "keys": part}, "locations", len(part))
+            elif how == "exists":
+                ans = c.ask(url + f"/{r}/exists", "check exists", body, "exists", len(part))
+            else:
+                ans = c.ask(url + f"/{r}/get_page_indices", "check get_page_indices", body,
+                            "indices", len(part))
+            if ans is None:
+                if acked_r is not None:
+                    c.unverified.update((w.idx, r, k) for k in part)
+                continue
+            for k, v in zip(part, ans):
+                if acked_r is None:                      # a deleted key: must be absent
+                    if v is not None and not isinstance(v, str):
+                        c.back.append((w.idx, r, k, f"deleted, {how} gives {v}"))
+                elif how == "exists":
+                    if v is not True:
+                        c.lost.setdefault((w.idx, r, k), f"{how} gives {v}")
+                elif v != acked_r[k]:
+                    c.lost.setdefault((w.idx, r, k), f"{how} gives {v}, confirmed at {acked_r[k]}")
+
     for r in w.ranks:
         gone = list(w.deleted[r])
-        for part in chunks(gone, CHECK_CHUNK):
-            idx = post(s, url + f"/{r}/get_page_indices", "check get_page_indices",
-                       {"keys": part, "namespace": pool}, 200).json()["indices"]
-            back += [(w.idx, r, k, f"deleted, found at page {p}")
-                     for k, p in zip(part, idx) if p is not None]
-        ndeleted += len(gone)
+        lookup(r, gone, None, "get_page_indices")
+        c.deleted += len(gone)
     if w.dialect == "vllm":
         # Complete keys through the vLLM routes: batch_exists, and
         # get_locations on every rank. A key confirmed on only some ranks
@@ -375,38 +423,24 @@ def check_worker(s, base, w, lost, back):
         # makes the same namespace.
         complete = [k for k in w.acked[w.ranks[0]] if w.complete(k)]
         for part in chunks(complete, CHECK_CHUNK):
-            ex = post(s, url + "/keys/batch_exists", "check batch_exists",
-                      {"keys": part}, 200).json()["exists"]
-            lost += [(w.idx, "all", k, "batch_exists false") for k, e in zip(part, ex) if not e]
+            ex = c.ask(url + "/keys/batch_exists", "check batch_exists", {"keys": part},
+                       "exists", len(part))
+            for k, e in zip(part, ex or []):
+                if e is not True:   # not complete: lost on at least one rank, so on each
+                    for r in w.ranks:
+                        c.lost.setdefault((w.idx, r, k), f"batch_exists gives {e}")
         for r in w.ranks:
             acked_r = w.acked[r]
-            for part in chunks(complete, CHECK_CHUNK):
-                locs = post(s, url + "/keys/get_locations", "check get_locations",
-                            {"rank": r, "keys": part}, 200).json()["locations"]
-                lost += [(w.idx, r, k, f"get_locations {p}, confirmed {acked_r[k]}")
-                         for k, p in zip(part, locs) if p != acked_r[k]]
-            partial = [k for k in acked_r if not w.complete(k)]
-            for part in chunks(partial, CHECK_CHUNK):
-                idx = post(s, url + f"/{r}/get_page_indices", "check get_page_indices",
-                           {"keys": part, "namespace": "kv"}, 200).json()["indices"]
-                lost += [(w.idx, r, k, f"get_page_indices {p}, confirmed {acked_r[k]} (partial)")
-                         for k, p in zip(part, idx) if p != acked_r[k]]
-            checked += len(acked_r)
+            lookup(r, complete, acked_r, "get_locations")
+            lookup(r, [k for k in acked_r if not w.complete(k)], acked_r, "get_page_indices")
+            c.checked += len(acked_r)
     else:
         r = w.ranks[0]
         acked_r = w.acked[r]
         keys = list(acked_r)
-        for part in chunks(keys, CHECK_CHUNK):
-            body = {"keys": part, "namespace": w.pool}
-            ex = post(s, url + f"/{r}/exists", "check exists", body, 200).json()["exists"]
-            idx = post(s, url + f"/{r}/get_page_indices", "check get_page_indices",
-                       body, 200).json()["indices"]
-            for k, e, p in zip(part, ex, idx):
-                if not e or p != acked_r[k]:
-                    lost.append((w.idx, r, k, f"exists {e}, get_page_indices {p}, "
-                                              f"confirmed {acked_r[k]}"))
-        checked += len(keys)
-    return checked, ndeleted
+        lookup(r, keys, acked_r, "exists")
+        lookup(r, keys, acked_r, "get_page_indices")
+        c.checked += len(keys)
 
 
 # ---------------------------------------------------------------------------
@@ -473,6 +507,8 @@ class Soak:
     def sample(self, why):
         srv = self.server
         pid, lifetime = srv.proc.pid, srv.lifetime
+        if why == "periodic" and not srv.ready:
+            why = "starting"  # still recovering: not yet answering /healthz
         ps = proc_sample(pid)
         if ps is None:
             return
@@ -486,8 +522,8 @@ class Soak:
             ranks = [r for ns in st["namespaces"] for r in ns["ranks"]]
             for f in ("held", "reserved", "keys", "evictions", "release_of_held_page"):
                 row[f] = sum(r[f] for r in ranks)
-            row["wal_bytes"] = st["wal"]["bytes"]
-            row["snapshots"] = st["wal"]["snapshots"]
+            row["wal_bytes"] = st.get("wal", {}).get("bytes", "")
+            row["snapshots"] = st.get("wal", {}).get("snapshots", "")
         except Failed as e:
             # The process figures still count; the failure is an error unless
             # it falls in a restart window (the sampler does not pause for them).
@@ -506,26 +542,20 @@ class Soak:
     # ---- checks ----
     def check_all(self, label):
         t_start = now()
-        s = session()
-        checked, ndeleted, lost, back = 0, 0, [], []
-        try:
-            for w in self.workers:
-                with w.lock:
-                    c, d = check_worker(s, self.server.base, w, lost, back)
-                    checked += c
-                    ndeleted += d
-        except Failed as e:
-            self.ctl_errors.append((t_start, now(), "check", f"{label}: {e}"))
-        finally:
-            s.close()
+        c = Check(label, self.ctl_errors)
+        for w in self.workers:
+            with w.lock:
+                check_worker(c, self.server.base, w)
+        c.s.close()
         secs = now() - t_start
-        self.checks.append({"label": label, "t": t_start - self.t0, "checked": checked,
-                            "lost": len(lost), "deleted": ndeleted, "back": len(back),
-                            "seconds": secs})
-        self.lost += [(label,) + x for x in lost]
-        self.back += [(label,) + x for x in back]
-        log(f"check {label}: {checked} acknowledged (rank, key) checked, {len(lost)} lost; "
-            f"{ndeleted} deleted checked, {len(back)} back; {secs:.1f} s")
+        self.checks.append({"label": label, "t": t_start - self.t0, "checked": c.checked,
+                            "lost": len(c.lost), "unverified": len(c.unverified),
+                            "deleted": c.deleted, "back": len(c.back), "seconds": secs})
+        self.lost += [(label,) + key + (what,) for key, what in c.lost.items()]
+        self.back += [(label,) + x for x in c.back]
+        log(f"check {label}: {c.checked} acknowledged (rank, key) checked, {len(c.lost)} lost, "
+            f"{len(c.unverified)} unverified; {c.deleted} deleted checked, {len(c.back)} back; "
+            f"{secs:.1f} s")
 
     def restart(self, label):
         self.sample("pre-kill")
@@ -600,8 +630,12 @@ class Soak:
             shutil.rmtree(self.tmp)
 
     # ---- results ----
-    def in_window(self, t0, t1):
-        return any(t0 <= r and t1 >= k for k, r in self.windows)
+    def window_of(self, t0, t1):
+        """The restart (1, 2, ...) whose window the span [t0, t1] overlaps, or 0."""
+        for i, (k, r) in enumerate(self.windows, 1):
+            if t0 <= r and t1 >= k:
+                return i
+        return 0
 
     def write_results(self):
         rel = lambda t: f"{t - self.t0:.3f}"
@@ -609,26 +643,28 @@ class Soak:
             wr = csv.DictWriter(f, SAMPLE_FIELDS)
             wr.writeheader()
             wr.writerows(self.samples)
-        with open(os.path.join(self.out, "windows.csv"), "w", newline="") as f:
-            wr = csv.writer(f)
-            wr.writerow(["restart", "t_kill_s", "t_ready_s", "window_ms", "recovery_logged"])
-            rec = recovery_lines(self.server.log_path)  # one per lifetime, 0 is the first start
-            for i, (k, r) in enumerate(self.windows, 1):
-                wr.writerow([i, rel(k), rel(r), f"{(r - k) * 1000:.1f}",
-                             rec[i] if i < len(rec) else ""])
         errors = []
         for w in self.workers:
             for t0, t1, op, route, what, conn in w.errors:
-                errors.append((t0, t1, f"w{w.idx}", op, route, what, conn, self.in_window(t0, t1)))
+                errors.append((t0, t1, f"w{w.idx}", op, route, what, conn, self.window_of(t0, t1)))
         for t0, t1, op, what in self.ctl_errors:
-            errors.append((t0, t1, "controller", op, "", what, True, self.in_window(t0, t1)))
+            errors.append((t0, t1, "controller", op, "", what, True, self.window_of(t0, t1)))
         errors.sort()
-        with open(os.path.join(self.out, "errors.csv"), "w", newline="") as f:
+        with open(os.path.join(self.out, "windows.csv"), "w", newline="") as f:
             wr = csv.writer(f)
-            wr.writerow(["t_start_s", "t_end_s", "who", "op", "route", "what", "kind", "in_window"])
+            wr.writerow(["restart", "t_kill_s", "t_ready_s", "window_ms", "errors_in_window",
+                         "recovery_logged"])
+            rec = recovery_lines(self.server.log_path)  # one per lifetime, 0 is the first start
+            for i, (k, r) in enumerate(self.windows, 1):
+                wr.writerow([i, rel(k), rel(r), f"{(r - k) * 1000:.1f}",
+                             sum(1 for e in errors if e[7] == i), rec[i] if i < len(rec) else ""])
+        with gzip.open(os.path.join(self.out, "errors.csv.gz"), "wt", newline="") as f:
+            wr = csv.writer(f)
+            wr.writerow(["t_start_s", "t_end_s", "who", "op", "route", "what", "kind",
+                         "window"])  # window: the restart it overlaps, 0 = outside every window
             for t0, t1, who, op, route, what, conn, inw in errors:
                 wr.writerow([rel(t0), rel(t1), who, op, route, what,
-                             "connection" if conn else "status", int(inw)])
+                             "connection" if conn else "status", inw])
         try:
             text = self.summary(errors)
         except Exception:  # keep the raw files of a long run even if the summary has a bug
@@ -667,6 +703,8 @@ class Soak:
         p("RESULT")
         p(f"  errors outside restart windows:      {len(outside)}   (goal 0)")
         p(f"  acknowledged confirmations lost:     {lost_total}   (goal 0, over {len(self.checks)} checks)")
+        p(f"  acknowledged (rank, key) left unverified (a check's request got no reply): "
+          f"{sum(c['unverified'] for c in self.checks)}")
         p(f"  acknowledged keys reported missing during traffic: {len(anomalies)}   (goal 0)")
         p(f"  deleted keys (delete got 204) found again by a check: {back_total}   (goal 0)")
         p(f"  server exits not caused by the driver: {len(self.unexpected_exits)}")
@@ -718,13 +756,14 @@ class Soak:
         for st in statuses[:10]:
             p(f"    status reply in a window: {st}")
         p("")
-        p(f"ERRORS OUTSIDE RESTART WINDOWS: {len(outside)} (all in errors.csv)")
+        p(f"ERRORS OUTSIDE RESTART WINDOWS: {len(outside)} (every error is in errors.csv.gz)")
         for e in outside[:30]:
             p(f"  t={e[0] - self.t0:.3f}..{e[1] - self.t0:.3f} {e[2]} {e[3]} {e[4]}: {e[5]}")
         p("")
         p("CHECKS OF ACKNOWLEDGED KEYS")
         for c in self.checks:
-            p(f"  t={c['t']:7.1f} s  {c['label']:34s} acknowledged {c['checked']:7d} lost {c['lost']};"
+            p(f"  t={c['t']:7.1f} s  {c['label']:34s} acknowledged {c['checked']:7d} lost {c['lost']}"
+              f" unverified {c['unverified']};"
               f"  deleted {c['deleted']:6d} back {c['back']}  ({c['seconds']:.1f} s)")
         for x in self.lost[:30]:
             p(f"  LOST ({x[0]}): w{x[1]} rank {x[2]} key {x[3]}: {x[4]}")
@@ -741,17 +780,21 @@ class Soak:
             lifes.setdefault(int(r["lifetime"]), []).append(r)
         ends = []   # (t, rss, fds) at the end of each lifetime that had traffic
         for lt, rows in sorted(lifes.items()):
+            rss_all = [int(r["rss_kib"]) for r in rows]
+            fds_all = [int(r["fds"]) for r in rows]
+            rows = [r for r in rows if r["why"] != "starting"]  # from the 'ready' sample on
             rss = [int(r["rss_kib"]) for r in rows]
             fds = [int(r["fds"]) for r in rows]
             dur = float(rows[-1]["t_s"]) - float(rows[0]["t_s"])
             quiet = lt == self.quiet_lifetime
-            p(f"  {lt:4d}  {len(rows):7d}  {rss[0]:9d} {rss[-1]:6d} {max(rss):6d}"
-              f"   {fds[0]:9d} {fds[-1]:4d} {max(fds):4d}  {dur:7.1f}"
+            p(f"  {lt:4d}  {len(rows):7d}  {rss[0]:9d} {rss[-1]:6d} {max(rss_all):6d}"
+              f"   {fds[0]:9d} {fds[-1]:4d} {max(fds_all):4d}  {dur:7.1f}"
               + ("  (after the clean stop, no traffic)" if quiet else ""))
             if not quiet:
                 ends.append((float(rows[-1]["t_s"]), rss[-1], fds[-1]))
-        p("  (start: just after /healthz answered, before the clients reconnect; end: just")
-        p("  before the SIGKILL or SIGTERM)")
+        p("  (start: just after /healthz answered, while the clients reconnect; end: just")
+        p("  before the SIGKILL or SIGTERM; max: also over samples taken during recovery;")
+        p("  samples: from /healthz on)")
         if len(ends) >= 3:
             p(f"  trend of the RSS at the end of each lifetime: {slope(ends, 1) * 60:+.0f} KiB/min"
               f" (first {ends[0][1]}, last {ends[-1][1]} KiB)")
