@@ -454,9 +454,11 @@ def proc_sample(pid):
         fds = len(os.listdir(f"/proc/{pid}/fd"))
     except (FileNotFoundError, ProcessLookupError):
         return None
-    rss = int(re.search(r"^VmRSS:\s+(\d+)", st, re.M).group(1))
-    thr = int(re.search(r"^Threads:\s+(\d+)", st, re.M).group(1))
-    return rss, fds, thr
+    rss = re.search(r"^VmRSS:\s+(\d+)", st, re.M)
+    thr = re.search(r"^Threads:\s+(\d+)", st, re.M)
+    if not rss or not thr:  # a killed process not yet reaped (a zombie) has no VmRSS
+        return None
+    return int(rss.group(1)), fds, int(thr.group(1))
 
 
 def dir_bytes(path):
@@ -500,6 +502,7 @@ class Soak:
         self.ctl_errors = []     # (t0, t1, op, what): the controller's own failed requests
         self.unexpected_exits = []
         self.samples = []
+        self.sampler_failures = []
         self.sample_lock = threading.Lock()
         self.t0 = now()
 
@@ -537,7 +540,11 @@ class Soak:
 
     def sampler(self):
         while not self.stop_sampler.wait(self.args.sample_interval):
-            self.sample("periodic")
+            try:
+                self.sample("periodic")
+            except Exception as e:  # a driver bug: say so, and go on sampling
+                self.sampler_failures.append(f"{now() - self.t0:.1f} s: {e!r}")
+                log(f"sampler: {e!r}")
 
     # ---- checks ----
     def check_all(self, label):
@@ -708,6 +715,8 @@ class Soak:
         p(f"  acknowledged keys reported missing during traffic: {len(anomalies)}   (goal 0)")
         p(f"  deleted keys (delete got 204) found again by a check: {back_total}   (goal 0)")
         p(f"  server exits not caused by the driver: {len(self.unexpected_exits)}")
+        p(f"  sampler failures (a driver bug if not 0): {len(self.sampler_failures)}"
+          + (f", first: {self.sampler_failures[0]}" if self.sampler_failures else ""))
         p(f"  evictions (must be 0 for 'lost' to be unambiguous): max {max_evict} in any sample")
         p(f"  clean stops (SIGTERM): exit status {self.stop_rc}, {self.stop_rc2}")
         p(f"  kvpage fsck at the end: exit {self.fsck_rc}: {self.fsck_out.splitlines()[0] if self.fsck_out else ''}")
