@@ -102,23 +102,33 @@ class Server:
         self.proc = None
         self.lifetime = -1
         self.ready = False  # the current process has answered /healthz
+        self.failed_starts = []  # (t, lifetime, exit status, last log line)
 
-    def start(self):
-        """Starts a new process and waits for /healthz; returns the time it answered."""
+    def spawn(self, note):
         with open(self.log_path, "ab") as log:
-            log.write(f"=== lifetime {self.lifetime + 1}: {' '.join(self.cmd)}\n".encode())
+            log.write(f"=== lifetime {self.lifetime}{note}: {' '.join(self.cmd)}\n".encode())
             log.flush()
             self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=log)
+
+    def start(self):
+        """Starts a new process and waits for /healthz; returns the time it
+        answered. A process that exits before it answers is recorded in
+        failed_starts (time, lifetime, exit status, its last log line) and
+        started again 0.2 s later, for up to 120 s."""
         self.ready = False
         self.lifetime += 1
+        self.spawn("")
         deadline = now() + 120
         s = session()
         try:
             while now() < deadline:
                 if self.proc.poll() is not None:
-                    raise SystemExit(f"soak: server exited at start (rc {self.proc.returncode}), "
-                                     f"see {self.log_path}")
+                    self.failed_starts.append((now(), self.lifetime, self.proc.returncode,
+                                               last_line(self.log_path)))
+                    time.sleep(0.2)
+                    self.spawn(" (started again)")
+                    continue
                 try:
                     if s.get(self.base + "/healthz", timeout=1).status_code == 200:
                         self.ready = True
@@ -129,7 +139,7 @@ class Server:
                 time.sleep(0.01)
         finally:
             s.close()
-        raise SystemExit("soak: server did not answer /healthz within 120 s")
+        raise SystemExit(f"soak: server did not answer /healthz within 120 s, see {self.log_path}")
 
     def kill(self):
         self.proc.send_signal(signal.SIGKILL)
@@ -660,11 +670,13 @@ class Soak:
         with open(os.path.join(self.out, "windows.csv"), "w", newline="") as f:
             wr = csv.writer(f)
             wr.writerow(["restart", "t_kill_s", "t_ready_s", "window_ms", "errors_in_window",
-                         "recovery_logged"])
-            rec = recovery_lines(self.server.log_path)  # one per lifetime, 0 is the first start
+                         "failed_starts", "recovery_logged"])
+            rec = recovery_lines(self.server.log_path)  # lifetime -> its recovery line
             for i, (k, r) in enumerate(self.windows, 1):
                 wr.writerow([i, rel(k), rel(r), f"{(r - k) * 1000:.1f}",
-                             sum(1 for e in errors if e[7] == i), rec[i] if i < len(rec) else ""])
+                             sum(1 for e in errors if e[7] == i),
+                             sum(1 for f in self.server.failed_starts if f[1] == i),
+                             rec.get(i, "")])
         with gzip.open(os.path.join(self.out, "errors.csv.gz"), "wt", newline="") as f:
             wr = csv.writer(f)
             wr.writerow(["t_start_s", "t_end_s", "who", "op", "route", "what", "kind",
@@ -715,6 +727,11 @@ class Soak:
         p(f"  acknowledged keys reported missing during traffic: {len(anomalies)}   (goal 0)")
         p(f"  deleted keys (delete got 204) found again by a check: {back_total}   (goal 0)")
         p(f"  server exits not caused by the driver: {len(self.unexpected_exits)}")
+        fs = self.server.failed_starts
+        p(f"  restarts where the new process exited before answering /healthz: "
+          f"{len({f[1] for f in fs})} ({len(fs)} failed starts)")
+        for t, lt, rc, line in fs[:10]:
+            p(f"    t={t - self.t0:.3f} lifetime {lt}: exit {rc}: {line}")
         p(f"  sampler failures (a driver bug if not 0): {len(self.sampler_failures)}"
           + (f", first: {self.sampler_failures[0]}" if self.sampler_failures else ""))
         p(f"  evictions (must be 0 for 'lost' to be unambiguous): max {max_evict} in any sample")
@@ -749,7 +766,8 @@ class Soak:
         if wins:
             p(f"  window (SIGKILL to /healthz 200): min {min(wins):.0f} ms, median "
               f"{statistics.median(wins):.0f} ms, max {max(wins):.0f} ms (windows.csv)")
-        rec = recovery_lines(self.server.log_path)[1:len(self.windows) + 1]
+        rec = [x for lt, x in sorted(recovery_lines(self.server.log_path).items())
+               if 1 <= lt <= len(self.windows)]
         ms = [int(m.group(1)) for m in (re.search(r"in (\d+) ms", x) for x in rec) if m]
         if ms:
             p(f"  recovery as the server logged it: max {max(ms)} ms; first restart: {rec[0]};"
@@ -838,13 +856,23 @@ def slope(points, col):
 
 
 def recovery_lines(path):
-    out = []
+    """lifetime -> the last 'recovered ...' line the server logged in it."""
+    out, lifetime = {}, None
     with open(path, errors="replace") as f:
         for line in f:
-            m = re.search(r"recovered \S+ (.*)", line)
+            m = re.match(r"=== lifetime (\d+)", line)
             if m:
-                out.append(m.group(1).strip())
+                lifetime = int(m.group(1))
+            m = re.search(r"recovered \S+ (.*)", line)
+            if m and lifetime is not None:
+                out[lifetime] = m.group(1).strip()
     return out
+
+
+def last_line(path):
+    with open(path, errors="replace") as f:
+        lines = [x.strip() for x in f if x.strip()]
+    return lines[-1] if lines else ""
 
 
 def sha256(path):
@@ -894,7 +922,14 @@ def main():
         a.out = os.path.join(here, "results", time.strftime("%Y-%m-%d-%H%M", time.gmtime()))
     if not os.access(a.bin, os.X_OK):
         sys.exit(f"soak: {a.bin} is not an executable (make build)")
-    Soak(a).run()
+    soak = Soak(a)
+    try:
+        soak.run()
+    finally:  # never leave a server behind
+        p = soak.server.proc
+        if p is not None and p.poll() is None:
+            p.kill()
+            p.wait()
 
 
 if __name__ == "__main__":
