@@ -459,9 +459,11 @@ def check_worker(c, base, w):
 def proc_sample(pid):
     """(VmRSS KiB, open fds, threads) of a live pid, or None if it is gone."""
     try:
+        # fds first: a process killed in between has no VmRSS when its status
+        # is read, and the sample is dropped (not counted as 0 fds)
+        fds = len(os.listdir(f"/proc/{pid}/fd"))
         with open(f"/proc/{pid}/status") as f:
             st = f.read()
-        fds = len(os.listdir(f"/proc/{pid}/fd"))
     except (FileNotFoundError, ProcessLookupError):
         return None
     rss = re.search(r"^VmRSS:\s+(\d+)", st, re.M)
