@@ -89,6 +89,9 @@ def main():
         child = children(proc.pid)
     if not child:
         print("no snapshot child seen in 120 s; try again")
+        proc.kill()
+        proc.wait()
+        shutil.rmtree(tmp)
         return 2
     proc.send_signal(signal.SIGKILL)
     t_kill = time.monotonic()
