@@ -1082,8 +1082,11 @@ KVP_API int kvp_meta_allocate(struct kvp_ns *ns, uint32_t rank, const struct kvp
     struct kvp__rank *r;
     if ((rc = rank_lookup_err(ns, rank, &r, err)) != 0)
         goto out;
-    /* Evictions log a FREE each: at most one per key, and per held page. */
-    uint64_t evictable = n < r->lru.count ? n : r->lru.count;
+    /* Evictions log a FREE each: one per key that finds no free page, and
+     * at most one per held page (expiry below only adds free pages). */
+    uint64_t evictable = n > r->nfree ? n - r->nfree : 0;
+    if (evictable > r->lru.count)
+        evictable = r->lru.count;
     if ((rc = kvp__jrnl_reserve(ns, evictable * KVP_JRNL_FREE, confirm_room, err)) != 0)
         goto out;
     uint64_t now = now_ms(ns->meta);

@@ -57,6 +57,7 @@ struct kvp__persist {
     int thread_started;
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    pthread_mutex_t snap_mu; /* one snapshot at a time (the thread, kvp__meta_snapshot_now) */
     int stop;
     uint64_t last_snap;      /* LSN of the newest snapshot on disk */
     uint64_t last_snap_size; /* its size: the log may grow to this before the next */
@@ -711,7 +712,16 @@ static int resume_log(struct kvp_meta *m, uint64_t lsn)
  * failure of the log it is also the way back: the snapshot covers every
  * change (acknowledged or not), and the log starts again after it.
  */
+static int snapshot_fork_locked(struct kvp_meta *m);
 static int snapshot_fork(struct kvp_meta *m)
+{
+    pthread_mutex_lock(&m->persist->snap_mu);
+    int rc = snapshot_fork_locked(m);
+    pthread_mutex_unlock(&m->persist->snap_mu);
+    return rc;
+}
+
+static int snapshot_fork_locked(struct kvp_meta *m)
 {
     struct kvp__persist *p = m->persist;
     const char *dir = kvp__wal_dir(p->wal);
@@ -940,6 +950,7 @@ int kvp__persist_open(struct kvp_meta *m)
     if (!p)
         return -ENOMEM;
     pthread_mutex_init(&p->mu, NULL);
+    pthread_mutex_init(&p->snap_mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     if (!m->opts.snapshot_bytes)
         m->opts.snapshot_bytes = 64u << 20;
@@ -1042,6 +1053,7 @@ void kvp__persist_close(struct kvp_meta *m)
     }
     kvp__wal_close(p->wal);
     pthread_mutex_destroy(&p->mu);
+    pthread_mutex_destroy(&p->snap_mu);
     pthread_cond_destroy(&p->cv);
     free(p);
     m->persist = NULL;

@@ -1,0 +1,290 @@
+/*
+ * A full or failing disk under src/meta's persistence. pwrite, write and
+ * fdatasync of the library are wrapped (-Wl,--wrap, see CMakeLists.txt) so
+ * that they fail on demand:
+ *   - no room: writing the zeros ahead of the log fails with ENOSPC. Every
+ *     change is refused with -ENOSPC before it changes anything, on every
+ *     call that logs; once the zeros can be written again the next change
+ *     succeeds by itself, and a restart finds exactly the accepted changes.
+ *   - a failed log: writing the records (or their fdatasync) fails. That
+ *     change is applied but its wait reports the error; later changes are
+ *     refused before they change anything; a snapshot (the background one,
+ *     or kvp__meta_snapshot_now) brings the log back, the unacknowledged
+ *     change included, and a restart keeps it.
+ */
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "meta_test.h"
+#include "kvpage/meta.h"
+#include "meta/meta_int.h"
+#include "meta/persist.h"
+
+/* ---------------------------------------------------------------- faults */
+
+static int fail_zero;   /* errno for pwrite of zeros (the space ahead), 0: none */
+static int fail_data;   /* errno for pwrite of records */
+static int fail_sync;   /* errno for fdatasync */
+static int fail_snap;   /* errno for write (the snapshot child) */
+
+ssize_t __real_pwrite(int fd, const void *buf, size_t n, off_t off);
+ssize_t __wrap_pwrite(int fd, const void *buf, size_t n, off_t off);
+ssize_t __real_write(int fd, const void *buf, size_t n);
+ssize_t __wrap_write(int fd, const void *buf, size_t n);
+int __real_fdatasync(int fd);
+int __wrap_fdatasync(int fd);
+
+static int zeros(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    return n == 0 || (b[0] == 0 && memcmp(b, b + 1, n - 1) == 0);
+}
+
+ssize_t __wrap_pwrite(int fd, const void *buf, size_t n, off_t off)
+{
+    int e = zeros(buf, n) ? fail_zero : fail_data;
+    if (e) {
+        errno = e;
+        return -1;
+    }
+    return __real_pwrite(fd, buf, n, off);
+}
+
+ssize_t __wrap_write(int fd, const void *buf, size_t n)
+{
+    if (fail_snap && fd > 2) {
+        errno = fail_snap;
+        return -1;
+    }
+    return __real_write(fd, buf, n);
+}
+
+int __wrap_fdatasync(int fd)
+{
+    if (fail_sync) {
+        errno = fail_sync;
+        return -1;
+    }
+    return __real_fdatasync(fd);
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+static char base[256];
+
+static int open_dir(const char *dir, struct kvp_meta **m)
+{
+    struct kvp_meta_opts o;
+    kvp_meta_opts_init(&o);
+    o.data_dir = dir;
+    o.fsync = KVP_FSYNC_BATCH;
+    o.read_grace_ms = 0;
+    return kvp_meta_open(&o, m);
+}
+
+/* Keys of 1000 bytes: "<tag>-<i>-xxxx...". */
+#define BIG 1000
+static char bigbuf[64][BIG];
+static struct kvp_str big_key(int slot, const char *tag, int i)
+{
+    memset(bigbuf[slot], 'x', BIG);
+    int n = snprintf(bigbuf[slot], BIG, "%s-%d-", tag, i);
+    bigbuf[slot][n] = 'x';
+    return (struct kvp_str){bigbuf[slot], BIG};
+}
+
+/* Confirms n big keys on pages first.. (FREE pages: accepted per §2). */
+static int confirm_big(struct kvp_ns *ns, const char *tag, int n, int64_t first,
+                       struct kvp_error *err)
+{
+    static struct kvp_str keys[2048];
+    static int64_t pages[2048];
+    static char store[2048][BIG];
+    for (int i = 0; i < n; i++) {
+        struct kvp_str k = big_key(0, tag, i);
+        memcpy(store[i], k.ptr, BIG);
+        keys[i] = (struct kvp_str){store[i], BIG};
+        pages[i] = first + i;
+    }
+    kvp__meta_thread_lsn_reset();
+    return kvp_meta_confirm(ns, 0, keys, pages, (size_t)n, NULL, 0, err);
+}
+
+/* 1 when every one of the n big keys exists on rank 0 (0: none; -1: some). */
+static int big_exist(struct kvp_ns *ns, const char *tag, int n)
+{
+    int yes = 0;
+    for (int i = 0; i < n; i++) {
+        struct kvp_str k = big_key(0, tag, i);
+        uint8_t e = 0;
+        CHECK_EQ(kvp_meta_exists(ns, 0, &k, 1, &e, NULL), 0);
+        yes += e;
+    }
+    return yes == n ? 1 : yes == 0 ? 0 : -1;
+}
+
+static uint64_t held(struct kvp_meta *m);
+static int held_fn(const char *d, const char *p, const struct kvp_rank_stats *r, size_t n, void *arg)
+{
+    (void)d;
+    (void)p;
+    for (size_t i = 0; i < n; i++)
+        *(uint64_t *)arg += r[i].held;
+    return 0;
+}
+static uint64_t held(struct kvp_meta *m)
+{
+    uint64_t h = 0;
+    kvp_meta_stats(m, held_fn, &h);
+    return h;
+}
+
+/* ---------------------------------------------------------------- no room */
+
+static void test_no_room_refuses_before_any_change(void)
+{
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/noroom", base);
+    struct kvp_meta *m;
+    CHECK_EQ(open_dir(dir, &m), 0);
+    struct kvp_ns *ns = ns_of(m, "default", "kv");
+    CHECK_EQ(kvp_meta_init_rank(ns, 0, 100000, NULL), 0);
+    int64_t pa = put(ns, 0, "a");
+    CHECK(pa >= 0);
+    struct kvp_error err = {0};
+    CHECK_EQ(confirm_big(ns, "ok", 100, 1000, &err), 0);
+
+    fail_zero = ENOSPC;
+    /* 2000 keys of 1000 bytes: more than the room written ahead. */
+    memset(&err, 0, sizeof err);
+    CHECK_EQ(confirm_big(ns, "refused", 2000, 20000, &err), -ENOSPC);
+    CHECK_EQ(err.rule, KVP_RULE_IO);
+    CHECK(strstr(err.msg, dir) && strstr(err.msg, "No space left on device"));
+    CHECK_EQ(kvp__meta_thread_lsn(), 0); /* nothing was logged */
+    CHECK_EQ(big_exist(ns, "refused", 2000), 0);
+    CHECK_EQ(held(m), 101u);
+    char why[256] = "";
+    CHECK_EQ(kvp__meta_log_status(m, why, sizeof why), -ENOSPC);
+    CHECK(strstr(why, "cannot write the log in"));
+
+    /* Now every change is refused, however small, and changes nothing. */
+    struct kvp_str a = K("a"), b = K("b");
+    int64_t p = -7;
+    CHECK_EQ(kvp_meta_allocate(ns, 0, &b, 1, &p, NULL, &err), -ENOSPC);
+    CHECK_EQ(p, -7);
+    CHECK_EQ(kvp_meta_confirm(ns, 0, &b, &(int64_t){5}, 1, NULL, 0, &err), -ENOSPC);
+    CHECK_EQ(kvp_meta_delete(ns, -1, &a, 1, &err), -ENOSPC);
+    CHECK_EQ(kvp_meta_clear(ns, 0, &err), -ENOSPC);
+    CHECK_EQ(kvp_meta_clear(ns, -1, &err), -ENOSPC);
+    CHECK_EQ(kvp_meta_init_rank(ns, 1, 8, &err), -ENOSPC);
+    CHECK_EQ(kvp_meta_nranks(ns), 1u);
+    struct kvp_ns *other = NULL;
+    CHECK_EQ(kvp_meta_ns(m, "other", 5, "kv", 2, 1, &other, &err), -ENOSPC);
+    CHECK_EQ(err.rule, KVP_RULE_IO);
+    CHECK_EQ(kvp_meta_ns(m, "other", 5, "kv", 2, 0, &other, NULL), -ENOENT);
+    /* Reads go on. */
+    CHECK_EQ(kvp__meta_peek(ns, 0, &a), pa);
+    uint8_t e = 0;
+    CHECK_EQ(kvp_meta_exists(ns, 0, &b, 1, &e, NULL), 0);
+    CHECK_EQ(e, 0);
+    CHECK_EQ(held(m), 101u);
+    invariants(m);
+
+    /* Space again: the next change takes it by itself. */
+    fail_zero = 0;
+    CHECK_EQ(confirm_big(ns, "after", 100, 5000, &err), 0);
+    CHECK(kvp__meta_thread_lsn() > 0);
+    CHECK_EQ(kvp__meta_wait_durable(m, kvp__meta_thread_lsn()), 0);
+    CHECK_EQ(kvp__meta_log_status(m, why, sizeof why), 0);
+    CHECK(put(ns, 0, "b") >= 0);
+    kvp_meta_close(m);
+
+    CHECK_EQ(open_dir(dir, &m), 0);
+    ns = ns_of(m, "default", "kv");
+    CHECK_EQ(kvp__meta_peek(ns, 0, &a), pa);
+    CHECK(kvp__meta_peek(ns, 0, &b) >= 0);
+    CHECK_EQ(big_exist(ns, "ok", 100), 1);
+    CHECK_EQ(big_exist(ns, "after", 100), 1);
+    CHECK_EQ(big_exist(ns, "refused", 2000), 0);
+    CHECK_EQ(kvp_meta_nranks(ns), 1u);
+    CHECK_EQ(kvp_meta_ns(m, "other", 5, "kv", 2, 0, &other, NULL), -ENOENT);
+    invariants(m);
+    kvp_meta_close(m);
+}
+
+/* ---------------------------------------------------------------- a failed log */
+
+static void failed_log(const char *name, int *fault, int e)
+{
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/%s", base, name);
+    struct kvp_meta *m;
+    CHECK_EQ(open_dir(dir, &m), 0);
+    struct kvp_ns *ns = ns_of(m, "default", "kv");
+    CHECK_EQ(kvp_meta_init_rank(ns, 0, 1000, NULL), 0);
+    CHECK(put(ns, 0, "a") >= 0);
+    CHECK_EQ(kvp__meta_wait_durable(m, kvp__meta_thread_lsn()), 0);
+
+    *fault = e;
+    fail_snap = e; /* and the background snapshot cannot recover yet */
+    struct kvp_str b = K("b"), c = K("c");
+    int64_t pb = 10, pc = 11;
+    kvp__meta_thread_lsn_reset();
+    CHECK_EQ(kvp_meta_confirm(ns, 0, &b, &pb, 1, NULL, 0, NULL), 0); /* applied ... */
+    uint64_t lsn = kvp__meta_thread_lsn();
+    CHECK(lsn > 0);
+    CHECK_EQ(kvp__meta_wait_durable(m, lsn), -e); /* ... but not durable */
+    CHECK_EQ(kvp__meta_peek(ns, 0, &b), pb);
+    struct kvp_error err = {0};
+    kvp__meta_thread_lsn_reset();
+    CHECK_EQ(kvp_meta_confirm(ns, 0, &c, &pc, 1, NULL, 0, &err), -e); /* refused */
+    CHECK_EQ(err.rule, KVP_RULE_IO);
+    CHECK_EQ(kvp__meta_thread_lsn(), 0);
+    CHECK_EQ(kvp__meta_peek(ns, 0, &c), -1);
+    char why[256];
+    CHECK_EQ(kvp__meta_log_status(m, why, sizeof why), -e);
+    struct kvp__persist_stats ps;
+    CHECK_EQ(kvp__meta_persist_stats(m, &ps), 0);
+    CHECK_EQ(ps.failed, 1);
+    CHECK(ps.refusals >= 1);
+    CHECK(kvp__meta_snapshot_now(m) != 0);
+
+    *fault = 0;
+    fail_snap = 0;
+    CHECK_EQ(kvp__meta_snapshot_now(m), 0); /* or the background one did it first */
+    CHECK_EQ(kvp__meta_log_status(m, why, sizeof why), 0);
+    CHECK_EQ(kvp__meta_wait_durable(m, lsn), 0); /* the snapshot covers b */
+    kvp__meta_thread_lsn_reset();
+    CHECK_EQ(kvp_meta_confirm(ns, 0, &c, &pc, 1, NULL, 0, NULL), 0);
+    CHECK_EQ(kvp__meta_wait_durable(m, kvp__meta_thread_lsn()), 0);
+    invariants(m);
+    kvp_meta_close(m);
+
+    CHECK_EQ(open_dir(dir, &m), 0);
+    ns = ns_of(m, "default", "kv");
+    CHECK_EQ(kvp__meta_peek(ns, 0, &b), pb);
+    CHECK_EQ(kvp__meta_peek(ns, 0, &c), pc);
+    invariants(m);
+    kvp_meta_close(m);
+}
+
+static void test_failed_log_refuses_then_recovers(void)
+{
+    failed_log("eio-write", &fail_data, EIO);
+    failed_log("enospc-write", &fail_data, ENOSPC);
+    failed_log("eio-sync", &fail_sync, EIO);
+    failed_log("enospc-sync", &fail_sync, ENOSPC);
+}
+
+int main(void)
+{
+    snprintf(base, sizeof base, "/tmp/kvp-diskfull-%d", (int)getpid());
+    mkdir(base, 0755);
+    test_no_room_refuses_before_any_change();
+    test_failed_log_refuses_then_recovers();
+    rmrf(base);
+    return check_report();
+}
