@@ -971,8 +971,10 @@ KVP_API int kvp_meta_init_rank(struct kvp_ns *ns, uint32_t rank, uint64_t num_pa
     int rc = 0;
     pthread_mutex_lock(&ns->lock);
     struct kvp__rank *r = rank_find(ns, rank);
-    if (!r && (rc = kvp__jrnl_reserve(ns, KVP_JRNL_INIT, 0, err)) != 0) {
-        /* no room in the log: the rank is not created */
+    /* Even a repeat that changes nothing: it would acknowledge a rank whose
+     * INIT the log may have failed to write. */
+    if ((rc = kvp__jrnl_reserve(ns, KVP_JRNL_INIT, 0, err)) != 0) {
+        /* no room in the log: nothing changes */
     } else if (!r) {
         rc = rank_create(ns, rank, (uint32_t)num_pages, &r);
         if (!rc)
@@ -990,8 +992,6 @@ KVP_API int kvp_meta_init_rank(struct kvp_ns *ns, uint32_t rank, uint64_t num_pa
                     "Rank %u already initialized with %u pages; refusing to change to %llu "
                     "pages while it holds data",
                     rank, r->num_pages, (unsigned long long)num_pages);
-        } else if ((rc = kvp__jrnl_reserve(ns, KVP_JRNL_INIT, 0, err)) != 0) {
-            /* no room in the log: the pool keeps its size */
         } else if ((rc = rank_reset_pages(r, (uint32_t)num_pages)) != 0) {
             set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
         } else {
