@@ -820,6 +820,8 @@ static void *snap_main(void *arg)
             continue;
         int failed = 0;
         int refused = kvp__wal_status(p->wal, &failed, NULL);
+        if (!refused && now >= next_try + RETRY_MAX_MS)
+            backoff = RETRY_MS; /* well for a while: the next trouble is tried at once */
         if (refused && !failed) {
             /* No room for the log: a write that comes retries too, this
              * brings /healthz back without one. */
@@ -840,8 +842,10 @@ static void *snap_main(void *arg)
         pthread_mutex_unlock(&p->mu);
         int rc = snapshot_fork(m);
         pthread_mutex_lock(&p->mu);
-        if (rc != 0) {
-            p->snapshot_failures++;
+        /* After a recovery too: a disk that fails again at once must not
+         * get a whole snapshot every 0.2 s. */
+        if (rc != 0 || failed) {
+            p->snapshot_failures += rc != 0;
             next_try = kvp__mono_ms() + backoff;
             backoff = backoff * 2 < RETRY_MAX_MS ? backoff * 2 : RETRY_MAX_MS;
         } else {
