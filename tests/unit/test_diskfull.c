@@ -12,7 +12,10 @@
  *     or kvp__meta_snapshot_now) brings the log back, the unacknowledged
  *     change included, and a restart keeps it.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -29,6 +32,7 @@ static int fail_zero;   /* errno for pwrite of zeros (the space ahead), 0: none 
 static int fail_data;   /* errno for pwrite of records */
 static int fail_sync;   /* errno for fdatasync */
 static int fail_snap;   /* errno for write (the snapshot child) */
+static int fail_create; /* errno for creating a wal-* file (a new segment) */
 
 ssize_t __real_pwrite(int fd, const void *buf, size_t n, off_t off);
 ssize_t __wrap_pwrite(int fd, const void *buf, size_t n, off_t off);
@@ -36,6 +40,8 @@ ssize_t __real_write(int fd, const void *buf, size_t n);
 ssize_t __wrap_write(int fd, const void *buf, size_t n);
 int __real_fdatasync(int fd);
 int __wrap_fdatasync(int fd);
+int __real_openat(int dirfd, const char *name, int flags, ...);
+int __wrap_openat(int dirfd, const char *name, int flags, ...);
 
 static int zeros(const void *p, size_t n)
 {
@@ -71,9 +77,27 @@ int __wrap_fdatasync(int fd)
     return __real_fdatasync(fd);
 }
 
+int __wrap_openat(int dirfd, const char *name, int flags, ...)
+{
+    mode_t mode = 0;
+    if (flags & O_CREAT) {
+        va_list ap;
+        va_start(ap, flags);
+        mode = (mode_t)va_arg(ap, int);
+        va_end(ap);
+        if (fail_create && !strncmp(name, "wal-", 4)) {
+            errno = fail_create;
+            return -1;
+        }
+    }
+    return __real_openat(dirfd, name, flags, mode);
+}
+
 /* ---------------------------------------------------------------- helpers */
 
 static char base[256];
+
+static uint64_t snapshot_bytes; /* 0: the default */
 
 static int open_dir(const char *dir, struct kvp_meta **m)
 {
@@ -82,7 +106,20 @@ static int open_dir(const char *dir, struct kvp_meta **m)
     o.data_dir = dir;
     o.fsync = KVP_FSYNC_BATCH;
     o.read_grace_ms = 0;
+    o.snapshot_bytes = snapshot_bytes;
     return kvp_meta_open(&o, m);
+}
+
+static int segments(const char *dir)
+{
+    int n = 0;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        n += !strncmp(e->d_name, "wal-", 4) && strstr(e->d_name, ".log") != NULL;
+    if (d)
+        closedir(d);
+    return n;
 }
 
 /* Keys of 1000 bytes: "<tag>-<i>-xxxx...". */
@@ -103,6 +140,8 @@ static int confirm_big(struct kvp_ns *ns, const char *tag, int n, int64_t first,
     static struct kvp_str keys[2048];
     static int64_t pages[2048];
     static char store[2048][BIG];
+    if (n > 2048)
+        return -E2BIG;
     for (int i = 0; i < n; i++) {
         struct kvp_str k = big_key(0, tag, i);
         memcpy(store[i], k.ptr, BIG);
@@ -279,12 +318,64 @@ static void test_failed_log_refuses_then_recovers(void)
     failed_log("enospc-sync", &fail_sync, ENOSPC);
 }
 
+/* ---------------------------------------------------------------- rotation */
+
+/*
+ * The flusher starts a new segment every 64 MiB. When it cannot (no space),
+ * the current segment goes on, and a later flush starts the next one.
+ */
+static void test_rotation_without_space_goes_on(void)
+{
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/rotate", base);
+    snapshot_bytes = (uint64_t)1 << 40; /* no snapshot: only the flusher rotates */
+    struct kvp_meta *m;
+    CHECK_EQ(open_dir(dir, &m), 0);
+    struct kvp_ns *ns = ns_of(m, "default", "kv");
+    CHECK_EQ(kvp_meta_init_rank(ns, 0, 1 << 20, NULL), 0);
+    CHECK_EQ(segments(dir), 1);
+    fail_create = ENOSPC;
+    char tag[32];
+    int batches = 0;
+    /* 2000 keys of 1000 bytes a batch: past 64 MiB after 33 batches. */
+    for (; batches < 40; batches++) {
+        snprintf(tag, sizeof tag, "r%d", batches);
+        CHECK_EQ(confirm_big(ns, tag, 2000, (int64_t)batches * 2000, NULL), 0);
+        CHECK_EQ(kvp__meta_wait_durable(m, kvp__meta_thread_lsn()), 0);
+    }
+    CHECK_EQ(segments(dir), 1); /* still the one, past 64 MiB */
+    char why[256];
+    CHECK_EQ(kvp__meta_log_status(m, why, sizeof why), 0);
+    fail_create = 0;
+    sleep(1); /* the next try comes a second after the failed one */
+    for (int i = 0; i < 5 && segments(dir) == 1; i++) {
+        snprintf(tag, sizeof tag, "r%d", batches);
+        CHECK_EQ(confirm_big(ns, tag, 10, (int64_t)batches * 2000, NULL), 0);
+        CHECK_EQ(kvp__meta_wait_durable(m, kvp__meta_thread_lsn()), 0);
+        batches++;
+        usleep(300 * 1000);
+    }
+    CHECK_EQ(segments(dir), 2);
+    kvp_meta_close(m);
+    snapshot_bytes = 0;
+
+    CHECK_EQ(open_dir(dir, &m), 0);
+    ns = ns_of(m, "default", "kv");
+    for (int b = 0; b < 40; b++) {
+        snprintf(tag, sizeof tag, "r%d", b);
+        CHECK_EQ(big_exist(ns, tag, 2000), 1);
+    }
+    invariants(m);
+    kvp_meta_close(m);
+}
+
 int main(void)
 {
     snprintf(base, sizeof base, "/tmp/kvp-diskfull-%d", (int)getpid());
     mkdir(base, 0755);
     test_no_room_refuses_before_any_change();
     test_failed_log_refuses_then_recovers();
+    test_rotation_without_space_goes_on();
     rmrf(base);
     return check_report();
 }
