@@ -1,6 +1,7 @@
 /*
- * tests/integration/faultshim.c — a test-only LD_PRELOAD library (built by
- * test_disk.py, never installed): while the file named by $KVP_FAULT_CTL
+ * tests/integration/faultshim.c — test-only fault injection, never installed:
+ * an LD_PRELOAD library for the real server (test_disk.py builds it), and
+ * linked into tests/unit/test_diskfull.c. While the file named by $KVP_FAULT_CTL
  * exists, it makes the log's and the snapshots' file operations fail. Each
  * line of that file is "<point> <ERRNO>" with ERRNO one of ENOSPC, EDQUOT,
  * EIO, and point one of
@@ -11,7 +12,9 @@
  *   snapshot   write to a snap-* file (in the snapshot child)
  * Other files (stderr, sockets, the pipe of libmicrohttpd) are never touched.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>

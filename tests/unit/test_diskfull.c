@@ -1,7 +1,7 @@
 /*
- * A full or failing disk under src/meta's persistence. pwrite, write and
- * fdatasync of the library are wrapped (-Wl,--wrap, see CMakeLists.txt) so
- * that they fail on demand:
+ * A full or failing disk under src/meta's persistence. The fault shim of the
+ * integration tests (tests/integration/faultshim.c) is linked in, so that the
+ * library's writes of the log and the snapshots fail on demand:
  *   - no room: writing the zeros ahead of the log fails with ENOSPC. Every
  *     change is refused with -ENOSPC before it changes anything, on every
  *     call that logs; once the zeros can be written again the next change
@@ -14,8 +14,8 @@
  */
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -28,69 +28,22 @@
 
 /* ---------------------------------------------------------------- faults */
 
-static int fail_zero;   /* errno for pwrite of zeros (the space ahead), 0: none */
-static int fail_data;   /* errno for pwrite of records */
-static int fail_sync;   /* errno for fdatasync */
-static int fail_snap;   /* errno for write (the snapshot child) */
-static int fail_create; /* errno for creating a wal-* file (a new segment) */
+/* The control file of tests/integration/faultshim.c, linked into this test:
+ * lines "<point> <ERRNO>" (see there); "" removes it (no faults). */
+static char ctl[300];
 
-ssize_t __real_pwrite(int fd, const void *buf, size_t n, off_t off);
-ssize_t __wrap_pwrite(int fd, const void *buf, size_t n, off_t off);
-ssize_t __real_write(int fd, const void *buf, size_t n);
-ssize_t __wrap_write(int fd, const void *buf, size_t n);
-int __real_fdatasync(int fd);
-int __wrap_fdatasync(int fd);
-int __real_openat(int dirfd, const char *name, int flags, ...);
-int __wrap_openat(int dirfd, const char *name, int flags, ...);
-
-static int zeros(const void *p, size_t n)
+static void fault(const char *spec)
 {
-    const unsigned char *b = p;
-    return n == 0 || (b[0] == 0 && memcmp(b, b + 1, n - 1) == 0);
-}
-
-ssize_t __wrap_pwrite(int fd, const void *buf, size_t n, off_t off)
-{
-    int e = zeros(buf, n) ? fail_zero : fail_data;
-    if (e) {
-        errno = e;
-        return -1;
+    if (!*spec) {
+        unlink(ctl);
+        return;
     }
-    return __real_pwrite(fd, buf, n, off);
-}
-
-ssize_t __wrap_write(int fd, const void *buf, size_t n)
-{
-    if (fail_snap && fd > 2) {
-        errno = fail_snap;
-        return -1;
+    FILE *f = fopen(ctl, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs(spec, f);
+        fclose(f);
     }
-    return __real_write(fd, buf, n);
-}
-
-int __wrap_fdatasync(int fd)
-{
-    if (fail_sync) {
-        errno = fail_sync;
-        return -1;
-    }
-    return __real_fdatasync(fd);
-}
-
-int __wrap_openat(int dirfd, const char *name, int flags, ...)
-{
-    mode_t mode = 0;
-    if (flags & O_CREAT) {
-        va_list ap;
-        va_start(ap, flags);
-        mode = (mode_t)va_arg(ap, int);
-        va_end(ap);
-        if (fail_create && !strncmp(name, "wal-", 4)) {
-            errno = fail_create;
-            return -1;
-        }
-    }
-    return __real_openat(dirfd, name, flags, mode);
 }
 
 /* ---------------------------------------------------------------- helpers */
@@ -196,7 +149,7 @@ static void test_no_room_refuses_before_any_change(void)
     struct kvp_error err = {0};
     CHECK_EQ(confirm_big(ns, "ok", 100, 1000, &err), 0);
 
-    fail_zero = ENOSPC;
+    fault("zero ENOSPC\n");
     /* 2000 keys of 1000 bytes: more than the room written ahead. */
     memset(&err, 0, sizeof err);
     CHECK_EQ(confirm_big(ns, "refused", 2000, 20000, &err), -ENOSPC);
@@ -233,7 +186,7 @@ static void test_no_room_refuses_before_any_change(void)
     invariants(m);
 
     /* Space again: the next change takes it by itself. */
-    fail_zero = 0;
+    fault("");
     CHECK_EQ(confirm_big(ns, "after", 100, 5000, &err), 0);
     CHECK(kvp__meta_thread_lsn() > 0);
     CHECK_EQ(kvp__meta_wait_durable(m, kvp__meta_thread_lsn()), 0);
@@ -256,7 +209,7 @@ static void test_no_room_refuses_before_any_change(void)
 
 /* ---------------------------------------------------------------- a failed log */
 
-static void failed_log(const char *name, int *fault, int e)
+static void failed_log(const char *name, const char *point, const char *ename, int e)
 {
     char dir[300];
     snprintf(dir, sizeof dir, "%s/%s", base, name);
@@ -267,8 +220,10 @@ static void failed_log(const char *name, int *fault, int e)
     CHECK(put(ns, 0, "a") >= 0);
     CHECK_EQ(kvp__meta_wait_durable(m, kvp__meta_thread_lsn()), 0);
 
-    *fault = e;
-    fail_snap = e; /* and the background snapshot cannot recover yet */
+    char spec[128];
+    /* and the background snapshot cannot recover yet */
+    snprintf(spec, sizeof spec, "%s %s\nsnapshot %s\n", point, ename, ename);
+    fault(spec);
     struct kvp_str b = K("b"), c = K("c");
     int64_t pb = 10, pc = 11;
     kvp__meta_thread_lsn_reset();
@@ -291,8 +246,7 @@ static void failed_log(const char *name, int *fault, int e)
     CHECK(ps.refusals >= 1);
     CHECK(kvp__meta_snapshot_now(m) != 0);
 
-    *fault = 0;
-    fail_snap = 0;
+    fault("");
     CHECK_EQ(kvp__meta_snapshot_now(m), 0); /* or the background one did it first */
     CHECK_EQ(kvp__meta_log_status(m, why, sizeof why), 0);
     CHECK_EQ(kvp__meta_wait_durable(m, lsn), 0); /* the snapshot covers b */
@@ -312,10 +266,10 @@ static void failed_log(const char *name, int *fault, int e)
 
 static void test_failed_log_refuses_then_recovers(void)
 {
-    failed_log("eio-write", &fail_data, EIO);
-    failed_log("enospc-write", &fail_data, ENOSPC);
-    failed_log("eio-sync", &fail_sync, EIO);
-    failed_log("enospc-sync", &fail_sync, ENOSPC);
+    failed_log("eio-write", "append", "EIO", EIO);
+    failed_log("enospc-write", "append", "ENOSPC", ENOSPC);
+    failed_log("eio-sync", "fdatasync", "EIO", EIO);
+    failed_log("enospc-sync", "fdatasync", "ENOSPC", ENOSPC);
 }
 
 /* ---------------------------------------------------------------- rotation */
@@ -334,7 +288,7 @@ static void test_rotation_without_space_goes_on(void)
     struct kvp_ns *ns = ns_of(m, "default", "kv");
     CHECK_EQ(kvp_meta_init_rank(ns, 0, 1 << 20, NULL), 0);
     CHECK_EQ(segments(dir), 1);
-    fail_create = ENOSPC;
+    fault("rotate ENOSPC\n");
     char tag[32];
     int batches = 0;
     /* 2000 keys of 1000 bytes a batch: past 64 MiB after 33 batches. */
@@ -346,7 +300,7 @@ static void test_rotation_without_space_goes_on(void)
     CHECK_EQ(segments(dir), 1); /* still the one, past 64 MiB */
     char why[256];
     CHECK_EQ(kvp__meta_log_status(m, why, sizeof why), 0);
-    fail_create = 0;
+    fault("");
     sleep(1); /* the next try comes a second after the failed one */
     for (int i = 0; i < 5 && segments(dir) == 1; i++) {
         snprintf(tag, sizeof tag, "r%d", batches);
@@ -373,6 +327,8 @@ int main(void)
 {
     snprintf(base, sizeof base, "/tmp/kvp-diskfull-%d", (int)getpid());
     mkdir(base, 0755);
+    snprintf(ctl, sizeof ctl, "%s.ctl", base);
+    setenv("KVP_FAULT_CTL", ctl, 1);
     test_no_room_refuses_before_any_change();
     test_failed_log_refuses_then_recovers();
     test_rotation_without_space_goes_on();
