@@ -1074,10 +1074,13 @@ KVP_API int kvp_meta_allocate(struct kvp_ns *ns, uint32_t rank, const struct kvp
         return -ENOMEM;
     }
     /* The pages handed out are only worth writing if their confirmations
-     * can be logged: their room must be there too (not held). */
+     * can be logged: their room must be there too (not held; up to
+     * KVP_JRNL_PROBE_MAX, so that a huge batch writes no zeros for it). */
     uint64_t confirm_room = 0;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n && confirm_room < KVP_JRNL_PROBE_MAX; i++)
         confirm_room += KVP_JRNL_HOLD(keys[i].len);
+    if (confirm_room > KVP_JRNL_PROBE_MAX)
+        confirm_room = KVP_JRNL_PROBE_MAX;
     pthread_mutex_lock(&ns->lock);
     struct kvp__rank *r;
     if ((rc = rank_lookup_err(ns, rank, &r, err)) != 0)
@@ -1353,12 +1356,16 @@ KVP_API int kvp_meta_delete(struct kvp_ns *ns, int64_t rank, const struct kvp_st
     struct kvp__rank *only = NULL;
     if (rank >= 0 && (rc = rank_lookup_err(ns, (uint32_t)rank, &only, err)) != 0)
         goto out;
-    /* A FREE per page a key holds on the ranks concerned: at most n per rank,
-     * and at most the pages held. */
+    /* A FREE per page the keys hold on the ranks concerned, counted first
+     * (delete is not a hot route; a bound by n could be far too much). */
     uint64_t frees = 0;
-    for (uint32_t s = 0; s < ns->nranks; s++)
-        if (!only || ns->slots[s] == only)
-            frees += n < ns->slots[s]->lru.count ? n : ns->slots[s]->lru.count;
+    for (size_t i = 0; i < n; i++) {
+        const struct kvp__key *e = key_find(ns, &keys[i]);
+        if (e && only)
+            frees += only->slot < e->cap && e->pages[only->slot] != KVP_NONE;
+        else if (e)
+            frees += e->nheld;
+    }
     if ((rc = kvp__jrnl_reserve(ns, frees * KVP_JRNL_FREE, 0, err)) != 0)
         goto out;
     for (size_t i = 0; i < n; i++) {

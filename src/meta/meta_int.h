@@ -161,6 +161,8 @@ void kvp__jrnl_unspace(struct kvp_meta *m, uint64_t bytes);
 #define KVP_JRNL_HOLD(klen) (KVP_JRNL_HDR + 15u + (uint64_t)(klen))
 #define KVP_JRNL_FREE (KVP_JRNL_HDR + 13u)
 #define KVP_JRNL_CLEAR (KVP_JRNL_HDR + 9u)
+/* The most an allocate probes for the confirmations it enables. */
+#define KVP_JRNL_PROBE_MAX ((uint64_t)256 << 10)
 /* The operation hands out a FREE page: its reply waits until the newest
  * freeing of the namespace is durable (with the lock held). */
 void kvp__jrnl_reuse(struct kvp_ns *ns);

@@ -712,8 +712,9 @@ static void flush_pending(struct kvp__wal *w)
         }
         if (rc)
             logf_(w, 0,
-                  "wal: writing %s/wal-%016" PRIx64 ".log failed: %s; changes not yet durable "
-                  "are not acknowledged, and writes are refused until a snapshot covers them",
+                  "wal: writes refused: writing %s/wal-%016" PRIx64 ".log failed: %s; changes "
+                  "not yet durable are not acknowledged, and writes are refused until a snapshot "
+                  "covers them",
                   w->dir, w->seg_start, strerror(-rc));
     }
     if (!rc && w->seg_bytes >= SEGMENT_MAX && kvp__mono_ns() >= w->rotate_retry) {
