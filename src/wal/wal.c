@@ -179,6 +179,8 @@ static int all_zero(const uint8_t *p, size_t n)
     return n == 0 || (p[0] == 0 && memcmp(p, p + 1, n - 1) == 0);
 }
 
+static void log_refused(struct kvp__wal *w, int was, int now);
+
 /*
  * Starts the segment at lsn (w->io held), with zeros ahead for everything
  * already promised against the current segment's room plus a margin; only
@@ -201,9 +203,11 @@ static int open_segment(struct kvp__wal *w, uint64_t lsn, int short_ok)
         promised = w->appended + w->reserved - lsn;
     pthread_mutex_unlock(&w->mu);
     uint64_t size = 0;
-    int rc = zero_fill(fd, &size, promised + ROOM_LOW);
-    if (rc && short_ok && size >= promised)
+    int rc = zero_fill(fd, &size, promised + ROOM_LOW), short_rc = 0;
+    if (rc && short_ok && size >= promised) {
+        short_rc = rc; /* starting on a full disk: writes are refused from the start */
         rc = 0;
+    }
     if (!rc && w->mode != KVP_FSYNC_NEVER && fsync(w->dirfd) != 0)
         rc = -errno;
     if (rc) {
@@ -223,7 +227,12 @@ static int open_segment(struct kvp__wal *w, uint64_t lsn, int short_ok)
     w->seg_size = size;
     pthread_mutex_lock(&w->mu);
     w->room = lsn + size;
+    int was = w->refused;
+    if (short_rc && !was)
+        w->refused = short_rc;
     pthread_mutex_unlock(&w->mu);
+    if (short_rc && !was)
+        log_refused(w, 0, short_rc);
     return 0;
 }
 

@@ -249,6 +249,24 @@ def test_full_tmpfs_refuses_with_507_and_recovers(tmp_path, small_fs):
         finish(srv)
     restart_and_check(tmp_path, data, w.acked, absent=keys)
 
+    # A start on a full disk: reads are served, writes refused until space is freed.
+    fill(filler)
+    srv = launch(tmp_path, ["--data-dir", data])
+    try:
+        c = srv.client()
+        assert healthz(srv) == f"degraded: writes refused: {why}"
+        check_reads(c, w.acked)
+        w.c = c  # the same acknowledged keys, through the new server
+        st, r, keys2, _ = w.batch()
+        assert st == 507, r.text
+        check_nothing_changed(c, keys2)
+        filler.unlink()
+        w.until_accepted()
+        wait_healthz(srv, True)
+    finally:
+        finish(srv)
+    restart_and_check(tmp_path, data, w.acked, absent=keys + keys2)
+
 
 # ---------------------------------------------------------------- injected faults
 
