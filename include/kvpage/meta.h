@@ -83,6 +83,14 @@ KVP_API void kvp_meta_opts_init(struct kvp_meta_opts *opts);
  * Returns 0, -EINVAL (opts_size unknown), -ENOMEM, -EBUSY, -EUCLEAN, or the
  * negative errno of a failed file operation. The caller owns *out and
  * releases it with kvp_meta_close (which writes a final snapshot).
+ *
+ * With data_dir, every call below that changes the state first makes certain
+ * that the log has space for its records. When it has not, or the log cannot
+ * be written, the call changes nothing and returns -ENOSPC or -EDQUOT (no
+ * space), or another negative errno such as -EIO (the log failed); err then
+ * has rule KVP_RULE_IO and a msg naming the directory and the cause. Such
+ * refusals end by themselves once space is freed (or the log recovered,
+ * through a snapshot written in the background); see docs/protocol-notes.md.
  */
 KVP_API int kvp_meta_open(const struct kvp_meta_opts *opts, struct kvp_meta **out);
 
@@ -94,7 +102,8 @@ KVP_API void kvp_meta_close(struct kvp_meta *m);
  * deployment: 1..128 bytes of [A-Za-z0-9._-]; pool: 1..128 bytes, no NUL.
  * The handle stays valid until kvp_meta_close.
  * Returns 0, -EINVAL (bad name; err->rule KVP_RULE_NAMESPACE), -ENOENT (absent
- * and create == 0), -ENOMEM.
+ * and create == 0), -ENOMEM, or a log error when it would create one
+ * (-ENOSPC, -EDQUOT, -EIO, ...: KVP_RULE_IO, see kvp_meta_open).
  */
 KVP_API int kvp_meta_ns(struct kvp_meta *m, const char *deployment, size_t dlen, const char *pool,
                         size_t plen, int create, struct kvp_ns **out, struct kvp_error *err);
@@ -104,7 +113,9 @@ KVP_API int kvp_meta_ns(struct kvp_meta *m, const char *deployment, size_t dlen,
  * Same num_pages again: no change. Different num_pages: the pool is resized
  * when no page is RESERVED or HELD, else -EEXIST (KVP_RULE_RESIZE_HELD,
  * value = old, limit = new).
- * Returns 0, -EINVAL (rank or num_pages out of range), -EEXIST, -ENOMEM.
+ * Returns 0, -EINVAL (rank or num_pages out of range), -EEXIST, -ENOMEM,
+ * -ENOSPC (KVP_RULE_TOO_MANY: the namespace has 65535 ranks), or a log error
+ * (KVP_RULE_IO, see kvp_meta_open).
  */
 KVP_API int kvp_meta_init_rank(struct kvp_ns *ns, uint32_t rank, uint64_t num_pages,
                                struct kvp_error *err);
@@ -117,7 +128,9 @@ KVP_API int kvp_meta_init_rank(struct kvp_ns *ns, uint32_t rank, uint64_t num_pa
  * none is free, made RESERVED (existed[i] = 0); else -1.
  * pages[n] receives the results; existed may be NULL.
  * Returns 0, -ENOENT (rank not initialized: KVP_RULE_RANK_NOT_INIT),
- * -EINVAL (a bad key: KVP_RULE_KEY with its index; nothing changed).
+ * -EINVAL (a bad key: KVP_RULE_KEY with its index; nothing changed), or a log
+ * error (KVP_RULE_IO, see kvp_meta_open: also when the log could not take the
+ * confirmations of the pages it would hand out; nothing changed).
  */
 KVP_API int kvp_meta_allocate(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys, size_t n,
                               int64_t *pages, uint8_t *existed, struct kvp_error *err);
@@ -128,8 +141,8 @@ KVP_API int kvp_meta_allocate(struct kvp_ns *ns, uint32_t rank, const struct kvp
  * for i < n; release holds nrel pages.
  * Returns 0; -ENOENT (rank not initialized); -EINVAL (KVP_RULE_CONFIRM_PAGE or
  * KVP_RULE_RELEASE_PAGE: a page outside [0, num_pages), KVP_RULE_KEY);
- * -EEXIST (KVP_RULE_HELD_BY_OTHER: the page holds another key). On error
- * nothing changed.
+ * -EEXIST (KVP_RULE_HELD_BY_OTHER: the page holds another key), or a log
+ * error (KVP_RULE_IO, see kvp_meta_open). On error nothing changed.
  */
 KVP_API int kvp_meta_confirm(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys,
                              const int64_t *pages, size_t n, const int64_t *release, size_t nrel,
@@ -157,7 +170,8 @@ KVP_API int kvp_meta_lookup(struct kvp_ns *ns, uint32_t rank, int complete_only,
 /*
  * Deletes keys: their pages become FREE. rank < 0: on every rank (vLLM
  * extension); rank >= 0: on that rank only (SGLang). Unknown keys are ignored.
- * Returns 0, -ENOENT (rank >= 0 and not initialized), -EINVAL (bad key).
+ * Returns 0, -ENOENT (rank >= 0 and not initialized), -EINVAL (bad key), or a
+ * log error (KVP_RULE_IO, see kvp_meta_open; nothing changed).
  */
 KVP_API int kvp_meta_delete(struct kvp_ns *ns, int64_t rank, const struct kvp_str *keys, size_t n,
                             struct kvp_error *err);
@@ -165,7 +179,8 @@ KVP_API int kvp_meta_delete(struct kvp_ns *ns, int64_t rank, const struct kvp_st
 /*
  * Clears: rank < 0, every key and reservation of the namespace (ranks stay
  * initialized, all pages FREE); rank >= 0, that rank's pages and its keys.
- * Returns 0, -ENOENT (rank >= 0 and not initialized).
+ * Returns 0, -ENOENT (rank >= 0 and not initialized), -ENOMEM, or a log
+ * error (KVP_RULE_IO, see kvp_meta_open; nothing changed).
  */
 KVP_API int kvp_meta_clear(struct kvp_ns *ns, int64_t rank, struct kvp_error *err);
 

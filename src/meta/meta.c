@@ -814,6 +814,12 @@ KVP_API int kvp_meta_ns(struct kvp_meta *m, const char *deployment, size_t dlen,
     }
     pthread_rwlock_wrlock(&m->ns_lock);
     ns = ns_find_locked(m, h, deployment, dlen, pool, plen);
+    uint64_t room = KVP_JRNL_NS(dlen, plen);
+    int rc;
+    if (!ns && (rc = kvp__jrnl_space(m, room, 0, err)) != 0) {
+        pthread_rwlock_unlock(&m->ns_lock);
+        return rc; /* no room in the log: no namespace */
+    }
     if (!ns) {
         ns = calloc(1, sizeof *ns);
         if (ns) {
@@ -837,6 +843,7 @@ KVP_API int kvp_meta_ns(struct kvp_meta *m, const char *deployment, size_t dlen,
                 kvp__big_free(ns->buckets, MIN_KEY_BUCKETS * sizeof *ns->buckets);
                 free(ns);
             }
+            kvp__jrnl_unspace(m, room);
             pthread_rwlock_unlock(&m->ns_lock);
             set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
             return -ENOMEM;
@@ -846,6 +853,7 @@ KVP_API int kvp_meta_ns(struct kvp_meta *m, const char *deployment, size_t dlen,
         ns->id = (uint32_t)m->ns_count;
         m->ns_by_id[ns->id] = ns;
         kvp__jrnl_ns(m, ns);
+        kvp__jrnl_unspace(m, room);
         pthread_mutex_init(&ns->lock, NULL);
         ns->next = m->ns_buckets[h % NS_BUCKETS];
         m->ns_buckets[h % NS_BUCKETS] = ns;
@@ -970,7 +978,11 @@ KVP_API int kvp_meta_init_rank(struct kvp_ns *ns, uint32_t rank, uint64_t num_pa
     int rc = 0;
     pthread_mutex_lock(&ns->lock);
     struct kvp__rank *r = rank_find(ns, rank);
-    if (!r) {
+    /* Even a repeat that changes nothing: it would acknowledge a rank whose
+     * INIT the log may have failed to write. */
+    if ((rc = kvp__jrnl_reserve(ns, KVP_JRNL_INIT, 0, err)) != 0) {
+        /* no room in the log: nothing changes */
+    } else if (!r) {
         rc = rank_create(ns, rank, (uint32_t)num_pages, &r);
         if (!rc)
             kvp__jrnl_init(ns, rank, (uint32_t)num_pages);
@@ -1068,9 +1080,24 @@ KVP_API int kvp_meta_allocate(struct kvp_ns *ns, uint32_t rank, const struct kvp
         set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
         return -ENOMEM;
     }
+    /* The pages handed out are only worth writing if their confirmations
+     * can be logged: their room must be there too (not held; up to
+     * KVP_JRNL_PROBE_MAX, so that a huge batch writes no zeros for it). */
+    uint64_t confirm_room = 0;
+    for (size_t i = 0; i < n && confirm_room < KVP_JRNL_PROBE_MAX; i++)
+        confirm_room += KVP_JRNL_HOLD(keys[i].len);
+    if (confirm_room > KVP_JRNL_PROBE_MAX)
+        confirm_room = KVP_JRNL_PROBE_MAX;
     pthread_mutex_lock(&ns->lock);
     struct kvp__rank *r;
     if ((rc = rank_lookup_err(ns, rank, &r, err)) != 0)
+        goto out;
+    /* Evictions log a FREE each: one per key that finds no free page, and
+     * at most one per held page (expiry below only adds free pages). */
+    uint64_t evictable = n > r->nfree ? n - r->nfree : 0;
+    if (evictable > r->lru.count)
+        evictable = r->lru.count;
+    if ((rc = kvp__jrnl_reserve(ns, evictable * KVP_JRNL_FREE, confirm_room, err)) != 0)
         goto out;
     uint64_t now = now_ms(ns->meta);
     expire(r, now);
@@ -1201,6 +1228,12 @@ KVP_API int kvp_meta_confirm(struct kvp_ns *ns, uint32_t rank, const struct kvp_
             }
         }
     }
+    /* Room in the log for a HOLD per confirmation, before anything changes. */
+    uint64_t room = 0;
+    for (size_t i = 0; i < n; i++)
+        room += KVP_JRNL_HOLD(keys[i].len);
+    if ((rc = kvp__jrnl_reserve(ns, room, 0, err)) != 0)
+        goto out;
     /* Validation is complete; from here on nothing fails but memory. Allocate
      * every new key entry first so that running out of memory changes nothing. */
     for (size_t i = 0; i < n; i++) {
@@ -1330,6 +1363,18 @@ KVP_API int kvp_meta_delete(struct kvp_ns *ns, int64_t rank, const struct kvp_st
     struct kvp__rank *only = NULL;
     if (rank >= 0 && (rc = rank_lookup_err(ns, (uint32_t)rank, &only, err)) != 0)
         goto out;
+    /* A FREE per page the keys hold on the ranks concerned, counted first
+     * (delete is not a hot route; a bound by n could be far too much). */
+    uint64_t frees = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct kvp__key *e = key_find(ns, &keys[i]);
+        if (e && only)
+            frees += only->slot < e->cap && e->pages[only->slot] != KVP_NONE;
+        else if (e)
+            frees += e->nheld;
+    }
+    if ((rc = kvp__jrnl_reserve(ns, frees * KVP_JRNL_FREE, 0, err)) != 0)
+        goto out;
     for (size_t i = 0; i < n; i++) {
         struct kvp__key *e = key_find(ns, &keys[i]);
         if (!e)
@@ -1361,12 +1406,13 @@ KVP_API int kvp_meta_clear(struct kvp_ns *ns, int64_t rank, struct kvp_error *er
     pthread_mutex_lock(&ns->lock);
     if (rank >= 0) {
         struct kvp__rank *r;
-        if ((rc = rank_lookup_err(ns, (uint32_t)rank, &r, err)) == 0) {
+        if ((rc = rank_lookup_err(ns, (uint32_t)rank, &r, err)) == 0 &&
+            (rc = kvp__jrnl_reserve(ns, KVP_JRNL_CLEAR, 0, err)) == 0) {
             kvp__jrnl_clear(ns, rank);
             if ((rc = rank_clear(ns, r)) != 0)
                 set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
         }
-    } else {
+    } else if ((rc = kvp__jrnl_reserve(ns, KVP_JRNL_CLEAR, 0, err)) == 0) {
         struct kvp__page **fresh = calloc(ns->nranks ? ns->nranks : 1, sizeof *fresh);
         for (uint32_t i = 0; fresh && i < ns->nranks; i++)
             if (!(fresh[i] = pages_alloc(ns->slots[i]->num_pages)))

@@ -109,6 +109,9 @@ struct kvp_ns {
      * that makes the latest freeing durable (guarded by lock). */
     int jfreed;
     uint64_t free_lsn;
+    /* Log room reserved by the operation in progress (kvp__jrnl_reserve),
+     * given back at kvp__jrnl_commit (guarded by lock). */
+    uint64_t jres;
 };
 
 struct kvp_meta {
@@ -136,6 +139,30 @@ void kvp__jrnl_free(struct kvp_ns *ns, uint32_t rank, uint32_t page);
 void kvp__jrnl_clear(struct kvp_ns *ns, int64_t rank);
 /* Appends the records staged by the calls above; before the lock is released. */
 void kvp__jrnl_commit(struct kvp_ns *ns);
+/*
+ * Log space for an operation's records, taken before it changes anything
+ * (protocol-notes: a full disk): the log's file space for keep more bytes
+ * (the most its records can take) is made certain and held until
+ * kvp__jrnl_commit; probe more bytes must fit as well but are not held
+ * (allocate: the confirmations it lets clients make). 0, or a negative errno
+ * with err (KVP_RULE_IO, msg naming the directory and the cause): -ENOSPC or
+ * -EDQUOT when there is no space, another when the log cannot be written;
+ * the caller then changes nothing. No-ops without persistence.
+ */
+int kvp__jrnl_reserve(struct kvp_ns *ns, uint64_t keep, uint64_t probe, struct kvp_error *err);
+/* The same for a change outside a namespace lock (namespace creation);
+ * kvp__jrnl_unspace gives the room back after the append. */
+int kvp__jrnl_space(struct kvp_meta *m, uint64_t keep, uint64_t probe, struct kvp_error *err);
+void kvp__jrnl_unspace(struct kvp_meta *m, uint64_t bytes);
+/* Upper bounds of the log bytes (header included) of each record type. */
+#define KVP_JRNL_HDR 12u /* KVP_WAL_HDR */
+#define KVP_JRNL_NS(dl, pl) (KVP_JRNL_HDR + 7u + (uint64_t)(dl) + (uint64_t)(pl))
+#define KVP_JRNL_INIT (KVP_JRNL_HDR + 13u)
+#define KVP_JRNL_HOLD(klen) (KVP_JRNL_HDR + 15u + (uint64_t)(klen))
+#define KVP_JRNL_FREE (KVP_JRNL_HDR + 13u)
+#define KVP_JRNL_CLEAR (KVP_JRNL_HDR + 9u)
+/* The most an allocate probes for the confirmations it enables. */
+#define KVP_JRNL_PROBE_MAX ((uint64_t)256 << 10)
 /* The operation hands out a FREE page: its reply waits until the newest
  * freeing of the namespace is durable (with the lock held). */
 void kvp__jrnl_reuse(struct kvp_ns *ns);

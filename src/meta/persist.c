@@ -57,6 +57,7 @@ struct kvp__persist {
     int thread_started;
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    pthread_mutex_t snap_mu; /* one snapshot at a time (the thread, kvp__meta_snapshot_now) */
     int stop;
     /* Guarded by mu: written by whichever thread took the snapshot (the
      * snapshot thread, or one calling kvp__meta_snapshot_now), read by the
@@ -221,7 +222,8 @@ static void stage(struct kvp_ns *ns, const struct enc *e)
 void kvp__jrnl_commit(struct kvp_ns *ns)
 {
     if (ns->jlen) {
-        kvp__wal_append_framed(ns->meta->persist->wal, ns->jbuf, ns->jlen);
+        kvp__wal_append_framed(ns->meta->persist->wal, ns->jbuf, ns->jlen, ns->jres);
+        ns->jres = 0;
         ns->jlen = 0;
         if (ns->jcap > (1u << 20)) { /* one huge request does not pin its buffer */
             free(ns->jbuf);
@@ -233,6 +235,47 @@ void kvp__jrnl_commit(struct kvp_ns *ns)
         ns->free_lsn = kvp__wal_thread_lsn();
         ns->jfreed = 0;
     }
+    if (ns->jres) { /* appended: the room held for it is used or free again */
+        kvp__wal_release(ns->meta->persist->wal, ns->jres);
+        ns->jres = 0;
+    }
+}
+
+void kvp__meta_log_why(struct kvp_meta *m, int rc, char *buf, size_t len)
+{
+    snprintf(buf, len, "cannot write the log in %s: %s", m->opts.data_dir ? m->opts.data_dir : "",
+             kvp_strerror(rc));
+}
+
+int kvp__jrnl_space(struct kvp_meta *m, uint64_t keep, uint64_t probe, struct kvp_error *err)
+{
+    struct kvp__wal *w = jwal(m);
+    if (!w || m->opts.readonly)
+        return 0;
+    int rc = kvp__wal_reserve(w, keep, probe);
+    if (rc && err) {
+        memset(err, 0, sizeof *err);
+        err->code = rc;
+        err->rule = KVP_RULE_IO;
+        err->index = -1;
+        kvp__meta_log_why(m, rc, err->msg, sizeof err->msg);
+    }
+    return rc;
+}
+
+void kvp__jrnl_unspace(struct kvp_meta *m, uint64_t bytes)
+{
+    struct kvp__wal *w = jwal(m);
+    if (w && !m->opts.readonly)
+        kvp__wal_release(w, bytes);
+}
+
+int kvp__jrnl_reserve(struct kvp_ns *ns, uint64_t keep, uint64_t probe, struct kvp_error *err)
+{
+    int rc = kvp__jrnl_space(ns->meta, keep, probe, err);
+    if (!rc && jwal(ns->meta) && !ns->meta->opts.readonly)
+        ns->jres += keep;
+    return rc;
 }
 
 void kvp__jrnl_reuse(struct kvp_ns *ns)
@@ -629,41 +672,85 @@ static void log_unreadable(struct kvp_meta *m, uint64_t lsn, int rc)
  */
 static void append_catalog(struct kvp_meta *m)
 {
+    uint64_t bytes = 0;
+    for (struct kvp_ns *ns = m->ns_first; ns; ns = ns->next_all)
+        bytes += KVP_JRNL_NS(strlen(ns->deployment), strlen(ns->pool)) +
+                 (uint64_t)ns->nranks * KVP_JRNL_INIT;
+    if (!bytes)
+        return;
+    if (kvp__jrnl_space(m, bytes, 0, NULL) != 0) {
+        plog(m, 1, "no room in the log for the catalog of namespaces and ranks; it is left out "
+                   "of this segment (the snapshot has it)");
+        return;
+    }
     for (struct kvp_ns *ns = m->ns_first; ns; ns = ns->next_all) {
         kvp__jrnl_ns(m, ns);
         for (uint32_t s = 0; s < ns->nranks; s++)
             kvp__jrnl_init(ns, ns->slots[s]->id, ns->slots[s]->num_pages);
         kvp__jrnl_commit(ns);
     }
+    kvp__jrnl_unspace(m, bytes);
 }
 
 /* Exit statuses of the snapshot child other than 0 (written, fsynced, renamed
  * and read back whole). */
 enum { SNAP_CHILD_WRITE_FAILED = 1, SNAP_CHILD_UNREADABLE = 2 };
 
-/* Takes a snapshot in a forked child. Returns 0 or a negative errno. */
+/*
+ * After the log failed (records not written): the snapshot at lsn covers
+ * every change, so the log starts again after it. Caller holds every lock.
+ */
+static int resume_log(struct kvp_meta *m, uint64_t lsn)
+{
+    int rc = kvp__wal_resume(m->persist->wal, lsn);
+    if (rc)
+        plog(m, 0, "snapshot at %" PRIu64 " written, but the log cannot start again: %s; writes "
+                   "stay refused, retrying",
+             lsn, strerror(-rc));
+    else
+        append_catalog(m);
+    return rc;
+}
+
+/*
+ * Takes a snapshot in a forked child. Returns 0 or a negative errno. After a
+ * failure of the log it is also the way back: the snapshot covers every
+ * change (acknowledged or not), and the log starts again after it.
+ */
+static int snapshot_fork_locked(struct kvp_meta *m);
 static int snapshot_fork(struct kvp_meta *m)
+{
+    pthread_mutex_lock(&m->persist->snap_mu);
+    int rc = snapshot_fork_locked(m);
+    pthread_mutex_unlock(&m->persist->snap_mu);
+    return rc;
+}
+
+static int snapshot_fork_locked(struct kvp_meta *m)
 {
     struct kvp__persist *p = m->persist;
     const char *dir = kvp__wal_dir(p->wal);
     uint64_t t0 = kvp__mono_ms();
     lock_all(m);
     uint64_t lsn = kvp__wal_appended(p->wal);
+    int failed = 0;
+    kvp__wal_status(p->wal, &failed, NULL);
     pthread_mutex_lock(&p->mu);
     uint64_t last = p->last_snap;
     pthread_mutex_unlock(&p->mu);
     if (lsn == last) {
+        int rc = failed ? resume_log(m, lsn) : 0; /* that snapshot covers it all */
         unlock_all(m);
-        return 0;
+        return rc;
     }
-    int rc = kvp__wal_rotate(p->wal, lsn);
+    int rc = failed ? 0 : kvp__wal_rotate(p->wal, lsn);
     if (rc) {
         unlock_all(m);
         plog(m, 0, "snapshot: cannot rotate the log: %s", strerror(-rc));
         return rc;
     }
     pid_t pid = fork();
-    if (pid > 0)
+    if (pid > 0 && !failed)
         append_catalog(m); /* after the fork: the child's image must not include it */
     if (pid == 0) {
         /* The snapshot can wait; requests cannot: use only idle CPU. */
@@ -672,8 +759,10 @@ static int snapshot_fork(struct kvp_meta *m)
             (void)0; /* a lower priority is an optimization only */
         int fd = kvp__wal_snap_create(dir, lsn);
         int crc = fd < 0 ? fd : write_snapshot(m, fd, lsn, 1);
-        if (fd >= 0)
-            crc = crc ? crc : kvp__wal_snap_commit(dir, lsn, fd);
+        if (fd >= 0 && crc)
+            kvp__wal_snap_abort(dir, lsn, fd); /* a full disk gets its space back */
+        else if (fd >= 0)
+            crc = kvp__wal_snap_commit(dir, lsn, fd);
         /* The read-back too: at idle priority here, where in the server it
          * took a core for a third of a second per 170 MB of snapshot. */
         uint64_t bytes;
@@ -697,21 +786,31 @@ static int snapshot_fork(struct kvp_meta *m)
     uint64_t bytes;
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
         kvp__wal_snap_size(p->wal, lsn, &bytes) != 0) {
-        plog(m, 0, "snapshot at %" PRIu64 " failed (child status %d); the log is kept", lsn,
-             status);
+        plog(m, 0, "snapshot at %" PRIu64 " failed (child status %d); the log is kept%s", lsn,
+             status, failed ? "; writes stay refused, retrying" : ", retrying later");
         return -EIO;
+    }
+    if (failed) {
+        lock_all(m);
+        rc = resume_log(m, lsn);
+        unlock_all(m);
     }
     adopt_snapshot(m, lsn, bytes);
     plog(m, 2, "snapshot at log position %" PRIu64 " written (requests paused %" PRIu64 " ms)",
          lsn, paused);
-    return 0;
+    return rc;
 }
+
+/* Waits between tries after a failed snapshot or while writes are refused. */
+#define RETRY_MS 1000u
+#define RETRY_MAX_MS 10000u
 
 static void *snap_main(void *arg)
 {
     pthread_setname_np(pthread_self(), "kvp-snapshot"); /* for top and perf */
     struct kvp_meta *m = arg;
     struct kvp__persist *p = m->persist;
+    uint64_t next_try = 0, backoff = RETRY_MS;
     pthread_mutex_lock(&p->mu);
     while (!p->stop) {
         struct timespec ts;
@@ -724,17 +823,42 @@ static void *snap_main(void *arg)
         pthread_cond_timedwait(&p->cv, &p->mu, &ts);
         if (p->stop)
             break;
+        uint64_t now = kvp__mono_ms();
+        if (now < next_try)
+            continue;
+        int failed = 0;
+        int refused = kvp__wal_status(p->wal, &failed, NULL);
+        if (!refused && now >= next_try + RETRY_MAX_MS)
+            backoff = RETRY_MS; /* well for a while: the next trouble is tried at once */
+        if (refused && !failed) {
+            /* No room for the log: a write that comes retries too, this
+             * brings /healthz back without one. */
+            pthread_mutex_unlock(&p->mu);
+            kvp__wal_retry(p->wal);
+            pthread_mutex_lock(&p->mu);
+            next_try = now + RETRY_MS;
+            continue;
+        }
         /* The log may grow to the snapshot's size (or snapshot_bytes, if
-         * larger) before the next one: disk use stays under twice the state. */
+         * larger) before the next one: disk use stays under twice the state.
+         * A failed log needs one now. */
         uint64_t appended = kvp__wal_appended(p->wal);
         uint64_t limit = m->opts.snapshot_bytes > p->last_snap_size ? m->opts.snapshot_bytes
                                                                     : p->last_snap_size;
-        if (appended - p->last_snap < limit)
+        if (!failed && appended - p->last_snap < limit)
             continue;
         pthread_mutex_unlock(&p->mu);
-        int failed = snapshot_fork(m) != 0;
+        int rc = snapshot_fork(m);
         pthread_mutex_lock(&p->mu);
-        p->snapshot_failures += failed;
+        /* After a recovery too: a disk that fails again at once must not
+         * get a whole snapshot every 0.2 s. */
+        if (rc != 0 || failed) {
+            p->snapshot_failures += rc != 0;
+            next_try = kvp__mono_ms() + backoff;
+            backoff = backoff * 2 < RETRY_MAX_MS ? backoff * 2 : RETRY_MAX_MS;
+        } else {
+            backoff = RETRY_MS;
+        }
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
@@ -838,6 +962,7 @@ int kvp__persist_open(struct kvp_meta *m)
     if (!p)
         return -ENOMEM;
     pthread_mutex_init(&p->mu, NULL);
+    pthread_mutex_init(&p->snap_mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     if (!m->opts.snapshot_bytes)
         m->opts.snapshot_bytes = 64u << 20;
@@ -918,22 +1043,29 @@ void kvp__persist_close(struct kvp_meta *m)
         uint64_t lsn = kvp__wal_appended(p->wal);
         if (lsn != p->last_snap) {
             const char *dir = kvp__wal_dir(p->wal);
-            int rc = kvp__wal_rotate(p->wal, lsn);
+            /* After a failure of the log this snapshot is what keeps the
+             * changes since (none of them acknowledged). */
+            int failed = 0;
+            kvp__wal_status(p->wal, &failed, NULL);
+            int rc = failed ? 0 : kvp__wal_rotate(p->wal, lsn);
             int fd = rc ? rc : kvp__wal_snap_create(dir, lsn);
             rc = fd < 0 ? fd : write_snapshot(m, fd, lsn, 0);
-            if (fd >= 0)
-                rc = rc ? rc : kvp__wal_snap_commit(dir, lsn, fd);
+            if (fd >= 0 && rc)
+                kvp__wal_snap_abort(dir, lsn, fd);
+            else if (fd >= 0)
+                rc = kvp__wal_snap_commit(dir, lsn, fd);
             uint64_t bytes;
             if (rc)
                 plog(m, 0, "final snapshot failed: %s (the log is kept)", strerror(-rc));
             else if ((rc = check_snapshot(p->wal, lsn, &bytes)) != 0)
                 log_unreadable(m, lsn, rc);
-            else
+            else if (!failed || kvp__wal_resume(p->wal, lsn) == 0)
                 adopt_snapshot(m, lsn, bytes);
         }
     }
     kvp__wal_close(p->wal);
     pthread_mutex_destroy(&p->mu);
+    pthread_mutex_destroy(&p->snap_mu);
     pthread_cond_destroy(&p->cv);
     free(p);
     m->persist = NULL;
@@ -979,7 +1111,18 @@ int kvp__meta_persist_stats(struct kvp_meta *m, struct kvp__persist_stats *st)
     st->snapshot_failures = m->persist->snapshot_failures;
     st->last_snapshot = m->persist->last_snap;
     pthread_mutex_unlock(&m->persist->mu);
+    st->refused = kvp__wal_status(m->persist->wal, &st->failed, &st->refusals);
     return 0;
+}
+
+int kvp__meta_log_status(struct kvp_meta *m, char *why, size_t len)
+{
+    if (!m->persist || m->opts.readonly)
+        return 0;
+    int rc = kvp__wal_status(m->persist->wal, NULL, NULL);
+    if (rc)
+        kvp__meta_log_why(m, rc, why, len);
+    return rc;
 }
 
 int kvp__meta_snapshot_now(struct kvp_meta *m)

@@ -117,6 +117,26 @@ struct kvp_buf *kvp__reply_json(struct kvp_ctx *c)
     return &c->rep->body;
 }
 
+int kvp__log_error_status(int rc)
+{
+    return rc == -ENOSPC || rc == -EDQUOT ? 507 : 503;
+}
+
+void kvp__reply_log_error(struct kvp_reply *rep, int rc, const char *why, int applied)
+{
+    struct kvp_ctx c = {.rep = rep};
+    int status = kvp__log_error_status(rc);
+    const char *what = status == 507 ? "Insufficient storage" : "Service unavailable";
+    const char *until = status == 507 ? "space is freed" : "the log recovers";
+    if (applied)
+        kvp__reply_error(&c, status,
+                         "%s: %s; the change is made but not acknowledged: it is durable once the "
+                         "log recovers, and retrying it is safe; writes are refused until %s",
+                         what, why, until);
+    else
+        kvp__reply_error(&c, status, "%s: %s; writes are refused until %s", what, why, until);
+}
+
 void kvp__reply_internal(struct kvp_ctx *c, int rc, const char *what)
 {
     if (rc == -ENOMEM) {
@@ -369,6 +389,8 @@ void kvp__confirm_error(struct kvp_ctx *c, int rc, const struct kvp_error *err, 
                          (long long)err->value, rank);
     } else if (rc == -EINVAL) {
         kvp__reply_error(c, 400, "Confirmation failed: %s", err->msg);
+    } else if (err->rule == KVP_RULE_IO) {
+        kvp__reply_log_error(c->rep, rc, err->msg, 0);
     } else {
         kvp__reply_internal(c, rc, "confirm");
     }
@@ -387,6 +409,8 @@ void kvp__meta_error(struct kvp_ctx *c, int rc, const struct kvp_error *err, con
         kvp__reply_error(c, 400, "Invalid request: %s", err->msg[0] ? err->msg : "invalid argument");
     } else if (rc == -EEXIST) {
         kvp__reply_error(c, 409, "Conflict: %s", err->msg[0] ? err->msg : "conflict");
+    } else if (err->rule == KVP_RULE_IO) {
+        kvp__reply_log_error(c->rep, rc, err->msg, 0);
     } else {
         kvp__reply_internal(c, rc, "metadata");
     }
@@ -400,6 +424,8 @@ int kvp__find_ns(struct kvp_ctx *c, const char *pool, size_t plen, int create, s
         return rc;
     if (rc == -EINVAL)
         kvp__reply_error(c, 400, "Invalid namespace");
+    else if (err.rule == KVP_RULE_IO)
+        kvp__reply_log_error(c->rep, rc, err.msg, 0);
     else
         kvp__reply_internal(c, rc, "namespace");
     return rc;

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -205,6 +206,29 @@ static void prom_requests(struct kvp_server *srv, struct kvp_buf *b)
         }
 }
 
+/* "" for 0, else the errno's symbol (ENOSPC, EIO, ...) or its number. */
+static const char *errno_name(int rc)
+{
+    static _Thread_local char num[16];
+    switch (-rc) {
+    case 0:
+        return "";
+    case ENOSPC:
+        return "ENOSPC";
+    case EDQUOT:
+        return "EDQUOT";
+    case EIO:
+        return "EIO";
+    case ENOMEM:
+        return "ENOMEM";
+    case EROFS:
+        return "EROFS";
+    default:
+        snprintf(num, sizeof num, "%d", -rc);
+        return num;
+    }
+}
+
 static void prom_wal(struct kvp_server *srv, struct kvp_buf *b)
 {
     struct kvp__persist_stats ps;
@@ -223,11 +247,19 @@ static void prom_wal(struct kvp_server *srv, struct kvp_buf *b)
                     "# HELP kvpage_snapshots_total Snapshots written.\n"
                     "# TYPE kvpage_snapshots_total counter\nkvpage_snapshots_total %llu\n"
                     "# HELP kvpage_snapshot_failures_total Snapshots that failed.\n"
-                    "# TYPE kvpage_snapshot_failures_total counter\nkvpage_snapshot_failures_total %llu\n",
+                    "# TYPE kvpage_snapshot_failures_total counter\nkvpage_snapshot_failures_total %llu\n"
+                    "# HELP kvpage_wal_writable 1 while the log takes changes; 0 while they are "
+                    "refused (errno: why).\n"
+                    "# TYPE kvpage_wal_writable gauge\nkvpage_wal_writable{errno=\"%s\"} %d\n"
+                    "# HELP kvpage_wal_refused_writes_total Changes refused because the log could "
+                    "not take them.\n"
+                    "# TYPE kvpage_wal_refused_writes_total counter\n"
+                    "kvpage_wal_refused_writes_total %llu\n",
                     (unsigned long long)ps.wal_bytes, (unsigned long long)ps.appended,
                     (unsigned long long)ps.fsyncs, (unsigned long long)(ps.fsync_ns / 1000000000u),
                     (unsigned long long)(ps.fsync_ns % 1000000000u), (unsigned long long)ps.snapshots,
-                    (unsigned long long)ps.snapshot_failures);
+                    (unsigned long long)ps.snapshot_failures, errno_name(ps.refused), !ps.refused,
+                    (unsigned long long)ps.refusals);
 }
 
 static uint64_t ld(atomic_uint_fast64_t *v)
@@ -370,11 +402,14 @@ int kvp__metrics_stats_json(struct kvp_server *srv, struct kvp_buf *b)
         kvp__buf_printf(b,
                         ", \"wal\": {\"bytes\": %llu, \"appended\": %llu, \"fsyncs\": %llu, "
                         "\"fsync_seconds\": %llu.%09llu, \"snapshots\": %llu, "
-                        "\"snapshot_failures\": %llu}",
+                        "\"snapshot_failures\": %llu, \"writable\": %s, \"errno\": \"%s\", "
+                        "\"refused_writes\": %llu}",
                         (unsigned long long)ps.wal_bytes, (unsigned long long)ps.appended,
                         (unsigned long long)ps.fsyncs, (unsigned long long)(ps.fsync_ns / 1000000000u),
                         (unsigned long long)(ps.fsync_ns % 1000000000u),
-                        (unsigned long long)ps.snapshots, (unsigned long long)ps.snapshot_failures);
+                        (unsigned long long)ps.snapshots, (unsigned long long)ps.snapshot_failures,
+                        ps.refused ? "false" : "true", errno_name(ps.refused),
+                        (unsigned long long)ps.refusals);
     kvp__jw_lit(b, "}");
     return b->oom ? -ENOMEM : 0;
 }

@@ -1,4 +1,7 @@
 /* Native routes (protocol.md §4): GET /healthz, /metrics, /v1/stats. */
+#include <string.h>
+
+#include "meta/persist.h"
 #include "server/server.h"
 
 void kvp__native_handle(struct kvp_ctx *c, int route)
@@ -6,12 +9,21 @@ void kvp__native_handle(struct kvp_ctx *c, int route)
     struct kvp_reply *r = c->rep;
     int rc = 0;
     switch (route) {
-    case KVP_ROUTE_HEALTHZ:
+    case KVP_ROUTE_HEALTHZ: {
+        /* 200 either way: a liveness probe must not restart a server that
+         * serves reads and resumes writes by itself (protocol-notes). */
+        char why[256];
         r->status = 200;
         r->content_type = "text/plain; charset=utf-8";
         kvp__buf_reset(&r->body);
-        kvp__jw_lit(&r->body, "ok");
+        if (kvp__meta_log_status(c->srv->meta, why, sizeof why) != 0) {
+            kvp__jw_lit(&r->body, "degraded: writes refused: ");
+            kvp__buf_put(&r->body, why, strlen(why));
+        } else {
+            kvp__jw_lit(&r->body, "ok");
+        }
         return;
+    }
     case KVP_ROUTE_METRICS:
         r->status = 200;
         r->content_type = "text/plain; version=0.0.4; charset=utf-8";

@@ -556,13 +556,15 @@ static void on_durable(void *arg, int status)
     atomic_fetch_sub(&g_pending, 1);
 }
 
-static enum MHD_Result durable_reply(struct MHD_Connection *mc, struct conn *cn)
+static enum MHD_Result durable_reply(struct serve *S, struct MHD_Connection *mc, struct conn *cn)
 {
     cn->waiting = 0;
     if (cn->durable_rc) {
-        KVP_LOGE("write-ahead log failed (%s): a change is not acknowledged",
-                 kvp_strerror(cn->durable_rc));
-        kvp__reply_failure(&cn->rep, cn->durable_rc, "write-ahead log");
+        /* Applied in memory, not durable: 507 / 503, not 500. The log said
+         * once that writes are refused; no line per request. */
+        char why[sizeof ((struct kvp_error *)0)->msg];
+        kvp__meta_log_why(S->meta, cn->durable_rc, why, sizeof why);
+        kvp__reply_log_error(&cn->rep, cn->durable_rc, why, 1);
     }
     return queue_reply(mc, &cn->rep);
 }
@@ -580,7 +582,7 @@ static uint64_t handle(struct serve *S, struct conn *cn)
     if (cn->in.cap > KEEP_BUFFER_MAX)
         kvp__buf_free(&cn->in);
     body_release(S, cn);
-    if (rep->status >= 500)
+    if (rep->status >= 500 && rep->status != 503 && rep->status != 507) /* said once, not per request */
         KVP_LOGE("%s %.*s -> %d %.*s", cn->req.method, (int)cn->req.path_len, cn->req.path,
                  rep->status, (int)rep->body.len, rep->body.p ? rep->body.p : "");
     else
@@ -676,12 +678,12 @@ static enum MHD_Result respond(struct serve *S, struct MHD_Connection *mc, struc
         /* always / never: this thread writes (and syncs) the records itself;
          * parking the reply would only add a suspend and a resume. */
         cn->durable_rc = kvp__meta_wait_durable(S->meta, lsn);
-        return durable_reply(mc, cn);
+        return durable_reply(S, mc, cn);
     }
     if (lsn) {
         if (!announce_pending()) {
             cn->durable_rc = kvp__meta_wait_durable(S->meta, lsn);
-            return durable_reply(mc, cn);
+            return durable_reply(S, mc, cn);
         }
         /* Suspend first, so that a callback running at once finds the
          * connection suspended; MHD calls us again after the resume. */
@@ -711,7 +713,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     if (cn && cn->waiting) {
         if (!atomic_load(&cn->durable))
             return MHD_YES; /* not ours to answer yet */
-        return durable_reply(mc, cn);
+        return durable_reply(S, mc, cn);
     }
     if (!cn) {
         /* First call of a request: headers only. */

@@ -146,6 +146,12 @@ struct kvp_reply {
 void kvp__reply_init(struct kvp_reply *rep);
 /* Replaces the reply by 500 "Internal error: <what>: <strerror(rc)>". */
 void kvp__reply_failure(struct kvp_reply *rep, int rc, const char *what);
+/* The status for a change the log cannot take: 507 for -ENOSPC / -EDQUOT,
+ * else 503 (protocol-notes: a full or failing disk). */
+int kvp__log_error_status(int rc);
+/* Replaces the reply by that status with why ("cannot write the log in DIR:
+ * <cause>"); applied: the change was made in memory but is not durable. */
+void kvp__reply_log_error(struct kvp_reply *rep, int rc, const char *why, int applied);
 void kvp__reply_free(struct kvp_reply *rep);
 
 /* Handles one request. Never fails: every outcome is a reply. */
@@ -246,7 +252,8 @@ int kvp__parse_confirm(struct kvp_ctx *c, json_t *conf, const char *field, size_
 void kvp__confirm_error(struct kvp_ctx *c, int rc, const struct kvp_error *err, const char *field,
                         uint32_t rank);
 /* Maps any other meta error (not -ENOENT): -EINVAL → 400 (key rule messages
- * name field), -EEXIST → 409, else 500. */
+ * name field), -EEXIST → 409, KVP_RULE_IO (the log cannot take the change)
+ * → 507 / 503, else 500. */
 void kvp__meta_error(struct kvp_ctx *c, int rc, const struct kvp_error *err, const char *field);
 /* Writes head, then v[0..n) as JSON bools or p[0..n) as page-or-null, then "]}". */
 void kvp__write_bools(struct kvp_buf *b, const char *head, const uint8_t *v, size_t n);

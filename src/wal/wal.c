@@ -34,6 +34,16 @@
  * persist.c, 7-16% more pairs/s in four interleaved runs).
  */
 #define ZERO_AHEAD ((uint64_t)1 << 20)
+/*
+ * The zeros are also the log's reserved space: a change is applied in memory
+ * only once the bytes its records can take are zeros already written ahead
+ * of the tail (kvp__wal_reserve), so that running out of space refuses the
+ * change instead of losing it. The flusher keeps this much room ahead of
+ * what is appended and reserved, so that a request rarely writes zeros.
+ */
+#define ROOM_LOW (ZERO_AHEAD / 2)
+/* A segment that cannot be started (no space) is retried this often. */
+#define ROTATE_RETRY_NS (1000000000ull)
 
 struct waiter {
     uint64_t lsn;
@@ -52,7 +62,16 @@ struct kvp__wal {
     uint8_t *buf, *spare;
     size_t len, cap, spare_cap;
     uint64_t appended, durable;
-    int failed, stop, started;
+    /* room: LSN up to which the segment's file space is written (zeros
+     * ahead of the records); reserved: bytes promised to operations that
+     * have not appended yet. appended + reserved <= room for reserved
+     * operations. */
+    uint64_t room, reserved;
+    /* failed: records were lost (write or fsync error): negative errno until
+     * kvp__wal_resume. refused: the last reservation could not get room:
+     * negative errno until one does. */
+    int failed, refused, stop, started;
+    uint64_t refusals;
     pthread_t flusher;
     struct waiter *waiters;
     size_t nwait, capwait;
@@ -62,6 +81,7 @@ struct kvp__wal {
     uint64_t seg_start, seg_bytes, old_bytes;
     uint64_t seg_size; /* the file's size: seg_bytes of records, then zeros */
     uint64_t fsyncs, fsync_ns;
+    uint64_t rotate_retry; /* mono ns before which a failed rotation is not retried */
 };
 
 static _Thread_local uint64_t tl_lsn;
@@ -121,23 +141,37 @@ static int pwrite_all(int fd, const uint8_t *p, size_t n, uint64_t off)
     return 0;
 }
 
-/* Writes zeros from the file's end up to a ZERO_AHEAD multiple past `need`. */
-static int zero_ahead(struct kvp__wal *w, uint64_t need)
+/*
+ * Writes zeros from offset *size (the file's end) up to a ZERO_AHEAD multiple
+ * past `need`. *size follows what was written, also when it fails half-way
+ * (the zeros written are room all the same).
+ */
+static int zero_fill(int fd, uint64_t *size, uint64_t need)
 {
     static const uint8_t zeros[64 << 10];
     uint64_t to = (need + ZERO_AHEAD) & ~(ZERO_AHEAD - 1);
-    if (to > SEGMENT_MAX && need <= SEGMENT_MAX)
-        to = SEGMENT_MAX; /* the segment ends there */
-    uint64_t at = w->seg_size > need ? w->seg_size : need;
-    while (at < to) {
-        size_t n = to - at < sizeof zeros ? (size_t)(to - at) : sizeof zeros;
-        int rc = pwrite_all(w->seg_fd, zeros, n, at);
-        if (rc)
-            return rc;
-        at += n;
+    while (*size < to) {
+        size_t n = to - *size < sizeof zeros ? (size_t)(to - *size) : sizeof zeros;
+        ssize_t r = pwrite(fd, zeros, n, (off_t)*size);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return r < 0 ? -errno : -EIO;
+        *size += (uint64_t)r;
     }
-    w->seg_size = at;
     return 0;
+}
+
+/* The current segment's zeros reach past `need`; updates room (w->io held). */
+static int zero_ahead(struct kvp__wal *w, uint64_t need)
+{
+    if (w->seg_size < w->seg_bytes)
+        w->seg_size = w->seg_bytes;
+    int rc = zero_fill(w->seg_fd, &w->seg_size, need);
+    pthread_mutex_lock(&w->mu);
+    w->room = w->seg_start + w->seg_size;
+    pthread_mutex_unlock(&w->mu);
+    return rc;
 }
 
 static int all_zero(const uint8_t *p, size_t n)
@@ -145,26 +179,60 @@ static int all_zero(const uint8_t *p, size_t n)
     return n == 0 || (p[0] == 0 && memcmp(p, p + 1, n - 1) == 0);
 }
 
-static int open_segment(struct kvp__wal *w, uint64_t lsn)
+static void log_refused(struct kvp__wal *w, int was, int now);
+
+/*
+ * Starts the segment at lsn (w->io held), with zeros ahead for everything
+ * already promised against the current segment's room plus a margin; only
+ * then is the current segment closed, its unused zeros cut off. On failure
+ * the current segment stays (short != 0, at start: the new one is kept with
+ * what room it got).
+ */
+static int open_segment(struct kvp__wal *w, uint64_t lsn, int short_ok)
 {
+    if (w->seg_fd >= 0 && w->seg_start == lsn)
+        return 0; /* nothing was appended since it began */
     char name[64];
     snprintf(name, sizeof name, "wal-%016" PRIx64 ".log", lsn);
     int fd = openat(w->dirfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return -errno;
-    if (w->mode != KVP_FSYNC_NEVER && fsync(w->dirfd) != 0) {
-        int e = -errno;
+    pthread_mutex_lock(&w->mu);
+    uint64_t promised = w->room > lsn ? w->room - lsn : 0;
+    if (w->appended + w->reserved > lsn + promised)
+        promised = w->appended + w->reserved - lsn;
+    pthread_mutex_unlock(&w->mu);
+    uint64_t size = 0;
+    int rc = zero_fill(fd, &size, promised + ROOM_LOW), short_rc = 0;
+    if (rc && short_ok && size >= promised) {
+        short_rc = rc; /* starting on a full disk: writes are refused from the start */
+        rc = 0;
+    }
+    if (!rc && w->mode != KVP_FSYNC_NEVER && fsync(w->dirfd) != 0)
+        rc = -errno;
+    if (rc) {
         close(fd);
-        return e;
+        unlinkat(w->dirfd, name, 0);
+        return rc;
     }
     if (w->seg_fd >= 0) {
+        if (w->seg_size > w->seg_bytes) /* give the zeros' space back */
+            (void)!ftruncate(w->seg_fd, (off_t)w->seg_bytes);
         close(w->seg_fd);
         w->old_bytes += w->seg_bytes;
     }
     w->seg_fd = fd;
     w->seg_start = lsn;
     w->seg_bytes = 0;
-    w->seg_size = 0;
+    w->seg_size = size;
+    pthread_mutex_lock(&w->mu);
+    w->room = lsn + size;
+    int was = w->refused;
+    if (short_rc && !was)
+        w->refused = short_rc;
+    pthread_mutex_unlock(&w->mu);
+    if (short_rc && !was)
+        log_refused(w, 0, short_rc);
     return 0;
 }
 
@@ -476,7 +544,7 @@ static void *flusher_main(void *arg);
 int kvp__wal_start(struct kvp__wal *w, uint64_t lsn)
 {
     pthread_mutex_lock(&w->io);
-    int rc = open_segment(w, lsn);
+    int rc = open_segment(w, lsn, 1); /* on a full disk: start, refusing writes */
     pthread_mutex_unlock(&w->io);
     if (rc)
         return rc;
@@ -548,9 +616,11 @@ uint64_t kvp__wal_append(struct kvp__wal *w, const void *payload, uint32_t len)
     return appended_locked(w, KVP_WAL_HDR + len);
 }
 
-uint64_t kvp__wal_append_framed(struct kvp__wal *w, const uint8_t *framed, size_t len)
+uint64_t kvp__wal_append_framed(struct kvp__wal *w, const uint8_t *framed, size_t len,
+                                uint64_t release)
 {
     pthread_mutex_lock(&w->mu);
+    w->reserved = w->reserved > release ? w->reserved - release : 0;
     if (!reserve_locked(w, len))
         return tl_lsn = UINT64_MAX;
     memcpy(w->buf + w->len, framed, len);
@@ -603,6 +673,21 @@ void kvp__wal_fsync_stats(struct kvp__wal *w, uint64_t *count, uint64_t *total_n
 }
 
 /*
+ * Keeps ROOM_LOW of zeros ahead of what is appended and reserved (w->io
+ * held). A failure here refuses nothing yet: the reservation that finds no
+ * room tries again and is refused if it still cannot have it.
+ */
+static void keep_room(struct kvp__wal *w)
+{
+    pthread_mutex_lock(&w->mu);
+    uint64_t want = w->appended + w->reserved + ROOM_LOW;
+    int short_of = w->room < want;
+    pthread_mutex_unlock(&w->mu);
+    if (short_of)
+        (void)zero_ahead(w, want - w->seg_start);
+}
+
+/*
  * Takes whatever is pending, writes it and (unless never) fsyncs it. Called
  * with w->io held; takes w->mu only briefly so appends continue meanwhile.
  */
@@ -621,12 +706,11 @@ static void flush_pending(struct kvp__wal *w)
     int rc = failed;
     if (!rc && n) {
         rc = pwrite_all(w->seg_fd, b, n, w->seg_bytes);
-        if (!rc && w->mode != KVP_FSYNC_NEVER && w->seg_bytes + n > w->seg_size)
-            rc = zero_ahead(w, w->seg_bytes + n); /* made durable by this fdatasync */
         if (!rc) {
             w->seg_bytes += n;
             if (w->seg_bytes > w->seg_size)
-                w->seg_size = w->seg_bytes;
+                w->seg_size = w->seg_bytes; /* unreserved records past the zeros */
+            keep_room(w); /* made durable by this fdatasync */
             if (w->mode != KVP_FSYNC_NEVER) {
                 uint64_t t0 = kvp__mono_ns();
                 if (fdatasync(w->seg_fd) != 0)
@@ -636,11 +720,23 @@ static void flush_pending(struct kvp__wal *w)
             }
         }
         if (rc)
-            logf_(w, 0, "wal: writing %s/wal-%016" PRIx64 ".log failed: %s; the log is failed",
+            logf_(w, 0,
+                  "wal: writes refused: writing %s/wal-%016" PRIx64 ".log failed: %s; changes "
+                  "not yet durable are not acknowledged, and writes are refused until a snapshot "
+                  "covers them",
                   w->dir, w->seg_start, strerror(-rc));
     }
-    if (!rc && w->seg_bytes >= SEGMENT_MAX && (rc = open_segment(w, end)) != 0)
-        logf_(w, 0, "wal: cannot start a new segment: %s; the log is failed", strerror(-rc));
+    if (!rc && w->seg_bytes >= SEGMENT_MAX && kvp__mono_ns() >= w->rotate_retry) {
+        int orc = open_segment(w, end, 0);
+        if (orc) { /* the segment grows past SEGMENT_MAX meanwhile: no harm */
+            if (!w->rotate_retry)
+                logf_(w, 1, "wal: cannot start a new segment in %s: %s; the current one goes on",
+                      w->dir, strerror(-orc));
+            w->rotate_retry = kvp__mono_ns() + ROTATE_RETRY_NS;
+        } else {
+            w->rotate_retry = 0;
+        }
+    }
 
     pthread_mutex_lock(&w->mu);
     /* Appends went to the other buffer meanwhile; this one becomes the spare. */
@@ -709,7 +805,7 @@ int kvp__wal_wait(struct kvp__wal *w, uint64_t lsn)
     pthread_mutex_lock(&w->mu);
     while (!w->failed && w->durable < lsn)
         pthread_cond_wait(&w->done, &w->mu);
-    int rc = w->failed ? -EIO : 0;
+    int rc = w->failed;
     pthread_mutex_unlock(&w->mu);
     return rc;
 }
@@ -723,8 +819,9 @@ int kvp__wal_when_durable(struct kvp__wal *w, uint64_t lsn, void (*cb)(void *arg
     }
     pthread_mutex_lock(&w->mu);
     if (w->failed) {
+        int rc = w->failed;
         pthread_mutex_unlock(&w->mu);
-        return -EIO;
+        return rc;
     }
     if (w->durable >= lsn) {
         pthread_mutex_unlock(&w->mu);
@@ -746,6 +843,136 @@ int kvp__wal_when_durable(struct kvp__wal *w, uint64_t lsn, void (*cb)(void *arg
     return 0;
 }
 
+/* ---------------------------------------------------------------- space */
+
+static int no_space(int rc)
+{
+    return rc == -ENOSPC || rc == -EDQUOT;
+}
+
+/* Logs a change of w->refused from was to now (0: writes are taken). */
+static void log_refused(struct kvp__wal *w, int was, int now)
+{
+    if (!was && now)
+        logf_(w, 0, "wal: writes refused: cannot write the log in %s: %s; writes are refused until %s",
+              w->dir, strerror(-now), no_space(now) ? "space is freed" : "the log can be written");
+    else if (was && !now)
+        logf_(w, 2, "wal: writes resume: the log in %s has room again", w->dir);
+}
+
+/*
+ * With w->io held: room for keep + probe more bytes past what is appended and
+ * reserved, writing zeros if need be; keep of them is reserved. 0 or the
+ * negative errno that refused it.
+ */
+static int make_room(struct kvp__wal *w, uint64_t keep, uint64_t probe)
+{
+    pthread_mutex_lock(&w->mu);
+    int rc = w->failed, was = w->refused;
+    uint64_t want = w->appended + w->reserved + keep + probe;
+    pthread_mutex_unlock(&w->mu);
+    /* Refused: only more zeros written show that there is space again
+     * (what is left of the room does not, or writes would flap between
+     * taken and refused with the size of the requests). */
+    uint64_t have = w->seg_start + w->seg_size;
+    if (was && want <= have)
+        want = have + 1;
+    int zr = 0;
+    if (!rc && have < want)
+        zr = zero_ahead(w, want - w->seg_start);
+    pthread_mutex_lock(&w->mu);
+    rc = w->failed;
+    if (!rc && (!was || !zr) && w->appended + w->reserved + keep + probe <= w->room) {
+        w->reserved += keep;
+        w->refused = 0;
+    } else {
+        if (!rc)
+            rc = w->refused = zr ? zr : -ENOSPC;
+        w->refusals++;
+    }
+    int now = w->refused;
+    pthread_mutex_unlock(&w->mu);
+    log_refused(w, was, now);
+    return rc;
+}
+
+int kvp__wal_reserve(struct kvp__wal *w, uint64_t keep, uint64_t probe)
+{
+    pthread_mutex_lock(&w->mu);
+    if (!w->failed && !w->refused && w->appended + w->reserved + keep + probe <= w->room) {
+        w->reserved += keep;
+        pthread_mutex_unlock(&w->mu);
+        return 0;
+    }
+    int rc = w->failed;
+    if (rc)
+        w->refusals++;
+    pthread_mutex_unlock(&w->mu);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&w->io);
+    rc = make_room(w, keep, probe);
+    pthread_mutex_unlock(&w->io);
+    return rc;
+}
+
+void kvp__wal_release(struct kvp__wal *w, uint64_t bytes)
+{
+    pthread_mutex_lock(&w->mu);
+    w->reserved = w->reserved > bytes ? w->reserved - bytes : 0;
+    pthread_mutex_unlock(&w->mu);
+}
+
+int kvp__wal_status(struct kvp__wal *w, int *failed, uint64_t *refusals)
+{
+    pthread_mutex_lock(&w->mu);
+    int rc = w->failed ? w->failed : w->refused;
+    if (failed)
+        *failed = w->failed != 0;
+    if (refusals)
+        *refusals = w->refusals;
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+int kvp__wal_retry(struct kvp__wal *w)
+{
+    pthread_mutex_lock(&w->mu);
+    int rc = w->failed ? w->failed : w->refused;
+    pthread_mutex_unlock(&w->mu);
+    if (!rc || w->seg_fd < 0)
+        return rc;
+    pthread_mutex_lock(&w->io);
+    rc = make_room(w, 0, ROOM_LOW);
+    pthread_mutex_unlock(&w->io);
+    return rc;
+}
+
+int kvp__wal_resume(struct kvp__wal *w, uint64_t lsn)
+{
+    pthread_mutex_lock(&w->io);
+    pthread_mutex_lock(&w->mu);
+    int ok = w->failed && w->appended == lsn;
+    if (ok)
+        w->len = 0; /* not written, and covered by the snapshot at lsn */
+    pthread_mutex_unlock(&w->mu);
+    int rc = ok ? open_segment(w, lsn, 0) : -EAGAIN;
+    if (!rc) {
+        pthread_mutex_lock(&w->mu);
+        w->failed = 0;
+        w->refused = 0;
+        w->durable = lsn;
+        pthread_cond_broadcast(&w->done);
+        pthread_mutex_unlock(&w->mu);
+        logf_(w, 2,
+              "wal: writes resume: a snapshot at %" PRIu64 " covers every change, the log goes on "
+              "in %s/wal-%016" PRIx64 ".log",
+              lsn, w->dir, lsn);
+    }
+    pthread_mutex_unlock(&w->io);
+    return rc;
+}
+
 /* ---------------------------------------------------------------- snapshots */
 
 int kvp__wal_snap_create(const char *dir, uint64_t lsn)
@@ -754,6 +981,15 @@ int kvp__wal_snap_create(const char *dir, uint64_t lsn)
     snprintf(path, sizeof path, "%s/snap-%016" PRIx64 ".tmp", dir, lsn);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     return fd < 0 ? -errno : fd;
+}
+
+void kvp__wal_snap_abort(const char *dir, uint64_t lsn, int fd)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/snap-%016" PRIx64 ".tmp", dir, lsn);
+    if (fd >= 0)
+        close(fd);
+    unlink(path);
 }
 
 int kvp__wal_snap_commit(const char *dir, uint64_t lsn, int fd)
@@ -786,8 +1022,8 @@ int kvp__wal_rotate(struct kvp__wal *w, uint64_t lsn)
     pthread_mutex_lock(&w->io);
     flush_pending(w);
     int rc = w->failed;
-    if (!rc && w->seg_start != lsn)
-        rc = open_segment(w, lsn);
+    if (!rc)
+        rc = open_segment(w, lsn, 0); /* no space: the snapshot waits, the log goes on */
     pthread_mutex_unlock(&w->io);
     return rc;
 }

@@ -62,8 +62,10 @@ int kvp__wal_start(struct kvp__wal *w, uint64_t lsn);
  */
 uint64_t kvp__wal_append(struct kvp__wal *w, const void *payload, uint32_t len);
 
-/* Appends records already framed with kvp__wal_frame, in one piece. */
-uint64_t kvp__wal_append_framed(struct kvp__wal *w, const uint8_t *framed, size_t len);
+/* Appends records already framed with kvp__wal_frame, in one piece, and
+ * gives back `release` bytes of reservation (see kvp__wal_reserve). */
+uint64_t kvp__wal_append_framed(struct kvp__wal *w, const uint8_t *framed, size_t len,
+                                uint64_t release);
 
 /* The end LSN of the last record appended by the calling thread (0: none). */
 uint64_t kvp__wal_thread_lsn(void);
@@ -77,18 +79,51 @@ void kvp__wal_thread_depends(struct kvp__wal *w, uint64_t lsn);
 /*
  * Waits until everything up to lsn is durable as the fsync mode defines it
  * (never: written to the file, so it survives the process but not the
- * machine; batch, always: written and fsynced). Returns 0, or -EIO
- * when the log failed (the server must not acknowledge).
+ * machine; batch, always: written and fsynced). Returns 0, or the negative
+ * errno with which the log failed (-EIO, -ENOSPC, ...: the server must not
+ * acknowledge). Once kvp__wal_resume ran, records before its LSN are durable
+ * (a snapshot covers them) and a later wait for them returns 0.
  */
 int kvp__wal_wait(struct kvp__wal *w, uint64_t lsn);
 
 /*
  * Like kvp__wal_wait, but returns at once: 1 when lsn is durable already,
  * else 0 and cb(arg, status) runs on the flusher thread once it is (status 0
- * or -EIO). For servers that park a connection instead of blocking a thread.
+ * or the log's negative errno), or that negative errno when the log failed
+ * already. For servers that park a connection instead of blocking a thread.
  */
 int kvp__wal_when_durable(struct kvp__wal *w, uint64_t lsn, void (*cb)(void *arg, int status),
                           void *arg);
+
+/*
+ * Space. The zeros written ahead of the log's tail are its reserved space:
+ * kvp__wal_reserve makes certain that keep + probe more bytes fit in them
+ * (writing more zeros if need be) and holds keep of them for the caller's
+ * records, which it appends before calling kvp__wal_release(keep). Call it
+ * before changing anything: 0, or the negative errno that refuses the change
+ * (-ENOSPC / -EDQUOT: no space, kept until a later reservation finds room;
+ * another errno from writing the zeros; or the errno the log failed with).
+ * Appends without a reservation still work; they may grow the file past its
+ * zeros.
+ */
+int kvp__wal_reserve(struct kvp__wal *w, uint64_t keep, uint64_t probe);
+void kvp__wal_release(struct kvp__wal *w, uint64_t bytes);
+/*
+ * 0 while writes are taken, else the negative errno that refuses them;
+ * *failed (may be NULL) = 1 when that is a failure of the log itself (records
+ * not written: only kvp__wal_resume ends it), 0 when it is a lack of room.
+ * *refusals: reservations refused since start.
+ */
+int kvp__wal_status(struct kvp__wal *w, int *failed, uint64_t *refusals);
+/* Writes refused for lack of room: tries to make room again (background). */
+int kvp__wal_retry(struct kvp__wal *w);
+/*
+ * After a failure of the log: a snapshot at lsn (== everything appended) is
+ * durable and covers every change. Starts a new segment at lsn and takes
+ * writes again; 0, -EAGAIN (the log did not fail, or something was appended
+ * after lsn), or the errno of starting the segment.
+ */
+int kvp__wal_resume(struct kvp__wal *w, uint64_t lsn);
 
 /* LSN at the end of the last appended record. */
 uint64_t kvp__wal_appended(struct kvp__wal *w);
@@ -107,6 +142,8 @@ const char *kvp__wal_dir(struct kvp__wal *w);
  */
 int kvp__wal_snap_create(const char *dir, uint64_t lsn);
 int kvp__wal_snap_commit(const char *dir, uint64_t lsn, int fd);
+/* Closes fd (when >= 0) and removes the unfinished snap-<lsn>.tmp. */
+void kvp__wal_snap_abort(const char *dir, uint64_t lsn, int fd);
 
 /*
  * Reads snap-<lsn>.snap, calling fn for each record in order (file and offset
