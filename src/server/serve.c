@@ -743,8 +743,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
                 return respond(S, mc, cn, url, method);
             }
             if (!parse_size(cl, 0, &n) && body_hold(S, cn, (size_t)n)) {
+                /* Read and drop the body, then answer: a reply sent while
+                 * the client still sends makes its kernel reset the
+                 * connection before the client reads the reply. */
                 cn->memory_full = 1;
-                return respond(S, mc, cn, url, method);
+                return MHD_YES;
             }
             if (!parse_size(cl, 0, &n) && n <= KEEP_BUFFER_MAX)
                 kvp__buf_reserve(&cn->in, (size_t)n);
