@@ -26,7 +26,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -749,10 +751,16 @@ static int snapshot_fork_locked(struct kvp_meta *m)
         plog(m, 0, "snapshot: cannot rotate the log: %s", strerror(-rc));
         return rc;
     }
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid > 0 && !failed)
         append_catalog(m); /* after the fork: the child's image must not include it */
     if (pid == 0) {
+        /* The child dies with the server (this thread waits for it): left
+         * behind, it would keep the data directory's lock, inherited with
+         * the descriptor, and a restarted server would find it taken. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+            _exit(SNAP_CHILD_WRITE_FAILED);
         /* The snapshot can wait; requests cannot: use only idle CPU. */
         struct sched_param sp = {0};
         if (sched_setscheduler(0, SCHED_IDLE, &sp) != 0 && nice(19) == -1)

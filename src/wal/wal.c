@@ -266,7 +266,14 @@ int kvp__wal_open(const char *dir, int fsync_mode, kvp__log_fn log, void *log_ar
     }
     if (!readonly)
         w->lockfd = openat(w->dirfd, "LOCK", O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (!readonly && (w->lockfd < 0 || flock(w->lockfd, LOCK_EX | LOCK_NB) != 0)) {
+    /* A snapshot child of a server that was just killed dies with it, but
+     * holds the lock it inherited until it is gone: give it a moment. */
+    int locked = readonly || (w->lockfd >= 0 && flock(w->lockfd, LOCK_EX | LOCK_NB) == 0);
+    for (int i = 0; !locked && w->lockfd >= 0 && errno == EWOULDBLOCK && i < 50; i++) {
+        usleep(20000);
+        locked = flock(w->lockfd, LOCK_EX | LOCK_NB) == 0;
+    }
+    if (!locked) {
         int e = errno;
         if (e == EWOULDBLOCK)
             snprintf(msg, msglen, "data directory %s is in use by another kvpage process", dir);
@@ -543,6 +550,14 @@ static void *flusher_main(void *arg);
 
 int kvp__wal_start(struct kvp__wal *w, uint64_t lsn)
 {
+    /* Snapshots a killed server never finished. */
+    struct seg *tmp;
+    size_t ntmp;
+    if (list_files(w, "snap-", ".tmp", &tmp, &ntmp) == 0) {
+        for (size_t i = 0; i < ntmp; i++)
+            unlinkat(w->dirfd, tmp[i].name, 0);
+        free(tmp);
+    }
     pthread_mutex_lock(&w->io);
     int rc = open_segment(w, lsn, 1); /* on a full disk: start, refusing writes */
     pthread_mutex_unlock(&w->io);

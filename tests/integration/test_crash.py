@@ -5,12 +5,14 @@ SIGKILL at random moments and restarted on the same data directory. Every
 confirmation that was answered 204 must be there afterwards with the same
 page, `kvpage fsck` must pass, and no page may be held by two keys.
 """
+import os
 import random
 import signal
 import subprocess
 import threading
 import time
 
+import pytest
 import requests
 
 from kvpserver import BIN, launch
@@ -177,6 +179,52 @@ def test_data_dir_in_use(tmp_path):
         assert "in use by another kvpage process" in res.stderr
     finally:
         assert srv.stop() == 0, srv.stderr()
+
+
+def snapshot_children(pid):
+    """Child processes of any thread of pid (the snapshot thread forks)."""
+    out = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(x) for x in f.read().split()]
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return out
+
+
+def test_restart_after_kill_during_snapshot(tmp_path):
+    """A SIGKILL while a snapshot child writes: the child dies with the
+    server, so the restarted server gets the data directory at once (it
+    used to exit 'in use by another kvpage process' until the orphan was
+    done), and the unfinished snapshot file is removed."""
+    data = tmp_path / "snapkill"
+    flags = ["--data-dir", str(data), "--snapshot-bytes", "64K"]
+    srv = launch(tmp_path, flags)
+    c = srv.client()
+    c.v_init(0, 1 << 20)
+    n, child = 0, []
+    deadline = time.monotonic() + 120
+    while not child and time.monotonic() < deadline:
+        keys = [f"{i:064x}" for i in range(n, n + 1024)]
+        n += 1024
+        r = c.post("/keys/batch_allocate", {"rank": 0, "keys": keys})
+        assert r.status_code == 200
+        assert c.post("/keys/confirm_write", {"rank": 0, "confirmations": r.json()["results"]}).status_code == 204
+        child = snapshot_children(srv.proc.pid)
+    c.close()
+    if not child:
+        pytest.skip("no snapshot child was seen within 120 s")
+    srv.stop(signal.SIGKILL)
+    again = launch(tmp_path, flags, tries=1)
+    try:
+        st = again.stats()
+        assert rank_stats(st, 0)["keys"] == n
+        assert not [f for f in os.listdir(data) if f.endswith(".tmp")]
+        for pid in child:
+            assert not os.path.exists(f"/proc/{pid}/status") or "zombie" in open(f"/proc/{pid}/status").read()
+    finally:
+        assert again.stop() == 0, again.stderr()
 
 
 def test_inspect_and_fsck(tmp_path):
