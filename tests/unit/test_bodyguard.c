@@ -49,6 +49,17 @@ static void sb_rep(struct sb *b, const char *s, size_t times)
         sb_put(b, s, n);
 }
 
+/* b = head, fill repeated times, tail; returns b. */
+static struct sb *framed(struct sb *b, const char *head, const char *fill, size_t times,
+                         const char *tail)
+{
+    b->len = 0;
+    sb_put(b, head, strlen(head));
+    sb_rep(b, fill, times);
+    sb_put(b, tail, strlen(tail));
+    return b;
+}
+
 static enum kvp_guard_rule guard(const struct sb *b, size_t max_list, struct kvp_guard_fail *f)
 {
     memset(f, 0, sizeof *f);
@@ -132,43 +143,19 @@ static void test_direct(void)
     CHECK_EQ(f.limit, lim);
 
     /* Strings: KVP_GUARD_MAX_STRING bytes between the quotes pass. */
-    b.len = 0;
-    sb_put(&b, "[\"", 2);
-    sb_rep(&b, "a", KVP_GUARD_MAX_STRING);
-    sb_put(&b, "\"]", 2);
-    CHECK_EQ(guard(&b, 10, &f), KVP_GUARD_OK);
-    b.len = 0;
-    sb_put(&b, "[\"", 2);
-    sb_rep(&b, "a", KVP_GUARD_MAX_STRING + 1);
-    sb_put(&b, "\"]", 2);
-    CHECK_EQ(guard(&b, 10, &f), KVP_GUARD_STRING);
+    CHECK_EQ(guard(framed(&b, "[\"", "a", KVP_GUARD_MAX_STRING, "\"]"), 10, &f), KVP_GUARD_OK);
+    CHECK_EQ(guard(framed(&b, "[\"", "a", KVP_GUARD_MAX_STRING + 1, "\"]"), 10, &f), KVP_GUARD_STRING);
     CHECK_EQ(f.offset, 1);
     /* ... also when escapes make it long, or an escaped quote sits at the edge. */
-    b.len = 0;
-    sb_put(&b, "[\"", 2);
-    sb_rep(&b, "\\u0041", KVP_MAX_KEY_LEN);
-    sb_put(&b, "\"]", 2);
-    CHECK_EQ(guard(&b, 10, &f), KVP_GUARD_OK);
-    b.len = 0;
-    sb_put(&b, "[\"", 2);
-    sb_rep(&b, "a", KVP_GUARD_MAX_STRING - 1);
-    sb_put(&b, "\\\"\"]", 4);
-    CHECK_EQ(guard(&b, 10, &f), KVP_GUARD_STRING);
+    CHECK_EQ(guard(framed(&b, "[\"", "\\u0041", KVP_MAX_KEY_LEN, "\"]"), 10, &f), KVP_GUARD_OK);
+    CHECK_EQ(guard(framed(&b, "[\"", "a", KVP_GUARD_MAX_STRING - 1, "\\\"\"]"), 10, &f),
+             KVP_GUARD_STRING);
     /* A string not closed within its limit: the parser's to report if short. */
-    b.len = 0;
-    sb_put(&b, "[\"abc\\", 6);
-    CHECK_EQ(guard(&b, 10, &f), KVP_GUARD_OK);
+    CHECK_EQ(guard(framed(&b, "[\"abc\\", "", 0, ""), 10, &f), KVP_GUARD_OK);
 
     /* Numbers and literals. */
-    b.len = 0;
-    sb_put(&b, "[", 1);
-    sb_rep(&b, "1", KVP_GUARD_MAX_TOKEN);
-    sb_put(&b, "]", 1);
-    CHECK_EQ(guard(&b, 10, &f), KVP_GUARD_OK);
-    b.len = 0;
-    sb_put(&b, "[", 1);
-    sb_rep(&b, "1", KVP_GUARD_MAX_TOKEN + 1);
-    CHECK_EQ(guard(&b, 10, &f), KVP_GUARD_TOKEN);
+    CHECK_EQ(guard(framed(&b, "[", "1", KVP_GUARD_MAX_TOKEN, "]"), 10, &f), KVP_GUARD_OK);
+    CHECK_EQ(guard(framed(&b, "[", "1", KVP_GUARD_MAX_TOKEN + 1, ""), 10, &f), KVP_GUARD_TOKEN);
     CHECK_EQ(f.offset, 1);
 
     /* Unbalanced or empty input is left to the parser. */
