@@ -263,26 +263,15 @@ static void test_paths(void)
     }
 
     /* A long string and a long number, on a fast route and a general one. */
-    b.len = 0;
-    sb_put(&b, "{\"rank\": 0, \"keys\": [\"", 22);
-    sb_rep(&b, "a", KVP_GUARD_MAX_STRING + 1);
-    sb_put(&b, "\"]}", 3);
+    framed(&b, "{\"rank\": 0, \"keys\": [\"", "a", KVP_GUARD_MAX_STRING + 1, "\"]}");
     post("/keys/batch_allocate", &b);
     CHECK(replied(400, "Invalid JSON body: string longer than 6144 bytes at byte 21"));
     post("/0/delete_keys", &b);
     CHECK(replied(400, "Invalid JSON body: string longer than 6144 bytes at byte 21"));
-    b.len = 0;
-    sb_put(&b, "{\"rank\": ", 9);
-    sb_rep(&b, "9", KVP_GUARD_MAX_TOKEN + 1);
-    sb_put(&b, ", \"keys\": []}", 13);
-    post("/keys/batch_allocate", &b);
+    post("/keys/batch_allocate", framed(&b, "{\"rank\": ", "9", KVP_GUARD_MAX_TOKEN + 1, ", \"keys\": []}"));
     CHECK(replied(400, "Invalid JSON body: number or literal longer than 40 characters at byte 9"));
     /* ... while 40 digits still get the parser's own message. */
-    b.len = 0;
-    sb_put(&b, "{\"rank\": ", 9);
-    sb_rep(&b, "9", KVP_GUARD_MAX_TOKEN);
-    sb_put(&b, ", \"keys\": []}", 13);
-    post("/keys/batch_allocate", &b);
+    post("/keys/batch_allocate", framed(&b, "{\"rank\": ", "9", KVP_GUARD_MAX_TOKEN, ", \"keys\": []}"));
     CHECK(replied(400, "Invalid JSON body: too big integer"));
 
     free(b.p);
