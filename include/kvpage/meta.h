@@ -6,6 +6,19 @@
  * read grace, and completeness across ranks. It knows nothing of HTTP or JSON;
  * kvpage serve's dialects translate requests into these calls.
  *
+ * One interface, several backends: kvp_meta_open_at names where the state
+ * lives (a location such as "mem:" or "file:/var/lib/kvpage"), and every call
+ * below is checked here (keys, names, ranks, page counts) and then handed to
+ * that location's backend through a table of operations. Every backend sees
+ * only valid input, and every caller gets the same errors whatever the
+ * backend.
+ *
+ * Durability: a call that changes the state returns once its change is
+ * durable (as opts.fsync defines it). Its _async form returns as soon as the
+ * change is applied and visible, with a ticket to wait on (kvp_meta_wait) or
+ * to be called back on (kvp_meta_when_durable); kvpage serve uses it to
+ * overlap many requests with one fsync.
+ *
  * Thread safety: every function may be called from many threads at once. Each
  * namespace has its own lock; namespaces never block each other.
  *
@@ -55,11 +68,23 @@ struct kvp_meta_opts {
     /* Where recovery and background work report (level 0 error .. 3 debug); may be NULL. */
     void (*log)(void *arg, int level, const char *msg);
     void *log_arg;
+    /* How snapshots are written once the log has grown by snapshot_bytes
+     * (with data_dir): KVP_SNAPSHOT_FORK, KVP_SNAPSHOT_THREAD or
+     * KVP_SNAPSHOT_MANUAL (see below); 0 takes the default, which
+     * kvp_meta_opts_init sets. */
+    int snapshot_mode;
 };
 
 #define KVP_FSYNC_NEVER 0
 #define KVP_FSYNC_BATCH 1
 #define KVP_FSYNC_ALWAYS 2
+
+/* A forked child writes the snapshot from a copy-on-write image. */
+#define KVP_SNAPSHOT_FORK 1
+/* A thread of this process writes it; nothing is forked. */
+#define KVP_SNAPSHOT_THREAD 2
+/* Only kvp_meta_snapshot writes one (the log grows until then). */
+#define KVP_SNAPSHOT_MANUAL 3
 
 /* Per-rank figures (protocol.md §4). keys == held: one key per held page. */
 struct kvp_rank_stats {
@@ -69,8 +94,24 @@ struct kvp_rank_stats {
     uint64_t expired_reservations, release_of_held_page;
 };
 
-/* Fills opts with the defaults. Always succeeds. */
+/* Fills opts with the defaults written beside each field. Always succeeds. */
 KVP_API void kvp_meta_opts_init(struct kvp_meta_opts *opts);
+
+/*
+ * Opens the metadata at a location, with opts (NULL: the defaults):
+ *   NULL or ""           opts->data_dir when it is set, else in memory
+ *   "mem:"               in memory only (opts->data_dir is ignored)
+ *   "file:DIR", "file://DIR", or a path starting with '/' or '.'
+ *                        the in-process engine with its log and snapshots in
+ *                        DIR (as opts->data_dir; see kvp_meta_open)
+ *   "http://HOST:PORT[/ns/NAME]", "redis://..."
+ *                        a remote kvpage serve, a Redis/Valkey server: not
+ *                        implemented yet (-EOPNOTSUPP, saying so)
+ * An unknown scheme is -EINVAL, err naming it and the schemes there are.
+ * Otherwise as kvp_meta_open; err (may be NULL) says what failed.
+ */
+KVP_API int kvp_meta_open_at(const char *location, const struct kvp_meta_opts *opts,
+                             struct kvp_meta **out, struct kvp_error *err);
 
 /*
  * Creates a metadata store. opts may be NULL (defaults: in memory only).
@@ -94,7 +135,8 @@ KVP_API void kvp_meta_opts_init(struct kvp_meta_opts *opts);
  */
 KVP_API int kvp_meta_open(const struct kvp_meta_opts *opts, struct kvp_meta **out);
 
-/* Frees everything. No other call may be running or follow. NULL is a no-op. */
+/* Frees everything (with data_dir, after a final snapshot). No other call
+ * may be running or follow. NULL is a no-op. */
 KVP_API void kvp_meta_close(struct kvp_meta *m);
 
 /*
@@ -184,6 +226,47 @@ KVP_API int kvp_meta_delete(struct kvp_ns *ns, int64_t rank, const struct kvp_st
  */
 KVP_API int kvp_meta_clear(struct kvp_ns *ns, int64_t rank, struct kvp_error *err);
 
+/*
+ * The _async forms: the same as the calls above, but they return once the
+ * change is applied and visible to every caller, before it is durable.
+ * *ticket (which the caller sets to 0 before its first call) is raised to the
+ * point at which the change is durable and never lowered, so one ticket can
+ * gather the calls of one request; it stays 0 when nothing needs waiting for.
+ * A caller must not acknowledge the change to anyone before kvp_meta_wait
+ * or kvp_meta_when_durable says it is durable.
+ */
+KVP_API int kvp_meta_init_rank_async(struct kvp_ns *ns, uint32_t rank, uint64_t num_pages,
+                                     uint64_t *ticket, struct kvp_error *err);
+KVP_API int kvp_meta_allocate_async(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys,
+                                    size_t n, int64_t *pages, uint8_t *existed, uint64_t *ticket,
+                                    struct kvp_error *err);
+KVP_API int kvp_meta_confirm_async(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys,
+                                   const int64_t *pages, size_t n, const int64_t *release,
+                                   size_t nrel, uint64_t *ticket, struct kvp_error *err);
+KVP_API int kvp_meta_delete_async(struct kvp_ns *ns, int64_t rank, const struct kvp_str *keys,
+                                  size_t n, uint64_t *ticket, struct kvp_error *err);
+KVP_API int kvp_meta_clear_async(struct kvp_ns *ns, int64_t rank, uint64_t *ticket,
+                                 struct kvp_error *err);
+
+/*
+ * Blocks until everything a ticket covers is durable. Returns 0, or the
+ * negative errno the log failed with (-EIO, -ENOSPC, ...): the change is
+ * applied in memory but is not durable and must not be acknowledged; err
+ * (may be NULL) then has rule KVP_RULE_IO and a message naming the cause.
+ * -EINVAL (KVP_RULE_ARG): the ticket is past anything this handle handed out.
+ */
+KVP_API int kvp_meta_wait(struct kvp_meta *m, uint64_t ticket, struct kvp_error *err);
+
+/*
+ * Returns 1 when the ticket is durable already (fn is not called); 0 when
+ * fn(arg, status) will be called once it is (status 0 or a negative errno
+ * as kvp_meta_wait returns), on a thread of the library, which fn must not
+ * block for long; or a negative errno when the log has failed already.
+ */
+typedef void (*kvp_meta_durable_fn)(void *arg, int status);
+KVP_API int kvp_meta_when_durable(struct kvp_meta *m, uint64_t ticket, kvp_meta_durable_fn fn,
+                                  void *arg);
+
 /* Number of initialized worker ranks of the namespace. */
 KVP_API size_t kvp_meta_nranks(struct kvp_ns *ns);
 
@@ -196,6 +279,60 @@ KVP_API size_t kvp_meta_nranks(struct kvp_ns *ns);
 typedef int (*kvp_meta_stats_fn)(const char *deployment, const char *pool,
                                  const struct kvp_rank_stats *ranks, size_t nranks, void *arg);
 KVP_API int kvp_meta_stats(struct kvp_meta *m, kvp_meta_stats_fn fn, void *arg);
+
+/*
+ * A figure of the backend's own (its log, its connection, ...), beyond the
+ * per-rank figures every backend has (kvp_meta_stats). kvpage serve prints
+ * each in /v1/stats as section.key and in /metrics as metric, without knowing
+ * the backend. The strings are static or live until fn returns.
+ */
+enum kvp_value_type {
+    KVP_VALUE_COUNTER = 0, /* only grows while the process runs */
+    KVP_VALUE_GAUGE = 1,   /* goes up and down */
+    KVP_VALUE_BOOL = 2,    /* 0 or 1: JSON false / true */
+};
+struct kvp_meta_value {
+    const char *section; /* e.g. "wal": /v1/stats groups a section's values under it */
+    const char *key;     /* name within the section, e.g. "fsync_seconds" */
+    const char *metric;  /* Prometheus name, e.g. "kvpage_wal_fsync_seconds_total" */
+    const char *help;    /* one sentence */
+    int type;            /* enum kvp_value_type */
+    int decimals;        /* the figure is value / 10^decimals (9: nanoseconds as seconds) */
+    uint64_t value;
+    const char *label;       /* NULL, or a label name: /metrics adds {label="label_value"}, */
+    const char *label_value; /* /v1/stats adds "label": "label_value" to the section */
+};
+typedef int (*kvp_meta_value_fn)(const struct kvp_meta_value *v, void *arg);
+/* Calls fn for each value of the backend, in a fixed order; a non-zero return
+ * of fn stops and is returned. Returns 0 (a backend may have none). */
+KVP_API int kvp_meta_values(struct kvp_meta *m, kvp_meta_value_fn fn, void *arg);
+
+/*
+ * 0 while changes are taken. Else the negative errno that refuses them now
+ * (-ENOSPC or -EDQUOT: no room for the log; another: the log cannot be
+ * written) and why (may be NULL) gets a sentence ("cannot write the log in
+ * DIR: No space left on device"). Reads are served either way.
+ */
+KVP_API int kvp_meta_health(struct kvp_meta *m, char *why, size_t len);
+
+/*
+ * Writes a snapshot now, as opts.snapshot_mode says (KVP_SNAPSHOT_MANUAL: by
+ * the calling thread), and returns when it is durable. 0, -ENOENT (no data
+ * directory, or read-only), or the negative errno that failed it.
+ */
+KVP_API int kvp_meta_snapshot(struct kvp_meta *m);
+
+/*
+ * The rules on names and keys, for callers that check before they call (the
+ * calls above check them too). A key: 1..KVP_MAX_KEY_LEN bytes without NUL;
+ * kvp_key_problem returns NULL for a valid key, else why not ("is empty",
+ * "is longer than 1024 bytes", "contains a NUL byte"). A deployment:
+ * 1..KVP_MAX_NAME_LEN bytes of [A-Za-z0-9._-]; a pool: 1..KVP_MAX_NAME_LEN
+ * bytes without NUL. The _valid functions return 1 or 0.
+ */
+KVP_API const char *kvp_key_problem(const char *key, size_t len);
+KVP_API int kvp_deployment_valid(const char *name, size_t len);
+KVP_API int kvp_pool_valid(const char *name, size_t len);
 
 /*
  * Checks every invariant of protocol.md §1 over all namespaces: each page in

@@ -1,39 +1,20 @@
 /*
- * The metadata state machine of protocol.md §1–3.
- *
- * Locking: the namespace registry has a rwlock that is only written when a
- * namespace is created; every operation on a namespace holds that
- * namespace's mutex for its whole duration, so each request is atomic.
- *
- * Cost: every operation is O(keys in the request); page allocation, release,
- * touch and eviction are O(1) apart from eviction skipping pages that are in
- * their read grace or returned by the same request (see evict()).
+ * The metadata interface (kvpage/meta.h): opens a location's backend, checks
+ * every argument once, dispatches to the backend's operations, and makes the
+ * blocking calls wait for durability. The rules on keys, names, ranks and
+ * page counts live here and nowhere else (kvpage serve calls the same
+ * functions: kvp_key_problem, kvp_deployment_valid, kvp_pool_valid).
  */
-#include <assert.h>
 #include <errno.h>
-#include <limits.h>
-#include <stdatomic.h>
-#include <stddef.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <time.h>
-#include <xxhash.h>
 
-#include "meta/mem.h"
-#include "util/clock.h"
-#include "meta/meta_int.h"
+#include "meta/backend.h"
 
-#define NS_BUCKETS 1024
-#define MIN_KEY_BUCKETS 1024
-
-static void set_err(struct kvp_error *err, int code, int rule, int64_t index, int64_t value,
-                    int64_t limit, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
-
-#include <stdarg.h>
-static void set_err(struct kvp_error *err, int code, int rule, int64_t index, int64_t value,
-                    int64_t limit, const char *fmt, ...)
+void kvp__set_err(struct kvp_error *err, int code, int rule, int64_t index, int64_t value,
+                  int64_t limit, const char *fmt, ...)
 {
     if (!err)
         return;
@@ -48,728 +29,22 @@ static void set_err(struct kvp_error *err, int code, int rule, int64_t index, in
     va_end(ap);
 }
 
-static uint64_t default_clock(void *arg)
+/* ---------------------------------------------------------------- rules */
+
+KVP_API const char *kvp_key_problem(const char *key, size_t len)
 {
-    (void)arg;
-    return kvp__mono_ms();
-}
-
-static uint64_t now_ms(const struct kvp_meta *m)
-{
-    return m->opts.clock(m->opts.clock_arg);
-}
-
-KVP_API void kvp_meta_opts_init(struct kvp_meta_opts *opts)
-{
-    memset(opts, 0, sizeof *opts);
-    opts->opts_size = sizeof *opts;
-    opts->lease_ms = 120000;
-    opts->read_grace_ms = 5000;
-}
-
-KVP_API int kvp_meta_open(const struct kvp_meta_opts *opts, struct kvp_meta **out)
-{
-    *out = NULL;
-    struct kvp_meta *m = calloc(1, sizeof *m);
-    if (!m)
-        return -ENOMEM;
-    kvp_meta_opts_init(&m->opts);
-    if (opts) {
-        if (opts->opts_size == 0 || opts->opts_size > sizeof *opts) {
-            free(m);
-            return -EINVAL;
-        }
-        memcpy(&m->opts, opts, opts->opts_size);
-        m->opts.opts_size = sizeof m->opts;
-    }
-    if (!m->opts.clock)
-        m->opts.clock = default_clock;
-    m->ns_buckets = calloc(NS_BUCKETS, sizeof *m->ns_buckets);
-    if (!m->ns_buckets) {
-        free(m);
-        return -ENOMEM;
-    }
-    pthread_rwlock_init(&m->ns_lock, NULL);
-    kvp__mempool_init(&m->pool);
-    if (m->opts.data_dir) {
-        int rc = kvp__persist_open(m);
-        if (rc) {
-            kvp_meta_close(m);
-            return rc;
-        }
-    }
-    *out = m;
-    return 0;
-}
-
-/* ---------------------------------------------------------------- lists */
-
-static void list_init(struct kvp__list *l)
-{
-    l->head = l->tail = KVP_NONE;
-    l->count = 0;
-}
-
-static void list_push_head(struct kvp__page *pg, struct kvp__list *l, uint32_t p)
-{
-    pg[p].prev = KVP_NONE;
-    pg[p].next = l->head;
-    if (l->head != KVP_NONE)
-        pg[l->head].prev = p;
-    else
-        l->tail = p;
-    l->head = p;
-    l->count++;
-}
-
-static void list_remove(struct kvp__page *pg, struct kvp__list *l, uint32_t p)
-{
-    uint32_t pr = pg[p].prev, nx = pg[p].next;
-    if (pr != KVP_NONE)
-        pg[pr].next = nx;
-    else
-        l->head = nx;
-    if (nx != KVP_NONE)
-        pg[nx].prev = pr;
-    else
-        l->tail = pr;
-    pg[p].prev = pg[p].next = KVP_NONE;
-    l->count--;
-}
-
-/* ---------------------------------------------------------------- keys */
-
-static int check_key(const struct kvp_str *k)
-{
-    if (k->len == 0)
-        return 1;
-    if (k->len > KVP_MAX_KEY_LEN)
-        return 2;
-    if (memchr(k->ptr, '\0', k->len))
-        return 3;
-    return 0;
-}
-
-static int validate_keys(const struct kvp_str *keys, size_t n, struct kvp_error *err)
-{
-    static const char *const why[] = {"", "is empty", "is longer than 1024 bytes",
-                                      "contains a NUL byte"};
-    for (size_t i = 0; i < n; i++) {
-        int r = check_key(&keys[i]);
-        if (r) {
-            set_err(err, -EINVAL, KVP_RULE_KEY, (int64_t)i, (int64_t)keys[i].len,
-                    KVP_MAX_KEY_LEN, "key %zu %s", i, why[r]);
-            return -EINVAL;
-        }
-    }
-    return 0;
-}
-
-static uint64_t key_hash(const struct kvp_str *k)
-{
-    return XXH3_64bits(k->ptr, k->len);
-}
-
-/*
- * The key index is a chained hash table that grows by doubling. The move to
- * the bigger table is incremental (each insertion moves a few old buckets),
- * so no request ever waits for millions of keys to be rehashed; until it is
- * done, a lookup also searches the old table's buckets not yet moved. An
- * entry keeps the low 32 bits of its hash, which are its bucket bits (moving
- * it needs neither its key bytes nor a new hash), and a 16-bit tag from the
- * top bits. A bucket keeps the tags of its chain's first entries and the
- * chain's length, so a lookup of an absent key, which is every key of a
- * batch_allocate and of a first confirm_write, usually reads no entry at all:
- * only its bucket.
- */
-#define MIGRATE_STEP 64
-#define MAX_KEY_BUCKETS (1ull << 32)
-#define CHAIN_UNCOUNTED UINT16_MAX /* bucket n: the chain is at least this long */
-
-static uint16_t key_tag(uint64_t h)
-{
-    return (uint16_t)(h >> 48) | 1;
-}
-
-static struct kvp__bucket *bucket_of(struct kvp__bucket *t, uint64_t nb, uint64_t h)
-{
-    return &t[(uint32_t)h & (nb - 1)];
-}
-
-static void bucket_push(struct kvp__bucket *b, struct kvp__key *e)
-{
-    e->next = b->head;
-    b->head = e;
-    for (unsigned i = KVP_BUCKET_TAGS - 1; i > 0; i--)
-        b->tag[i] = b->tag[i - 1];
-    b->tag[0] = e->tag;
-    if (b->n != CHAIN_UNCOUNTED)
-        b->n++;
-}
-
-/* Tags and length of bucket b after the entry at place pos of its chain was unlinked. */
-static void bucket_unlinked(struct kvp__bucket *b, unsigned pos)
-{
-    uint64_t n = 0;
-    if (b->n == CHAIN_UNCOUNTED) { /* count it again, and redo the tags */
-        for (struct kvp__key *e = b->head; e; e = e->next, n++)
-            if (n < KVP_BUCKET_TAGS)
-                b->tag[n] = e->tag;
-        b->n = n < CHAIN_UNCOUNTED ? (uint16_t)n : CHAIN_UNCOUNTED;
-        for (; n < KVP_BUCKET_TAGS; n++)
-            b->tag[n] = 0;
-        return;
-    }
-    b->n--;
-    if (pos >= KVP_BUCKET_TAGS)
-        return;
-    for (unsigned i = pos; i + 1 < KVP_BUCKET_TAGS; i++)
-        b->tag[i] = b->tag[i + 1];
-    uint16_t last = 0;
-    if (b->n >= KVP_BUCKET_TAGS) {
-        struct kvp__key *e = b->head;
-        for (unsigned i = 0; i + 1 < KVP_BUCKET_TAGS; i++)
-            e = e->next;
-        last = e->tag;
-    }
-    b->tag[KVP_BUCKET_TAGS - 1] = last;
-}
-
-/* How many entries of bucket b's chain a search for tag t must look at: in a
- * chain of at most KVP_BUCKET_TAGS entries, up to the last matching tag
- * (usually none matches, and no entry is read); else the whole chain. */
-static uint64_t bucket_search_end(const struct kvp__bucket *b, uint16_t t)
-{
-    if (b->n == CHAIN_UNCOUNTED)
-        return UINT64_MAX;
-    if (b->n > KVP_BUCKET_TAGS)
-        return b->n;
-    uint64_t end = 0;
-    for (unsigned i = 0; i < b->n; i++)
-        if (b->tag[i] == t)
-            end = i + 1;
-    return end;
-}
-
-/* The link to key k's entry in bucket b, or NULL when it is not there; *pos: its place. */
-static struct kvp__key **chain_find(struct kvp__bucket *b, const struct kvp_str *k, uint64_t h,
-                                    unsigned *pos)
-{
-    uint16_t t = key_tag(h);
-    uint64_t end = bucket_search_end(b, t);
-    struct kvp__key **pp = &b->head;
-    for (uint64_t i = 0; i < end && *pp; i++, pp = &(*pp)->next) {
-        struct kvp__key *e = *pp;
-        if ((i < KVP_BUCKET_TAGS ? b->tag[i] : e->tag) != t)
-            continue;
-        if (e->hash == (uint32_t)h && e->len == k->len &&
-            !memcmp(kvp__key_bytes(e), k->ptr, k->len)) {
-            if (pos)
-                *pos = i < UINT_MAX ? (unsigned)i : UINT_MAX;
-            return pp;
-        }
-    }
+    if (len == 0)
+        return "is empty";
+    if (len > KVP_MAX_KEY_LEN)
+        return "is longer than 1024 bytes";
+    if (!key || memchr(key, '\0', len))
+        return "contains a NUL byte";
     return NULL;
 }
 
-/* The link to the key's entry, or NULL when the key is absent; *bo, *pos: where it is. */
-static struct kvp__key **key_slot(struct kvp_ns *ns, const struct kvp_str *k, uint64_t h,
-                                  struct kvp__bucket **bo, unsigned *pos)
+KVP_API int kvp_deployment_valid(const char *s, size_t n)
 {
-    struct kvp__bucket *b;
-    struct kvp__key **pp;
-    if (ns->old) {
-        uint64_t ob = (uint32_t)h & (ns->nold - 1);
-        if (ob >= ns->mpos && (pp = chain_find(b = &ns->old[ob], k, h, pos)) != NULL) {
-            if (bo)
-                *bo = b;
-            return pp;
-        }
-    }
-    b = bucket_of(ns->buckets, ns->nbuckets, h);
-    if (bo)
-        *bo = b;
-    return chain_find(b, k, h, pos);
-}
-
-static struct kvp__key *key_find_h(struct kvp_ns *ns, const struct kvp_str *k, uint64_t h)
-{
-    if (!ns->nkeys)
-        return NULL;
-    struct kvp__key **pp = key_slot(ns, k, h, NULL, NULL);
-    return pp ? *pp : NULL;
-}
-
-static struct kvp__key *key_find(struct kvp_ns *ns, const struct kvp_str *k)
-{
-    return key_find_h(ns, k, key_hash(k));
-}
-
-/*
- * Batches. A request's keys are hashed once, before the namespace lock, and
- * searched a window at a time: the window's buckets are prefetched, then the
- * first entry of each of their chains, then the window is searched. The
- * cache misses of a window overlap instead of coming one after another (the
- * index is far bigger than the cache, so nearly every bucket and entry is a
- * miss; this halved the cost of a 64-key lookup).
- */
-#define KB_LOCAL 64  /* keys whose hashes and entries live on the stack */
-#define KB_WINDOW 16 /* keys whose misses are in flight together */
-
-struct kbatch {
-    uint64_t *h;         /* hash of each key */
-    struct kvp__key **e; /* entry of each key, filled by kb_find */
-    uint64_t lh[KB_LOCAL];
-    struct kvp__key *le[KB_LOCAL];
-};
-
-/* Hashes the n keys; -ENOMEM (err set) when their arrays cannot be had. */
-static int kb_init(struct kbatch *kb, const struct kvp_str *keys, size_t n, struct kvp_error *err)
-{
-    kb->h = kb->lh;
-    kb->e = kb->le;
-    if (n > KB_LOCAL) {
-        kb->h = malloc(n * sizeof *kb->h);
-        kb->e = malloc(n * sizeof *kb->e);
-        if (!kb->h || !kb->e) {
-            free(kb->h);
-            free(kb->e);
-            set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
-            return -ENOMEM;
-        }
-    }
-    for (size_t i = 0; i < n; i++)
-        kb->h[i] = key_hash(&keys[i]);
-    return 0;
-}
-
-/* End of the window of keys that starts at i. */
-static size_t kb_window_end(size_t i, size_t n)
-{
-    return n - i > KB_WINDOW ? i + KB_WINDOW : n;
-}
-
-static void kb_free(struct kbatch *kb)
-{
-    if (kb->h != kb->lh) {
-        free(kb->h);
-        free(kb->e);
-    }
-}
-
-/* Pulls the buckets of keys [i, j), then the first entries of the chains
- * that may hold them, into the cache. */
-static void kb_prefetch(const struct kvp_ns *ns, const uint64_t *h, size_t i, size_t j)
-{
-    for (size_t x = i; x < j; x++) {
-        __builtin_prefetch(bucket_of(ns->buckets, ns->nbuckets, h[x]));
-        if (ns->old)
-            __builtin_prefetch(bucket_of(ns->old, ns->nold, h[x]));
-    }
-    for (size_t x = i; x < j; x++) {
-        uint16_t t = key_tag(h[x]);
-        const struct kvp__bucket *b = bucket_of(ns->buckets, ns->nbuckets, h[x]);
-        if (bucket_search_end(b, t))
-            __builtin_prefetch(b->head);
-        if (ns->old && bucket_search_end(b = bucket_of(ns->old, ns->nold, h[x]), t))
-            __builtin_prefetch(b->head);
-    }
-}
-
-/* kb->e[i] = the entry of keys[i] or NULL, for every key. */
-static void kb_find(struct kvp_ns *ns, struct kbatch *kb, const struct kvp_str *keys, size_t n)
-{
-    if (!ns->nkeys) {
-        memset(kb->e, 0, n * sizeof *kb->e);
-        return;
-    }
-    for (size_t w = 0; w < n; w += KB_WINDOW) {
-        size_t end = kb_window_end(w, n);
-        kb_prefetch(ns, kb->h, w, end);
-        for (size_t i = w; i < end; i++)
-            kb->e[i] = key_find_h(ns, &keys[i], kb->h[i]);
-    }
-}
-
-/* Bytes of an entry with cap slots and a key of len bytes. */
-static size_t key_size(uint32_t cap, size_t len)
-{
-    /* offsetof, not sizeof: the struct's tail padding is not needed */
-    return offsetof(struct kvp__key, pages) + cap * sizeof(uint32_t) + len;
-}
-
-static void key_free(struct kvp_ns *ns, struct kvp__key *e)
-{
-    kvp__slab_free(&ns->keys_mem, e, key_size(e->cap, e->len));
-}
-
-static uint32_t key_page(const struct kvp__key *e, uint32_t slot)
-{
-    return (e && slot < e->cap) ? e->pages[slot] : KVP_NONE;
-}
-
-/* Moves up to n buckets of the old table into the current one. */
-static void migrate(struct kvp_ns *ns, uint64_t n)
-{
-    if (ns->old) /* the step's first entries are scattered: fetch them together */
-        for (uint64_t b = ns->mpos; b < ns->nold && b < ns->mpos + n; b++)
-            if (ns->old[b].head)
-                __builtin_prefetch(ns->old[b].head);
-    while (ns->old && n--) {
-        struct kvp__bucket *ob = &ns->old[ns->mpos];
-        for (struct kvp__key *e = ob->head, *nx; e; e = nx) {
-            nx = e->next;
-            bucket_push(bucket_of(ns->buckets, ns->nbuckets, e->hash), e);
-        }
-        memset(ob, 0, sizeof *ob);
-        if (++ns->mpos == ns->nold) {
-            kvp__big_free(ns->old, ns->nold * sizeof *ns->old);
-            ns->old = NULL;
-            ns->nold = ns->mpos = 0;
-        }
-    }
-}
-
-/* Starts moving to a table of nb buckets (a power of two). */
-static int start_resize(struct kvp_ns *ns, uint64_t nb)
-{
-    migrate(ns, UINT64_MAX); /* at most one move at a time */
-    if (nb > MAX_KEY_BUCKETS || nb <= ns->nbuckets)
-        return -ENOSPC;
-    struct kvp__bucket *b = NULL;
-    if (ns->grown && ns->ngrown == nb)
-        b = ns->grown; /* backed, or being backed: populating changes no byte */
-    else
-        kvp__big_free(ns->grown, ns->ngrown * sizeof *ns->grown);
-    ns->grown = NULL;
-    if (!b && !(b = kvp__big_zalloc(nb * sizeof *b)))
-        return -ENOMEM;
-    kvp__big_nofork(b, nb * sizeof *b, 1); /* the snapshot child never reads the index */
-    ns->old = ns->buckets;
-    ns->nold = ns->nbuckets;
-    ns->mpos = 0;
-    ns->buckets = b;
-    ns->nbuckets = nb;
-    return 0;
-}
-
-/*
- * The index doubles when it holds as many keys as buckets. A big new table is
- * backed by the background thread before the move starts: a fresh 64 MiB
- * table touched at random by the first requests after the resize stalled
- * them for up to 190 ms. Meanwhile the current table takes more keys, up to
- * twice as many as buckets, after which the move starts regardless.
- */
-static void grow_index(struct kvp_ns *ns)
-{
-    uint64_t nb = ns->nbuckets * 2;
-    if (nb > MAX_KEY_BUCKETS)
-        return; /* chains just get longer */
-    if (nb * sizeof *ns->buckets >= KVP_PIECE_SIZE && !ns->grown) {
-        /* A move that started before its table was backed (below) left that
-         * table's job queued, and a queued job's fields belong to the
-         * background thread (mem.h): the next table waits for it while the
-         * current one may still take keys. */
-        if (atomic_load(&ns->grow_job.state) == KVP_POPULATE_QUEUED) {
-            if (ns->nkeys < 2 * ns->nbuckets)
-                return;
-        } else if ((ns->grown = kvp__big_zalloc(nb * sizeof *ns->grown)) != NULL) {
-            kvp__big_nofork(ns->grown, nb * sizeof *ns->grown, 1);
-            ns->ngrown = nb;
-            ns->grow_job.addr = ns->grown;
-            ns->grow_job.len = nb * sizeof *ns->grown;
-            kvp__mempool_populate(&ns->meta->pool, &ns->grow_job);
-        }
-    }
-    if (!ns->grown || atomic_load(&ns->grow_job.state) != KVP_POPULATE_QUEUED ||
-        ns->nkeys >= 2 * ns->nbuckets)
-        start_resize(ns, nb); /* on failure chains just get longer */
-}
-
-/* Returns the key's entry, creating it with room for `slot`. NULL: out of memory. */
-static struct kvp__key *key_get_h(struct kvp_ns *ns, const struct kvp_str *k, uint64_t h,
-                                  uint32_t slot)
-{
-    if (ns->old)
-        migrate(ns, MIGRATE_STEP);
-    else if (ns->nkeys + 1 > ns->nbuckets)
-        grow_index(ns);
-    struct kvp__key **pp = key_slot(ns, k, h, NULL, NULL);
-    struct kvp__key *e = pp ? *pp : NULL;
-    if (e && slot < e->cap)
-        return e;
-    uint16_t cap = (uint16_t)(ns->nranks > slot + 1 ? ns->nranks : slot + 1);
-    struct kvp__key *ne = kvp__slab_alloc(&ns->keys_mem, key_size(cap, k->len));
-    if (!ne)
-        return NULL;
-    if (!e) {
-        /* Linked at the head of its bucket, not at the end of the chain
-         * where the search stopped: writing into an older entry would copy
-         * its page while a snapshot child shares it (a copy-on-write fault
-         * per insertion, across all of the entries' memory). */
-        ne->hash = (uint32_t)h;
-        ne->len = (uint16_t)k->len;
-        ne->nheld = 0;
-        ne->tag = key_tag(h);
-        ne->cap = cap;
-        for (uint32_t i = 0; i < cap; i++)
-            ne->pages[i] = KVP_NONE;
-        memcpy((char *)(ne->pages + cap), k->ptr, k->len);
-        bucket_push(bucket_of(ns->buckets, ns->nbuckets, h), ne);
-        ns->nkeys++;
-        return ne;
-    }
-    /* Grow an existing entry: copy, then repoint the chain and its pages' owners. */
-    memcpy(ne, e, offsetof(struct kvp__key, pages));
-    ne->cap = cap;
-    for (uint32_t i = 0; i < cap; i++)
-        ne->pages[i] = i < e->cap ? e->pages[i] : KVP_NONE;
-    memcpy((char *)(ne->pages + cap), kvp__key_bytes(e), e->len);
-    *pp = ne;
-    for (uint32_t i = 0; i < e->cap; i++)
-        if (e->pages[i] != KVP_NONE)
-            ns->slots[i]->pages[e->pages[i]].owner = ne;
-    key_free(ns, e);
-    return ne;
-}
-
-static struct kvp__key *key_get(struct kvp_ns *ns, const struct kvp_str *k, uint32_t slot)
-{
-    return key_get_h(ns, k, key_hash(k), slot);
-}
-
-static void key_unlink(struct kvp_ns *ns, struct kvp__key *e)
-{
-    struct kvp_str s = {kvp__key_bytes(e), e->len};
-    struct kvp__bucket *b;
-    unsigned pos = 0;
-    struct kvp__key **pp = key_slot(ns, &s, key_hash(&s), &b, &pos);
-    assert(pp && *pp == e);
-    *pp = e->next;
-    bucket_unlinked(b, pos);
-    ns->nkeys--;
-    key_free(ns, e);
-}
-
-/* ---------------------------------------------------------------- pages */
-
-/* Puts page p, already unlinked from any list, into FREE. */
-static void page_to_free(struct kvp__rank *r, uint32_t p)
-{
-    struct kvp__page *pg = &r->pages[p];
-    pg->state = KVP_PFREE;
-    pg->owner = NULL;
-    pg->t = 0;
-    /* Pages at or above the high-water mark are found by the hwm scan. */
-    if (p < r->hwm)
-        list_push_head(r->pages, &r->free, p);
-    r->nfree++;
-}
-
-/* Unlinks FREE page p from wherever it is so that it can change state. */
-static void page_take_free(struct kvp__rank *r, uint32_t p)
-{
-    if (p < r->hwm)
-        list_remove(r->pages, &r->free, p);
-    r->nfree--;
-}
-
-/* Page p, already unlinked from its list, becomes HELD by key e, most recent in the LRU. */
-static void page_hold(struct kvp__rank *r, uint32_t p, struct kvp__key *e)
-{
-    struct kvp__page *pg = &r->pages[p];
-    pg->state = KVP_PHELD;
-    pg->owner = e;
-    pg->t = 0;
-    e->pages[r->slot] = p;
-    e->nheld++;
-    list_push_head(r->pages, &r->lru, p);
-}
-
-/* HELD page p loses its key (eviction, delete, clear); p is unlinked from the LRU. */
-static void page_unhold(struct kvp_ns *ns, struct kvp__rank *r, uint32_t p)
-{
-    struct kvp__key *e = r->pages[p].owner;
-    list_remove(r->pages, &r->lru, p);
-    e->pages[r->slot] = KVP_NONE;
-    if (--e->nheld == 0)
-        key_unlink(ns, e);
-    r->pages[p].owner = NULL;
-}
-
-static void touch(struct kvp__rank *r, uint32_t p)
-{
-    list_remove(r->pages, &r->lru, p);
-    list_push_head(r->pages, &r->lru, p);
-}
-
-/* Reservations whose lease ran out go back to FREE. FIFO order = deadline order. */
-static void expire(struct kvp__rank *r, uint64_t now)
-{
-    while (r->reserved.tail != KVP_NONE && r->pages[r->reserved.tail].t <= now) {
-        uint32_t p = r->reserved.tail;
-        list_remove(r->pages, &r->reserved, p);
-        page_to_free(r, p);
-        r->expired++;
-    }
-}
-
-/* Pages whose slots fill one 2 MiB piece of a page array. */
-#define PAGES_PER_PIECE (KVP_PIECE_SIZE / sizeof(struct kvp__page))
-
-/* Has the background thread back the page array from page `from` on, one
- * piece ahead of the high-water mark, so that handing out never-used pages
- * does not wait for fresh memory. */
-static void populate_ahead(struct kvp_meta *m, struct kvp__rank *r, uint64_t from)
-{
-    if (from >= r->num_pages)
-        return;
-    uint64_t n = r->num_pages - from < PAGES_PER_PIECE ? r->num_pages - from : PAGES_PER_PIECE;
-    if (atomic_load(&r->ahead.state) == KVP_POPULATE_QUEUED)
-        return;
-    r->ahead.addr = &r->pages[from];
-    r->ahead.len = n * sizeof *r->pages;
-    kvp__mempool_populate(&m->pool, &r->ahead);
-}
-
-/* A FREE page, unlinked, or KVP_NONE. */
-static uint32_t take_free_page(struct kvp_meta *m, struct kvp__rank *r)
-{
-    if (r->free.head != KVP_NONE) {
-        uint32_t p = r->free.head;
-        list_remove(r->pages, &r->free, p);
-        r->nfree--;
-        return p;
-    }
-    while (r->hwm < r->num_pages) {
-        uint32_t p = r->hwm++;
-        if (p % PAGES_PER_PIECE == 0)
-            populate_ahead(m, r, (uint64_t)p + PAGES_PER_PIECE);
-        if (r->pages[p].state == KVP_PFREE) {
-            r->nfree--;
-            return p;
-        }
-    }
-    return KVP_NONE;
-}
-
-/*
- * Frees the least recently used HELD page that is neither in its read grace
- * nor returned by the current request, and returns it unlinked, or KVP_NONE.
- * Walks from the LRU tail: pages in grace were looked up recently, so they sit
- * near the head and the walk is short unless the whole pool was read within
- * the grace period.
- */
-static uint32_t evict(struct kvp_ns *ns, struct kvp__rank *r, uint64_t now)
-{
-    for (uint32_t p = r->lru.tail; p != KVP_NONE; p = r->pages[p].prev) {
-        struct kvp__page *pg = &r->pages[p];
-        if (pg->mark == r->stamp)
-            return KVP_NONE; /* marked pages are the most recent: nothing older is left */
-        if (pg->t > now)
-            continue;
-        kvp__jrnl_free(ns, r->id, p);
-        page_unhold(ns, r, p);
-        r->evictions++;
-        return p;
-    }
-    return KVP_NONE;
-}
-
-static void page_reserve(struct kvp_meta *m, struct kvp__rank *r, uint32_t p, uint64_t now)
-{
-    struct kvp__page *pg = &r->pages[p];
-    pg->state = KVP_PRESERVED;
-    pg->owner = NULL;
-    pg->t = now + m->opts.lease_ms;
-    /* Lease deadlines grow with time, so pushing at the head keeps the tail oldest. */
-    list_push_head(r->pages, &r->reserved, p);
-}
-
-/* ---------------------------------------------------------------- ranks */
-
-static struct kvp__rank *rank_find(struct kvp_ns *ns, uint32_t id)
-{
-    uint32_t lo = 0, hi = ns->nranks;
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (ns->by_id[mid]->id < id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return (lo < ns->nranks && ns->by_id[lo]->id == id) ? ns->by_id[lo] : NULL;
-}
-
-/*
- * Page arrays are reserved, not committed: a rank of 2^31 pages costs no
- * memory until its pages are used, and zeroed anonymous memory is all FREE.
- */
-static struct kvp__page *pages_alloc(uint32_t num_pages)
-{
-    void *p = mmap(NULL, (size_t)num_pages * sizeof(struct kvp__page), PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED)
-        return NULL;
-    kvp__big_hint(p, (size_t)num_pages * sizeof(struct kvp__page));
-    return p;
-}
-
-static void pages_free(struct kvp__page *pg, uint32_t num_pages)
-{
-    if (pg)
-        munmap(pg, (size_t)num_pages * sizeof *pg);
-}
-
-/* Installs a fresh page array (all FREE). */
-static void rank_set_pages(struct kvp__rank *r, struct kvp__page *pg, uint32_t num_pages)
-{
-    pages_free(r->pages, r->num_pages);
-    r->pages = pg;
-    r->num_pages = num_pages;
-    r->hwm = 0;
-    r->nfree = num_pages;
-    list_init(&r->free);
-    list_init(&r->reserved);
-    list_init(&r->lru);
-}
-
-static int rank_reset_pages(struct kvp__rank *r, uint32_t num_pages)
-{
-    struct kvp__page *pg = pages_alloc(num_pages);
-    if (!pg)
-        return -ENOMEM;
-    rank_set_pages(r, pg, num_pages);
-    return 0;
-}
-
-/* Drops every key's page on r and every reservation: all pages FREE. */
-static int rank_clear(struct kvp_ns *ns, struct kvp__rank *r)
-{
-    struct kvp__page *pg = pages_alloc(r->num_pages);
-    if (!pg)
-        return -ENOMEM;
-    while (r->lru.tail != KVP_NONE)
-        page_unhold(ns, r, r->lru.tail);
-    rank_set_pages(r, pg, r->num_pages);
-    return 0;
-}
-
-static int rank_lookup_err(struct kvp_ns *ns, uint32_t id, struct kvp__rank **out,
-                           struct kvp_error *err)
-{
-    *out = rank_find(ns, id);
-    if (*out)
-        return 0;
-    set_err(err, -ENOENT, KVP_RULE_RANK_NOT_INIT, -1, id, 0, "Rank %u not initialized", id);
-    return -ENOENT;
-}
-
-/* ---------------------------------------------------------------- namespaces */
-
-static int valid_deployment(const char *s, size_t n)
-{
-    if (n == 0 || n > KVP_MAX_NAME_LEN)
+    if (!s || n == 0 || n > KVP_MAX_NAME_LEN)
         return 0;
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
@@ -780,924 +55,443 @@ static int valid_deployment(const char *s, size_t n)
     return 1;
 }
 
-static uint64_t ns_hash(const char *d, size_t dl, const char *p, size_t pl)
+KVP_API int kvp_pool_valid(const char *s, size_t n)
 {
-    return XXH3_64bits_withSeed(p, pl, XXH3_64bits(d, dl));
+    return s && n >= 1 && n <= KVP_MAX_NAME_LEN && !memchr(s, '\0', n);
 }
 
-static struct kvp_ns *ns_find_locked(struct kvp_meta *m, uint64_t h, const char *d, size_t dl,
-                                     const char *p, size_t pl)
+static int bad_arg(struct kvp_error *err, const char *what)
 {
-    for (struct kvp_ns *ns = m->ns_buckets[h % NS_BUCKETS]; ns; ns = ns->next)
-        if (strlen(ns->deployment) == dl && !memcmp(ns->deployment, d, dl) &&
-            strlen(ns->pool) == pl && !memcmp(ns->pool, p, pl))
-            return ns;
-    return NULL;
+    kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, 0, 0, "%s", what);
+    return -EINVAL;
 }
 
-KVP_API int kvp_meta_ns(struct kvp_meta *m, const char *deployment, size_t dlen, const char *pool,
-                        size_t plen, int create, struct kvp_ns **out, struct kvp_error *err)
+/* keys[0..n) are valid keys (and the arrays exist), else -EINVAL naming the first bad one. */
+static int check_keys(const struct kvp_str *keys, size_t n, struct kvp_error *err)
 {
-    *out = NULL;
-    if (!valid_deployment(deployment, dlen) || plen == 0 || plen > KVP_MAX_NAME_LEN ||
-        memchr(pool, '\0', plen)) {
-        set_err(err, -EINVAL, KVP_RULE_NAMESPACE, -1, 0, 0, "Invalid namespace");
+    if (n > KVP_MAX_BATCH) {
+        kvp__set_err(err, -EINVAL, KVP_RULE_TOO_MANY, -1, (int64_t)n, (int64_t)KVP_MAX_BATCH,
+                     "too many keys");
         return -EINVAL;
     }
-    uint64_t h = ns_hash(deployment, dlen, pool, plen);
-    pthread_rwlock_rdlock(&m->ns_lock);
-    struct kvp_ns *ns = ns_find_locked(m, h, deployment, dlen, pool, plen);
-    pthread_rwlock_unlock(&m->ns_lock);
-    if (ns || !create) {
-        *out = ns;
-        return ns ? 0 : -ENOENT;
-    }
-    pthread_rwlock_wrlock(&m->ns_lock);
-    ns = ns_find_locked(m, h, deployment, dlen, pool, plen);
-    uint64_t room = KVP_JRNL_NS(dlen, plen);
-    int rc;
-    if (!ns && (rc = kvp__jrnl_space(m, room, 0, err)) != 0) {
-        pthread_rwlock_unlock(&m->ns_lock);
-        return rc; /* no room in the log: no namespace */
-    }
-    if (!ns) {
-        ns = calloc(1, sizeof *ns);
-        if (ns) {
-            ns->deployment = strndup(deployment, dlen);
-            ns->pool = strndup(pool, plen);
-            ns->buckets = kvp__big_zalloc(MIN_KEY_BUCKETS * sizeof *ns->buckets);
-            ns->nbuckets = MIN_KEY_BUCKETS;
-        }
-        struct kvp_ns **by_id = NULL;
-        if (ns && (m->ns_count & (m->ns_count - 1)) == 0) { /* grow at powers of two */
-            by_id = realloc(m->ns_by_id, (m->ns_count ? m->ns_count * 2 : 1) * sizeof *by_id);
-            if (by_id)
-                m->ns_by_id = by_id;
-        } else {
-            by_id = m->ns_by_id;
-        }
-        if (!ns || !ns->deployment || !ns->pool || !ns->buckets || !by_id) {
-            if (ns) {
-                free(ns->deployment);
-                free(ns->pool);
-                kvp__big_free(ns->buckets, MIN_KEY_BUCKETS * sizeof *ns->buckets);
-                free(ns);
-            }
-            kvp__jrnl_unspace(m, room);
-            pthread_rwlock_unlock(&m->ns_lock);
-            set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
-            return -ENOMEM;
-        }
-        ns->meta = m;
-        ns->keys_mem.pool = &m->pool;
-        ns->id = (uint32_t)m->ns_count;
-        m->ns_by_id[ns->id] = ns;
-        kvp__jrnl_ns(m, ns);
-        kvp__jrnl_unspace(m, room);
-        pthread_mutex_init(&ns->lock, NULL);
-        ns->next = m->ns_buckets[h % NS_BUCKETS];
-        m->ns_buckets[h % NS_BUCKETS] = ns;
-        if (m->ns_last)
-            m->ns_last->next_all = ns;
-        else
-            m->ns_first = ns;
-        m->ns_last = ns;
-        m->ns_count++;
-    }
-    pthread_rwlock_unlock(&m->ns_lock);
-    *out = ns;
-    return 0;
-}
-
-static void free_all_keys(struct kvp_ns *ns)
-{
-    migrate(ns, UINT64_MAX);
-    for (uint64_t i = 0; i < ns->nbuckets; i++) {
-        struct kvp__key *e = ns->buckets[i].head, *nx;
-        for (; e; e = nx) {
-            nx = e->next;
-            key_free(ns, e); /* frees the big ones, kept in no chunk */
-        }
-        memset(&ns->buckets[i], 0, sizeof ns->buckets[i]);
-    }
-    ns->nkeys = 0;
-    kvp__slab_destroy(&ns->keys_mem);
-}
-
-KVP_API void kvp_meta_close(struct kvp_meta *m)
-{
-    if (!m)
-        return;
-    kvp__persist_close(m);
-    kvp__mempool_destroy(&m->pool); /* its thread may be writing into namespaces */
-    struct kvp_ns *ns = m->ns_first, *nx;
-    for (; ns; ns = nx) {
-        nx = ns->next_all;
-        free_all_keys(ns);
-        for (uint32_t i = 0; i < ns->nranks; i++) {
-            pages_free(ns->slots[i]->pages, ns->slots[i]->num_pages);
-            free(ns->slots[i]);
-        }
-        free(ns->slots);
-        free(ns->by_id);
-        kvp__big_free(ns->buckets, ns->nbuckets * sizeof *ns->buckets);
-        kvp__big_free(ns->old, ns->nold * sizeof *ns->old);
-        kvp__big_free(ns->grown, ns->ngrown * sizeof *ns->grown);
-        kvp__slab_destroy(&ns->keys_mem);
-        free(ns->deployment);
-        free(ns->pool);
-        free(ns->jbuf);
-        pthread_mutex_destroy(&ns->lock);
-        free(ns);
-    }
-    free(m->ns_buckets);
-    free(m->ns_by_id);
-    pthread_rwlock_destroy(&m->ns_lock);
-    free(m);
-}
-
-KVP_API size_t kvp_meta_nranks(struct kvp_ns *ns)
-{
-    pthread_mutex_lock(&ns->lock);
-    size_t n = ns->nranks;
-    pthread_mutex_unlock(&ns->lock);
-    return n;
-}
-
-/* ---------------------------------------------------------------- operations */
-
-static int rank_create(struct kvp_ns *ns, uint32_t id, uint32_t num_pages, struct kvp__rank **out)
-{
-    if (ns->nranks >= KVP_MAX_RANKS_PER_NS)
-        return -ENOSPC;
-    if (ns->nranks == ns->cap_ranks) {
-        uint32_t cap = ns->cap_ranks ? ns->cap_ranks * 2 : 8;
-        struct kvp__rank **s = realloc(ns->slots, cap * sizeof *s);
-        if (!s)
-            return -ENOMEM;
-        ns->slots = s;
-        struct kvp__rank **b = realloc(ns->by_id, cap * sizeof *b);
-        if (!b)
-            return -ENOMEM;
-        ns->by_id = b;
-        ns->cap_ranks = cap;
-    }
-    struct kvp__rank *r = calloc(1, sizeof *r);
-    if (!r || rank_reset_pages(r, num_pages) != 0) {
-        free(r);
-        return -ENOMEM;
-    }
-    r->id = id;
-    r->slot = ns->nranks;
-    r->stamp = 1;
-    ns->slots[ns->nranks] = r;
-    uint32_t i = ns->nranks;
-    while (i > 0 && ns->by_id[i - 1]->id > id) {
-        ns->by_id[i] = ns->by_id[i - 1];
-        i--;
-    }
-    ns->by_id[i] = r;
-    ns->nranks++;
-    *out = r;
-    return 0;
-}
-
-KVP_API int kvp_meta_init_rank(struct kvp_ns *ns, uint32_t rank, uint64_t num_pages,
-                               struct kvp_error *err)
-{
-    if (rank > KVP_MAX_RANK) {
-        set_err(err, -EINVAL, KVP_RULE_RANK_RANGE, -1, rank, KVP_MAX_RANK, "Invalid rank: %u", rank);
-        return -EINVAL;
-    }
-    if (num_pages < 1 || num_pages > KVP_MAX_PAGES) {
-        set_err(err, -EINVAL, KVP_RULE_NUM_PAGES, -1, (int64_t)num_pages, KVP_MAX_PAGES,
-                num_pages < 1 ? "num_pages must be a positive integer"
-                              : "num_pages must be at most 2147483647");
-        return -EINVAL;
-    }
-    int rc = 0;
-    pthread_mutex_lock(&ns->lock);
-    struct kvp__rank *r = rank_find(ns, rank);
-    /* Even a repeat that changes nothing: it would acknowledge a rank whose
-     * INIT the log may have failed to write. */
-    if ((rc = kvp__jrnl_reserve(ns, KVP_JRNL_INIT, 0, err)) != 0) {
-        /* no room in the log: nothing changes */
-    } else if (!r) {
-        rc = rank_create(ns, rank, (uint32_t)num_pages, &r);
-        if (!rc)
-            kvp__jrnl_init(ns, rank, (uint32_t)num_pages);
-        if (rc == -ENOSPC)
-            set_err(err, rc, KVP_RULE_TOO_MANY, -1, ns->nranks, KVP_MAX_RANKS_PER_NS,
-                    "too many ranks in this namespace (limit %d)", KVP_MAX_RANKS_PER_NS);
-        else if (rc)
-            set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
-    } else if (r->num_pages != num_pages) {
-        expire(r, now_ms(ns->meta));
-        if (r->lru.count || r->reserved.count) {
-            rc = -EEXIST;
-            set_err(err, rc, KVP_RULE_RESIZE_HELD, -1, r->num_pages, (int64_t)num_pages,
-                    "Rank %u already initialized with %u pages; refusing to change to %llu "
-                    "pages while it holds data",
-                    rank, r->num_pages, (unsigned long long)num_pages);
-        } else if ((rc = rank_reset_pages(r, (uint32_t)num_pages)) != 0) {
-            set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
-        } else {
-            kvp__jrnl_init(ns, rank, (uint32_t)num_pages);
-        }
-    }
-    kvp__jrnl_commit(ns); /* the op's records reach the log together */
-    pthread_mutex_unlock(&ns->lock);
-    return rc;
-}
-
-/*
- * Index of keys already seen in one request, for "the same key earlier in this
- * request gets the same page". Open addressing over request positions.
- */
-struct seen {
-    uint32_t *slot; /* request index + 1, 0 = empty */
-    uint64_t *hash;
-    size_t mask;
-};
-
-static int seen_init(struct seen *s, size_t n)
-{
-    size_t cap = 16;
-    while (cap < n * 2)
-        cap <<= 1;
-    s->slot = calloc(cap, sizeof *s->slot);
-    s->hash = malloc(cap * sizeof *s->hash);
-    s->mask = cap - 1;
-    if (!s->slot || !s->hash) {
-        free(s->slot);
-        free(s->hash);
-        return -ENOMEM;
-    }
-    return 0;
-}
-
-/* Returns the earlier index of key i, or inserts i and returns -1. */
-static int64_t seen_check(struct seen *s, const struct kvp_str *keys, const uint64_t *hash,
-                          size_t i)
-{
-    uint64_t h = hash[i];
-    for (size_t j = h & s->mask;; j = (j + 1) & s->mask) {
-        if (!s->slot[j]) {
-            s->slot[j] = (uint32_t)i + 1;
-            s->hash[j] = h;
-            return -1;
-        }
-        size_t o = s->slot[j] - 1;
-        if (s->hash[j] == h && keys[o].len == keys[i].len &&
-            !memcmp(keys[o].ptr, keys[i].ptr, keys[i].len))
-            return (int64_t)o;
-    }
-}
-
-static void seen_free(struct seen *s)
-{
-    free(s->slot);
-    free(s->hash);
-}
-
-KVP_API int kvp_meta_allocate(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys, size_t n,
-                              int64_t *pages, uint8_t *existed, struct kvp_error *err)
-{
-    int rc = validate_keys(keys, n, err);
-    if (rc)
-        return rc;
-    if (n > UINT32_MAX - 1) {
-        set_err(err, -EINVAL, KVP_RULE_TOO_MANY, -1, (int64_t)n, UINT32_MAX - 1, "too many keys");
-        return -EINVAL;
-    }
-    int reused = 0; /* a FREE page is handed out (kvp__jrnl_reuse) */
-    struct seen seen = {0};
-    struct kbatch kb;
-    if (kb_init(&kb, keys, n, err) != 0)
-        return -ENOMEM;
-    if (n > 1 && seen_init(&seen, n) != 0) {
-        kb_free(&kb);
-        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
-        return -ENOMEM;
-    }
-    /* The pages handed out are only worth writing if their confirmations
-     * can be logged: their room must be there too (not held; up to
-     * KVP_JRNL_PROBE_MAX, so that a huge batch writes no zeros for it). */
-    uint64_t confirm_room = 0;
-    for (size_t i = 0; i < n && confirm_room < KVP_JRNL_PROBE_MAX; i++)
-        confirm_room += KVP_JRNL_HOLD(keys[i].len);
-    if (confirm_room > KVP_JRNL_PROBE_MAX)
-        confirm_room = KVP_JRNL_PROBE_MAX;
-    pthread_mutex_lock(&ns->lock);
-    struct kvp__rank *r;
-    if ((rc = rank_lookup_err(ns, rank, &r, err)) != 0)
-        goto out;
-    /* Evictions log a FREE each: one per key that finds no free page, and
-     * at most one per held page (expiry below only adds free pages). */
-    uint64_t evictable = n > r->nfree ? n - r->nfree : 0;
-    if (evictable > r->lru.count)
-        evictable = r->lru.count;
-    if ((rc = kvp__jrnl_reserve(ns, evictable * KVP_JRNL_FREE, confirm_room, err)) != 0)
-        goto out;
-    uint64_t now = now_ms(ns->meta);
-    expire(r, now);
-    if (++r->stamp == 0)
-        r->stamp = 1;
-    kb_find(ns, &kb, keys, n);
-    /* Hits first, touched last to first so that earlier keys (prefix parents)
-     * end up more recent; marking them keeps phase two from evicting them. */
-    for (size_t i = n; i-- > 0;) {
-        uint32_t p = key_page(kb.e[i], r->slot);
-        if (existed)
-            existed[i] = p != KVP_NONE;
-        pages[i] = p == KVP_NONE ? -2 : (int64_t)p;
-        if (p != KVP_NONE) {
-            touch(r, p);
-            r->pages[p].mark = r->stamp;
-            r->hits++;
-        }
-    }
+    if (n && !keys)
+        return bad_arg(err, "keys is NULL");
     for (size_t i = 0; i < n; i++) {
-        if (pages[i] != -2) {
-            if (n > 1)
-                seen_check(&seen, keys, kb.h, i); /* a hit is also "seen" */
-            continue;
-        }
-        int64_t prev = n > 1 ? seen_check(&seen, keys, kb.h, i) : -1;
-        if (prev >= 0) {
-            pages[i] = pages[prev];
-            continue;
-        }
-        r->misses++;
-        uint32_t p = take_free_page(ns->meta, r);
-        if (p != KVP_NONE)
-            reused = 1;
-        else
-            p = evict(ns, r, now);
-        if (p == KVP_NONE) {
-            pages[i] = -1;
-            continue;
-        }
-        page_reserve(ns->meta, r, p, now);
-        r->pages[p].mark = r->stamp;
-        r->allocations++;
-        pages[i] = p;
-    }
-    if (reused)
-        kvp__jrnl_reuse(ns);
-out:
-    kvp__jrnl_commit(ns); /* the op's records reach the log together */
-    pthread_mutex_unlock(&ns->lock);
-    if (n > 1)
-        seen_free(&seen);
-    kb_free(&kb);
-    return rc;
-}
-
-/* -EINVAL (rule, the element, its page) unless every page is in [0, num_pages). */
-static int pages_in_range(const struct kvp__rank *r, const int64_t *p, size_t n, int rule,
-                          const char *what, struct kvp_error *err)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (p[i] < 0 || p[i] >= r->num_pages) {
-            set_err(err, -EINVAL, rule, (int64_t)i, p[i], r->num_pages,
-                    "%s %zu: page %lld is outside [0, %u)", what, i, (long long)p[i],
-                    r->num_pages);
+        const char *why = kvp_key_problem(keys[i].ptr, keys[i].len);
+        if (why) {
+            kvp__set_err(err, -EINVAL, KVP_RULE_KEY, (int64_t)i, (int64_t)keys[i].len,
+                         KVP_MAX_KEY_LEN, "key %zu %s", i, why);
             return -EINVAL;
         }
     }
     return 0;
 }
 
-static int cmp_u64(const void *a, const void *b)
+static int check_rank(int64_t rank, int any, struct kvp_error *err)
 {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
+    if ((rank < 0 && any) || (rank >= 0 && rank <= (int64_t)KVP_MAX_RANK))
+        return 0;
+    kvp__set_err(err, -EINVAL, KVP_RULE_RANK_RANGE, -1, rank, KVP_MAX_RANK, "Invalid rank: %lld",
+                 (long long)rank);
+    return -EINVAL;
+}
+
+static int check_ns(const struct kvp_ns *ns, struct kvp_error *err)
+{
+    return ns ? 0 : bad_arg(err, "namespace handle is NULL");
+}
+
+/* ---------------------------------------------------------------- locations */
+
+struct scheme {
+    const char *name;
+    const struct kvp__meta_ops *ops;
+};
+
+static struct scheme schemes[8] = {
+    {"mem", &kvp__local_ops},
+    {"file", &kvp__local_ops},
+};
+
+int kvp__meta_register(const char *scheme, const struct kvp__meta_ops *ops)
+{
+    size_t i = 0;
+    for (; i < sizeof schemes / sizeof *schemes && schemes[i].name; i++)
+        if (!strcmp(schemes[i].name, scheme))
+            return -EEXIST;
+    if (i == sizeof schemes / sizeof *schemes)
+        return -ENOSPC;
+    schemes[i] = (struct scheme){scheme, ops};
+    return 0;
+}
+
+static void known_schemes(char *buf, size_t len)
+{
+    size_t o = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < sizeof schemes / sizeof *schemes && schemes[i].name && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%s:", i ? ", " : "", schemes[i].name);
+}
+
+KVP_API void kvp_meta_opts_init(struct kvp_meta_opts *opts)
+{
+    memset(opts, 0, sizeof *opts);
+    opts->opts_size = sizeof *opts;
+    opts->lease_ms = 120000;
+    opts->read_grace_ms = 5000;
+    opts->fsync = KVP_FSYNC_BATCH;
+    opts->snapshot_bytes = (uint64_t)64 << 20;
+    opts->snapshot_mode = KVP_SNAPSHOT_FORK;
+}
+
+KVP_API int kvp_meta_open_at(const char *location, const struct kvp_meta_opts *opts,
+                             struct kvp_meta **out, struct kvp_error *err)
+{
+    if (!out)
+        return bad_arg(err, "out is NULL");
+    *out = NULL;
+    struct kvp_meta_opts o;
+    kvp_meta_opts_init(&o);
+    if (opts) {
+        if (opts->opts_size == 0 || opts->opts_size > sizeof *opts) {
+            kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, (int64_t)opts->opts_size, sizeof *opts,
+                         "opts_size %zu is not a size of struct kvp_meta_opts (set it with "
+                         "kvp_meta_opts_init)",
+                         opts->opts_size);
+            return -EINVAL;
+        }
+        memcpy(&o, opts, opts->opts_size);
+        o.opts_size = sizeof o;
+    }
+    /* The scheme: the letters before ':', or none for a plain path. */
+    const char *where = NULL, *scheme = "mem";
+    size_t slen = 3;
+    if (!location || !*location) {
+        if (o.data_dir)
+            scheme = "file", slen = 4, where = o.data_dir;
+    } else if (location[0] == '/' || location[0] == '.') {
+        scheme = "file", slen = 4, where = location;
+    } else {
+        const char *colon = strchr(location, ':');
+        slen = colon ? (size_t)(colon - location) : strlen(location);
+        scheme = location;
+        if (!colon || slen == 0 || strspn(location, "abcdefghijklmnopqrstuvwxyz"
+                                                    "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-") < slen) {
+            char known[128];
+            known_schemes(known, sizeof known);
+            kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, 0, 0,
+                         "location '%.64s' has no scheme (known: %s, or a path starting with / "
+                         "or .)",
+                         location, known);
+            return -EINVAL;
+        }
+        where = colon + 1;
+        if (slen == 4 && !strncmp(scheme, "file", 4) && !strncmp(where, "//", 2))
+            where += 2; /* file://DIR and file:///abs */
+    }
+    const struct kvp__meta_ops *ops = NULL;
+    for (size_t i = 0; i < sizeof schemes / sizeof *schemes && schemes[i].name; i++)
+        if (strlen(schemes[i].name) == slen && !strncmp(schemes[i].name, scheme, slen))
+            ops = schemes[i].ops;
+    if (!ops) {
+        char known[128];
+        known_schemes(known, sizeof known);
+        int later = (slen == 4 && !strncmp(scheme, "http", 4)) ||
+                    (slen == 5 && !strncmp(scheme, "https", 5)) ||
+                    (slen == 5 && !strncmp(scheme, "redis", 5));
+        if (later) {
+            kvp__set_err(err, -EOPNOTSUPP, KVP_RULE_ARG, -1, 0, 0,
+                         "metadata location scheme '%.*s:' is not implemented yet (known: %s)",
+                         (int)slen, scheme, known);
+            return -EOPNOTSUPP;
+        }
+        kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, 0, 0,
+                     "unknown metadata location scheme '%.*s:' (known: %s)", (int)(slen > 32 ? 32 : slen),
+                     scheme, known);
+        return -EINVAL;
+    }
+    if (ops == &kvp__local_ops && slen == 4 && !*where) {
+        kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, 0, 0,
+                     "location 'file:' names no directory (file:DIR)");
+        return -EINVAL;
+    }
+    if (o.fsync < KVP_FSYNC_NEVER || o.fsync > KVP_FSYNC_ALWAYS) {
+        kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, o.fsync, KVP_FSYNC_ALWAYS,
+                     "fsync must be KVP_FSYNC_NEVER, KVP_FSYNC_BATCH or KVP_FSYNC_ALWAYS");
+        return -EINVAL;
+    }
+    if (o.snapshot_mode == 0)
+        o.snapshot_mode = KVP_SNAPSHOT_FORK;
+    if (o.snapshot_mode < KVP_SNAPSHOT_FORK || o.snapshot_mode > KVP_SNAPSHOT_MANUAL) {
+        kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, o.snapshot_mode, KVP_SNAPSHOT_MANUAL,
+                     "snapshot_mode must be KVP_SNAPSHOT_FORK, KVP_SNAPSHOT_THREAD or "
+                     "KVP_SNAPSHOT_MANUAL");
+        return -EINVAL;
+    }
+    struct kvp_meta *m = calloc(1, sizeof *m);
+    if (!m) {
+        kvp__set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        return -ENOMEM;
+    }
+    m->ops = ops;
+    m->opts = o;
+    m->opts.data_dir = NULL;
+    if (ops == &kvp__local_ops && slen == 4) {
+        if (!(m->dir = strdup(where))) {
+            free(m);
+            kvp__set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+            return -ENOMEM;
+        }
+        m->opts.data_dir = m->dir;
+        where = m->dir;
+    } else if (ops == &kvp__local_ops) {
+        where = NULL; /* mem: */
+    }
+    int rc = ops->open(m, where, err);
+    if (rc) {
+        free(m->dir);
+        free(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+KVP_API int kvp_meta_open(const struct kvp_meta_opts *opts, struct kvp_meta **out)
+{
+    return kvp_meta_open_at(NULL, opts, out, NULL);
+}
+
+KVP_API void kvp_meta_close(struct kvp_meta *m)
+{
+    if (!m)
+        return;
+    m->ops->close(m);
+    free(m->dir);
+    free(m);
+}
+
+/* ---------------------------------------------------------------- durability */
+
+KVP_API int kvp_meta_wait(struct kvp_meta *m, uint64_t ticket, struct kvp_error *err)
+{
+    if (!m)
+        return bad_arg(err, "metadata handle is NULL");
+    return ticket ? m->ops->wait(m, ticket, err) : 0;
+}
+
+KVP_API int kvp_meta_when_durable(struct kvp_meta *m, uint64_t ticket, kvp_meta_durable_fn fn,
+                                  void *arg)
+{
+    if (!m || !fn)
+        return -EINVAL;
+    return ticket ? m->ops->when_durable(m, ticket, fn, arg) : 1;
+}
+
+/* The blocking form of a change: applied (rc 0), then durable. */
+static int settle(struct kvp_meta *m, int rc, uint64_t ticket, struct kvp_error *err)
+{
+    if (rc || !ticket)
+        return rc;
+    return m->ops->wait(m, ticket, err);
+}
+
+/* ---------------------------------------------------------------- operations */
+
+KVP_API int kvp_meta_ns(struct kvp_meta *m, const char *deployment, size_t dlen, const char *pool,
+                        size_t plen, int create, struct kvp_ns **out, struct kvp_error *err)
+{
+    if (!m || !out)
+        return bad_arg(err, "metadata handle or out is NULL");
+    *out = NULL;
+    if (!kvp_deployment_valid(deployment, dlen) || !kvp_pool_valid(pool, plen)) {
+        kvp__set_err(err, -EINVAL, KVP_RULE_NAMESPACE, -1, 0, 0, "Invalid namespace");
+        return -EINVAL;
+    }
+    uint64_t ticket = 0;
+    int rc = m->ops->ns(m, deployment, dlen, pool, plen, create, out, &ticket, err);
+    rc = settle(m, rc, ticket, err);
+    if (rc && rc != -ENOENT)
+        *out = NULL;
+    return rc;
+}
+
+KVP_API int kvp_meta_init_rank_async(struct kvp_ns *ns, uint32_t rank, uint64_t num_pages,
+                                     uint64_t *ticket, struct kvp_error *err)
+{
+    int rc;
+    if ((rc = check_ns(ns, err)) || (rc = check_rank(rank, 0, err)))
+        return rc;
+    if (!ticket)
+        return bad_arg(err, "ticket is NULL");
+    if (num_pages < 1 || num_pages > KVP_MAX_PAGES) {
+        kvp__set_err(err, -EINVAL, KVP_RULE_NUM_PAGES, -1, (int64_t)num_pages, KVP_MAX_PAGES,
+                     num_pages < 1 ? "num_pages must be a positive integer"
+                                   : "num_pages must be at most 2147483647");
+        return -EINVAL;
+    }
+    return ns->meta->ops->init_rank(ns, rank, (uint32_t)num_pages, ticket, err);
+}
+
+KVP_API int kvp_meta_init_rank(struct kvp_ns *ns, uint32_t rank, uint64_t num_pages,
+                               struct kvp_error *err)
+{
+    uint64_t t = 0;
+    int rc = kvp_meta_init_rank_async(ns, rank, num_pages, &t, err);
+    return settle(ns ? ns->meta : NULL, rc, t, err);
+}
+
+KVP_API int kvp_meta_allocate_async(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys,
+                                    size_t n, int64_t *pages, uint8_t *existed, uint64_t *ticket,
+                                    struct kvp_error *err)
+{
+    int rc;
+    if ((rc = check_ns(ns, err)) || (rc = check_rank(rank, 0, err)) ||
+        (rc = check_keys(keys, n, err)))
+        return rc;
+    if ((n && !pages) || !ticket)
+        return bad_arg(err, "pages or ticket is NULL");
+    return ns->meta->ops->allocate(ns, rank, keys, n, pages, existed, ticket, err);
+}
+
+KVP_API int kvp_meta_allocate(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys, size_t n,
+                              int64_t *pages, uint8_t *existed, struct kvp_error *err)
+{
+    uint64_t t = 0;
+    int rc = kvp_meta_allocate_async(ns, rank, keys, n, pages, existed, &t, err);
+    return settle(ns ? ns->meta : NULL, rc, t, err);
+}
+
+KVP_API int kvp_meta_confirm_async(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys,
+                                   const int64_t *pages, size_t n, const int64_t *release,
+                                   size_t nrel, uint64_t *ticket, struct kvp_error *err)
+{
+    int rc;
+    if ((rc = check_ns(ns, err)) || (rc = check_rank(rank, 0, err)) ||
+        (rc = check_keys(keys, n, err)))
+        return rc;
+    if ((n && !pages) || (nrel && !release) || !ticket)
+        return bad_arg(err, "pages, release or ticket is NULL");
+    if (nrel > KVP_MAX_BATCH) {
+        kvp__set_err(err, -EINVAL, KVP_RULE_TOO_MANY, -1, (int64_t)nrel, (int64_t)KVP_MAX_BATCH,
+                     "too many pages to release");
+        return -EINVAL;
+    }
+    return ns->meta->ops->confirm(ns, rank, keys, pages, n, release, nrel, ticket, err);
 }
 
 KVP_API int kvp_meta_confirm(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys,
                              const int64_t *pages, size_t n, const int64_t *release, size_t nrel,
                              struct kvp_error *err)
 {
-    int rc = validate_keys(keys, n, err);
-    if (rc)
-        return rc;
-    /* Two confirmations of one page for different keys within one request would
-     * conflict half-way through; find them before anything changes. Sorting
-     * (page << 32 | index) groups the same page together. */
-    uint64_t *order = NULL;
-    struct kbatch kb; /* kb.e: each confirmation's entry, looked up once */
-    if (kb_init(&kb, keys, n, err) != 0)
-        return -ENOMEM;
-    if (n > 1 && !(order = malloc(n * sizeof *order))) {
-        kb_free(&kb);
-        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
-        return -ENOMEM;
-    }
-    pthread_mutex_lock(&ns->lock);
-    struct kvp__rank *r;
-    if ((rc = rank_lookup_err(ns, rank, &r, err)) != 0)
-        goto out;
-    if ((rc = pages_in_range(r, pages, n, KVP_RULE_CONFIRM_PAGE, "confirmation", err)) ||
-        (rc = pages_in_range(r, release, nrel, KVP_RULE_RELEASE_PAGE, "release", err)))
-        goto out;
-    for (size_t i = 0; i < n; i++) {
-        struct kvp__page *pg = &r->pages[pages[i]];
-        if (pg->state != KVP_PHELD)
-            continue;
-        struct kvp__key *o = pg->owner;
-        if (o->len != keys[i].len || memcmp(kvp__key_bytes(o), keys[i].ptr, keys[i].len)) {
-            rc = -EEXIST;
-            set_err(err, rc, KVP_RULE_HELD_BY_OTHER, (int64_t)i, pages[i], 0,
-                    "page %lld on rank %u holds another key", (long long)pages[i], rank);
-            goto out;
-        }
-    }
-    if (n > 1) {
-        for (size_t i = 0; i < n; i++)
-            order[i] = (uint64_t)pages[i] << 32 | i;
-        qsort(order, n, sizeof *order, cmp_u64);
-        for (size_t j = 1; j < n; j++) {
-            size_t a = order[j - 1] & 0xffffffffu, b = order[j] & 0xffffffffu;
-            if (pages[a] == pages[b] &&
-                (keys[a].len != keys[b].len || memcmp(keys[a].ptr, keys[b].ptr, keys[a].len))) {
-                rc = -EEXIST;
-                set_err(err, rc, KVP_RULE_HELD_BY_OTHER, (int64_t)b, pages[b], 0,
-                        "page %lld on rank %u holds another key", (long long)pages[b], rank);
-                goto out;
-            }
-        }
-    }
-    /* Room in the log for a HOLD per confirmation, before anything changes. */
-    uint64_t room = 0;
-    for (size_t i = 0; i < n; i++)
-        room += KVP_JRNL_HOLD(keys[i].len);
-    if ((rc = kvp__jrnl_reserve(ns, room, 0, err)) != 0)
-        goto out;
-    /* Validation is complete; from here on nothing fails but memory. Allocate
-     * every new key entry first so that running out of memory changes nothing. */
-    for (size_t i = 0; i < n; i++) {
-        if (i % KB_WINDOW == 0)
-            kb_prefetch(ns, kb.h, i, kb_window_end(i, n));
-        kb.e[i] = NULL;
-        if (r->pages[pages[i]].state == KVP_PHELD)
-            continue;
-        if (!(kb.e[i] = key_get_h(ns, &keys[i], kb.h[i], r->slot))) {
-            rc = -ENOMEM;
-            set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
-            /* Entries created so far hold no page; drop them again. */
-            for (size_t j = 0; j <= i; j++) {
-                struct kvp__key *e = key_find(ns, &keys[j]);
-                if (e && e->nheld == 0)
-                    key_unlink(ns, e);
-            }
-            goto out;
-        }
-    }
-    for (size_t i = 0; i < n; i++) {
-        uint32_t p = (uint32_t)pages[i];
-        struct kvp__page *pg = &r->pages[p];
-        if (pg->state == KVP_PHELD)
-            continue; /* held by this key (validated): idempotent */
-        struct kvp__key *e = kb.e[i];
-        if (pg->state == KVP_PRESERVED)
-            list_remove(r->pages, &r->reserved, p);
-        else
-            page_take_free(r, p);
-        if (e->pages[r->slot] != KVP_NONE) {
-            page_to_free(r, p); /* the key's first confirmed page wins */
-            continue;
-        }
-        kvp__jrnl_hold(ns, r->id, p, e);
-        page_hold(r, p, e);
-    }
-    for (size_t i = 0; i < nrel; i++) {
-        uint32_t p = (uint32_t)release[i];
-        struct kvp__page *pg = &r->pages[p];
-        if (pg->state == KVP_PRESERVED) {
-            list_remove(r->pages, &r->reserved, p);
-            page_to_free(r, p);
-        } else if (pg->state == KVP_PHELD) {
-            r->release_held++;
-        }
-    }
-out:
-    kvp__jrnl_commit(ns); /* the op's records reach the log together */
-    pthread_mutex_unlock(&ns->lock);
-    free(order);
-    kb_free(&kb);
-    return rc;
+    uint64_t t = 0;
+    int rc = kvp_meta_confirm_async(ns, rank, keys, pages, n, release, nrel, &t, err);
+    return settle(ns ? ns->meta : NULL, rc, t, err);
 }
 
 KVP_API int kvp_meta_exists(struct kvp_ns *ns, int64_t rank, const struct kvp_str *keys, size_t n,
                             uint8_t *out, struct kvp_error *err)
 {
-    int rc = validate_keys(keys, n, err);
-    if (rc)
+    int rc;
+    if ((rc = check_ns(ns, err)) || (rc = check_rank(rank, 1, err)) ||
+        (rc = check_keys(keys, n, err)))
         return rc;
-    struct kbatch kb;
-    if (kb_init(&kb, keys, n, err) != 0)
-        return -ENOMEM;
-    pthread_mutex_lock(&ns->lock);
-    if (rank < 0) {
-        uint32_t want = ns->nranks;
-        kb_find(ns, &kb, keys, n);
-        for (size_t i = 0; i < n; i++)
-            out[i] = kb.e[i] && want && kb.e[i]->nheld == want;
-    } else {
-        struct kvp__rank *r;
-        if ((rc = rank_lookup_err(ns, (uint32_t)rank, &r, err)) == 0) {
-            kb_find(ns, &kb, keys, n);
-            for (size_t i = 0; i < n; i++)
-                out[i] = key_page(kb.e[i], r->slot) != KVP_NONE;
-        }
-    }
-    pthread_mutex_unlock(&ns->lock);
-    kb_free(&kb);
-    return rc;
+    if (n && !out)
+        return bad_arg(err, "out is NULL");
+    return ns->meta->ops->exists(ns, rank, keys, n, out, err);
 }
 
 KVP_API int kvp_meta_lookup(struct kvp_ns *ns, uint32_t rank, int complete_only,
                             const struct kvp_str *keys, size_t n, int64_t *pages,
                             struct kvp_error *err)
 {
-    int rc = validate_keys(keys, n, err);
-    if (rc)
+    int rc;
+    if ((rc = check_ns(ns, err)) || (rc = check_rank(rank, 0, err)) ||
+        (rc = check_keys(keys, n, err)))
         return rc;
-    struct kbatch kb;
-    if (kb_init(&kb, keys, n, err) != 0)
-        return -ENOMEM;
-    pthread_mutex_lock(&ns->lock);
-    struct kvp__rank *r;
-    if ((rc = rank_lookup_err(ns, rank, &r, err)) != 0)
-        goto out;
-    uint64_t until = now_ms(ns->meta) + ns->meta->opts.read_grace_ms;
-    kb_find(ns, &kb, keys, n);
-    for (size_t i = n; i-- > 0;) {
-        struct kvp__key *e = kb.e[i];
-        uint32_t p = key_page(e, r->slot);
-        if (p != KVP_NONE && complete_only && e->nheld != ns->nranks)
-            p = KVP_NONE;
-        pages[i] = p == KVP_NONE ? -1 : (int64_t)p;
-        if (p == KVP_NONE) {
-            r->misses++;
-            continue;
-        }
-        r->hits++;
-        touch(r, p);
-        r->pages[p].t = until;
-    }
-out:
-    pthread_mutex_unlock(&ns->lock);
-    kb_free(&kb);
-    return rc;
+    if (n && !pages)
+        return bad_arg(err, "pages is NULL");
+    return ns->meta->ops->lookup(ns, rank, complete_only != 0, keys, n, pages, err);
+}
+
+KVP_API int kvp_meta_delete_async(struct kvp_ns *ns, int64_t rank, const struct kvp_str *keys,
+                                  size_t n, uint64_t *ticket, struct kvp_error *err)
+{
+    int rc;
+    if ((rc = check_ns(ns, err)) || (rc = check_rank(rank, 1, err)) ||
+        (rc = check_keys(keys, n, err)))
+        return rc;
+    if (!ticket)
+        return bad_arg(err, "ticket is NULL");
+    return ns->meta->ops->del(ns, rank < 0 ? -1 : rank, keys, n, ticket, err);
 }
 
 KVP_API int kvp_meta_delete(struct kvp_ns *ns, int64_t rank, const struct kvp_str *keys, size_t n,
                             struct kvp_error *err)
 {
-    int rc = validate_keys(keys, n, err);
-    if (rc)
+    uint64_t t = 0;
+    int rc = kvp_meta_delete_async(ns, rank, keys, n, &t, err);
+    return settle(ns ? ns->meta : NULL, rc, t, err);
+}
+
+KVP_API int kvp_meta_clear_async(struct kvp_ns *ns, int64_t rank, uint64_t *ticket,
+                                 struct kvp_error *err)
+{
+    int rc;
+    if ((rc = check_ns(ns, err)) || (rc = check_rank(rank, 1, err)))
         return rc;
-    pthread_mutex_lock(&ns->lock);
-    struct kvp__rank *only = NULL;
-    if (rank >= 0 && (rc = rank_lookup_err(ns, (uint32_t)rank, &only, err)) != 0)
-        goto out;
-    /* A FREE per page the keys hold on the ranks concerned, counted first
-     * (delete is not a hot route; a bound by n could be far too much). */
-    uint64_t frees = 0;
-    for (size_t i = 0; i < n; i++) {
-        const struct kvp__key *e = key_find(ns, &keys[i]);
-        if (e && only)
-            frees += only->slot < e->cap && e->pages[only->slot] != KVP_NONE;
-        else if (e)
-            frees += e->nheld;
-    }
-    if ((rc = kvp__jrnl_reserve(ns, frees * KVP_JRNL_FREE, 0, err)) != 0)
-        goto out;
-    for (size_t i = 0; i < n; i++) {
-        struct kvp__key *e = key_find(ns, &keys[i]);
-        if (!e)
-            continue;
-        for (uint32_t s = 0; e && s < e->cap; s++) {
-            if (only && s != only->slot)
-                continue;
-            uint32_t p = e->pages[s];
-            if (p == KVP_NONE)
-                continue;
-            struct kvp__rank *r = ns->slots[s];
-            int last = e->nheld == 1;
-            kvp__jrnl_free(ns, r->id, p);
-            page_unhold(ns, r, p); /* frees e when it was its last page */
-            page_to_free(r, p);
-            if (last)
-                e = NULL;
-        }
-    }
-out:
-    kvp__jrnl_commit(ns); /* the op's records reach the log together */
-    pthread_mutex_unlock(&ns->lock);
-    return rc;
+    if (!ticket)
+        return bad_arg(err, "ticket is NULL");
+    return ns->meta->ops->clear(ns, rank < 0 ? -1 : rank, ticket, err);
 }
 
 KVP_API int kvp_meta_clear(struct kvp_ns *ns, int64_t rank, struct kvp_error *err)
 {
-    int rc = 0;
-    pthread_mutex_lock(&ns->lock);
-    if (rank >= 0) {
-        struct kvp__rank *r;
-        if ((rc = rank_lookup_err(ns, (uint32_t)rank, &r, err)) == 0 &&
-            (rc = kvp__jrnl_reserve(ns, KVP_JRNL_CLEAR, 0, err)) == 0) {
-            kvp__jrnl_clear(ns, rank);
-            if ((rc = rank_clear(ns, r)) != 0)
-                set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
-        }
-    } else if ((rc = kvp__jrnl_reserve(ns, KVP_JRNL_CLEAR, 0, err)) == 0) {
-        struct kvp__page **fresh = calloc(ns->nranks ? ns->nranks : 1, sizeof *fresh);
-        for (uint32_t i = 0; fresh && i < ns->nranks; i++)
-            if (!(fresh[i] = pages_alloc(ns->slots[i]->num_pages)))
-                rc = -ENOMEM;
-        if (!fresh || rc) {
-            for (uint32_t i = 0; fresh && i < ns->nranks; i++)
-                pages_free(fresh[i], ns->slots[i]->num_pages);
-            rc = -ENOMEM;
-            set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
-        } else {
-            kvp__jrnl_clear(ns, -1);
-            free_all_keys(ns);
-            for (uint32_t i = 0; i < ns->nranks; i++)
-                rank_set_pages(ns->slots[i], fresh[i], ns->slots[i]->num_pages);
-        }
-        free(fresh);
-    }
-    kvp__jrnl_commit(ns); /* the op's records reach the log together */
-    pthread_mutex_unlock(&ns->lock);
-    return rc;
+    uint64_t t = 0;
+    int rc = kvp_meta_clear_async(ns, rank, &t, err);
+    return settle(ns ? ns->meta : NULL, rc, t, err);
 }
 
-/* ---------------------------------------------------------------- stats and checks */
-
-static void rank_stats(const struct kvp__rank *r, struct kvp_rank_stats *s)
+KVP_API size_t kvp_meta_nranks(struct kvp_ns *ns)
 {
-    s->rank = r->id;
-    s->num_pages = r->num_pages;
-    s->free = r->nfree;
-    s->reserved = r->reserved.count;
-    s->held = r->lru.count;
-    s->keys = r->lru.count;
-    s->hits = r->hits;
-    s->misses = r->misses;
-    s->allocations = r->allocations;
-    s->evictions = r->evictions;
-    s->expired_reservations = r->expired;
-    s->release_of_held_page = r->release_held;
+    return ns ? ns->meta->ops->nranks(ns) : 0;
 }
+
+/* ---------------------------------------------------------------- figures and checks */
 
 KVP_API int kvp_meta_stats(struct kvp_meta *m, kvp_meta_stats_fn fn, void *arg)
 {
-    pthread_rwlock_rdlock(&m->ns_lock);
-    struct kvp_ns *first = m->ns_first;
-    pthread_rwlock_unlock(&m->ns_lock);
-    /* Namespaces are never removed and next_all is only appended under the
-     * registry lock, so walking from a snapshot of the head is safe. */
-    int rc = 0;
-    for (struct kvp_ns *ns = first; ns && !rc;) {
-        pthread_mutex_lock(&ns->lock);
-        size_t nr = ns->nranks;
-        struct kvp_rank_stats *st = calloc(nr ? nr : 1, sizeof *st);
-        if (!st) {
-            pthread_mutex_unlock(&ns->lock);
-            return -ENOMEM;
-        }
-        uint64_t now = now_ms(m);
-        for (size_t i = 0; i < nr; i++) {
-            expire(ns->by_id[i], now);
-            rank_stats(ns->by_id[i], &st[i]);
-        }
-        pthread_mutex_unlock(&ns->lock);
-        rc = fn(ns->deployment, ns->pool, st, nr, arg);
-        free(st);
-        pthread_rwlock_rdlock(&m->ns_lock);
-        ns = ns->next_all;
-        pthread_rwlock_unlock(&m->ns_lock);
-    }
-    return rc;
+    if (!m || !fn)
+        return -EINVAL;
+    return m->ops->stats(m, fn, arg);
 }
 
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            set_err(err, -EUCLEAN, KVP_RULE_NONE, -1, 0, 0, __VA_ARGS__);                          \
-            return -EUCLEAN;                                                                       \
-        }                                                                                          \
-    } while (0)
-
-static int check_list(const struct kvp__rank *r, const struct kvp__list *l, uint8_t state,
-                      const char *what, const char *ctx, struct kvp_error *err)
+KVP_API int kvp_meta_values(struct kvp_meta *m, kvp_meta_value_fn fn, void *arg)
 {
-    uint64_t count = 0;
-    uint32_t prev = KVP_NONE;
-    for (uint32_t p = l->head; p != KVP_NONE; p = r->pages[p].next) {
-        CHECK(p < r->num_pages, "%s rank %u: %s list has page %u out of range", ctx, r->id, what, p);
-        CHECK(r->pages[p].state == state, "%s rank %u: page %u on the %s list is in state %d", ctx,
-              r->id, p, what, r->pages[p].state);
-        CHECK(r->pages[p].prev == prev, "%s rank %u: %s list broken at page %u", ctx, r->id, what,
-              p);
-        CHECK(++count <= r->num_pages, "%s rank %u: %s list has a cycle", ctx, r->id, what);
-        prev = p;
-    }
-    CHECK(l->tail == prev, "%s rank %u: %s list tail is wrong", ctx, r->id, what);
-    CHECK(count == l->count, "%s rank %u: %s list has %llu pages, counted %llu", ctx, r->id, what,
-          (unsigned long long)count, (unsigned long long)l->count);
-    return 0;
+    if (!m || !fn)
+        return -EINVAL;
+    return m->ops->values ? m->ops->values(m, fn, arg) : 0;
 }
 
-static int check_ns(struct kvp_ns *ns, struct kvp_error *err)
+KVP_API int kvp_meta_health(struct kvp_meta *m, char *why, size_t len)
 {
-    char ctx[300];
-    snprintf(ctx, sizeof ctx, "namespace %s/%s", ns->deployment, ns->pool);
-    uint64_t held_total = 0;
-    for (uint32_t i = 0; i < ns->nranks; i++) {
-        const struct kvp__rank *r = ns->slots[i];
-        CHECK(r->slot == i, "%s rank %u: slot %u != %u", ctx, r->id, r->slot, i);
-        CHECK(i == 0 || ns->by_id[i - 1]->id < ns->by_id[i]->id, "%s: rank order broken", ctx);
-        int rc;
-        if ((rc = check_list(r, &r->free, KVP_PFREE, "free", ctx, err)) ||
-            (rc = check_list(r, &r->reserved, KVP_PRESERVED, "reserved", ctx, err)) ||
-            (rc = check_list(r, &r->lru, KVP_PHELD, "LRU", ctx, err)))
-            return rc;
-        uint64_t nf = 0, nfl = 0, nr = 0, nh = 0;
-        for (uint32_t p = 0; p < r->num_pages; p++) {
-            const struct kvp__page *pg = &r->pages[p];
-            switch (pg->state) {
-            case KVP_PFREE:
-                nf++;
-                nfl += p < r->hwm;
-                CHECK(!pg->owner, "%s rank %u: FREE page %u has an owner", ctx, r->id, p);
-                break;
-            case KVP_PRESERVED:
-                nr++;
-                CHECK(!pg->owner, "%s rank %u: RESERVED page %u has an owner", ctx, r->id, p);
-                break;
-            case KVP_PHELD: {
-                nh++;
-                const struct kvp__key *e = pg->owner;
-                CHECK(e, "%s rank %u: HELD page %u has no key", ctx, r->id, p);
-                CHECK(r->slot < e->cap && e->pages[r->slot] == p,
-                      "%s rank %u: page %u is HELD by key '%.*s' which does not point at it", ctx,
-                      r->id, p, (int)(e->len > 64 ? 64 : e->len), kvp__key_bytes(e));
-                break;
-            }
-            default:
-                CHECK(0, "%s rank %u: page %u in unknown state %d", ctx, r->id, p, pg->state);
-            }
-        }
-        CHECK(nf + nr + nh == r->num_pages, "%s rank %u: states do not add up", ctx, r->id);
-        CHECK(nf == r->nfree, "%s rank %u: %llu FREE pages, counted %llu", ctx, r->id,
-              (unsigned long long)nf, (unsigned long long)r->nfree);
-        CHECK(nfl == r->free.count, "%s rank %u: %llu FREE pages below hwm, free list has %llu",
-              ctx, r->id, (unsigned long long)nfl, (unsigned long long)r->free.count);
-        CHECK(nr == r->reserved.count, "%s rank %u: reserved count wrong", ctx, r->id);
-        CHECK(nh == r->lru.count, "%s rank %u: held count wrong", ctx, r->id);
-        held_total += nh;
-    }
-    uint64_t keys = 0, slots_total = 0;
-    for (uint64_t b = 0; b < ns->nbuckets + ns->nold; b++) {
-        int in_old = b >= ns->nbuckets;
-        uint64_t bi = in_old ? b - ns->nbuckets : b, nb = in_old ? ns->nold : ns->nbuckets;
-        const struct kvp__bucket *bk = in_old ? &ns->old[bi] : &ns->buckets[bi];
-        CHECK(!in_old || bi >= ns->mpos || (!bk->head && !bk->n),
-              "%s: old bucket %llu was moved but is not empty", ctx, (unsigned long long)bi);
-        uint64_t pos = 0;
-        for (const struct kvp__key *e = bk->head; e; e = e->next, pos++) {
-            struct kvp_str ks = {kvp__key_bytes(e), e->len};
-            uint64_t h = key_hash(&ks);
-            CHECK(e->hash == (uint32_t)h && e->tag == key_tag(h) && ((uint32_t)h & (nb - 1)) == bi,
-                  "%s: key '%.*s' has a wrong hash or tag, or sits in the wrong bucket", ctx,
-                  (int)(e->len > 64 ? 64 : e->len), kvp__key_bytes(e));
-            CHECK(pos >= KVP_BUCKET_TAGS || bk->tag[pos] == e->tag,
-                  "%s: bucket %llu has a wrong tag at place %llu", ctx, (unsigned long long)bi,
-                  (unsigned long long)pos);
-            keys++;
-            uint32_t held = 0;
-            CHECK(e->nheld > 0, "%s: key '%.*s' holds no page", ctx,
-                  (int)(e->len > 64 ? 64 : e->len), kvp__key_bytes(e));
-            for (uint32_t s = 0; s < e->cap; s++) {
-                uint32_t p = e->pages[s];
-                if (p == KVP_NONE)
-                    continue;
-                CHECK(s < ns->nranks, "%s: key has a page on slot %u beyond the ranks", ctx, s);
-                const struct kvp__rank *r = ns->slots[s];
-                CHECK(p < r->num_pages && r->pages[p].state == KVP_PHELD && r->pages[p].owner == e,
-                      "%s rank %u: key '%.*s' points at page %u which it does not hold", ctx,
-                      r->id, (int)(e->len > 64 ? 64 : e->len), kvp__key_bytes(e), p);
-                held++;
-            }
-            CHECK(held == e->nheld, "%s: key '%.*s' counts %u pages, has %u", ctx,
-                  (int)(e->len > 64 ? 64 : e->len), kvp__key_bytes(e), e->nheld, held);
-            slots_total += held;
-        }
-        CHECK(bk->n == CHAIN_UNCOUNTED ? pos >= CHAIN_UNCOUNTED : bk->n == pos,
-              "%s: bucket %llu counts %u entries, has %llu", ctx, (unsigned long long)bi, bk->n,
-              (unsigned long long)pos);
-        for (; pos < KVP_BUCKET_TAGS; pos++)
-            CHECK(!bk->tag[pos], "%s: bucket %llu has a tag past its chain's end", ctx,
-                  (unsigned long long)bi);
-    }
-    CHECK(keys == ns->nkeys, "%s: %llu keys in the index, counted %llu", ctx,
-          (unsigned long long)keys, (unsigned long long)ns->nkeys);
-    /* Each HELD page points at a key that points back at it, and each key slot
-     * at a page held by it: equal totals mean no page is held by two keys. */
-    CHECK(slots_total == held_total, "%s: %llu key slots but %llu held pages", ctx,
-          (unsigned long long)slots_total, (unsigned long long)held_total);
-    return 0;
+    if (!m)
+        return -EINVAL;
+    if (why && len)
+        why[0] = '\0';
+    return m->ops->health ? m->ops->health(m, why, len) : 0;
+}
+
+KVP_API int kvp_meta_snapshot(struct kvp_meta *m)
+{
+    if (!m)
+        return -EINVAL;
+    return m->ops->snapshot ? m->ops->snapshot(m) : -ENOENT;
 }
 
 KVP_API int kvp_meta_check(struct kvp_meta *m, struct kvp_error *err)
 {
-    pthread_rwlock_rdlock(&m->ns_lock);
-    struct kvp_ns *first = m->ns_first;
-    pthread_rwlock_unlock(&m->ns_lock);
-    for (struct kvp_ns *ns = first; ns;) {
-        pthread_mutex_lock(&ns->lock);
-        int rc = check_ns(ns, err);
-        pthread_mutex_unlock(&ns->lock);
-        if (rc)
-            return rc;
-        pthread_rwlock_rdlock(&m->ns_lock);
-        ns = ns->next_all;
-        pthread_rwlock_unlock(&m->ns_lock);
-    }
-    return 0;
-}
-
-int64_t kvp__meta_peek(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *key)
-{
-    pthread_mutex_lock(&ns->lock);
-    struct kvp__rank *r = rank_find(ns, rank);
-    int64_t p = -2;
-    if (r) {
-        uint32_t q = key_page(key_find(ns, key), r->slot);
-        p = q == KVP_NONE ? -1 : (int64_t)q;
-    }
-    pthread_mutex_unlock(&ns->lock);
-    return p;
-}
-
-struct kvp_ns *kvp__meta_ns_by_id(struct kvp_meta *m, uint32_t id)
-{
-    return id < m->ns_count ? m->ns_by_id[id] : NULL;
-}
-
-int kvp__replay_hold(struct kvp_ns *ns, uint32_t rank, uint32_t page, const struct kvp_str *key,
-                     char *msg, size_t msglen)
-{
-    struct kvp__rank *r = rank_find(ns, rank);
-    if (!r) {
-        snprintf(msg, msglen, "HOLD on rank %u, which is not initialized", rank);
-        return -EUCLEAN;
-    }
-    if (page >= r->num_pages || r->pages[page].state != KVP_PFREE) {
-        snprintf(msg, msglen, "HOLD of page %u on rank %u, which is %s", page, rank,
-                 page >= r->num_pages ? "out of range" : "not free");
-        return -EUCLEAN;
-    }
-    if (check_key(key)) {
-        snprintf(msg, msglen, "HOLD with an invalid key");
-        return -EUCLEAN;
-    }
-    struct kvp__key *e = key_get(ns, key, r->slot);
-    if (!e)
-        return -ENOMEM;
-    if (e->pages[r->slot] != KVP_NONE) { /* an existing entry: nothing was created */
-        snprintf(msg, msglen, "HOLD of page %u on rank %u for a key that holds another page",
-                 page, rank);
-        return -EUCLEAN;
-    }
-    page_take_free(r, page);
-    page_hold(r, page, e);
-    return 0;
-}
-
-int kvp__replay_free(struct kvp_ns *ns, uint32_t rank, uint32_t page, char *msg, size_t msglen)
-{
-    struct kvp__rank *r = rank_find(ns, rank);
-    if (!r || page >= r->num_pages || r->pages[page].state != KVP_PHELD) {
-        snprintf(msg, msglen, "FREE of page %u on rank %u, which does not hold a key", page, rank);
-        return -EUCLEAN;
-    }
-    page_unhold(ns, r, page);
-    page_to_free(r, page);
-    return 0;
-}
-
-void kvp__meta_reserve_keys(struct kvp_ns *ns, uint64_t nkeys)
-{
-    pthread_mutex_lock(&ns->lock);
-    uint64_t nb = ns->nbuckets;
-    while (nb < nkeys && nb < MAX_KEY_BUCKETS)
-        nb *= 2;
-    if (nb > ns->nbuckets && start_resize(ns, nb) == 0)
-        migrate(ns, UINT64_MAX); /* recovery: no request is waiting */
-    pthread_mutex_unlock(&ns->lock);
+    if (!m)
+        return bad_arg(err, "metadata handle is NULL");
+    return m->ops->check(m, err);
 }

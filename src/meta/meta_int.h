@@ -1,6 +1,7 @@
 /*
- * Internal structures of the metadata state machine. Shared by src/meta and
- * src/wal (which logs and replays the changes); nothing outside those reads it.
+ * Internal structures of the in-process engine, the backend of the mem: and
+ * file: locations (src/meta/local.c, with its log in src/meta/persist.c).
+ * Nothing outside those two files and their tests reads it.
  */
 #ifndef KVP_META_INT_H
 #define KVP_META_INT_H
@@ -8,6 +9,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include "kvpage/meta.h"
+#include "meta/backend.h"
 #include "meta/mem.h"
 
 #define KVP_NONE UINT32_MAX /* "no page" in uint32 page links and key slots */
@@ -80,11 +82,12 @@ struct kvp__rank {
     uint64_t hits, misses, allocations, evictions, expired, release_held;
 };
 
-struct kvp_ns {
+struct kvp__lns {
+    struct kvp_ns pub;       /* the handle callers hold (first: a cast converts) */
     uint32_t id;             /* creation order; names the namespace in log records */
-    struct kvp_ns *next;     /* registry hash chain */
-    struct kvp_ns *next_all; /* creation order */
-    struct kvp_meta *meta;
+    struct kvp__lns *next;     /* registry hash chain */
+    struct kvp__lns *next_all; /* creation order */
+    struct kvp__local *meta;
     char *deployment, *pool;
     pthread_mutex_t lock;
     struct kvp__rank **slots; /* by slot */
@@ -112,15 +115,20 @@ struct kvp_ns {
     /* Log room reserved by the operation in progress (kvp__jrnl_reserve),
      * given back at kvp__jrnl_commit (guarded by lock). */
     uint64_t jres;
+    /* The log position that makes the operation in progress durable: the
+     * end of its records, or an earlier freeing it depends on (guarded by
+     * lock; returned and reset by kvp__jrnl_commit). */
+    uint64_t jlsn;
 };
 
-struct kvp_meta {
+struct kvp__local {
+    struct kvp_meta *front;   /* the handle callers hold */
     struct kvp_meta_opts opts;
     pthread_rwlock_t ns_lock; /* guards the registry only */
-    struct kvp_ns **ns_buckets;
-    struct kvp_ns *ns_first, *ns_last;
+    struct kvp__lns **ns_buckets;
+    struct kvp__lns *ns_first, *ns_last;
     uint64_t ns_count;
-    struct kvp_ns **ns_by_id;
+    struct kvp__lns **ns_by_id;
     struct kvp__persist *persist; /* NULL: in memory only */
     struct kvp__mempool pool;     /* pre-faulted pieces for the key entries */
     int replaying;                /* recovery is applying records: log nothing */
@@ -132,13 +140,15 @@ struct kvp_meta {
 /* Journal: called under the namespace lock before the change is applied.
  * All are no-ops without persistence (src/meta/persist.c). */
 struct kvp__persist;
-void kvp__jrnl_ns(struct kvp_meta *m, const struct kvp_ns *ns);
-void kvp__jrnl_init(struct kvp_ns *ns, uint32_t rank, uint32_t num_pages);
-void kvp__jrnl_hold(struct kvp_ns *ns, uint32_t rank, uint32_t page, const struct kvp__key *key);
-void kvp__jrnl_free(struct kvp_ns *ns, uint32_t rank, uint32_t page);
-void kvp__jrnl_clear(struct kvp_ns *ns, int64_t rank);
-/* Appends the records staged by the calls above; before the lock is released. */
-void kvp__jrnl_commit(struct kvp_ns *ns);
+/* Returns the log position at which the namespace's record is durable. */
+uint64_t kvp__jrnl_ns(struct kvp__local *m, const struct kvp__lns *ns);
+void kvp__jrnl_init(struct kvp__lns *ns, uint32_t rank, uint32_t num_pages);
+void kvp__jrnl_hold(struct kvp__lns *ns, uint32_t rank, uint32_t page, const struct kvp__key *key);
+void kvp__jrnl_free(struct kvp__lns *ns, uint32_t rank, uint32_t page);
+void kvp__jrnl_clear(struct kvp__lns *ns, int64_t rank);
+/* Appends the records staged by the calls above; before the lock is released.
+ * Returns the log position at which the operation is durable (0: now). */
+uint64_t kvp__jrnl_commit(struct kvp__lns *ns);
 /*
  * Log space for an operation's records, taken before it changes anything
  * (protocol-notes: a full disk): the log's file space for keep more bytes
@@ -149,11 +159,11 @@ void kvp__jrnl_commit(struct kvp_ns *ns);
  * -EDQUOT when there is no space, another when the log cannot be written;
  * the caller then changes nothing. No-ops without persistence.
  */
-int kvp__jrnl_reserve(struct kvp_ns *ns, uint64_t keep, uint64_t probe, struct kvp_error *err);
+int kvp__jrnl_reserve(struct kvp__lns *ns, uint64_t keep, uint64_t probe, struct kvp_error *err);
 /* The same for a change outside a namespace lock (namespace creation);
  * kvp__jrnl_unspace gives the room back after the append. */
-int kvp__jrnl_space(struct kvp_meta *m, uint64_t keep, uint64_t probe, struct kvp_error *err);
-void kvp__jrnl_unspace(struct kvp_meta *m, uint64_t bytes);
+int kvp__jrnl_space(struct kvp__local *m, uint64_t keep, uint64_t probe, struct kvp_error *err);
+void kvp__jrnl_unspace(struct kvp__local *m, uint64_t bytes);
 /* Upper bounds of the log bytes (header included) of each record type. */
 #define KVP_JRNL_HDR 12u /* KVP_WAL_HDR */
 #define KVP_JRNL_NS(dl, pl) (KVP_JRNL_HDR + 7u + (uint64_t)(dl) + (uint64_t)(pl))
@@ -165,23 +175,33 @@ void kvp__jrnl_unspace(struct kvp_meta *m, uint64_t bytes);
 #define KVP_JRNL_PROBE_MAX ((uint64_t)256 << 10)
 /* The operation hands out a FREE page: its reply waits until the newest
  * freeing of the namespace is durable (with the lock held). */
-void kvp__jrnl_reuse(struct kvp_ns *ns);
+void kvp__jrnl_reuse(struct kvp__lns *ns);
 
-/* Persistence lifetime, called by kvp_meta_open / kvp_meta_close. */
-int kvp__persist_open(struct kvp_meta *m);
-void kvp__persist_close(struct kvp_meta *m);
+/* Persistence lifetime, called by the backend's open and close. */
+int kvp__persist_open(struct kvp__local *m);
+void kvp__persist_close(struct kvp__local *m);
+/* The backend's operations that the log serves (src/meta/persist.c). */
+int kvp__persist_wait(struct kvp__local *m, uint64_t lsn, struct kvp_error *err);
+int kvp__persist_when_durable(struct kvp__local *m, uint64_t lsn, kvp_meta_durable_fn fn,
+                              void *arg);
+int kvp__persist_values(struct kvp__local *m, kvp_meta_value_fn fn, void *arg);
+int kvp__persist_health(struct kvp__local *m, char *why, size_t len);
+int kvp__persist_snapshot(struct kvp__local *m);
 
 /* Recovery: apply one change without logging it. -EUCLEAN when it
  * contradicts the state (msg says how). */
-int kvp__replay_hold(struct kvp_ns *ns, uint32_t rank, uint32_t page, const struct kvp_str *key,
+int kvp__replay_hold(struct kvp__lns *ns, uint32_t rank, uint32_t page, const struct kvp_str *key,
                      char *msg, size_t msglen);
-int kvp__replay_free(struct kvp_ns *ns, uint32_t rank, uint32_t page, char *msg, size_t msglen);
-struct kvp_ns *kvp__meta_ns_by_id(struct kvp_meta *m, uint32_t id);
+int kvp__replay_free(struct kvp__lns *ns, uint32_t rank, uint32_t page, char *msg, size_t msglen);
+struct kvp__lns *kvp__meta_ns_by_id(struct kvp__local *m, uint32_t id);
 /* Sizes the key index for nkeys at once (recovery knows the count). */
-void kvp__meta_reserve_keys(struct kvp_ns *ns, uint64_t nkeys);
+void kvp__meta_reserve_keys(struct kvp__lns *ns, uint64_t nkeys);
 
 /* Test and tool helpers (not part of the public API). */
 
-/* The key's page on the rank without touching it; -1 none, -2 rank unknown. */
+/* The key's page on the rank without touching it; -1 none, -2 rank unknown
+ * (a namespace of a mem: or file: location). */
 int64_t kvp__meta_peek(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *key);
+/* The engine behind a mem: or file: handle. */
+struct kvp__local *kvp__local_of(struct kvp_meta *m);
 #endif

@@ -8,9 +8,9 @@
  * confirmations are still accepted while the page is free.
  *
  * Each change is appended to the log under the namespace lock before it is
- * applied, so the log order is the order of the changes. The server answers
- * only once the log is durable up to the request's last record
- * (kvp__meta_thread_lsn / kvp__meta_when_durable).
+ * applied, so the log order is the order of the changes. Each operation
+ * hands its caller a ticket, the log position at which it is durable
+ * (kvp__jrnl_commit); kvp_meta_wait and kvp_meta_when_durable redeem it.
  *
  * Snapshots: the state is written by a forked child from a copy-on-write
  * image taken with every namespace lock held, so requests stop only for the
@@ -69,9 +69,9 @@ struct kvp__persist {
     uint64_t snapshots, snapshot_failures;
 };
 
-static void plog(const struct kvp_meta *m, int level, const char *fmt, ...)
+static void plog(const struct kvp__local *m, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static void plog(const struct kvp_meta *m, int level, const char *fmt, ...)
+static void plog(const struct kvp__local *m, int level, const char *fmt, ...)
 {
     if (!m->opts.log)
         return;
@@ -116,7 +116,7 @@ static void ebytes(struct enc *e, const void *p, size_t n)
     e->n += (uint32_t)n;
 }
 
-static void enc_ns(struct enc *e, const struct kvp_ns *ns)
+static void enc_ns(struct enc *e, const struct kvp__lns *ns)
 {
     size_t dl = strlen(ns->deployment), pl = strlen(ns->pool);
     e8(e, REC_NS);
@@ -177,20 +177,20 @@ static void enc_hold(struct enc *e, uint32_t ns, uint32_t rank, uint32_t page,
     ebytes(e, kb, k->len);
 }
 
-static struct kvp__wal *jwal(const struct kvp_meta *m)
+static struct kvp__wal *jwal(const struct kvp__local *m)
 {
     return m->persist && !m->replaying ? m->persist->wal : NULL;
 }
 
-void kvp__jrnl_ns(struct kvp_meta *m, const struct kvp_ns *ns)
+uint64_t kvp__jrnl_ns(struct kvp__local *m, const struct kvp__lns *ns)
 {
     struct kvp__wal *w = jwal(m);
     if (!w)
-        return;
+        return 0;
     struct enc e;
     e.n = 0;
     enc_ns(&e, ns);
-    kvp__wal_append(w, e.b, e.n);
+    return kvp__wal_append(w, e.b, e.n);
 }
 
 /*
@@ -199,7 +199,7 @@ void kvp__jrnl_ns(struct kvp_meta *m, const struct kvp_ns *ns)
  * kvp__jrnl_commit: one lock of the log and one wake-up of its flusher per
  * request instead of one per key.
  */
-static void stage(struct kvp_ns *ns, const struct enc *e)
+static void stage(struct kvp__lns *ns, const struct enc *e)
 {
     size_t need = ns->jlen + KVP_WAL_HDR + e->n;
     if (need > ns->jcap) {
@@ -209,8 +209,9 @@ static void stage(struct kvp_ns *ns, const struct enc *e)
         uint8_t *b = realloc(ns->jbuf, cap);
         if (!b) {
             /* Send what is staged, then this record alone: order is kept. */
-            kvp__jrnl_commit(ns);
-            kvp__wal_append(ns->meta->persist->wal, e->b, e->n);
+            uint64_t x = kvp__jrnl_commit(ns);
+            uint64_t y = kvp__wal_append(ns->meta->persist->wal, e->b, e->n);
+            ns->jlsn = x > y ? x : y;
             return;
         }
         ns->jbuf = b;
@@ -221,10 +222,12 @@ static void stage(struct kvp_ns *ns, const struct enc *e)
     ns->jlen += KVP_WAL_HDR + e->n;
 }
 
-void kvp__jrnl_commit(struct kvp_ns *ns)
+uint64_t kvp__jrnl_commit(struct kvp__lns *ns)
 {
     if (ns->jlen) {
-        kvp__wal_append_framed(ns->meta->persist->wal, ns->jbuf, ns->jlen, ns->jres);
+        uint64_t lsn = kvp__wal_append_framed(ns->meta->persist->wal, ns->jbuf, ns->jlen, ns->jres);
+        if (lsn > ns->jlsn)
+            ns->jlsn = lsn;
         ns->jres = 0;
         ns->jlen = 0;
         if (ns->jcap > (1u << 20)) { /* one huge request does not pin its buffer */
@@ -233,46 +236,56 @@ void kvp__jrnl_commit(struct kvp_ns *ns)
             ns->jcap = 0;
         }
     }
-    if (ns->jfreed) { /* this thread's last append holds the freeing records */
-        ns->free_lsn = kvp__wal_thread_lsn();
+    if (ns->jfreed) { /* the operation's append holds the freeing records */
+        ns->free_lsn = ns->jlsn;
         ns->jfreed = 0;
     }
     if (ns->jres) { /* appended: the room held for it is used or free again */
         kvp__wal_release(ns->meta->persist->wal, ns->jres);
         ns->jres = 0;
     }
+    uint64_t lsn = ns->jlsn;
+    ns->jlsn = 0;
+    return lsn;
 }
 
-void kvp__meta_log_why(struct kvp_meta *m, int rc, char *buf, size_t len)
+void kvp__meta_log_why(struct kvp__local *m, int rc, char *buf, size_t len)
 {
     snprintf(buf, len, "cannot write the log in %s: %s", m->opts.data_dir ? m->opts.data_dir : "",
              kvp_strerror(rc));
 }
 
-int kvp__jrnl_space(struct kvp_meta *m, uint64_t keep, uint64_t probe, struct kvp_error *err)
+/* err (when non-NULL): the log refused or failed with rc (KVP_RULE_IO). */
+static void log_err(struct kvp__local *m, int rc, struct kvp_error *err)
+{
+    if (!err)
+        return;
+    memset(err, 0, sizeof *err);
+    err->code = rc;
+    err->rule = KVP_RULE_IO;
+    err->index = -1;
+    kvp__meta_log_why(m, rc, err->msg, sizeof err->msg);
+}
+
+int kvp__jrnl_space(struct kvp__local *m, uint64_t keep, uint64_t probe, struct kvp_error *err)
 {
     struct kvp__wal *w = jwal(m);
     if (!w || m->opts.readonly)
         return 0;
     int rc = kvp__wal_reserve(w, keep, probe);
-    if (rc && err) {
-        memset(err, 0, sizeof *err);
-        err->code = rc;
-        err->rule = KVP_RULE_IO;
-        err->index = -1;
-        kvp__meta_log_why(m, rc, err->msg, sizeof err->msg);
-    }
+    if (rc)
+        log_err(m, rc, err);
     return rc;
 }
 
-void kvp__jrnl_unspace(struct kvp_meta *m, uint64_t bytes)
+void kvp__jrnl_unspace(struct kvp__local *m, uint64_t bytes)
 {
     struct kvp__wal *w = jwal(m);
     if (w && !m->opts.readonly)
         kvp__wal_release(w, bytes);
 }
 
-int kvp__jrnl_reserve(struct kvp_ns *ns, uint64_t keep, uint64_t probe, struct kvp_error *err)
+int kvp__jrnl_reserve(struct kvp__lns *ns, uint64_t keep, uint64_t probe, struct kvp_error *err)
 {
     int rc = kvp__jrnl_space(ns->meta, keep, probe, err);
     if (!rc && jwal(ns->meta) && !ns->meta->opts.readonly)
@@ -280,13 +293,14 @@ int kvp__jrnl_reserve(struct kvp_ns *ns, uint64_t keep, uint64_t probe, struct k
     return rc;
 }
 
-void kvp__jrnl_reuse(struct kvp_ns *ns)
+void kvp__jrnl_reuse(struct kvp__lns *ns)
 {
-    if (jwal(ns->meta) && ns->free_lsn)
-        kvp__wal_thread_depends(ns->meta->persist->wal, ns->free_lsn);
+    if (jwal(ns->meta) && ns->free_lsn > ns->jlsn &&
+        !kvp__wal_is_durable(ns->meta->persist->wal, ns->free_lsn))
+        ns->jlsn = ns->free_lsn;
 }
 
-void kvp__jrnl_init(struct kvp_ns *ns, uint32_t rank, uint32_t num_pages)
+void kvp__jrnl_init(struct kvp__lns *ns, uint32_t rank, uint32_t num_pages)
 {
     if (!jwal(ns->meta))
         return;
@@ -296,7 +310,7 @@ void kvp__jrnl_init(struct kvp_ns *ns, uint32_t rank, uint32_t num_pages)
     stage(ns, &e);
 }
 
-void kvp__jrnl_hold(struct kvp_ns *ns, uint32_t rank, uint32_t page, const struct kvp__key *key)
+void kvp__jrnl_hold(struct kvp__lns *ns, uint32_t rank, uint32_t page, const struct kvp__key *key)
 {
     if (!jwal(ns->meta))
         return;
@@ -306,7 +320,7 @@ void kvp__jrnl_hold(struct kvp_ns *ns, uint32_t rank, uint32_t page, const struc
     stage(ns, &e);
 }
 
-void kvp__jrnl_free(struct kvp_ns *ns, uint32_t rank, uint32_t page)
+void kvp__jrnl_free(struct kvp__lns *ns, uint32_t rank, uint32_t page)
 {
     if (!jwal(ns->meta))
         return;
@@ -320,7 +334,7 @@ void kvp__jrnl_free(struct kvp_ns *ns, uint32_t rank, uint32_t page)
     ns->jfreed = 1;
 }
 
-void kvp__jrnl_clear(struct kvp_ns *ns, int64_t rank)
+void kvp__jrnl_clear(struct kvp__lns *ns, int64_t rank)
 {
     if (!jwal(ns->meta))
         return;
@@ -363,7 +377,7 @@ static const char *dbytes(struct dec *d, uint32_t len)
     return p;
 }
 
-int kvp__persist_apply(struct kvp_meta *m, const uint8_t *payload, uint32_t len, char *msg,
+int kvp__persist_apply(struct kvp__local *m, const uint8_t *payload, uint32_t len, char *msg,
                        size_t msglen, int *type)
 {
     struct dec d = {payload, len, 0, 0};
@@ -383,7 +397,7 @@ int kvp__persist_apply(struct kvp_meta *m, const uint8_t *payload, uint32_t len,
     if (t == REC_KEYS_HINT) {
         uint32_t id = (uint32_t)dget(&d, 4);
         uint64_t n = dget(&d, 8);
-        struct kvp_ns *ns = d.bad ? NULL : kvp__meta_ns_by_id(m, id);
+        struct kvp__lns *ns = d.bad ? NULL : kvp__meta_ns_by_id(m, id);
         if (d.bad || d.off != d.n || !ns) {
             snprintf(msg, msglen, "malformed key-count record");
             return -EUCLEAN;
@@ -401,11 +415,11 @@ int kvp__persist_apply(struct kvp_meta *m, const uint8_t *payload, uint32_t len,
             snprintf(msg, msglen, "malformed namespace record");
             return -EUCLEAN;
         }
-        struct kvp_ns *ns;
-        rc = kvp_meta_ns(m, dep, dl, pool, pl, 1, &ns, &err);
+        struct kvp_ns *pub;
+        rc = kvp_meta_ns(m->front, dep, dl, pool, pl, 1, &pub, &err);
         if (rc == -ENOMEM)
             return rc;
-        if (rc || ns->id != id) {
+        if (rc || ((struct kvp__lns *)pub)->id != id) {
             snprintf(msg, msglen, "namespace record %u does not match the namespaces before it", id);
             return -EUCLEAN;
         }
@@ -413,7 +427,7 @@ int kvp__persist_apply(struct kvp_meta *m, const uint8_t *payload, uint32_t len,
     }
     uint32_t nsid = (uint32_t)dget(&d, 4);
     uint32_t rank = (uint32_t)dget(&d, 4);
-    struct kvp_ns *ns = d.bad ? NULL : kvp__meta_ns_by_id(m, nsid);
+    struct kvp__lns *ns = d.bad ? NULL : kvp__meta_ns_by_id(m, nsid);
     if (!d.bad && !ns) {
         snprintf(msg, msglen, "record names namespace %u, which was never created", nsid);
         return -EUCLEAN;
@@ -423,7 +437,7 @@ int kvp__persist_apply(struct kvp_meta *m, const uint8_t *payload, uint32_t len,
         uint32_t np = (uint32_t)dget(&d, 4);
         if (d.bad || d.off != d.n)
             break;
-        rc = kvp_meta_init_rank(ns, rank, np, &err);
+        rc = kvp_meta_init_rank(&ns->pub, rank, np, &err);
         if (rc == -ENOMEM)
             return rc;
         if (rc) {
@@ -465,7 +479,7 @@ int kvp__persist_apply(struct kvp_meta *m, const uint8_t *payload, uint32_t len,
     case REC_CLEAR:
         if (d.bad || d.off != d.n)
             break;
-        rc = kvp_meta_clear(ns, rank == ALL_RANKS ? -1 : (int64_t)rank, &err);
+        rc = kvp_meta_clear(&ns->pub, rank == ALL_RANKS ? -1 : (int64_t)rank, &err);
         if (rc == -ENOMEM)
             return rc;
         if (rc) {
@@ -565,7 +579,7 @@ static void sw_rec(struct snapw *w, const struct enc *e)
  * Reaches keys through the pages that hold them, never through the key index:
  * a forked child does not have the index's big tables (MADV_DONTFORK, so that
  * the server's inserts during a snapshot copy no index pages). */
-static int write_snapshot(struct kvp_meta *m, int fd, uint64_t lsn, int pace)
+static int write_snapshot(struct kvp__local *m, int fd, uint64_t lsn, int pace)
 {
     static struct snapw w; /* large; static so the child's stack stays small */
     w.fd = fd;
@@ -581,7 +595,7 @@ static int write_snapshot(struct kvp_meta *m, int fd, uint64_t lsn, int pace)
     e64(&e, lsn);
     e32(&e, SNAP_VERSION);
     sw_rec(&w, &e);
-    for (struct kvp_ns *ns = m->ns_first; ns; ns = ns->next_all) {
+    for (struct kvp__lns *ns = m->ns_first; ns; ns = ns->next_all) {
         e.n = 0;
         enc_ns(&e, ns);
         sw_rec(&w, &e);
@@ -614,16 +628,16 @@ static int write_snapshot(struct kvp_meta *m, int fd, uint64_t lsn, int pace)
     return w.err;
 }
 
-static void lock_all(struct kvp_meta *m)
+static void lock_all(struct kvp__local *m)
 {
     pthread_rwlock_wrlock(&m->ns_lock);
-    for (struct kvp_ns *ns = m->ns_first; ns; ns = ns->next_all)
+    for (struct kvp__lns *ns = m->ns_first; ns; ns = ns->next_all)
         pthread_mutex_lock(&ns->lock);
 }
 
-static void unlock_all(struct kvp_meta *m)
+static void unlock_all(struct kvp__local *m)
 {
-    for (struct kvp_ns *ns = m->ns_first; ns; ns = ns->next_all)
+    for (struct kvp__lns *ns = m->ns_first; ns; ns = ns->next_all)
         pthread_mutex_unlock(&ns->lock);
     pthread_rwlock_unlock(&m->ns_lock);
 }
@@ -649,7 +663,7 @@ static int check_snapshot(struct kvp__wal *wal, uint64_t lsn, uint64_t *bytes)
 }
 
 /* The snapshot at lsn read back whole: what it covers can go. */
-static void adopt_snapshot(struct kvp_meta *m, uint64_t lsn, uint64_t bytes)
+static void adopt_snapshot(struct kvp__local *m, uint64_t lsn, uint64_t bytes)
 {
     struct kvp__persist *p = m->persist;
     kvp__wal_prune(p->wal, lsn);
@@ -660,7 +674,7 @@ static void adopt_snapshot(struct kvp_meta *m, uint64_t lsn, uint64_t bytes)
     pthread_mutex_unlock(&p->mu);
 }
 
-static void log_unreadable(struct kvp_meta *m, uint64_t lsn, int rc)
+static void log_unreadable(struct kvp__local *m, uint64_t lsn, int rc)
 {
     plog(m, 0, "snapshot at %" PRIu64 " does not read back (%s); older files are kept", lsn,
          strerror(-rc));
@@ -672,10 +686,10 @@ static void log_unreadable(struct kvp_meta *m, uint64_t lsn, int rc)
  * Replaying them over an intact snapshot changes nothing. Caller holds every
  * lock (or runs before any request).
  */
-static void append_catalog(struct kvp_meta *m)
+static void append_catalog(struct kvp__local *m)
 {
     uint64_t bytes = 0;
-    for (struct kvp_ns *ns = m->ns_first; ns; ns = ns->next_all)
+    for (struct kvp__lns *ns = m->ns_first; ns; ns = ns->next_all)
         bytes += KVP_JRNL_NS(strlen(ns->deployment), strlen(ns->pool)) +
                  (uint64_t)ns->nranks * KVP_JRNL_INIT;
     if (!bytes)
@@ -685,7 +699,7 @@ static void append_catalog(struct kvp_meta *m)
                    "of this segment (the snapshot has it)");
         return;
     }
-    for (struct kvp_ns *ns = m->ns_first; ns; ns = ns->next_all) {
+    for (struct kvp__lns *ns = m->ns_first; ns; ns = ns->next_all) {
         kvp__jrnl_ns(m, ns);
         for (uint32_t s = 0; s < ns->nranks; s++)
             kvp__jrnl_init(ns, ns->slots[s]->id, ns->slots[s]->num_pages);
@@ -702,7 +716,7 @@ enum { SNAP_CHILD_WRITE_FAILED = 1, SNAP_CHILD_UNREADABLE = 2 };
  * After the log failed (records not written): the snapshot at lsn covers
  * every change, so the log starts again after it. Caller holds every lock.
  */
-static int resume_log(struct kvp_meta *m, uint64_t lsn)
+static int resume_log(struct kvp__local *m, uint64_t lsn)
 {
     int rc = kvp__wal_resume(m->persist->wal, lsn);
     if (rc)
@@ -719,8 +733,8 @@ static int resume_log(struct kvp_meta *m, uint64_t lsn)
  * failure of the log it is also the way back: the snapshot covers every
  * change (acknowledged or not), and the log starts again after it.
  */
-static int snapshot_fork_locked(struct kvp_meta *m);
-static int snapshot_fork(struct kvp_meta *m)
+static int snapshot_fork_locked(struct kvp__local *m);
+static int snapshot_fork(struct kvp__local *m)
 {
     pthread_mutex_lock(&m->persist->snap_mu);
     int rc = snapshot_fork_locked(m);
@@ -728,7 +742,7 @@ static int snapshot_fork(struct kvp_meta *m)
     return rc;
 }
 
-static int snapshot_fork_locked(struct kvp_meta *m)
+static int snapshot_fork_locked(struct kvp__local *m)
 {
     struct kvp__persist *p = m->persist;
     const char *dir = kvp__wal_dir(p->wal);
@@ -816,7 +830,7 @@ static int snapshot_fork_locked(struct kvp_meta *m)
 static void *snap_main(void *arg)
 {
     pthread_setname_np(pthread_self(), "kvp-snapshot"); /* for top and perf */
-    struct kvp_meta *m = arg;
+    struct kvp__local *m = arg;
     struct kvp__persist *p = m->persist;
     uint64_t next_try = 0, backoff = RETRY_MS;
     pthread_mutex_lock(&p->mu);
@@ -875,7 +889,7 @@ static void *snap_main(void *arg)
 /* ---------------------------------------------------------------- recovery */
 
 struct replay_ctx {
-    struct kvp_meta *m;
+    struct kvp__local *m;
     int lenient;       /* skip records that contradict the state (after a damaged snapshot) */
     uint64_t skipped;
     char msg[512];
@@ -943,7 +957,7 @@ static int snap_load_rec(void *arg, const uint8_t *payload, uint32_t len, const 
  * written in an order in which every prefix is a consistent state) and 1 is
  * returned, so that the log after it is replayed leniently.
  */
-static int load_snapshot(struct kvp_meta *m, struct kvp__wal *w, uint64_t lsn)
+static int load_snapshot(struct kvp__local *m, struct kvp__wal *w, uint64_t lsn)
 {
     struct snapload l = {.r = {.m = m}};
     int rc = kvp__wal_snap_read(w, lsn, snap_load_rec, &l);
@@ -964,7 +978,7 @@ static int load_snapshot(struct kvp_meta *m, struct kvp__wal *w, uint64_t lsn)
     return whole ? 0 : 1;
 }
 
-int kvp__persist_open(struct kvp_meta *m)
+int kvp__persist_open(struct kvp__local *m)
 {
     struct kvp__persist *p = calloc(1, sizeof *p);
     if (!p)
@@ -1034,7 +1048,7 @@ fail:
     return rc ? rc : -EUCLEAN;
 }
 
-void kvp__persist_close(struct kvp_meta *m)
+void kvp__persist_close(struct kvp__local *m)
 {
     struct kvp__persist *p = m->persist;
     if (!p)
@@ -1079,61 +1093,104 @@ void kvp__persist_close(struct kvp_meta *m)
     m->persist = NULL;
 }
 
-/* ---------------------------------------------------------------- for the server and tools */
+/* ---------------------------------------------------------------- the backend's log operations */
 
-uint64_t kvp__meta_thread_lsn(void)
-{
-    return kvp__wal_thread_lsn();
-}
-
-void kvp__meta_thread_lsn_reset(void)
-{
-    kvp__wal_thread_lsn_reset();
-}
-
-int kvp__meta_wait_durable(struct kvp_meta *m, uint64_t lsn)
+int kvp__persist_wait(struct kvp__local *m, uint64_t lsn, struct kvp_error *err)
 {
     if (!m->persist || !lsn || m->opts.readonly)
         return 0;
-    return kvp__wal_wait(m->persist->wal, lsn);
+    int rc = kvp__wal_wait(m->persist->wal, lsn);
+    if (rc == -EINVAL) {
+        kvp__set_err(err, rc, KVP_RULE_ARG, -1, (int64_t)lsn, 0,
+                     "ticket %llu was not handed out by this handle", (unsigned long long)lsn);
+    } else if (rc) {
+        log_err(m, rc, err);
+    }
+    return rc;
 }
 
-int kvp__meta_when_durable(struct kvp_meta *m, uint64_t lsn, void (*cb)(void *arg, int status),
-                           void *arg)
+int kvp__persist_when_durable(struct kvp__local *m, uint64_t lsn, kvp_meta_durable_fn fn,
+                              void *arg)
 {
     if (!m->persist || !lsn || m->opts.readonly)
         return 1;
-    return kvp__wal_when_durable(m->persist->wal, lsn, cb, arg);
+    return kvp__wal_when_durable(m->persist->wal, lsn, fn, arg);
 }
 
-int kvp__meta_persist_stats(struct kvp_meta *m, struct kvp__persist_stats *st)
+/* "" for 0, else the errno's symbol (ENOSPC, EIO, ...) or its number. */
+static const char *errno_name(int rc, char *num, size_t len)
 {
-    memset(st, 0, sizeof *st);
-    if (!m->persist)
-        return -ENOENT;
-    st->wal_bytes = kvp__wal_disk_bytes(m->persist->wal);
-    st->appended = kvp__wal_appended(m->persist->wal);
-    kvp__wal_fsync_stats(m->persist->wal, &st->fsyncs, &st->fsync_ns);
-    pthread_mutex_lock(&m->persist->mu);
-    st->snapshots = m->persist->snapshots;
-    st->snapshot_failures = m->persist->snapshot_failures;
-    st->last_snapshot = m->persist->last_snap;
-    pthread_mutex_unlock(&m->persist->mu);
-    st->refused = kvp__wal_status(m->persist->wal, &st->failed, &st->refusals);
+    switch (-rc) {
+    case 0:
+        return "";
+    case ENOSPC:
+        return "ENOSPC";
+    case EDQUOT:
+        return "EDQUOT";
+    case EIO:
+        return "EIO";
+    case ENOMEM:
+        return "ENOMEM";
+    case EROFS:
+        return "EROFS";
+    default:
+        snprintf(num, len, "%d", -rc);
+        return num;
+    }
+}
+
+int kvp__persist_values(struct kvp__local *m, kvp_meta_value_fn fn, void *arg)
+{
+    struct kvp__persist *p = m->persist;
+    if (!p)
+        return 0; /* in memory only: no log */
+    uint64_t fsyncs, fsync_ns, refusals;
+    int failed;
+    kvp__wal_fsync_stats(p->wal, &fsyncs, &fsync_ns);
+    pthread_mutex_lock(&p->mu);
+    uint64_t snapshots = p->snapshots, snapshot_failures = p->snapshot_failures;
+    pthread_mutex_unlock(&p->mu);
+    int refused = kvp__wal_status(p->wal, &failed, &refusals);
+    char num[16];
+    const struct kvp_meta_value v[] = {
+        {"wal", "bytes", "kvpage_wal_bytes", "Bytes of write-ahead log and snapshots on disk.",
+         KVP_VALUE_GAUGE, 0, kvp__wal_disk_bytes(p->wal), NULL, NULL},
+        {"wal", "appended", "kvpage_wal_appended_total", "Write-ahead log appended since start.",
+         KVP_VALUE_COUNTER, 0, kvp__wal_appended(p->wal), NULL, NULL},
+        {"wal", "fsyncs", "kvpage_wal_fsyncs_total", "fsync calls of the write-ahead log.",
+         KVP_VALUE_COUNTER, 0, fsyncs, NULL, NULL},
+        {"wal", "fsync_seconds", "kvpage_wal_fsync_seconds_total", "Time spent in those fsync calls.",
+         KVP_VALUE_COUNTER, 9, fsync_ns, NULL, NULL},
+        {"wal", "snapshots", "kvpage_snapshots_total", "Snapshots written.", KVP_VALUE_COUNTER, 0,
+         snapshots, NULL, NULL},
+        {"wal", "snapshot_failures", "kvpage_snapshot_failures_total", "Snapshots that failed.",
+         KVP_VALUE_COUNTER, 0, snapshot_failures, NULL, NULL},
+        {"wal", "writable", "kvpage_wal_writable",
+         "1 while the log takes changes; 0 while they are refused (errno: why).", KVP_VALUE_BOOL, 0,
+         !refused, "errno", errno_name(refused, num, sizeof num)},
+        {"wal", "refused_writes", "kvpage_wal_refused_writes_total",
+         "Changes refused because the log could not take them.", KVP_VALUE_COUNTER, 0, refusals,
+         NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
+        int rc = fn(&v[i], arg);
+        if (rc)
+            return rc;
+    }
     return 0;
 }
 
-int kvp__meta_log_status(struct kvp_meta *m, char *why, size_t len)
+int kvp__persist_health(struct kvp__local *m, char *why, size_t len)
 {
     if (!m->persist || m->opts.readonly)
         return 0;
     int rc = kvp__wal_status(m->persist->wal, NULL, NULL);
-    if (rc)
+    if (rc && why && len)
         kvp__meta_log_why(m, rc, why, len);
     return rc;
 }
 
-int kvp__meta_snapshot_now(struct kvp_meta *m)
+int kvp__persist_snapshot(struct kvp__local *m)
 {
     if (!m->persist || m->opts.readonly)
         return -ENOENT;

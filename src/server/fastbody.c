@@ -21,7 +21,7 @@
  * printable ASCII without escapes, integers without sign tricks, fraction or
  * exponent, these fields once each and no others, lists within --max-keys,
  * keys that pass the key rule, pool names that pass the pool rule
- * (kvp__pool_valid). For anything else it returns 0 without replying, and the
+ * (kvp_pool_valid). For anything else it returns 0 without replying, and the
  * general path (jansson) reads the body and gives every error its message.
  * The scanner never answers an error itself, so the two paths cannot disagree
  * on one; fuzz/fuzz_request.c runs every input through both and compares the
@@ -127,7 +127,7 @@ static int room(struct kvp_ctx *c, size_t n, int *oom)
 
 static int good_key(const struct kvp_str *k)
 {
-    return !kvp__key_problem(k->ptr, k->len);
+    return !kvp_key_problem(k->ptr, k->len);
 }
 
 /* The rank field's value: 0..KVP_MAX_RANK. */
@@ -203,7 +203,7 @@ static const struct shape SGL_CONFIRM = {"written_keys_to_confirm", confirmation
 /* The namespace field's value: a pool name the general path takes as it is. */
 static int pool_value(struct scan *s, struct kvp_str *pool)
 {
-    return plain_string(s, pool) && kvp__pool_valid(pool->ptr, pool->len);
+    return plain_string(s, pool) && kvp_pool_valid(pool->ptr, pool->len);
 }
 
 /* Reads an object of the shape's lists and either "rank" (rank != NULL:

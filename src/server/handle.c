@@ -40,6 +40,7 @@ void kvp__reply_free(struct kvp_reply *rep)
 
 static void reply_reset(struct kvp_reply *rep)
 {
+    rep->ticket = 0;
     rep->status = 500;
     rep->content_type = NULL;
     rep->allow = NULL;
@@ -181,35 +182,6 @@ oom:
 
 /* ---------- validation helpers ---------- */
 
-const char *kvp__key_problem(const char *s, size_t len)
-{
-    if (len == 0)
-        return "is empty";
-    if (len > KVP_MAX_KEY_LEN)
-        return "is longer than 1024 bytes";
-    if (memchr(s, 0, len))
-        return "contains a NUL byte";
-    return NULL;
-}
-
-int kvp__pool_valid(const char *s, size_t len)
-{
-    return len >= 1 && len <= KVP_MAX_NAME_LEN && !memchr(s, 0, len);
-}
-
-static int deployment_valid(const char *s, size_t len)
-{
-    if (len < 1 || len > KVP_MAX_NAME_LEN)
-        return 0;
-    for (size_t i = 0; i < len; i++) {
-        char ch = s[i];
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-              ch == '.' || ch == '_' || ch == '-'))
-            return 0;
-    }
-    return 1;
-}
-
 int kvp__check_count(struct kvp_ctx *c, size_t n)
 {
     size_t max = c->srv->cfg.max_keys;
@@ -277,7 +249,7 @@ ptrdiff_t kvp__parse_str_keys(struct kvp_ctx *c, json_t *arr, int exists_fmt)
         }
         keys[i].ptr = json_string_value(v);
         keys[i].len = json_string_length(v);
-        const char *why = kvp__key_problem(keys[i].ptr, keys[i].len);
+        const char *why = kvp_key_problem(keys[i].ptr, keys[i].len);
         if (why) {
             kvp__reply_error(c, 400, "Invalid key: keys[%zu] %s", i, why);
             return -1;
@@ -307,7 +279,7 @@ ptrdiff_t kvp__parse_alloc_keys(struct kvp_ctx *c, json_t *arr)
         }
         keys[i].ptr = json_string_value(k);
         keys[i].len = json_string_length(k);
-        const char *why = kvp__key_problem(keys[i].ptr, keys[i].len);
+        const char *why = kvp_key_problem(keys[i].ptr, keys[i].len);
         if (why) {
             kvp__reply_error(c, 400, "Invalid key: keys[%zu] %s", i, why);
             return -1;
@@ -338,7 +310,7 @@ int kvp__parse_confirm(struct kvp_ctx *c, json_t *conf, const char *field, size_
         keys[i].ptr = json_string_value(k);
         keys[i].len = json_string_length(k);
         pages[i] = json_integer_value(p);
-        const char *why = kvp__key_problem(keys[i].ptr, keys[i].len);
+        const char *why = kvp_key_problem(keys[i].ptr, keys[i].len);
         if (why) {
             kvp__reply_error(c, 400, "Confirmation failed: %s[%zu] key %s", field, i, why);
             return -1;
@@ -700,6 +672,55 @@ void kvp__server_init(struct kvp_server *srv, struct kvp_meta *meta,
     srv->token_len = srv->cfg.token ? strlen(srv->cfg.token) : 0;
 }
 
+/* Longest decoded path (after a namespace prefix) that can name a route. */
+#define PATH_DECODE_MAX 512
+
+static int hexval(char ch)
+{
+    if (ch >= '0' && ch <= '9')
+        return ch - '0';
+    if (ch >= 'a' && ch <= 'f')
+        return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F')
+        return ch - 'A' + 10;
+    return -1;
+}
+
+/* Length of s[0..n) with its %XX escapes decoded (a '%' not followed by two
+ * hex digits stays as it is, as libmicrohttpd leaves it). */
+static size_t pct_decoded_len(const char *s, size_t n)
+{
+    size_t len = 0;
+    for (size_t i = 0; i < n; len++)
+        i += (s[i] == '%' && i + 2 < n && hexval(s[i + 1]) >= 0 && hexval(s[i + 2]) >= 0) ? 3 : 1;
+    return len;
+}
+
+/* Decodes s[0..n) into out (pct_decoded_len bytes); returns the length. */
+static size_t pct_decode(const char *s, size_t n, char *out)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        int hi, lo;
+        if (s[i] == '%' && i + 2 < n && (hi = hexval(s[i + 1])) >= 0 &&
+            (lo = hexval(s[i + 2])) >= 0) {
+            out[o++] = (char)(hi << 4 | lo);
+            i += 3;
+        } else {
+            out[o++] = s[i++];
+        }
+    }
+    return o;
+}
+
+static size_t segments_of(const char *s, size_t n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += s[i] == '/';
+    return k;
+}
+
 static void dispatch(struct kvp_ctx *c)
 {
     struct kvp_server *srv = c->srv;
@@ -712,17 +733,38 @@ static void dispatch(struct kvp_ctx *c)
         return;
     }
 
+    /* The path comes with its %-escapes (keep_escapes in serve.c): split
+     * first, then decode, so that "/ns/a%2Fb/..." names the deployment
+     * "a/b" (a bad name) rather than another path. */
+    char dbuf[KVP_MAX_NAME_LEN + 1], pbuf[PATH_DECODE_MAX];
     int has_ns = 0;
     c->dep = "default";
     c->dlen = 7;
     if (plen >= 4 && !memcmp(path, "/ns/", 4)) {
         const char *name = path + 4;
         const char *slash = memchr(name, '/', plen - 4);
+        size_t raw = slash ? (size_t)(slash - name) : plen - 4;
         has_ns = 1;
         c->dep = name;
-        c->dlen = slash ? (size_t)(slash - name) : plen - 4;
-        plen -= 4 + c->dlen;
-        path = name + c->dlen;
+        c->dlen = raw;
+        if (memchr(name, '%', raw)) {
+            /* Longer than any name once decoded: keep it raw, it is bad either way. */
+            if (pct_decoded_len(name, raw) <= KVP_MAX_NAME_LEN)
+                c->dlen = pct_decode(name, raw, dbuf), c->dep = dbuf;
+        }
+        plen -= 4 + raw;
+        path = name + raw;
+    }
+    if (memchr(path, '%', plen)) {
+        /* No route has a NUL or a '/' inside a segment: those are Not Found. */
+        size_t n = pct_decoded_len(path, plen);
+        if (n < sizeof pbuf && pct_decode(path, plen, pbuf) == n && !memchr(pbuf, '\0', n) &&
+            segments_of(pbuf, n) == segments_of(path, plen)) {
+            path = pbuf;
+            plen = n;
+        } else {
+            plen = 0; /* (or longer than any route) */
+        }
     }
 
     struct match m;
@@ -751,7 +793,7 @@ static void dispatch(struct kvp_ctx *c)
         kvp__native_handle(c, m.route);
         return;
     }
-    if (has_ns && !deployment_valid(c->dep, c->dlen)) {
+    if (has_ns && !kvp_deployment_valid(c->dep, c->dlen)) {
         kvp__reply_error(c, 400, "Invalid namespace");
         return;
     }

@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "meta/persist.h"
 #include "server/server.h"
 
 static const int statuses[KVP_METRICS_NSTATUS - 1] = {200, 204, 400, 401, 403, 404,
@@ -206,60 +205,66 @@ static void prom_requests(struct kvp_server *srv, struct kvp_buf *b)
         }
 }
 
-/* "" for 0, else the errno's symbol (ENOSPC, EIO, ...) or its number. */
-static const char *errno_name(int rc)
+/* A backend value as text: "12", "1.500000000", "true". */
+static void put_value(struct kvp_buf *b, const struct kvp_meta_value *v, int json)
 {
-    static _Thread_local char num[16];
-    switch (-rc) {
-    case 0:
-        return "";
-    case ENOSPC:
-        return "ENOSPC";
-    case EDQUOT:
-        return "EDQUOT";
-    case EIO:
-        return "EIO";
-    case ENOMEM:
-        return "ENOMEM";
-    case EROFS:
-        return "EROFS";
-    default:
-        snprintf(num, sizeof num, "%d", -rc);
-        return num;
+    if (v->type == KVP_VALUE_BOOL && json) {
+        kvp__buf_printf(b, "%s", v->value ? "true" : "false");
+    } else if (v->decimals > 0 && v->decimals < 20) {
+        uint64_t scale = 1;
+        for (int i = 0; i < v->decimals; i++)
+            scale *= 10;
+        kvp__buf_printf(b, "%llu.%0*llu", (unsigned long long)(v->value / scale), v->decimals,
+                        (unsigned long long)(v->value % scale));
+    } else {
+        kvp__buf_printf(b, "%llu", (unsigned long long)v->value);
     }
 }
 
-static void prom_wal(struct kvp_server *srv, struct kvp_buf *b)
+static int prom_value(const struct kvp_meta_value *v, void *arg)
 {
-    struct kvp__persist_stats ps;
-    if (kvp__meta_persist_stats(srv->meta, &ps) != 0)
-        return; /* in memory only */
-    kvp__buf_printf(b,
-                    "# HELP kvpage_wal_bytes Bytes of write-ahead log and snapshots on disk.\n"
-                    "# TYPE kvpage_wal_bytes gauge\nkvpage_wal_bytes %llu\n"
-                    "# HELP kvpage_wal_appended_total Write-ahead log appended since start.\n"
-                    "# TYPE kvpage_wal_appended_total counter\nkvpage_wal_appended_total %llu\n"
-                    "# HELP kvpage_wal_fsyncs_total fsync calls of the write-ahead log.\n"
-                    "# TYPE kvpage_wal_fsyncs_total counter\nkvpage_wal_fsyncs_total %llu\n"
-                    "# HELP kvpage_wal_fsync_seconds_total Time spent in those fsync calls.\n"
-                    "# TYPE kvpage_wal_fsync_seconds_total counter\n"
-                    "kvpage_wal_fsync_seconds_total %llu.%09llu\n"
-                    "# HELP kvpage_snapshots_total Snapshots written.\n"
-                    "# TYPE kvpage_snapshots_total counter\nkvpage_snapshots_total %llu\n"
-                    "# HELP kvpage_snapshot_failures_total Snapshots that failed.\n"
-                    "# TYPE kvpage_snapshot_failures_total counter\nkvpage_snapshot_failures_total %llu\n"
-                    "# HELP kvpage_wal_writable 1 while the log takes changes; 0 while they are "
-                    "refused (errno: why).\n"
-                    "# TYPE kvpage_wal_writable gauge\nkvpage_wal_writable{errno=\"%s\"} %d\n"
-                    "# HELP kvpage_wal_refused_writes_total Changes refused because the log could "
-                    "not take them.\n"
-                    "# TYPE kvpage_wal_refused_writes_total counter\n"
-                    "kvpage_wal_refused_writes_total %llu\n",
-                    (unsigned long long)ps.wal_bytes, (unsigned long long)ps.appended,
-                    (unsigned long long)ps.fsyncs, (unsigned long long)(ps.fsync_ns / 1000000000u),
-                    (unsigned long long)(ps.fsync_ns % 1000000000u), (unsigned long long)ps.snapshots,
-                    (unsigned long long)ps.snapshot_failures, errno_name(ps.refused), !ps.refused,
-                    (unsigned long long)ps.refusals);
+    struct kvp_buf *b = arg;
+    kvp__buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s", v->metric, v->help, v->metric,
+                    v->type == KVP_VALUE_COUNTER ? "counter" : "gauge", v->metric);
+    if (v->label) {
+        kvp__buf_printf(b, "{%s=\"", v->label);
+        label_value(b, v->label_value ? v->label_value : "");
+        kvp__jw_lit(b, "\"}");
+    }
+    kvp__buf_put(b, " ", 1);
+    put_value(b, v, 0);
+    kvp__buf_put(b, "\n", 1);
+    return 0;
+}
+
+/* The backend's values in /v1/stats: "section": {"key": value, ...}, ... */
+struct json_values {
+    struct kvp_buf *b;
+    const char *section; /* the section open now, or NULL */
+};
+
+static int json_value(const struct kvp_meta_value *v, void *arg)
+{
+    struct json_values *j = arg;
+    if (!j->section || strcmp(j->section, v->section)) {
+        kvp__buf_printf(j->b, "%s, ", j->section ? "}" : "");
+        kvp__jw_str(j->b, v->section, strlen(v->section));
+        kvp__jw_lit(j->b, ": {");
+        j->section = v->section;
+    } else {
+        kvp__jw_lit(j->b, ", ");
+    }
+    kvp__jw_str(j->b, v->key, strlen(v->key));
+    kvp__jw_lit(j->b, ": ");
+    put_value(j->b, v, 1);
+    if (v->label) {
+        kvp__jw_lit(j->b, ", ");
+        kvp__jw_str(j->b, v->label, strlen(v->label));
+        kvp__jw_lit(j->b, ": ");
+        const char *lv = v->label_value ? v->label_value : "";
+        kvp__jw_str(j->b, lv, strlen(lv));
+    }
+    return 0;
 }
 
 static uint64_t ld(atomic_uint_fast64_t *v)
@@ -301,7 +306,7 @@ int kvp__metrics_prometheus(struct kvp_server *srv, struct kvp_buf *b)
     }
     prom_requests(srv, b);
     prom_conns(srv, b);
-    prom_wal(srv, b);
+    kvp_meta_values(srv->meta, prom_value, b);
     for (size_t f = 0; f < sizeof rank_fields / sizeof rank_fields[0]; f++) {
         const struct rank_field *rf = &rank_fields[f];
         if (rf->help)
@@ -397,19 +402,10 @@ int kvp__metrics_stats_json(struct kvp_server *srv, struct kvp_buf *b)
                     (unsigned long long)ld(&c->refused_total),
                     (unsigned long long)ld(&c->timeout_idle),
                     (unsigned long long)ld(&c->timeout_request));
-    struct kvp__persist_stats ps;
-    if (kvp__meta_persist_stats(srv->meta, &ps) == 0)
-        kvp__buf_printf(b,
-                        ", \"wal\": {\"bytes\": %llu, \"appended\": %llu, \"fsyncs\": %llu, "
-                        "\"fsync_seconds\": %llu.%09llu, \"snapshots\": %llu, "
-                        "\"snapshot_failures\": %llu, \"writable\": %s, \"errno\": \"%s\", "
-                        "\"refused_writes\": %llu}",
-                        (unsigned long long)ps.wal_bytes, (unsigned long long)ps.appended,
-                        (unsigned long long)ps.fsyncs, (unsigned long long)(ps.fsync_ns / 1000000000u),
-                        (unsigned long long)(ps.fsync_ns % 1000000000u),
-                        (unsigned long long)ps.snapshots, (unsigned long long)ps.snapshot_failures,
-                        ps.refused ? "false" : "true", errno_name(ps.refused),
-                        (unsigned long long)ps.refusals);
+    struct json_values jv = {b, NULL};
+    kvp_meta_values(srv->meta, json_value, &jv);
+    if (jv.section)
+        kvp__jw_lit(b, "}");
     kvp__jw_lit(b, "}");
     return b->oom ? -ENOMEM : 0;
 }

@@ -1,7 +1,6 @@
 /* Native routes (protocol.md §4): GET /healthz, /metrics, /v1/stats. */
 #include <string.h>
 
-#include "meta/persist.h"
 #include "server/server.h"
 
 void kvp__native_handle(struct kvp_ctx *c, int route)
@@ -16,7 +15,7 @@ void kvp__native_handle(struct kvp_ctx *c, int route)
         r->status = 200;
         r->content_type = "text/plain; charset=utf-8";
         kvp__buf_reset(&r->body);
-        if (kvp__meta_log_status(c->srv->meta, why, sizeof why) != 0) {
+        if (kvp_meta_health(c->srv->meta, why, sizeof why) != 0) {
             kvp__jw_lit(&r->body, "degraded: writes refused: ");
             kvp__buf_put(&r->body, why, strlen(why));
         } else {

@@ -22,7 +22,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "meta/persist.h"
 #include "server/serve.h"
 #include "server/server.h"
 #include "util/clock.h"
@@ -563,22 +562,23 @@ static enum MHD_Result durable_reply(struct serve *S, struct MHD_Connection *mc,
         /* Applied in memory, not durable: 507 / 503, not 500. The log said
          * once that writes are refused; no line per request. */
         char why[sizeof ((struct kvp_error *)0)->msg];
-        kvp__meta_log_why(S->meta, cn->durable_rc, why, sizeof why);
+        if (kvp_meta_health(S->meta, why, sizeof why) == 0)
+            snprintf(why, sizeof why, "cannot make the change durable: %s",
+                     kvp_strerror(cn->durable_rc));
         kvp__reply_log_error(&cn->rep, cn->durable_rc, why, 1);
     }
     return queue_reply(mc, &cn->rep);
 }
 
-/* Handles the request in cn->req on the calling thread; returns the end of
- * its log records (0: it changed nothing that is logged). */
+/* Handles the request in cn->req on the calling thread; returns the ticket
+ * of its changes (0: nothing to wait for before the reply). */
 static uint64_t handle(struct serve *S, struct conn *cn)
 {
     struct kvp_reply *rep = &cn->rep;
-    kvp__meta_thread_lsn_reset();
     arena_begin();
     kvp__server_handle(&S->srv, &cn->req, rep);
     arena_end();
-    uint64_t lsn = kvp__meta_thread_lsn();
+    uint64_t lsn = rep->ticket;
     if (cn->in.cap > KEEP_BUFFER_MAX)
         kvp__buf_free(&cn->in);
     body_release(S, cn);
@@ -608,7 +608,7 @@ static void *body_worker(void *arg)
             S->jobs_tail = NULL;
         pthread_mutex_unlock(&S->jobs_lock);
         uint64_t lsn = handle(S, cn);
-        cn->durable_rc = lsn ? kvp__meta_wait_durable(S->meta, lsn) : 0;
+        cn->durable_rc = lsn ? kvp_meta_wait(S->meta, lsn, NULL) : 0;
         atomic_store(&cn->durable, 1);
         MHD_resume_connection(cn->mc);
         atomic_fetch_sub(&g_pending, 1);
@@ -677,12 +677,12 @@ static enum MHD_Result respond(struct serve *S, struct MHD_Connection *mc, struc
     if (lsn && !S->group_commit) {
         /* always / never: this thread writes (and syncs) the records itself;
          * parking the reply would only add a suspend and a resume. */
-        cn->durable_rc = kvp__meta_wait_durable(S->meta, lsn);
+        cn->durable_rc = kvp_meta_wait(S->meta, lsn, NULL);
         return durable_reply(S, mc, cn);
     }
     if (lsn) {
         if (!announce_pending()) {
-            cn->durable_rc = kvp__meta_wait_durable(S->meta, lsn);
+            cn->durable_rc = kvp_meta_wait(S->meta, lsn, NULL);
             return durable_reply(S, mc, cn);
         }
         /* Suspend first, so that a callback running at once finds the
@@ -691,7 +691,7 @@ static enum MHD_Result respond(struct serve *S, struct MHD_Connection *mc, struc
         cn->waiting = 1;
         atomic_store(&cn->durable, 0);
         MHD_suspend_connection(mc);
-        int r = kvp__meta_when_durable(S->meta, lsn, on_durable, cn);
+        int r = kvp_meta_when_durable(S->meta, lsn, on_durable, cn);
         if (r != 0) {
             cn->durable_rc = r < 0 ? r : 0;
             atomic_store(&cn->durable, 1);
@@ -701,6 +701,16 @@ static enum MHD_Result respond(struct serve *S, struct MHD_Connection *mc, struc
         return MHD_YES;
     }
     return queue_reply(mc, &cn->rep);
+}
+
+/* The handler decodes the path itself, one segment at a time, so that an
+ * encoded '/' or NUL in a deployment name is a bad name (400), not another
+ * path (docs/protocol-notes.md). */
+static size_t keep_escapes(void *cls, struct MHD_Connection *c, char *s)
+{
+    (void)cls;
+    (void)c;
+    return strlen(s);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url,
@@ -1154,6 +1164,7 @@ int kvp__serve_main(int argc, char **argv)
             {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, S},
             {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, S},
             {MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)on_uri, S},
+            {MHD_OPTION_UNESCAPE_CALLBACK, (intptr_t)keep_escapes, NULL},
             {MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)idle_timeout, NULL},
             {MHD_OPTION_CONNECTION_LIMIT, (intptr_t)(mhd_limit > UINT_MAX ? UINT_MAX : mhd_limit), NULL},
             {MHD_OPTION_CONNECTION_MEMORY_LIMIT, 16 * 1024, NULL},

@@ -135,6 +135,10 @@ struct kvp_reply {
     const char *www_authenticate;  /* WWW-Authenticate header for 401, else NULL */
     int route;                     /* enum kvp_route that answered */
     struct kvp_buf body;
+    /* The ticket of the request's changes (kvp_meta_*_async): the reply may
+     * be sent only once kvp_meta_wait / kvp_meta_when_durable says it is
+     * durable. 0: nothing to wait for. Set by kvp__server_handle. */
+    uint64_t ticket;
     /* scratch */
     struct kvp_str *keys;
     int64_t *pages;
@@ -200,10 +204,8 @@ void kvp__reply_internal(struct kvp_ctx *c, int rc, const char *what);
 /* Makes room for n entries in every scratch array; 0 or -ENOMEM (replied 500). */
 int kvp__scratch(struct kvp_ctx *c, size_t n);
 
-/* Key rule of protocol.md: 0 ok, else the message tail ("is empty", ...). */
-const char *kvp__key_problem(const char *s, size_t len);
-/* 1 when the pool name is valid (1..128 bytes, no NUL). */
-int kvp__pool_valid(const char *s, size_t len);
+/* The rules on keys and names are the metadata interface's: kvp_key_problem,
+ * kvp_deployment_valid, kvp_pool_valid (kvpage/meta.h). */
 /* Checks a list length against --max-keys; replies 413 and returns -1 when over. */
 int kvp__check_count(struct kvp_ctx *c, size_t n);
 

@@ -24,7 +24,7 @@ static int body_pool(struct sgl *s)
         s->plen = 2;
         return 0;
     }
-    if (!json_is_string(v) || !kvp__pool_valid(json_string_value(v), json_string_length(v))) {
+    if (!json_is_string(v) || !kvp_pool_valid(json_string_value(v), json_string_length(v))) {
         kvp__reply_error(s->c, 400, "Invalid namespace");
         return -1;
     }
@@ -91,7 +91,7 @@ static void do_init(struct sgl *s)
     if (kvp__find_ns(c, s->pool, s->plen, 1, &s->ns))
         return;
     struct kvp_error err = {0};
-    int rc = kvp_meta_init_rank(s->ns, s->rank, (uint64_t)n, &err);
+    int rc = kvp_meta_init_rank_async(s->ns, s->rank, (uint64_t)n, &s->c->rep->ticket, &err);
     if (rc == -EEXIST) {
         kvp__reply_error(c, 409,
                          "Rank %u already initialized with %lld pages; refusing to change to %lld "
@@ -140,7 +140,7 @@ static void reserve_run(struct sgl *s, size_t n)
         return;
     struct kvp_reply *r = s->c->rep;
     struct kvp_error err = {0};
-    int rc = kvp_meta_allocate(s->ns, s->rank, r->keys, n, r->pages, r->flags, &err);
+    int rc = kvp_meta_allocate_async(s->ns, s->rank, r->keys, n, r->pages, r->flags, &r->ticket, &err);
     if (rc) {
         meta_fail(s, rc, &err);
         return;
@@ -179,7 +179,7 @@ static void confirm_run(struct sgl *s, size_t n, size_t nrel)
         return;
     struct kvp_reply *r = s->c->rep;
     struct kvp_error err = {0};
-    int rc = kvp_meta_confirm(s->ns, s->rank, r->keys, r->pages, n, r->pages2, nrel, &err);
+    int rc = kvp_meta_confirm_async(s->ns, s->rank, r->keys, r->pages, n, r->pages2, nrel, &r->ticket, &err);
     if (rc == -ENOENT) {
         not_init(s);
         return;
@@ -210,7 +210,7 @@ static void do_delete(struct sgl *s)
     if (n < 0 || find(s))
         return;
     struct kvp_error err = {0};
-    int rc = kvp_meta_delete(s->ns, s->rank, s->c->rep->keys, (size_t)n, &err);
+    int rc = kvp_meta_delete_async(s->ns, s->rank, s->c->rep->keys, (size_t)n, &s->c->rep->ticket, &err);
     if (rc) {
         meta_fail(s, rc, &err);
         return;
@@ -223,7 +223,7 @@ static void do_clear(struct sgl *s)
     if (find(s))
         return;
     struct kvp_error err = {0};
-    int rc = kvp_meta_clear(s->ns, s->rank, &err);
+    int rc = kvp_meta_clear_async(s->ns, s->rank, &s->c->rep->ticket, &err);
     if (rc) {
         meta_fail(s, rc, &err);
         return;

@@ -55,7 +55,7 @@ static void do_init(struct kvp_ctx *c)
     if (kvp__find_ns(c, POOL, POOL_LEN, 1, &ns))
         return; /* replied (create never yields -ENOENT) */
     struct kvp_error err = {0};
-    int rc = kvp_meta_init_rank(ns, rank, (uint64_t)n, &err);
+    int rc = kvp_meta_init_rank_async(ns, rank, (uint64_t)n, &c->rep->ticket, &err);
     if (rc == -EEXIST) {
         kvp__reply_error(c, 409,
                          "Rank %u already initialized with %lld pages; refusing to change to %lld "
@@ -80,7 +80,7 @@ static void allocate_run(struct kvp_ctx *c, uint32_t rank, size_t n)
         return;
     struct kvp_error err = {0};
     if (rc == 0)
-        rc = kvp_meta_allocate(ns, rank, c->rep->keys, n, c->rep->pages, NULL, &err);
+        rc = kvp_meta_allocate_async(ns, rank, c->rep->keys, n, c->rep->pages, NULL, &c->rep->ticket, &err);
     if (rc == -ENOENT) {
         kvp__reply_error(c, 404, "Allocation failed: Rank %u not initialized", rank);
         return;
@@ -130,7 +130,7 @@ static void confirm_run(struct kvp_ctx *c, uint32_t rank, size_t n, size_t nrel)
         return;
     struct kvp_error err = {0};
     if (rc == 0)
-        rc = kvp_meta_confirm(ns, rank, c->rep->keys, c->rep->pages, n, c->rep->pages2, nrel, &err);
+        rc = kvp_meta_confirm_async(ns, rank, c->rep->keys, c->rep->pages, n, c->rep->pages2, nrel, &c->rep->ticket, &err);
     if (rc == -ENOENT) {
         kvp__reply_error(c, 404, "Confirmation failed: Rank %u not initialized", rank);
         return;
@@ -254,7 +254,7 @@ static void do_clear(struct kvp_ctx *c)
         return;
     if (rc == 0) {
         struct kvp_error err = {0};
-        rc = kvp_meta_clear(ns, -1, &err);
+        rc = kvp_meta_clear_async(ns, -1, &c->rep->ticket, &err);
         if (rc) {
             kvp__meta_error(c, rc, &err, "keys");
             return;
@@ -279,7 +279,7 @@ static void do_delete(struct kvp_ctx *c)
         return;
     if (rc == 0) {
         struct kvp_error err = {0};
-        rc = kvp_meta_delete(ns, -1, c->rep->keys, (size_t)n, &err);
+        rc = kvp_meta_delete_async(ns, -1, c->rep->keys, (size_t)n, &c->rep->ticket, &err);
         if (rc) {
             kvp__meta_error(c, rc, &err, "keys");
             return;

@@ -84,8 +84,6 @@ struct kvp__wal {
     uint64_t rotate_retry; /* mono ns before which a failed rotation is not retried */
 };
 
-static _Thread_local uint64_t tl_lsn;
-
 static void logf_(struct kvp__wal *w, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void logf_(struct kvp__wal *w, int level, const char *fmt, ...)
@@ -618,14 +616,14 @@ static uint64_t appended_locked(struct kvp__wal *w, size_t len)
     if (was_empty && w->started)
         pthread_cond_signal(&w->work);
     pthread_mutex_unlock(&w->mu);
-    return tl_lsn = lsn;
+    return lsn;
 }
 
 uint64_t kvp__wal_append(struct kvp__wal *w, const void *payload, uint32_t len)
 {
     pthread_mutex_lock(&w->mu);
     if (!reserve_locked(w, KVP_WAL_HDR + len))
-        return tl_lsn = UINT64_MAX;
+        return UINT64_MAX;
     kvp__wal_frame(w->buf + w->len, payload, len);
     memcpy(w->buf + w->len + KVP_WAL_HDR, payload, len);
     return appended_locked(w, KVP_WAL_HDR + len);
@@ -637,30 +635,17 @@ uint64_t kvp__wal_append_framed(struct kvp__wal *w, const uint8_t *framed, size_
     pthread_mutex_lock(&w->mu);
     w->reserved = w->reserved > release ? w->reserved - release : 0;
     if (!reserve_locked(w, len))
-        return tl_lsn = UINT64_MAX;
+        return UINT64_MAX;
     memcpy(w->buf + w->len, framed, len);
     return appended_locked(w, len);
 }
 
-uint64_t kvp__wal_thread_lsn(void)
+int kvp__wal_is_durable(struct kvp__wal *w, uint64_t lsn)
 {
-    return tl_lsn;
-}
-
-void kvp__wal_thread_lsn_reset(void)
-{
-    tl_lsn = 0;
-}
-
-void kvp__wal_thread_depends(struct kvp__wal *w, uint64_t lsn)
-{
-    if (lsn <= tl_lsn)
-        return;
     pthread_mutex_lock(&w->mu);
-    int pending = lsn > w->durable;
+    int done = lsn <= w->durable;
     pthread_mutex_unlock(&w->mu);
-    if (pending)
-        tl_lsn = lsn;
+    return done;
 }
 
 uint64_t kvp__wal_appended(struct kvp__wal *w)
@@ -804,8 +789,20 @@ static void *flusher_main(void *arg)
     }
 }
 
+/* A position past everything appended (and not the mark of a failed
+ * append, UINT64_MAX) is no ticket of this log: waiting would never end. */
+static int beyond_end(struct kvp__wal *w, uint64_t lsn)
+{
+    pthread_mutex_lock(&w->mu);
+    int bad = lsn != UINT64_MAX && lsn > w->appended;
+    pthread_mutex_unlock(&w->mu);
+    return bad;
+}
+
 int kvp__wal_wait(struct kvp__wal *w, uint64_t lsn)
 {
+    if (beyond_end(w, lsn))
+        return -EINVAL;
     /* always: this request's own write and fsync; never: its own write (a
      * syscall is cheaper than handing the reply to the flusher and back). */
     if (w->mode == KVP_FSYNC_ALWAYS || w->mode == KVP_FSYNC_NEVER) {
@@ -828,6 +825,8 @@ int kvp__wal_wait(struct kvp__wal *w, uint64_t lsn)
 int kvp__wal_when_durable(struct kvp__wal *w, uint64_t lsn, void (*cb)(void *arg, int status),
                           void *arg)
 {
+    if (beyond_end(w, lsn))
+        return -EINVAL;
     if (w->mode != KVP_FSYNC_BATCH) {
         int rc = kvp__wal_wait(w, lsn);
         return rc ? rc : 1;

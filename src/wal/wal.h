@@ -57,8 +57,8 @@ int kvp__wal_start(struct kvp__wal *w, uint64_t lsn);
 
 /*
  * Appends one record to the in-memory tail; it reaches the file in order.
- * Returns the LSN at its end (also kept per thread, see kvp__wal_thread_lsn).
- * Never blocks on I/O.
+ * Returns the LSN at its end (UINT64_MAX when the log has failed: a wait for
+ * it fails). Never blocks on I/O.
  */
 uint64_t kvp__wal_append(struct kvp__wal *w, const void *payload, uint32_t len);
 
@@ -67,14 +67,8 @@ uint64_t kvp__wal_append(struct kvp__wal *w, const void *payload, uint32_t len);
 uint64_t kvp__wal_append_framed(struct kvp__wal *w, const uint8_t *framed, size_t len,
                                 uint64_t release);
 
-/* The end LSN of the last record appended by the calling thread (0: none). */
-uint64_t kvp__wal_thread_lsn(void);
-void kvp__wal_thread_lsn_reset(void);
-/*
- * Makes the calling thread's operation depend on lsn as well, unless lsn is
- * durable already: its reply waits for it as for records of its own.
- */
-void kvp__wal_thread_depends(struct kvp__wal *w, uint64_t lsn);
+/* 1 when everything up to lsn is durable already, else 0. */
+int kvp__wal_is_durable(struct kvp__wal *w, uint64_t lsn);
 
 /*
  * Waits until everything up to lsn is durable as the fsync mode defines it

@@ -304,7 +304,8 @@ case("s-confirm-held-by-other", "/0/confirm_write", {W: [["res", 1], ["other", 0
 
 # ---- deployments, ranks in paths, routing ------------------------------------------
 for name, dep in [("colon", "bad:name"), ("at", "bad@name"), ("tilde", "b~d"), ("pct", "bad%20name"),
-                  ("long", "d" * 129), ("comma", "a,b")]:
+                  ("long", "d" * 129), ("comma", "a,b"), ("enc-slash", "a%2Fb"), ("enc-slash-lower", "a%2fb"),
+                  ("enc-nul", "a%00b"), ("enc-nul-only", "%00"), ("enc-long", "%64" * 129)]:
     case(f"dep-{name}-exists", f"/ns/{dep}/keys/batch_exists", {"keys": []}, 400, NS)
     case(f"dep-{name}-alloc", f"/ns/{dep}/keys/batch_allocate", {"rank": 0, "keys": []}, 400, NS)
     case(f"dep-{name}-init", f"/ns/{dep}/rank/0/initialize", {"num_pages": 2}, 400, NS)
@@ -320,7 +321,7 @@ for text in ("2147483648", "-1", "4294967296", "99999999999999999999"):
 for text in ("abc", "1.5", "0x1", "1e3"):
     case(f"path-rank-nonint-vinit-{text}", f"/rank/{text}/initialize", {"num_pages": 2}, 404, NOT_FOUND)
     case(f"path-rank-nonint-exists-{text}", f"/{text}/exists", {"keys": []}, 404, NOT_FOUND)
-for path in ["/nope", "/keys/nope", "/0/nope", "/rank/0/nope", "/rank/0", "/keys", "/0", "/ns/alpha/nope",
+for path in ["/keys/batch%00exists", "/keys%2Fbatch_exists", "/nope", "/keys/nope", "/0/nope", "/rank/0/nope", "/rank/0", "/keys", "/0", "/ns/alpha/nope",
              "/ns/alpha/keys/nope", "/v1/nope", "/keys/batch_allocate/extra", "/ns"]:
     case(f"unknown-post{path}", path, {}, 404, NOT_FOUND)
 for path in ["/nope", "/", "/v2/stats", "/healthz/x"]:

@@ -686,3 +686,29 @@ def test_connector_flow_tp2(server):
     assert w1.v_write(1, keys2[2:]) == [4]
     assert sched.v_exists(keys2) == [True, True, True]
     assert counts(server.stats(), 0) == (16, 11, 0, 5)
+
+
+def test_percent_encoded_path_is_decoded_per_segment(server, client):
+    """An escape in a deployment name or a route decodes to the same name
+    ("/ns/a%2Db" is "/ns/a-b"); an encoded '/' or NUL in a name is a bad name
+    (400 Invalid namespace, test_errors.py), not another path. http.client
+    sends the path as written (requests would undo these escapes itself)."""
+    import http.client
+    import json as _json
+
+    plain = server.client("/ns/a-b")
+    try:
+        plain.v_init(0, 4)
+        assert plain.v_alloc(0, ["k"]) == [0]
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        body = _json.dumps({"rank": 0, "confirmations": [["k", 0]]})
+        conn.request("POST", "/ns/a%2Db/keys/confirm%5Fwrite", body,
+                     {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        assert r.status == 204, r.read()  # confirm_write's success (§2)
+        r.read()
+        conn.close()
+        assert plain.v_exists(["k"]) == [True]
+        assert client.v_exists(["k"]) == [False]  # another deployment than "default"
+    finally:
+        plain.close()

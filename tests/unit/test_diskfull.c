@@ -24,7 +24,9 @@
 #include "meta_test.h"
 #include "kvpage/meta.h"
 #include "meta/meta_int.h"
-#include "meta/persist.h"
+
+/* The ticket of the last _async calls (kvpage/meta.h). */
+static uint64_t tk;
 
 /* ---------------------------------------------------------------- faults */
 
@@ -101,8 +103,35 @@ static int confirm_big(struct kvp_ns *ns, const char *tag, int n, int64_t first,
         keys[i] = (struct kvp_str){store[i], BIG};
         pages[i] = first + i;
     }
-    kvp__meta_thread_lsn_reset();
-    return kvp_meta_confirm(ns, 0, keys, pages, (size_t)n, NULL, 0, err);
+    tk = 0;
+    return kvp_meta_confirm_async(ns, 0, keys, pages, (size_t)n, NULL, 0, &tk, err);
+}
+
+/* A value of the log (kvp_meta_values) by its key; its label's value in *label. */
+struct value_query {
+    const char *key;
+    uint64_t value;
+    char label[32];
+};
+
+static int find_value(const struct kvp_meta_value *v, void *arg)
+{
+    struct value_query *q = arg;
+    if (strcmp(v->section, "wal") || strcmp(v->key, q->key))
+        return 0;
+    q->value = v->value;
+    snprintf(q->label, sizeof q->label, "%s", v->label_value ? v->label_value : "");
+    return 1;
+}
+
+static uint64_t value_of(struct kvp_meta *m, const char *key, const char **label)
+{
+    static struct value_query q;
+    q = (struct value_query){.key = key, .value = UINT64_MAX};
+    CHECK_EQ(kvp_meta_values(m, find_value, &q), 1);
+    if (label)
+        *label = q.label;
+    return q.value;
 }
 
 /* 1 when every one of the n big keys exists on rank 0 (0: none; -1: some). */
@@ -155,11 +184,11 @@ static void test_no_room_refuses_before_any_change(void)
     CHECK_EQ(confirm_big(ns, "refused", 2000, 20000, &err), -ENOSPC);
     CHECK_EQ(err.rule, KVP_RULE_IO);
     CHECK(strstr(err.msg, dir) && strstr(err.msg, "No space left on device"));
-    CHECK_EQ(kvp__meta_thread_lsn(), 0); /* nothing was logged */
+    CHECK_EQ(tk, 0); /* nothing was logged */
     CHECK_EQ(big_exist(ns, "refused", 2000), 0);
     CHECK_EQ(held(m), 101u);
     char why[256] = "";
-    CHECK_EQ(kvp__meta_log_status(m, why, sizeof why), -ENOSPC);
+    CHECK_EQ(kvp_meta_health(m, why, sizeof why), -ENOSPC);
     CHECK(strstr(why, "cannot write the log in"));
 
     /* Now every change is refused, however small, and changes nothing. */
@@ -188,9 +217,9 @@ static void test_no_room_refuses_before_any_change(void)
     /* Space again: the next change takes it by itself. */
     fault("");
     CHECK_EQ(confirm_big(ns, "after", 100, 5000, &err), 0);
-    CHECK(kvp__meta_thread_lsn() > 0);
-    CHECK_EQ(kvp__meta_wait_durable(m, kvp__meta_thread_lsn()), 0);
-    CHECK_EQ(kvp__meta_log_status(m, why, sizeof why), 0);
+    CHECK(tk > 0);
+    CHECK_EQ(kvp_meta_wait(m, tk, NULL), 0);
+    CHECK_EQ(kvp_meta_health(m, why, sizeof why), 0);
     CHECK(put(ns, 0, "b") >= 0);
     kvp_meta_close(m);
 
@@ -217,8 +246,7 @@ static void failed_log(const char *name, const char *point, const char *ename, i
     CHECK_EQ(open_dir(dir, &m), 0);
     struct kvp_ns *ns = ns_of(m, "default", "kv");
     CHECK_EQ(kvp_meta_init_rank(ns, 0, 1000, NULL), 0);
-    CHECK(put(ns, 0, "a") >= 0);
-    CHECK_EQ(kvp__meta_wait_durable(m, kvp__meta_thread_lsn()), 0);
+    CHECK(put(ns, 0, "a") >= 0); /* returns once durable */
 
     char spec[128];
     /* and the background snapshot cannot recover yet */
@@ -226,33 +254,31 @@ static void failed_log(const char *name, const char *point, const char *ename, i
     fault(spec);
     struct kvp_str b = K("b"), c = K("c");
     int64_t pb = 10, pc = 11;
-    kvp__meta_thread_lsn_reset();
-    CHECK_EQ(kvp_meta_confirm(ns, 0, &b, &pb, 1, NULL, 0, NULL), 0); /* applied ... */
-    uint64_t lsn = kvp__meta_thread_lsn();
+    tk = 0;
+    CHECK_EQ(kvp_meta_confirm_async(ns, 0, &b, &pb, 1, NULL, 0, &tk, NULL), 0); /* applied ... */
+    uint64_t lsn = tk;
     CHECK(lsn > 0);
-    CHECK_EQ(kvp__meta_wait_durable(m, lsn), -e); /* ... but not durable */
+    CHECK_EQ(kvp_meta_wait(m, lsn, NULL), -e); /* ... but not durable */
     CHECK_EQ(kvp__meta_peek(ns, 0, &b), pb);
     struct kvp_error err = {0};
-    kvp__meta_thread_lsn_reset();
-    CHECK_EQ(kvp_meta_confirm(ns, 0, &c, &pc, 1, NULL, 0, &err), -e); /* refused */
+    tk = 0;
+    CHECK_EQ(kvp_meta_confirm_async(ns, 0, &c, &pc, 1, NULL, 0, &tk, &err), -e); /* refused */
     CHECK_EQ(err.rule, KVP_RULE_IO);
-    CHECK_EQ(kvp__meta_thread_lsn(), 0);
+    CHECK_EQ(tk, 0);
     CHECK_EQ(kvp__meta_peek(ns, 0, &c), -1);
     char why[256];
-    CHECK_EQ(kvp__meta_log_status(m, why, sizeof why), -e);
-    struct kvp__persist_stats ps;
-    CHECK_EQ(kvp__meta_persist_stats(m, &ps), 0);
-    CHECK_EQ(ps.failed, 1);
-    CHECK(ps.refusals >= 1);
-    CHECK(kvp__meta_snapshot_now(m) != 0);
+    CHECK_EQ(kvp_meta_health(m, why, sizeof why), -e);
+    const char *label = NULL;
+    CHECK_EQ(value_of(m, "writable", &label), 0u);
+    CHECK(label && !strcmp(label, ename));
+    CHECK(value_of(m, "refused_writes", NULL) >= 1);
+    CHECK(kvp_meta_snapshot(m) != 0);
 
     fault("");
-    CHECK_EQ(kvp__meta_snapshot_now(m), 0); /* or the background one did it first */
-    CHECK_EQ(kvp__meta_log_status(m, why, sizeof why), 0);
-    CHECK_EQ(kvp__meta_wait_durable(m, lsn), 0); /* the snapshot covers b */
-    kvp__meta_thread_lsn_reset();
-    CHECK_EQ(kvp_meta_confirm(ns, 0, &c, &pc, 1, NULL, 0, NULL), 0);
-    CHECK_EQ(kvp__meta_wait_durable(m, kvp__meta_thread_lsn()), 0);
+    CHECK_EQ(kvp_meta_snapshot(m), 0); /* or the background one did it first */
+    CHECK_EQ(kvp_meta_health(m, why, sizeof why), 0);
+    CHECK_EQ(kvp_meta_wait(m, lsn, NULL), 0); /* the snapshot covers b */
+    CHECK_EQ(kvp_meta_confirm(ns, 0, &c, &pc, 1, NULL, 0, NULL), 0); /* returns once durable */
     invariants(m);
     kvp_meta_close(m);
 
@@ -295,17 +321,17 @@ static void test_rotation_without_space_goes_on(void)
     for (; batches < 40; batches++) {
         snprintf(tag, sizeof tag, "r%d", batches);
         CHECK_EQ(confirm_big(ns, tag, 2000, (int64_t)batches * 2000, NULL), 0);
-        CHECK_EQ(kvp__meta_wait_durable(m, kvp__meta_thread_lsn()), 0);
+        CHECK_EQ(kvp_meta_wait(m, tk, NULL), 0);
     }
     CHECK_EQ(segments(dir), 1); /* still the one, past 64 MiB */
     char why[256];
-    CHECK_EQ(kvp__meta_log_status(m, why, sizeof why), 0);
+    CHECK_EQ(kvp_meta_health(m, why, sizeof why), 0);
     fault("");
     sleep(1); /* the next try comes a second after the failed one */
     for (int i = 0; i < 5 && segments(dir) == 1; i++) {
         snprintf(tag, sizeof tag, "r%d", batches);
         CHECK_EQ(confirm_big(ns, tag, 10, (int64_t)batches * 2000, NULL), 0);
-        CHECK_EQ(kvp__meta_wait_durable(m, kvp__meta_thread_lsn()), 0);
+        CHECK_EQ(kvp_meta_wait(m, tk, NULL), 0);
         batches++;
         usleep(300 * 1000);
     }

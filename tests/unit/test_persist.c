@@ -18,8 +18,10 @@
 #include "meta_test.h"
 #include "kvpage/meta.h"
 #include "meta/meta_int.h"
-#include "meta/persist.h"
 #include "wal/wal.h"
+
+/* The ticket of the last _async calls (kvpage/meta.h). */
+static uint64_t tk;
 
 static char logbuf[1 << 16];
 static size_t loglen;
@@ -86,8 +88,6 @@ static void test_roundtrip_and_lru(void)
     struct kvp_str q[2] = {K("c"), K("a")};
     int64_t got[2];
     kvp_meta_lookup(ns, 0, 0, q, 2, got, NULL);
-    CHECK_EQ(kvp__meta_thread_lsn() > 0, 1);
-    CHECK_EQ(kvp__meta_wait_durable(m, kvp__meta_thread_lsn()), 0);
     kvp_meta_close(m);
 
     CHECK_EQ(open_dir(dir, KVP_FSYNC_BATCH, &m), 0);
@@ -140,8 +140,7 @@ static void test_key_encodings(void)
     struct kvp_ns *ns = ns_of(m, "default", "kv");
     kvp_meta_init_rank(ns, 0, 64, NULL);
     for (int i = 0; i < NK; i++)
-        CHECK((pages[i] = put(ns, 0, keys[i])) >= 0);
-    CHECK_EQ(kvp__meta_wait_durable(m, kvp__meta_thread_lsn()), 0);
+        CHECK((pages[i] = put(ns, 0, keys[i])) >= 0); /* each returns once durable */
     kvp_meta_close(m);
     for (int round = 0; round < 2; round++) { /* the log, then a snapshot */
         CHECK_EQ(open_dir(dir, KVP_FSYNC_BATCH, &m), 0);
@@ -152,7 +151,7 @@ static void test_key_encodings(void)
         CHECK_EQ(peek(ns, 0, "abcdef"), -1); /* "ABCDEF" kept its case */
         CHECK_EQ(peek(ns, 0, "0123456789ABCDEF"), -1);
         if (round == 0)
-            CHECK_EQ(kvp__meta_snapshot_now(m), 0);
+            CHECK_EQ(kvp_meta_snapshot(m), 0);
         kvp_meta_close(m);
     }
     rmrf(dir);
@@ -173,11 +172,9 @@ static void crash_writer(const char *dir, int fsync, int nkeys, int snapshot_at)
             snprintf(k, sizeof k, "key-%04d", i);
             if (put(ns, 0, k) != i)
                 _exit(4);
-            if (i == snapshot_at && kvp__meta_snapshot_now(m) != 0)
+            if (i == snapshot_at && kvp_meta_snapshot(m) != 0)
                 _exit(5);
         }
-        if (kvp__meta_wait_durable(m, kvp__meta_thread_lsn()))
-            _exit(6);
         _exit(0);
     }
     int st;
@@ -498,13 +495,13 @@ static void test_lock_and_bad_record(void)
     rmrf(dir);
 }
 
-/* Allocates one key on rank 0 with a fresh thread LSN. */
+/* Allocates one key on rank 0 with a fresh ticket (tk). */
 static int64_t alloc1(struct kvp_ns *ns, const char *key)
 {
     struct kvp_str k = K(key);
     int64_t p = -1;
-    kvp__meta_thread_lsn_reset();
-    CHECK_EQ(kvp_meta_allocate(ns, 0, &k, 1, &p, NULL, NULL), 0);
+    tk = 0;
+    CHECK_EQ(kvp_meta_allocate_async(ns, 0, &k, 1, &p, NULL, &tk, NULL), 0);
     CHECK(p >= 0);
     return p;
 }
@@ -525,30 +522,29 @@ static void test_freed_page_reuse_waits(void)
     struct kvp_ns *ns = ns_of(m, "default", "kv");
     kvp_meta_init_rank(ns, 0, 2, NULL);
     CHECK(put(ns, 0, "old") >= 0);
-    CHECK_EQ(kvp__meta_wait_durable(m, kvp__meta_thread_lsn()), 0);
 
     /* a never-used page, nothing freed yet; then the page a delete freed */
     alloc1(ns, "before");
-    CHECK_EQ(kvp__meta_thread_lsn(), 0); /* nothing was ever freed: no wait */
+    CHECK_EQ(tk, 0); /* nothing was ever freed: no wait */
     struct kvp_str k = K("old");
-    kvp__meta_thread_lsn_reset();
-    CHECK_EQ(kvp_meta_delete(ns, 0, &k, 1, NULL), 0);
-    uint64_t freed = kvp__meta_thread_lsn();
+    tk = 0;
+    CHECK_EQ(kvp_meta_delete_async(ns, 0, &k, 1, &tk, NULL), 0);
+    uint64_t freed = tk;
     CHECK(freed > 0);
     alloc1(ns, "new1"); /* the only FREE page is the one just freed */
-    CHECK(kvp__meta_thread_lsn() >= freed);
-    CHECK_EQ(kvp__meta_wait_durable(m, kvp__meta_thread_lsn()), 0);
+    CHECK(tk >= freed);
+    CHECK_EQ(kvp_meta_wait(m, tk, NULL), 0);
 
     /* the same after a clear; once durable, a reuse waits for nothing */
-    kvp__meta_thread_lsn_reset();
-    CHECK_EQ(kvp_meta_clear(ns, 0, NULL), 0);
-    freed = kvp__meta_thread_lsn();
+    tk = 0;
+    CHECK_EQ(kvp_meta_clear_async(ns, 0, &tk, NULL), 0);
+    freed = tk;
     CHECK(freed > 0);
     alloc1(ns, "new2");
-    CHECK(kvp__meta_thread_lsn() >= freed);
-    CHECK_EQ(kvp__meta_wait_durable(m, kvp__meta_thread_lsn()), 0);
+    CHECK(tk >= freed);
+    CHECK_EQ(kvp_meta_wait(m, tk, NULL), 0);
     alloc1(ns, "new3");
-    CHECK_EQ(kvp__meta_thread_lsn(), 0);
+    CHECK_EQ(tk, 0);
     invariants(m);
     kvp_meta_close(m);
     rmrf(dir);

@@ -1,0 +1,90 @@
+/*
+ * The seam between the metadata interface (src/meta/meta.c, which checks
+ * every argument) and the backends that hold the state. Internal: backends
+ * and tests include it; callers see only kvpage/meta.h.
+ *
+ * A backend is a table of operations. The interface calls them only with
+ * valid input: keys of 1..KVP_MAX_KEY_LEN bytes without NUL, valid names,
+ * ranks <= KVP_MAX_RANK, 1 <= num_pages <= KVP_MAX_PAGES, n <= KVP_MAX_BATCH,
+ * non-NULL arrays where n > 0. What depends on the state (is the rank
+ * initialized, is the page inside it, does it hold another key) is the
+ * backend's to check, with the rules and messages of kvpage/meta.h.
+ *
+ * Change operations raise *ticket to the point at which their change is
+ * durable (0: nothing to wait for) and return before it is; wait and
+ * when_durable redeem tickets.
+ */
+#ifndef KVP_META_BACKEND_H
+#define KVP_META_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "kvpage/meta.h"
+
+/* The most keys (or confirmations, or releases) one call may pass. */
+#define KVP_MAX_BATCH ((size_t)UINT32_MAX - 1)
+
+struct kvp__meta_ops;
+
+/* The handle callers hold. */
+struct kvp_meta {
+    const struct kvp__meta_ops *ops;
+    void *be;                  /* the backend's state */
+    struct kvp_meta_opts opts; /* as given, defaults filled in; data_dir points at dir */
+    char *dir;                 /* the data directory of a file: location (owned) */
+};
+
+/* The head of every backend's namespace: a backend's own namespace struct
+ * starts with it, so that the interface finds the handle (and so the ops). */
+struct kvp_ns {
+    struct kvp_meta *meta;
+};
+
+struct kvp__meta_ops {
+    const char *name; /* for messages: "in-process" */
+    /* Sets m->be. where: the part of the location after the scheme (the
+     * directory for file:, NULL for mem:). */
+    int (*open)(struct kvp_meta *m, const char *where, struct kvp_error *err);
+    void (*close)(struct kvp_meta *m);
+    int (*ns)(struct kvp_meta *m, const char *dep, size_t dlen, const char *pool, size_t plen,
+              int create, struct kvp_ns **out, uint64_t *ticket, struct kvp_error *err);
+    int (*init_rank)(struct kvp_ns *ns, uint32_t rank, uint32_t num_pages, uint64_t *ticket,
+                     struct kvp_error *err);
+    int (*allocate)(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys, size_t n,
+                    int64_t *pages, uint8_t *existed, uint64_t *ticket, struct kvp_error *err);
+    int (*confirm)(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys,
+                   const int64_t *pages, size_t n, const int64_t *release, size_t nrel,
+                   uint64_t *ticket, struct kvp_error *err);
+    int (*exists)(struct kvp_ns *ns, int64_t rank, const struct kvp_str *keys, size_t n,
+                  uint8_t *out, struct kvp_error *err);
+    int (*lookup)(struct kvp_ns *ns, uint32_t rank, int complete_only, const struct kvp_str *keys,
+                  size_t n, int64_t *pages, struct kvp_error *err);
+    int (*del)(struct kvp_ns *ns, int64_t rank, const struct kvp_str *keys, size_t n,
+               uint64_t *ticket, struct kvp_error *err);
+    int (*clear)(struct kvp_ns *ns, int64_t rank, uint64_t *ticket, struct kvp_error *err);
+    size_t (*nranks)(struct kvp_ns *ns);
+    int (*stats)(struct kvp_meta *m, kvp_meta_stats_fn fn, void *arg);
+    int (*check)(struct kvp_meta *m, struct kvp_error *err);
+    /* Durability: as kvp_meta_wait / kvp_meta_when_durable, ticket != 0. */
+    int (*wait)(struct kvp_meta *m, uint64_t ticket, struct kvp_error *err);
+    int (*when_durable)(struct kvp_meta *m, uint64_t ticket, kvp_meta_durable_fn fn, void *arg);
+    /* May be NULL: no values, always healthy, no snapshots (-ENOENT). */
+    int (*values)(struct kvp_meta *m, kvp_meta_value_fn fn, void *arg);
+    int (*health)(struct kvp_meta *m, char *why, size_t len);
+    int (*snapshot)(struct kvp_meta *m);
+};
+
+/* The in-process engine (src/meta/local.c): mem: and file:. */
+extern const struct kvp__meta_ops kvp__local_ops;
+
+/*
+ * Adds a scheme (without ':') served by ops, for tests; at most a few, not
+ * thread-safe, before any kvp_meta_open_at. 0 or -EEXIST / -ENOSPC.
+ */
+int kvp__meta_register(const char *scheme, const struct kvp__meta_ops *ops);
+
+/* Fills err (when non-NULL): code, rule, index, value, limit, msg. */
+void kvp__set_err(struct kvp_error *err, int code, int rule, int64_t index, int64_t value,
+                  int64_t limit, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+
+#endif
