@@ -5,10 +5,11 @@ ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 JOBS       ?= $(shell nproc)
 PYTHON     ?= /usr/bin/python3
+PREFIX     ?= /usr/local
 CMAKE_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo $(if $(KVP_WERROR),-DKVP_WERROR=ON)
 
-.PHONY: all deps build asan tsan run test unit unit-asan unit-tsan integration integration-tsan \
-        clean format
+.PHONY: all deps build asan tsan run install test unit unit-asan unit-tsan integration \
+        integration-tsan clean format
 
 all: build
 
@@ -35,6 +36,11 @@ KVP_TSAN_OPTIONS = halt_on_error=1:exitcode=66:second_deadlock_stack=1
 
 run: build
 	@$(BUILD)/kvpage serve $(ARGS)
+
+# Headers, libkvpage.so (with its SONAME links), kvpage.pc, the CMake package
+# kvpage and bin/kvpage under $(PREFIX).
+install: build
+	@cmake --install $(BUILD) --prefix $(PREFIX)
 
 unit: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
