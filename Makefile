@@ -8,8 +8,8 @@ PYTHON     ?= /usr/bin/python3
 PREFIX     ?= /usr/local
 CMAKE_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo $(if $(KVP_WERROR),-DKVP_WERROR=ON)
 
-.PHONY: all deps build asan tsan run install test unit unit-asan unit-tsan integration \
-        integration-tsan clean format
+.PHONY: all deps build asan tsan run install test unit install-test unit-asan unit-tsan \
+        integration integration-tsan clean format
 
 all: build
 
@@ -45,6 +45,11 @@ install: build
 unit: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
+# Installs the release build into a temporary prefix and builds a C program
+# (pkg-config) and a C++ program (find_package) against it.
+install-test: build
+	@tests/install/run.sh $(BUILD)
+
 unit-asan: asan
 	@cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS)
 
@@ -77,7 +82,7 @@ integration-tsan: tsan
 	  KVPAGE_BIN=$(CURDIR)/$(TSAN_BUILD)/kvpage KVPAGE_LIB=$(CURDIR)/$(TSAN_BUILD)/libkvpage.so \
 	  $(PYTHON) -m pytest -q -p no:cacheprovider $(TSAN_INTEGRATION)
 
-test: unit unit-asan integration unit-tsan integration-tsan
+test: unit install-test unit-asan integration unit-tsan integration-tsan
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
