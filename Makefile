@@ -5,10 +5,11 @@ ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 JOBS       ?= $(shell nproc)
 PYTHON     ?= /usr/bin/python3
+PREFIX     ?= /usr/local
 CMAKE_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo $(if $(KVP_WERROR),-DKVP_WERROR=ON)
 
-.PHONY: all deps build asan tsan run test unit unit-asan unit-tsan integration integration-tsan \
-        clean format
+.PHONY: all deps build asan tsan run install test unit install-test unit-asan unit-tsan \
+        integration integration-tsan clean format
 
 all: build
 
@@ -36,8 +37,18 @@ KVP_TSAN_OPTIONS = halt_on_error=1:exitcode=66:second_deadlock_stack=1
 run: build
 	@$(BUILD)/kvpage serve $(ARGS)
 
+# Headers, libkvpage.so (with its SONAME links), kvpage.pc, the CMake package
+# kvpage and bin/kvpage under $(PREFIX).
+install: build
+	@cmake --install $(BUILD) --prefix $(PREFIX)
+
 unit: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# Installs the release build into a temporary prefix and builds a C program
+# (pkg-config) and a C++ program (find_package) against it.
+install-test: build
+	@tests/install/run.sh $(BUILD)
 
 unit-asan: asan
 	@cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS)
@@ -71,7 +82,7 @@ integration-tsan: tsan
 	  KVPAGE_BIN=$(CURDIR)/$(TSAN_BUILD)/kvpage KVPAGE_LIB=$(CURDIR)/$(TSAN_BUILD)/libkvpage.so \
 	  $(PYTHON) -m pytest -q -p no:cacheprovider $(TSAN_INTEGRATION)
 
-test: unit unit-asan integration unit-tsan integration-tsan
+test: unit install-test unit-asan integration unit-tsan integration-tsan
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)

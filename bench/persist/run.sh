@@ -9,7 +9,7 @@ n=${1:-1000000}
 out=$(mktemp -d /var/tmp/kvp-bench-persist.XXXXXX)
 trap 'rm -rf "$out" "$out/data.copy" "$out/data" 2>/dev/null' EXIT
 cc -O2 -std=c11 -D_GNU_SOURCE -I"$top/include" -I"$top/src" -o "$out/recovery" "$here/recovery.c" \
-   "$top/build/libkvpage_static.a" $(pkg-config --libs liburing libmicrohttpd jansson libcurl libxxhash) -lpthread -lm
+   "$top/build/libkvpage_internal.a" $(pkg-config --libs liburing libxxhash) -lpthread -lm
 echo "machine: nproc=$(nproc), $(uname -r), $(date -u +%Y-%m-%dT%H:%MZ)"
 "$out/recovery" "$out/data" "$n"
 rm -rf "$out/data.copy"
