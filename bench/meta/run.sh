@@ -73,8 +73,11 @@ if [ ! -x "$KVPAGE" ]; then
     (cd "$REPO" && cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
         cmake --build build -j2 >/dev/null)
 fi
-# Others rebuild build/ while this runs: use a private copy for the whole run.
+# Others rebuild build/ while this runs: use a private copy for the whole run
+# (the binary and the libkvpage.so.0 it links, found first through LD_LIBRARY_PATH).
 cp "$KVPAGE" "$TMP/kvpage"
+cp "$(dirname "$KVPAGE")/libkvpage.so.0" "$TMP/"
+export LD_LIBRARY_PATH=$TMP${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 KV=$TMP/kvpage
 cc -O2 -o "$TMP/limit_probe" "$PROBE_SRC"
 cc -O2 -shared -fPIC -o "$TMP/nodisk.so" "$HERE/nodisk.c"

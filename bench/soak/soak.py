@@ -501,6 +501,10 @@ class Soak:
         # Others may rebuild build/ during the run: use a private copy.
         self.binary = os.path.join(self.tmp, "kvpage")
         shutil.copy2(args.bin, self.binary)
+        # ...and of the libkvpage.so.0 it links, found first through LD_LIBRARY_PATH.
+        shutil.copy(os.path.join(os.path.dirname(args.bin), "libkvpage.so.0"), self.tmp)
+        os.environ["LD_LIBRARY_PATH"] = self.tmp + (":" + os.environ["LD_LIBRARY_PATH"]
+                                                    if os.environ.get("LD_LIBRARY_PATH") else "")
         port = free_port()
         self.server = Server(self.binary, port, self.data_dir,
                              os.path.join(self.out, "server.log"), args.server_arg)

@@ -1,7 +1,7 @@
 /*
  * pf_internal.h — what the pagefile front end and its two backends share,
  * plus the fault-injection hook the tests use (kvp__ names: internal,
- * reachable from tests through kvpage_static).
+ * reachable from tests through kvpage_internal).
  */
 #ifndef KVPAGE_PF_INTERNAL_H
 #define KVPAGE_PF_INTERNAL_H

@@ -46,14 +46,12 @@ static=$(find "$P" -name '*.a')
 ok "install: $(find "$P" -type f | wc -l) files in $P ($(wc -l <"$tmp/headers.got") public headers, libkvpage.so.$version, kvpage.pc, CMake package, bin/kvpage)"
 env -u LD_LIBRARY_PATH "$P/bin/kvpage" --help >"$tmp/help.out" 2>&1 ||
     { cat "$tmp/help.out" >&2; fail "$P/bin/kvpage --help does not run"; }
-if readelf -d "$P/bin/kvpage" | grep -q 'NEEDED.*\[libkvpage\.so\.0\]'; then
-    where=$(env -u LD_LIBRARY_PATH ldd "$P/bin/kvpage" | awk '$1 == "libkvpage.so.0" { print $3 }')
-    [ "$(readlink -f "$where")" = "$(readlink -f "$so")" ] ||
-        fail "bin/kvpage loads libkvpage.so.0 from '$where', not from the prefix ($lib)"
-    ok "bin/kvpage runs from the prefix and loads $lib/libkvpage.so.0 (RUNPATH)"
-else
-    ok "bin/kvpage runs from the prefix (linked without libkvpage.so: KVP_EXE_SHARED is OFF)"
-fi
+readelf -d "$P/bin/kvpage" | grep -q 'NEEDED.*\[libkvpage\.so\.0\]' ||
+    fail "bin/kvpage does not link libkvpage.so.0 (the server must use only the library's public API)"
+where=$(env -u LD_LIBRARY_PATH ldd "$P/bin/kvpage" | awk '$1 == "libkvpage.so.0" { print $3 }')
+[ "$(readlink -f "$where")" = "$(readlink -f "$so")" ] ||
+    fail "bin/kvpage loads libkvpage.so.0 from '$where', not from the prefix ($lib)"
+ok "bin/kvpage runs from the prefix and loads $lib/libkvpage.so.0 (RUNPATH)"
 
 # 2. The SONAME, and no server dependency in the library.
 dyn=$(readelf -d "$so")
