@@ -77,7 +77,7 @@ static int lo_open(struct kvp_meta *front, const char *where, struct kvp_error *
     if (m->opts.data_dir) {
         int rc = kvp__persist_open(m);
         if (rc) {
-            set_err(err, rc, KVP_RULE_IO, -1, 0, 0, "cannot open the data directory %.160s: %s",
+            set_err(err, rc, KVP_RULE_IO, -1, 0, 0, "cannot open the state in %.160s: %s",
                     m->opts.data_dir, kvp_strerror(rc));
             lo_close(front);
             return rc;

@@ -1098,17 +1098,21 @@ int kvp__serve_main(int argc, char **argv)
     mo.snapshot_bytes = snapshot_bytes; /* 0: the library's default */
     mo.log = meta_log;
     struct kvp_meta *meta = NULL;
-    int rc = kvp_meta_open(&mo, &meta);
+    struct kvp_error merr = {0};
+    int rc = kvp_meta_open_at(persistent ? NULL : "mem:", &mo, &meta, &merr);
     if (rc) {
         /* meta has logged the details (file, offset, what is wrong). */
         if (rc == -EBUSY)
             fprintf(stderr, "kvpage serve: data directory %s is in use by another kvpage process\n",
                     data_dir);
+        else if (persistent && merr.msg[0])
+            fprintf(stderr, "kvpage serve: %s\n", merr.msg); /* names the directory */
         else if (persistent)
             fprintf(stderr, "kvpage serve: cannot open the state in %s: %s\n", data_dir,
                     kvp_strerror(rc));
         else
-            fprintf(stderr, "kvpage serve: cannot create the metadata store: %s\n", kvp_strerror(rc));
+            fprintf(stderr, "kvpage serve: cannot create the metadata store: %s\n",
+                    merr.msg[0] ? merr.msg : kvp_strerror(rc));
         goto out;
     }
     struct serve *S = calloc(1, sizeof *S);
