@@ -25,7 +25,7 @@
 #include "server/serve.h"
 #include "server/server.h"
 #include "util/clock.h"
-#include "util/log.h"
+#include "server/log.h"
 
 /* A client address as the per-client connection limit counts it (an
  * IPv4-mapped IPv6 address counts as its IPv4 address). */

@@ -1,4 +1,4 @@
-#include "util/log.h"
+#include "server/log.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>

@@ -1,7 +1,7 @@
 /* Leveled logging to stderr with timestamps (tools and the server only;
  * the library proper never prints). */
-#ifndef KVP_UTIL_LOG_H
-#define KVP_UTIL_LOG_H
+#ifndef KVP_SERVER_LOG_H
+#define KVP_SERVER_LOG_H
 
 enum kvp_log_level { KVP_LOG_ERROR = 0, KVP_LOG_WARN, KVP_LOG_INFO, KVP_LOG_DEBUG };
 
