@@ -221,8 +221,9 @@ int64_t kvp__meta_peek(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *k
 /* The engine behind a mem: or file: handle. */
 struct kvp__local *kvp__local_of(struct kvp_meta *m);
 /* When set, a THREAD or MANUAL snapshot calls it once it has copied the
- * state and released the locks, before it writes (tests change the state
- * there). Set it only while no snapshot runs. */
+ * state and released the locks, before the log's rotation is finished and
+ * the snapshot written (tests change the state there). Set it only while no
+ * snapshot runs. */
 extern void (*kvp__snapshot_test_hook)(void *arg);
 extern void *kvp__snapshot_test_hook_arg;
 #endif

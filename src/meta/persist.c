@@ -826,12 +826,13 @@ static int resume_log(struct kvp__local *m, uint64_t lsn)
  * The start of every snapshot but the final one, with every lock held (the
  * caller took them): *lsn, the log position it covers (no append can come
  * between); *failed, whether the log had failed; and the log rotated at
- * *lsn, so that the snapshot can later remove the segments before it whole.
- * *done = 1 when there is nothing to write: the newest snapshot covers it
- * all (after a failure of the log, writes then resume). 0 or a negative
- * errno; the locks stay held either way.
+ * *lsn, so that the snapshot can later remove the segments before it whole
+ * (later: only marked there, when the caller finishes the rotation once it
+ * has released the locks). *done = 1 when there is nothing to write: the
+ * newest snapshot covers it all (after a failure of the log, writes then
+ * resume). 0 or a negative errno; the locks stay held either way.
  */
-static int snap_begin(struct kvp__local *m, uint64_t *lsn, int *failed, int *done)
+static int snap_begin(struct kvp__local *m, uint64_t *lsn, int *failed, int *done, int later)
 {
     struct kvp__persist *p = m->persist;
     *lsn = kvp__wal_appended(p->wal);
@@ -845,7 +846,9 @@ static int snap_begin(struct kvp__local *m, uint64_t *lsn, int *failed, int *don
         *done = 1;
         return *failed ? resume_log(m, *lsn) : 0; /* that snapshot covers it all */
     }
-    int rc = *failed ? 0 : kvp__wal_rotate(p->wal, *lsn);
+    int rc = *failed  ? 0
+             : later ? kvp__wal_rotate_at(p->wal, *lsn)
+                     : kvp__wal_rotate(p->wal, *lsn);
     if (rc)
         plog(m, 0, "snapshot: cannot rotate the log: %s", strerror(-rc));
     return rc;
@@ -878,7 +881,7 @@ static int snapshot_fork_locked(struct kvp__local *m)
     lock_all(m);
     uint64_t lsn;
     int failed, done;
-    int rc = snap_begin(m, &lsn, &failed, &done);
+    int rc = snap_begin(m, &lsn, &failed, &done, 0);
     if (rc || done) {
         unlock_all(m);
         return rc;
@@ -1052,8 +1055,7 @@ static int snapshot_thread_locked(struct kvp__local *m)
     }
     uint64_t lsn;
     int failed, done;
-    uint64_t tr = kvp__mono_ns();
-    rc = snap_begin(m, &lsn, &failed, &done);
+    rc = snap_begin(m, &lsn, &failed, &done, 1);
     if (rc || done) {
         unlock_all(m);
         kvp__big_free(fz.mem, fz.cap);
@@ -1066,9 +1068,15 @@ static int snapshot_thread_locked(struct kvp__local *m)
         append_catalog(m); /* after the copy, which must not include it */
     unlock_all(m);
     uint64_t t1 = kvp__mono_ns();
-    if (kvp__snapshot_test_hook)
+    if (kvp__snapshot_test_hook) /* changes now: their records come after lsn */
         kvp__snapshot_test_hook(kvp__snapshot_test_hook_arg);
-    rc = snap_file(m, w, lsn, 1, &fz);
+    /* The segment at lsn starts now that requests go on: its syncs (of the
+     * old segment's tail, of the directory) are no longer theirs to wait for. */
+    if (!failed && (rc = kvp__wal_rotate_finish(p->wal)) != 0)
+        plog(m, 0, "snapshot: cannot rotate the log: %s", strerror(-rc));
+    uint64_t tr = kvp__mono_ns();
+    if (!rc)
+        rc = snap_file(m, w, lsn, 1, &fz);
     uint64_t kept = 0;
     for (size_t i = 0; i < fz.nns; i++) { /* the writer is done with the entries */
         struct kvp__lns *ns = (struct kvp__lns *)fz.ns[i].ns;
@@ -1090,11 +1098,11 @@ static int snapshot_thread_locked(struct kvp__local *m)
     }
     rc = snap_adopt(m, lsn, failed, bytes);
     plog(m, 2,
-         "snapshot at log position %" PRIu64 " written by a thread (requests paused %.2f ms: "
-         "rotating the log %.2f ms, copying %zu bytes %.2f ms; written in %.0f ms, %" PRIu64
-         " dropped key entries kept meanwhile)",
-         lsn, (t1 - t0) / 1e6, (tc - tr) / 1e6, fz.used, (t1 - tc) / 1e6,
-         (kvp__mono_ns() - t1) / 1e6, kept);
+         "snapshot at log position %" PRIu64 " written by a thread (requests paused %.2f ms, "
+         "of which copying %zu bytes %.2f ms; then the log rotated in %.2f ms and the snapshot "
+         "written in %.0f ms, %" PRIu64 " dropped key entries kept meanwhile)",
+         lsn, (t1 - t0) / 1e6, fz.used, (t1 - tc) / 1e6, (tr - t1) / 1e6,
+         (kvp__mono_ns() - tr) / 1e6, kept);
     return rc;
 }
 

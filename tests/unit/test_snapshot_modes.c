@@ -8,7 +8,9 @@
  *  - THREAD and MANUAL: changes made while the snapshot is being written
  *    (deletes whose entries new keys would reuse, entries grown for a new
  *    rank, a clear, a new namespace) are not in it: the snapshot alone
- *    recovers the state at its position, the log after it the rest;
+ *    recovers the state at its position, the log after it the rest (those
+ *    changes are logged before the log's rotation is finished, so their
+ *    records must land in the new segment, not in the one it prunes);
  *  - THREAD: writer threads confirm, evict and delete while snapshots are
  *    taken, then the process crashes; recovery matches and checks.
  */
