@@ -18,10 +18,12 @@
  * Application threads: T metadata threads, alternately kvp_meta_exists and
  * kvp_meta_lookup (which touches the LRU) of one key drawn from 4096 random
  * loaded keys per call, and one thread that writes one byte into each 4 KiB
- * page of the other memory in turn (a "toucher"). Each records per window
- * (before the first snapshot; during each snapshot; the second after it)
- * the latency of each call (histogram), the longest gap between two
- * consecutive iterations, and the toucher its write rate and page faults.
+ * page of the other memory in turn (a "toucher"), 64 pages an iteration.
+ * Each records per window (before the first snapshot; during each
+ * snapshot; the 1.5 s after it) the latency of each iteration (histogram),
+ * the longest gap between one iteration's end and the next one's start (or
+ * from a wake-up that was due), and the toucher its pages written per second
+ * of writing and its page faults; a sampler thread the lowest MemAvailable.
  * The main thread calls kvp_meta_snapshot R times per mode, with a few new
  * keys before each (so that there is something to snapshot) and 1.5 s of
  * rest after, and prints what the library logged about each.
@@ -97,7 +99,7 @@ static uint64_t bucket_top(int b)
 struct fig {
     uint64_t n, max_lat, max_gap;
     uint64_t hist[NBUCKETS];
-    uint64_t pages, busy_ns, faults; /* the toucher */
+    uint64_t pages, busy_ns, faults; /* the toucher: pages written, time writing them, faults */
 };
 
 static void fig_add(struct fig *f, const struct fig *g)
@@ -194,8 +196,7 @@ static void *app_main(void *arg)
          * next; the first of a burst counts from the wake-up that was due,
          * so that a thread not let run when it should shows. */
         prev = period_ns ? wake : burst0;
-        int w = atomic_load(&window);
-        uint64_t pages = 0;
+        int w = atomic_load(&window), iters = 0;
         for (uint64_t t = burst0; t < end && !atomic_load(&stop);) {
             w = atomic_load(&window);
             uint64_t t0 = now_ns();
@@ -204,7 +205,6 @@ static void *app_main(void *arg)
                     a->mem[a->pos] += 1;
                     a->pos = (a->pos + 4096) % a->mem_len;
                 }
-                pages += 64;
             } else {
                 rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
                 struct kvp_str k = {a->keys[rng % 4096], 64};
@@ -219,12 +219,21 @@ static void *app_main(void *arg)
             t = now_ns();
             record(&a->fig[w], t - t0, t0 > prev ? t0 - prev : 0);
             prev = t;
+            if (a->toucher) { /* its rate: pages per second spent writing them */
+                a->fig[w].pages += 64;
+                a->fig[w].busy_ns += t - t0;
+                if (++iters % 256 == 0) { /* and its faults, now and then */
+                    uint64_t f = thread_faults();
+                    a->fig[w].faults += f - faults0;
+                    faults0 = f;
+                }
+            }
         }
-        uint64_t f = thread_faults();
-        a->fig[w].faults += f - faults0;
-        faults0 = f;
-        a->fig[w].pages += pages;
-        a->fig[w].busy_ns += now_ns() - burst0;
+        if (a->toucher) {
+            uint64_t f = thread_faults();
+            a->fig[w].faults += f - faults0;
+            faults0 = f;
+        }
         if (period_ns) {
             wake += period_ns;
             uint64_t n = now_ns();
@@ -288,7 +297,7 @@ static void print_fig(const char *what, const struct fig *f, const struct fig *b
     if (base) { /* the toucher: its rate against the window before the snapshots */
         double rate = f->busy_ns ? (double)f->pages / ((double)f->busy_ns / 1e9) : 0;
         double brate = base->busy_ns ? (double)base->pages / ((double)base->busy_ns / 1e9) : 0;
-        printf("    %-8s %6.2f M page writes/s while running (%.3fx before), %" PRIu64
+        printf("    %-8s %6.2f M page writes/s of writing (%.3fx before), %" PRIu64
                " page faults; 64 pages: p50 %.1f us p99 %.1f us max %.2f ms; max gap %.2f ms\n",
                what, rate / 1e6, brate > 0 ? rate / brate : 0, f->faults, pct_us(f, 0.5),
                pct_us(f, 0.99), f->max_lat / 1e6, f->max_gap / 1e6);
@@ -360,9 +369,9 @@ int main(int argc, char **argv)
     }
     on_ns = (uint64_t)(on_ms * 1e6);
     period_ns = (uint64_t)(period_ms * 1e6);
-    printf("keys %" PRIu64 ", other memory %" PRIu64 " GiB (%s pages), %d metadata threads + 1 "
+    printf("keys %" PRIu64 ", other memory %" PRIu64 " GiB (%s pages), %d metadata threads + %d "
            "toucher, %d snapshots per mode\n",
-           nkeys, gib, huge ? "huge" : "4 KiB", nmeta, reps);
+           nkeys, gib, huge ? "huge" : "4 KiB", nmeta, gib ? 1 : 0, reps);
     if (period_ns)
         printf("application threads run %.1f ms of every %.1f ms\n", on_ms, period_ms);
     else
@@ -371,12 +380,15 @@ int main(int argc, char **argv)
     /* The other memory: allocated and touched, as an engine's would be. */
     size_t mem_len = (size_t)gib << 30;
     uint64_t t0 = now_ns();
-    char *mem = mmap(NULL, mem_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    char *mem = mem_len ? mmap(NULL, mem_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                               -1, 0)
+                        : NULL; /* none: no toucher either */
     if (mem == MAP_FAILED) {
         perror("mmap");
         return 1;
     }
-    (void)madvise(mem, mem_len, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+    if (mem)
+        (void)madvise(mem, mem_len, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
     for (size_t i = 0; i < mem_len; i += 4096)
         mem[i] = 1;
     printf("other memory touched in %.1f s; VmRSS %ld MiB\n", (now_ns() - t0) / 1e9,
@@ -385,7 +397,7 @@ int main(int argc, char **argv)
     static char sample[4096][64];
     struct app apps[MAX_THREADS];
     memset(apps, 0, sizeof apps);
-    napps = nmeta + 1;
+    napps = nmeta + (mem != NULL);
     for (int i = 0; i < napps; i++) {
         apps[i].id = i;
         apps[i].toucher = i == nmeta;
