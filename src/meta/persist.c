@@ -13,8 +13,9 @@
  * (kvp__jrnl_commit); kvp_meta_wait and kvp_meta_when_durable redeem it.
  *
  * Snapshots: every namespace lock is taken, the log is rotated at the
- * snapshot's LSN, and the state at that LSN is captured, in one of three
- * ways (opts.snapshot_mode):
+ * snapshot's LSN (THREAD and MANUAL only mark the position and finish the
+ * rotation once the locks are released), and the state at that LSN is
+ * captured, in one of three ways (opts.snapshot_mode):
  *   KVP_SNAPSHOT_FORK    a forked child writes it from its copy-on-write
  *                        image: requests stop only for the fork, but every
  *                        page the process writes while the child lives is
@@ -1020,9 +1021,9 @@ void *kvp__snapshot_test_hook_arg;
 /*
  * Takes a snapshot without forking (KVP_SNAPSHOT_THREAD, on the snapshot
  * thread; KVP_SNAPSHOT_MANUAL, on the caller's): with every lock held the
- * log is rotated and the state frozen (freeze), then the locks are released
- * and this thread writes the snapshot from the copy, paced as the forked
- * child is. It runs at the thread's own priority: a library cannot lower a
+ * log is marked for rotation and the state frozen (freeze), then the locks
+ * are released, the rotation finished, and this thread writes the snapshot
+ * from the copy, paced as the forked child is. It runs at the thread's own priority: a library cannot lower a
  * thread's priority and raise it again without privileges, and pacing
  * already keeps it to half a CPU in short bursts. Returns 0 or a negative
  * errno; after a failure of the log it is the way back, as a fork's is.
