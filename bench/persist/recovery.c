@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "kvpage/meta.h"
+#include "keys.h"
 
 static double now_s(void)
 {
@@ -43,16 +44,6 @@ static uint64_t dir_bytes(const char *dir, const char *prefix)
     if (d)
         closedir(d);
     return sum;
-}
-
-static void key_of(uint64_t i, char *out)
-{
-    uint64_t x = i * 0x9E3779B97F4A7C15ull;
-    for (int j = 0; j < 64; j++) {
-        x ^= x >> 29;
-        x *= 0xBF58476D1CE4E5B9ull;
-        out[j] = "0123456789abcdef"[(x >> 60) & 15];
-    }
 }
 
 static int open_dir(const char *dir, struct kvp_meta **m)

@@ -375,7 +375,28 @@ static size_t key_size(uint32_t cap, size_t len)
 
 static void key_free(struct kvp__lns *ns, struct kvp__key *e)
 {
+    if (ns->keep_keys) { /* a snapshot thread may still read it: see kvp__meta_keep_keys */
+        e->next = ns->kept; /* unlinked from its chain: the link is free */
+        ns->kept = e;
+        ns->nkept++;
+        return;
+    }
     kvp__slab_free(&ns->keys_mem, e, key_size(e->cap, e->len));
+}
+
+uint64_t kvp__meta_keep_keys(struct kvp__lns *ns, int keep)
+{
+    uint64_t n = ns->nkept;
+    ns->keep_keys = keep;
+    if (!keep) {
+        for (struct kvp__key *e = ns->kept, *nx; e; e = nx) {
+            nx = e->next;
+            kvp__slab_free(&ns->keys_mem, e, key_size(e->cap, e->len));
+        }
+        ns->kept = NULL;
+        ns->nkept = 0;
+    }
+    return n;
 }
 
 static uint32_t key_page(const struct kvp__key *e, uint32_t slot)
@@ -556,6 +577,8 @@ static void page_hold(struct kvp__rank *r, uint32_t p, struct kvp__key *e)
     pg->state = KVP_PHELD;
     pg->owner = e;
     pg->t = 0;
+    if (p >= r->top)
+        r->top = p + 1;
     e->pages[r->slot] = p;
     e->nheld++;
     list_push_head(r->pages, &r->lru, p);
@@ -703,6 +726,7 @@ static void rank_set_pages(struct kvp__rank *r, struct kvp__page *pg, uint32_t n
     r->pages = pg;
     r->num_pages = num_pages;
     r->hwm = 0;
+    r->top = 0;
     r->nfree = num_pages;
     list_init(&r->free);
     list_init(&r->reserved);
@@ -831,6 +855,7 @@ static int lo_ns(struct kvp_meta *front, const char *deployment, size_t dlen, co
 
 static void free_all_keys(struct kvp__lns *ns)
 {
+    kvp__meta_keep_keys(ns, 0); /* none are kept once snapshots are over; if any, they go too */
     migrate(ns, UINT64_MAX);
     for (uint64_t i = 0; i < ns->nbuckets; i++) {
         struct kvp__key *e = ns->buckets[i].head, *nx;

@@ -72,6 +72,18 @@ void kvp__big_hint(void *p, size_t size)
 #endif
 }
 
+void kvp__big_prefault(void *p, size_t size)
+{
+    if (!p || size < HUGE_SIZE)
+        return; /* from calloc: small, and faulted soon enough */
+#ifdef MADV_POPULATE_WRITE
+    if (madvise(p, huge_round(size), MADV_POPULATE_WRITE) == 0)
+        return;
+#endif
+    for (size_t i = 0; i < size; i += 4096) /* an older kernel: one write a page */
+        ((volatile char *)p)[i] = 0;
+}
+
 /* ---------------------------------------------------------------- pool */
 
 static void *piece_new(void)

@@ -28,6 +28,9 @@ void kvp__big_free(void *p, size_t size);
 void kvp__big_nofork(void *p, size_t size, int nofork);
 /* Marks an existing mapping for huge pages (a hint; errors are ignored). */
 void kvp__big_hint(void *p, size_t size);
+/* Backs memory from kvp__big_zalloc now (it stays zero), so that writing it
+ * later takes no page fault: for a copy made while requests wait. */
+void kvp__big_prefault(void *p, size_t size);
 
 /*
  * Backing memory ahead of use. Backing fresh memory costs milliseconds per

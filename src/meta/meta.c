@@ -141,7 +141,7 @@ KVP_API void kvp_meta_opts_init(struct kvp_meta_opts *opts)
     opts->read_grace_ms = 5000;
     opts->fsync = KVP_FSYNC_BATCH;
     opts->snapshot_bytes = (uint64_t)64 << 20;
-    opts->snapshot_mode = KVP_SNAPSHOT_FORK;
+    opts->snapshot_mode = KVP_SNAPSHOT_THREAD; /* no fork inside a caller's process */
 }
 
 KVP_API int kvp_meta_open_at(const char *location, const struct kvp_meta_opts *opts,
@@ -221,7 +221,7 @@ KVP_API int kvp_meta_open_at(const char *location, const struct kvp_meta_opts *o
         return -EINVAL;
     }
     if (o.snapshot_mode == 0)
-        o.snapshot_mode = KVP_SNAPSHOT_FORK;
+        o.snapshot_mode = KVP_SNAPSHOT_THREAD;
     if (o.snapshot_mode < KVP_SNAPSHOT_FORK || o.snapshot_mode > KVP_SNAPSHOT_MANUAL) {
         kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, o.snapshot_mode, KVP_SNAPSHOT_MANUAL,
                      "snapshot_mode must be KVP_SNAPSHOT_FORK, KVP_SNAPSHOT_THREAD or "

@@ -74,6 +74,8 @@ struct kvp__rank {
     uint32_t slot; /* index into the namespace's slot table and keys' pages[] */
     uint32_t num_pages;
     uint32_t hwm;  /* pages >= hwm were never handed out from the free list */
+    uint32_t top;  /* pages >= top were not HELD since the array was installed (a
+                    * snapshot thread copies the pages below it) */
     uint32_t stamp;
     struct kvp__page *pages;
     struct kvp__list free, reserved, lru;
@@ -119,6 +121,12 @@ struct kvp__lns {
      * end of its records, or an earlier freeing it depends on (guarded by
      * lock; returned and reset by kvp__jrnl_commit). */
     uint64_t jlsn;
+    /* While a snapshot thread encodes from a copy of the page arrays (whose
+     * owners point at key entries), dropped entries are kept here, linked
+     * through next, instead of being reused (guarded by lock). */
+    int keep_keys;
+    struct kvp__key *kept;
+    uint64_t nkept;
 };
 
 struct kvp__local {
@@ -196,6 +204,14 @@ int kvp__replay_free(struct kvp__lns *ns, uint32_t rank, uint32_t page, char *ms
 struct kvp__lns *kvp__meta_ns_by_id(struct kvp__local *m, uint32_t id);
 /* Sizes the key index for nkeys at once (recovery knows the count). */
 void kvp__meta_reserve_keys(struct kvp__lns *ns, uint64_t nkeys);
+/*
+ * keep != 0: from now on the key entries the namespace drops (delete,
+ * eviction, clear, an entry grown into a new one) are kept as they are, not
+ * freed or reused, so that a snapshot thread may read the bytes of every
+ * entry that existed when keeping began. keep == 0: frees the kept ones.
+ * Returns how many were kept. Caller holds ns->lock.
+ */
+uint64_t kvp__meta_keep_keys(struct kvp__lns *ns, int keep);
 
 /* Test and tool helpers (not part of the public API). */
 
@@ -204,4 +220,10 @@ void kvp__meta_reserve_keys(struct kvp__lns *ns, uint64_t nkeys);
 int64_t kvp__meta_peek(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *key);
 /* The engine behind a mem: or file: handle. */
 struct kvp__local *kvp__local_of(struct kvp_meta *m);
+/* When set, a THREAD or MANUAL snapshot calls it once it has copied the
+ * state and released the locks, before the log's rotation is finished and
+ * the snapshot written (tests change the state there). Set it only while no
+ * snapshot runs. */
+extern void (*kvp__snapshot_test_hook)(void *arg);
+extern void *kvp__snapshot_test_hook_arg;
 #endif

@@ -12,9 +12,22 @@
  * hands its caller a ticket, the log position at which it is durable
  * (kvp__jrnl_commit); kvp_meta_wait and kvp_meta_when_durable redeem it.
  *
- * Snapshots: the state is written by a forked child from a copy-on-write
- * image taken with every namespace lock held, so requests stop only for the
- * fork itself. The snapshot keeps each rank's LRU order (HOLD records from
+ * Snapshots: every namespace lock is taken, the log is rotated at the
+ * snapshot's LSN (THREAD and MANUAL only mark the position and finish the
+ * rotation once the locks are released), and the state at that LSN is
+ * captured, in one of three ways (opts.snapshot_mode):
+ *   KVP_SNAPSHOT_FORK    a forked child writes it from its copy-on-write
+ *                        image: requests stop only for the fork, but every
+ *                        page the process writes while the child lives is
+ *                        copied, and the fork copies the page tables of all
+ *                        of the process's memory.
+ *   KVP_SNAPSHOT_THREAD  the snapshot thread copies the page arrays' owners
+ *                        and links (16 bytes a page; see struct frozen),
+ *                        releases the locks, and writes from the copy.
+ *   KVP_SNAPSHOT_MANUAL  the same, by the thread that calls
+ *                        kvp_meta_snapshot; never by itself.
+ * Recovery cannot tell them apart: all three write the same bytes for the
+ * same state. The snapshot keeps each rank's LRU order (HOLD records from
  * least to most recent), so recency survives a restart; touches are not
  * logged, so after a crash the recency of the time since the last snapshot
  * is approximated by write order. A clean close writes a final snapshot.
@@ -59,10 +72,16 @@ struct kvp__persist {
     int thread_started;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    pthread_mutex_t snap_mu; /* one snapshot at a time (the thread, kvp__meta_snapshot_now) */
+    pthread_mutex_t snap_mu; /* one snapshot at a time (the thread, kvp_meta_snapshot) */
     int stop;
+    /* KVP_SNAPSHOT_THREAD: kvp_meta_snapshot asks the snapshot thread for one
+     * (asked), and waits until one that began after it is done (served, with
+     * its result); guarded by mu. */
+    uint64_t asked, served;
+    int served_rc;
+    pthread_cond_t served_cv;
     /* Guarded by mu: written by whichever thread took the snapshot (the
-     * snapshot thread, or one calling kvp__meta_snapshot_now), read by the
+     * snapshot thread, or one calling kvp_meta_snapshot), read by the
      * snapshot thread and by kvp__meta_persist_stats. */
     uint64_t last_snap;      /* LSN of the newest snapshot on disk */
     uint64_t last_snap_size; /* its size: the log may grow to this before the next */
@@ -575,57 +594,133 @@ static void sw_rec(struct snapw *w, const struct enc *e)
     w->records++;
 }
 
-/* Writes the whole state. Runs in a forked child or with no request running.
- * Reaches keys through the pages that hold them, never through the key index:
- * a forked child does not have the index's big tables (MADV_DONTFORK, so that
- * the server's inserts during a snapshot copy no index pages). */
-static int write_snapshot(struct kvp__local *m, int fd, uint64_t lsn, int pace)
+/*
+ * What a snapshot reads, frozen with every lock held, for a snapshot that a
+ * thread of this process writes while requests go on (KVP_SNAPSHOT_THREAD,
+ * KVP_SNAPSHOT_MANUAL): per namespace its key count and ranks; per rank,
+ * the owner and LRU link of each page below the rank's top. Copying those
+ * 16 bytes a page is a sequential pass (about 5 ms per 1,000,000 pages
+ * here), where encoding the records with the locks held would walk the LRU
+ * in its own order and hash every record (bench/persist/README.md).
+ *
+ * The key entries the owners point at are not copied. An entry's length and
+ * bytes never change while it exists, and from the copy on each namespace
+ * keeps the entries it drops (kvp__meta_keep_keys) until the snapshot is
+ * written, so no entry is freed or reused under the writer. Encoding from
+ * the copy later therefore gives byte for byte the records write_snapshot
+ * would have written with the locks held: the state at the snapshot's LSN.
+ */
+struct fz_page {
+    const struct kvp__key *owner;
+    uint32_t prev;
+};
+struct fz_rank {
+    uint32_t id, num_pages, tail;
+    const struct kvp__page *live; /* the rank's own pages (no copy), or NULL */
+    const struct fz_page *pages;  /* the copy, or NULL */
+};
+struct fz_ns {
+    const struct kvp__lns *ns; /* its id and names never change */
+    uint64_t nkeys;
+    uint32_t nranks;
+    struct fz_rank *ranks; /* NULL: the namespace's own ranks (no copy) */
+};
+struct frozen {
+    struct fz_ns *ns;
+    size_t nns;
+    uint8_t *mem; /* one mapping holds it all, backed before the locks are taken */
+    size_t cap, used;
+};
+
+static struct fz_rank live_rank(const struct kvp__rank *r)
 {
-    static struct snapw w; /* large; static so the child's stack stays small */
-    w.fd = fd;
-    w.err = 0;
-    w.n = 0;
-    w.records = 0;
-    w.written = w.synced = 0;
-    w.chunk_start = kvp__mono_ns();
-    w.pace = pace;
+    return (struct fz_rank){r->id, r->num_pages, r->lru.tail, r->pages, NULL};
+}
+
+static uint32_t fz_prev(const struct fz_rank *r, uint32_t p)
+{
+    return r->pages ? r->pages[p].prev : r->live[p].prev;
+}
+
+static const struct kvp__key *fz_owner(const struct fz_rank *r, uint32_t p)
+{
+    return r->pages ? r->pages[p].owner : r->live[p].owner;
+}
+
+/*
+ * Writes the whole state: with fz == NULL the live one (in a forked child, or
+ * with no request running), else the frozen copy. Reaches keys through the
+ * pages that hold them, never through the key index: a forked child does not
+ * have the index's big tables (MADV_DONTFORK, so that the server's inserts
+ * during a snapshot copy no index pages).
+ */
+static int write_snapshot(struct kvp__local *m, struct snapw *w, int fd, uint64_t lsn, int pace,
+                          const struct frozen *fz)
+{
+    w->fd = fd;
+    w->err = 0;
+    w->n = 0;
+    w->records = 0;
+    w->written = w->synced = 0;
+    w->chunk_start = kvp__mono_ns();
+    w->pace = pace;
     struct enc e;
     e.n = 0;
     e8(&e, REC_SNAP_BEGIN);
     e64(&e, lsn);
     e32(&e, SNAP_VERSION);
-    sw_rec(&w, &e);
-    for (struct kvp__lns *ns = m->ns_first; ns; ns = ns->next_all) {
+    sw_rec(w, &e);
+    const struct kvp__lns *live = m->ns_first;
+    for (size_t i = 0; fz ? i < fz->nns : live != NULL; i++) {
+        struct fz_ns v = fz ? fz->ns[i] : (struct fz_ns){live, live->nkeys, live->nranks, NULL};
+        const struct kvp__lns *ns = v.ns;
         e.n = 0;
         enc_ns(&e, ns);
-        sw_rec(&w, &e);
+        sw_rec(w, &e);
         e.n = 0;
         e8(&e, REC_KEYS_HINT);
         e32(&e, ns->id);
-        e64(&e, ns->nkeys);
-        sw_rec(&w, &e);
-        for (uint32_t s = 0; s < ns->nranks; s++) {
+        e64(&e, v.nkeys);
+        sw_rec(w, &e);
+        for (uint32_t s = 0; s < v.nranks; s++) {
+            struct fz_rank r = v.ranks ? v.ranks[s] : live_rank(ns->slots[s]);
             e.n = 0;
-            enc_init(&e, ns->id, ns->slots[s]->id, ns->slots[s]->num_pages);
-            sw_rec(&w, &e);
+            enc_init(&e, ns->id, r.id, r.num_pages);
+            sw_rec(w, &e);
         }
-        for (uint32_t s = 0; s < ns->nranks; s++) {
-            const struct kvp__rank *r = ns->slots[s];
+        for (uint32_t s = 0; s < v.nranks; s++) {
+            struct fz_rank r = v.ranks ? v.ranks[s] : live_rank(ns->slots[s]);
             /* Least recent first: replay pushes each at the head. */
-            for (uint32_t p = r->lru.tail; p != KVP_NONE; p = r->pages[p].prev) {
+            for (uint32_t p = r.tail; p != KVP_NONE; p = fz_prev(&r, p)) {
                 e.n = 0;
-                enc_hold(&e, ns->id, r->id, p, r->pages[p].owner);
-                sw_rec(&w, &e);
+                enc_hold(&e, ns->id, r.id, p, fz_owner(&r, p));
+                sw_rec(w, &e);
             }
         }
+        if (!fz)
+            live = live->next_all;
     }
     e.n = 0;
     e8(&e, REC_SNAP_END);
     e64(&e, lsn);
-    e64(&e, w.records + 1);
-    sw_rec(&w, &e);
-    sw_flush(&w);
-    return w.err;
+    e64(&e, w->records + 1);
+    sw_rec(w, &e);
+    sw_flush(w);
+    return w->err;
+}
+
+/* Writes, fsyncs and renames snap-<lsn>.snap (a failed one is removed). */
+static int snap_file(struct kvp__local *m, struct snapw *w, uint64_t lsn, int pace,
+                     const struct frozen *fz)
+{
+    const char *dir = kvp__wal_dir(m->persist->wal);
+    int fd = kvp__wal_snap_create(dir, lsn);
+    int rc = fd < 0 ? fd : write_snapshot(m, w, fd, lsn, pace, fz);
+    if (fd >= 0 && rc)
+        kvp__wal_snap_abort(dir, lsn, fd); /* a full disk gets its space back */
+    else if (fd >= 0)
+        rc = kvp__wal_snap_commit(dir, lsn, fd);
+    return rc;
 }
 
 static void lock_all(struct kvp__local *m)
@@ -729,44 +824,74 @@ static int resume_log(struct kvp__local *m, uint64_t lsn)
 }
 
 /*
- * Takes a snapshot in a forked child. Returns 0 or a negative errno. After a
- * failure of the log it is also the way back: the snapshot covers every
- * change (acknowledged or not), and the log starts again after it.
+ * The start of every snapshot but the final one, with every lock held (the
+ * caller took them): *lsn, the log position it covers (no append can come
+ * between); *failed, whether the log had failed; and the log rotated at
+ * *lsn, so that the snapshot can later remove the segments before it whole
+ * (later: only marked there, when the caller finishes the rotation once it
+ * has released the locks). *done = 1 when there is nothing to write: the
+ * newest snapshot covers it all (after a failure of the log, writes then
+ * resume). 0 or a negative errno; the locks stay held either way.
  */
-static int snapshot_fork_locked(struct kvp__local *m);
-static int snapshot_fork(struct kvp__local *m)
-{
-    pthread_mutex_lock(&m->persist->snap_mu);
-    int rc = snapshot_fork_locked(m);
-    pthread_mutex_unlock(&m->persist->snap_mu);
-    return rc;
-}
-
-static int snapshot_fork_locked(struct kvp__local *m)
+static int snap_begin(struct kvp__local *m, uint64_t *lsn, int *failed, int *done, int later)
 {
     struct kvp__persist *p = m->persist;
-    const char *dir = kvp__wal_dir(p->wal);
-    uint64_t t0 = kvp__mono_ms();
-    lock_all(m);
-    uint64_t lsn = kvp__wal_appended(p->wal);
-    int failed = 0;
-    kvp__wal_status(p->wal, &failed, NULL);
+    *lsn = kvp__wal_appended(p->wal);
+    *failed = 0;
+    *done = 0;
+    kvp__wal_status(p->wal, failed, NULL);
     pthread_mutex_lock(&p->mu);
     uint64_t last = p->last_snap;
     pthread_mutex_unlock(&p->mu);
-    if (lsn == last) {
-        int rc = failed ? resume_log(m, lsn) : 0; /* that snapshot covers it all */
-        unlock_all(m);
-        return rc;
+    if (*lsn == last) {
+        *done = 1;
+        return *failed ? resume_log(m, *lsn) : 0; /* that snapshot covers it all */
     }
-    int rc = failed ? 0 : kvp__wal_rotate(p->wal, lsn);
-    if (rc) {
-        unlock_all(m);
+    int rc = *failed  ? 0
+             : later ? kvp__wal_rotate_at(p->wal, *lsn)
+                     : kvp__wal_rotate(p->wal, *lsn);
+    if (rc)
         plog(m, 0, "snapshot: cannot rotate the log: %s", strerror(-rc));
+    return rc;
+}
+
+/* The snapshot at lsn is on disk and read back whole (bytes long): the log
+ * before it can go, and after a failure of the log writes resume. */
+static int snap_adopt(struct kvp__local *m, uint64_t lsn, int failed, uint64_t bytes)
+{
+    int rc = 0;
+    if (failed) {
+        lock_all(m);
+        rc = resume_log(m, lsn);
+        unlock_all(m);
+    }
+    adopt_snapshot(m, lsn, bytes);
+    return rc;
+}
+
+/*
+ * Takes a snapshot in a forked child (KVP_SNAPSHOT_FORK). Returns 0 or a
+ * negative errno. After a failure of the log it is also the way back: the
+ * snapshot covers every change (acknowledged or not), and the log starts
+ * again after it.
+ */
+static int snapshot_fork_locked(struct kvp__local *m)
+{
+    struct kvp__persist *p = m->persist;
+    uint64_t t0 = kvp__mono_ns();
+    lock_all(m);
+    uint64_t lsn;
+    int failed, done;
+    int rc = snap_begin(m, &lsn, &failed, &done, 0);
+    if (rc || done) {
+        unlock_all(m);
         return rc;
     }
     pid_t parent = getpid();
+    uint64_t tf = kvp__mono_ns();
     pid_t pid = fork();
+    if (pid > 0)
+        tf = kvp__mono_ns() - tf;
     if (pid > 0 && !failed)
         append_catalog(m); /* after the fork: the child's image must not include it */
     if (pid == 0) {
@@ -779,12 +904,8 @@ static int snapshot_fork_locked(struct kvp__local *m)
         struct sched_param sp = {0};
         if (sched_setscheduler(0, SCHED_IDLE, &sp) != 0 && nice(19) == -1)
             (void)0; /* a lower priority is an optimization only */
-        int fd = kvp__wal_snap_create(dir, lsn);
-        int crc = fd < 0 ? fd : write_snapshot(m, fd, lsn, 1);
-        if (fd >= 0 && crc)
-            kvp__wal_snap_abort(dir, lsn, fd); /* a full disk gets its space back */
-        else if (fd >= 0)
-            crc = kvp__wal_snap_commit(dir, lsn, fd);
+        static struct snapw w; /* large; static so the child's stack stays small */
+        int crc = snap_file(m, &w, lsn, 1, NULL);
         /* The read-back too: at idle priority here, where in the server it
          * took a core for a third of a second per 170 MB of snapshot. */
         uint64_t bytes;
@@ -792,7 +913,7 @@ static int snapshot_fork_locked(struct kvp__local *m)
                   : check_snapshot(p->wal, lsn, &bytes) ? SNAP_CHILD_UNREADABLE : 0);
     }
     unlock_all(m);
-    uint64_t paused = kvp__mono_ms() - t0;
+    uint64_t paused = kvp__mono_ns() - t0;
     if (pid < 0) {
         int e = -errno;
         plog(m, 0, "snapshot: fork failed: %s", strerror(errno));
@@ -812,14 +933,186 @@ static int snapshot_fork_locked(struct kvp__local *m)
              status, failed ? "; writes stay refused, retrying" : ", retrying later");
         return -EIO;
     }
-    if (failed) {
-        lock_all(m);
-        rc = resume_log(m, lsn);
-        unlock_all(m);
+    rc = snap_adopt(m, lsn, failed, bytes);
+    plog(m, 2,
+         "snapshot at log position %" PRIu64 " written by a child (requests paused %.2f ms, "
+         "of which fork %.2f ms)",
+         lsn, paused / 1e6, tf / 1e6);
+    return rc;
+}
+
+/* Bytes a frozen copy of the state takes (struct frozen). unlocked: the
+ * caller holds no lock, and each namespace is locked in turn (an estimate);
+ * else the caller holds every lock (the figure). */
+static size_t frozen_bytes(struct kvp__local *m, int unlocked)
+{
+    size_t b = 0;
+    if (unlocked)
+        pthread_rwlock_rdlock(&m->ns_lock);
+    for (struct kvp__lns *ns = m->ns_first; ns; ns = ns->next_all) {
+        if (unlocked)
+            pthread_mutex_lock(&ns->lock);
+        b += sizeof(struct fz_ns) + (size_t)ns->nranks * sizeof(struct fz_rank);
+        for (uint32_t s = 0; s < ns->nranks; s++)
+            if (ns->slots[s]->lru.tail != KVP_NONE)
+                b += (size_t)ns->slots[s]->top * sizeof(struct fz_page);
+        if (unlocked)
+            pthread_mutex_unlock(&ns->lock);
     }
-    adopt_snapshot(m, lsn, bytes);
-    plog(m, 2, "snapshot at log position %" PRIu64 " written (requests paused %" PRIu64 " ms)",
-         lsn, paused);
+    if (unlocked)
+        pthread_rwlock_unlock(&m->ns_lock);
+    return b;
+}
+
+/* Room for need bytes of copy, backed now: faulting fresh memory in while
+ * the locks are held would cost more than the copy (a 32 MiB copy into
+ * unbacked memory took 26-34 ms here, 6-10 ms into backed memory). */
+static int frozen_reserve(struct frozen *fz, size_t need)
+{
+    if (fz->mem && need <= fz->cap)
+        return 0;
+    kvp__big_free(fz->mem, fz->cap);
+    fz->cap = need + need / 8 + 4096; /* and for what comes before the locks are taken */
+    if (!(fz->mem = kvp__big_zalloc(fz->cap))) {
+        fz->cap = 0;
+        return -ENOMEM;
+    }
+    kvp__big_prefault(fz->mem, fz->cap);
+    return 0;
+}
+
+static void *frozen_take(struct frozen *fz, size_t bytes)
+{
+    void *r = fz->mem + fz->used; /* every piece is a multiple of 8 bytes */
+    fz->used += bytes;
+    return r;
+}
+
+/* Copies what the snapshot needs into fz (room for frozen_bytes) and makes
+ * every namespace keep the key entries it drops. Caller holds every lock. */
+static void freeze(struct kvp__local *m, struct frozen *fz)
+{
+    fz->used = 0;
+    fz->ns = frozen_take(fz, m->ns_count * sizeof *fz->ns);
+    fz->nns = 0;
+    for (struct kvp__lns *ns = m->ns_first; ns; ns = ns->next_all) {
+        struct fz_ns *v = &fz->ns[fz->nns++];
+        v->ns = ns;
+        v->nkeys = ns->nkeys;
+        v->nranks = ns->nranks;
+        v->ranks = frozen_take(fz, (size_t)ns->nranks * sizeof *v->ranks);
+        for (uint32_t s = 0; s < ns->nranks; s++) {
+            const struct kvp__rank *r = ns->slots[s];
+            v->ranks[s] = (struct fz_rank){r->id, r->num_pages, r->lru.tail, NULL, NULL};
+            if (r->lru.tail == KVP_NONE)
+                continue; /* nothing held: nothing to copy */
+            struct fz_page *c = frozen_take(fz, (size_t)r->top * sizeof *c);
+            for (uint32_t p = 0; p < r->top; p++)
+                c[p] = (struct fz_page){r->pages[p].owner, r->pages[p].prev};
+            v->ranks[s].pages = c;
+        }
+        kvp__meta_keep_keys(ns, 1);
+    }
+}
+
+void (*kvp__snapshot_test_hook)(void *arg);
+void *kvp__snapshot_test_hook_arg;
+
+/*
+ * Takes a snapshot without forking (KVP_SNAPSHOT_THREAD, on the snapshot
+ * thread; KVP_SNAPSHOT_MANUAL, on the caller's): with every lock held the
+ * log is marked for rotation and the state frozen (freeze), then the locks
+ * are released, the rotation finished, and this thread writes the snapshot
+ * from the copy, paced as the forked child is. It runs at the thread's own priority: a library cannot lower a
+ * thread's priority and raise it again without privileges, and pacing
+ * already keeps it to half a CPU in short bursts. Returns 0 or a negative
+ * errno; after a failure of the log it is the way back, as a fork's is.
+ */
+static int snapshot_thread_locked(struct kvp__local *m)
+{
+    struct kvp__persist *p = m->persist;
+    struct frozen fz = {0};
+    struct snapw *w = malloc(sizeof *w);
+    int rc = w ? frozen_reserve(&fz, frozen_bytes(m, 1)) : -ENOMEM;
+    uint64_t t0 = 0;
+    for (int tries = 0; !rc;) {
+        t0 = kvp__mono_ns();
+        lock_all(m);
+        size_t need = frozen_bytes(m, 0);
+        if (need <= fz.cap)
+            break;
+        /* It outgrew its room meanwhile: larger room, backed outside the
+         * locks; a state that keeps outgrowing it gets it with them held. */
+        if (++tries == 3 && (rc = frozen_reserve(&fz, need)) == 0)
+            break;
+        unlock_all(m);
+        if (!rc)
+            rc = frozen_reserve(&fz, need);
+    }
+    if (rc) {
+        plog(m, 0, "snapshot: no memory for a copy of the state");
+        free(w);
+        return rc;
+    }
+    uint64_t lsn;
+    int failed, done;
+    rc = snap_begin(m, &lsn, &failed, &done, 1);
+    if (rc || done) {
+        unlock_all(m);
+        kvp__big_free(fz.mem, fz.cap);
+        free(w);
+        return rc;
+    }
+    uint64_t tc = kvp__mono_ns();
+    freeze(m, &fz);
+    if (!failed)
+        append_catalog(m); /* after the copy, which must not include it */
+    unlock_all(m);
+    uint64_t t1 = kvp__mono_ns();
+    if (kvp__snapshot_test_hook) /* changes now: their records come after lsn */
+        kvp__snapshot_test_hook(kvp__snapshot_test_hook_arg);
+    /* The segment at lsn starts now that requests go on: its syncs (of the
+     * old segment's tail, of the directory) are no longer theirs to wait for. */
+    if (!failed && (rc = kvp__wal_rotate_finish(p->wal)) != 0)
+        plog(m, 0, "snapshot: cannot rotate the log: %s", strerror(-rc));
+    uint64_t tr = kvp__mono_ns();
+    if (!rc)
+        rc = snap_file(m, w, lsn, 1, &fz);
+    uint64_t kept = 0;
+    for (size_t i = 0; i < fz.nns; i++) { /* the writer is done with the entries */
+        struct kvp__lns *ns = (struct kvp__lns *)fz.ns[i].ns;
+        pthread_mutex_lock(&ns->lock);
+        kept += kvp__meta_keep_keys(ns, 0);
+        pthread_mutex_unlock(&ns->lock);
+    }
+    kvp__big_free(fz.mem, fz.cap);
+    free(w);
+    uint64_t bytes = 0;
+    if (rc) {
+        plog(m, 0, "snapshot at %" PRIu64 " failed: %s; the log is kept%s", lsn, strerror(-rc),
+             failed ? "; writes stay refused, retrying" : ", retrying later");
+        return rc;
+    }
+    if ((rc = check_snapshot(p->wal, lsn, &bytes)) != 0) {
+        log_unreadable(m, lsn, rc);
+        return rc;
+    }
+    rc = snap_adopt(m, lsn, failed, bytes);
+    plog(m, 2,
+         "snapshot at log position %" PRIu64 " written by a thread (requests paused %.2f ms, "
+         "of which copying %zu bytes %.2f ms; then the log rotated in %.2f ms and the snapshot "
+         "written in %.0f ms, %" PRIu64 " dropped key entries kept meanwhile)",
+         lsn, (t1 - t0) / 1e6, fz.used, (t1 - tc) / 1e6, (tr - t1) / 1e6,
+         (kvp__mono_ns() - tr) / 1e6, kept);
+    return rc;
+}
+
+/* One snapshot at a time (the snapshot thread, kvp_meta_snapshot). */
+static int snapshot_now(struct kvp__local *m, int fork_it)
+{
+    pthread_mutex_lock(&m->persist->snap_mu);
+    int rc = fork_it ? snapshot_fork_locked(m) : snapshot_thread_locked(m);
+    pthread_mutex_unlock(&m->persist->snap_mu);
     return rc;
 }
 
@@ -833,18 +1126,31 @@ static void *snap_main(void *arg)
     struct kvp__local *m = arg;
     struct kvp__persist *p = m->persist;
     uint64_t next_try = 0, backoff = RETRY_MS;
+    int forks = m->opts.snapshot_mode == KVP_SNAPSHOT_FORK;
     pthread_mutex_lock(&p->mu);
     while (!p->stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 200 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
+        if (p->asked == p->served) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 200 * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&p->cv, &p->mu, &ts);
         }
-        pthread_cond_timedwait(&p->cv, &p->mu, &ts);
         if (p->stop)
             break;
+        if (p->asked != p->served) { /* kvp_meta_snapshot waits: at once, whatever the backoff */
+            uint64_t asked = p->asked;
+            pthread_mutex_unlock(&p->mu);
+            int rc = snapshot_now(m, forks);
+            pthread_mutex_lock(&p->mu);
+            p->served = asked;
+            p->served_rc = rc;
+            pthread_cond_broadcast(&p->served_cv);
+            continue;
+        }
         uint64_t now = kvp__mono_ms();
         if (now < next_try)
             continue;
@@ -861,6 +1167,8 @@ static void *snap_main(void *arg)
             next_try = now + RETRY_MS;
             continue;
         }
+        if (m->opts.snapshot_mode == KVP_SNAPSHOT_MANUAL)
+            continue; /* only kvp_meta_snapshot writes one, even to bring a failed log back */
         /* The log may grow to the snapshot's size (or snapshot_bytes, if
          * larger) before the next one: disk use stays under twice the state.
          * A failed log needs one now. */
@@ -870,7 +1178,7 @@ static void *snap_main(void *arg)
         if (!failed && appended - p->last_snap < limit)
             continue;
         pthread_mutex_unlock(&p->mu);
-        int rc = snapshot_fork(m);
+        int rc = snapshot_now(m, forks);
         pthread_mutex_lock(&p->mu);
         /* After a recovery too: a disk that fails again at once must not
          * get a whole snapshot every 0.2 s. */
@@ -881,6 +1189,11 @@ static void *snap_main(void *arg)
         } else {
             backoff = RETRY_MS;
         }
+    }
+    if (p->asked != p->served) { /* closing: kvp_meta_snapshot may not run now, but if it did */
+        p->served = p->asked;
+        p->served_rc = -ECANCELED;
+        pthread_cond_broadcast(&p->served_cv);
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
@@ -986,8 +1299,11 @@ int kvp__persist_open(struct kvp__local *m)
     pthread_mutex_init(&p->mu, NULL);
     pthread_mutex_init(&p->snap_mu, NULL);
     pthread_cond_init(&p->cv, NULL);
+    pthread_cond_init(&p->served_cv, NULL);
     if (!m->opts.snapshot_bytes)
         m->opts.snapshot_bytes = 64u << 20;
+    if (m->opts.snapshot_mode != KVP_SNAPSHOT_THREAD && m->opts.snapshot_mode != KVP_SNAPSHOT_MANUAL)
+        m->opts.snapshot_mode = KVP_SNAPSHOT_FORK; /* the interface has checked it */
     char msg[512] = "";
     int rc = kvp__wal_open(m->opts.data_dir, m->opts.fsync, m->opts.log, m->opts.log_arg,
                            m->opts.readonly, &p->wal, msg, sizeof msg);
@@ -1061,21 +1377,22 @@ void kvp__persist_close(struct kvp__local *m)
         pthread_join(p->thread, NULL);
     }
     if (!m->opts.readonly) {
-        /* A final snapshot keeps the LRU order of a clean shutdown. */
+        /* A final snapshot keeps the LRU order of a clean shutdown. In
+         * every mode it is written by this thread from the live state, at
+         * full speed: no request runs any more, so neither a fork nor a copy
+         * would spare anyone a pause (and KVP_SNAPSHOT_MANUAL's log is
+         * compacted here too). */
         uint64_t lsn = kvp__wal_appended(p->wal);
         if (lsn != p->last_snap) {
-            const char *dir = kvp__wal_dir(p->wal);
             /* After a failure of the log this snapshot is what keeps the
              * changes since (none of them acknowledged). */
             int failed = 0;
             kvp__wal_status(p->wal, &failed, NULL);
-            int rc = failed ? 0 : kvp__wal_rotate(p->wal, lsn);
-            int fd = rc ? rc : kvp__wal_snap_create(dir, lsn);
-            rc = fd < 0 ? fd : write_snapshot(m, fd, lsn, 0);
-            if (fd >= 0 && rc)
-                kvp__wal_snap_abort(dir, lsn, fd);
-            else if (fd >= 0)
-                rc = kvp__wal_snap_commit(dir, lsn, fd);
+            struct snapw *w = malloc(sizeof *w);
+            int rc = !w ? -ENOMEM : failed ? 0 : kvp__wal_rotate(p->wal, lsn);
+            if (!rc)
+                rc = snap_file(m, w, lsn, 0, NULL);
+            free(w);
             uint64_t bytes;
             if (rc)
                 plog(m, 0, "final snapshot failed: %s (the log is kept)", strerror(-rc));
@@ -1089,6 +1406,7 @@ void kvp__persist_close(struct kvp__local *m)
     pthread_mutex_destroy(&p->mu);
     pthread_mutex_destroy(&p->snap_mu);
     pthread_cond_destroy(&p->cv);
+    pthread_cond_destroy(&p->served_cv);
     free(p);
     m->persist = NULL;
 }
@@ -1192,7 +1510,17 @@ int kvp__persist_health(struct kvp__local *m, char *why, size_t len)
 
 int kvp__persist_snapshot(struct kvp__local *m)
 {
-    if (!m->persist || m->opts.readonly)
+    struct kvp__persist *p = m->persist;
+    if (!p || m->opts.readonly)
         return -ENOENT;
-    return snapshot_fork(m);
+    if (m->opts.snapshot_mode != KVP_SNAPSHOT_THREAD || !p->thread_started)
+        return snapshot_now(m, m->opts.snapshot_mode == KVP_SNAPSHOT_FORK); /* MANUAL: here */
+    pthread_mutex_lock(&p->mu);
+    uint64_t mine = ++p->asked;
+    pthread_cond_signal(&p->cv);
+    while (p->served < mine)
+        pthread_cond_wait(&p->served_cv, &p->mu);
+    int rc = p->served_rc; /* of a snapshot that began after the call */
+    pthread_mutex_unlock(&p->mu);
+    return rc;
 }

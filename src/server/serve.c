@@ -1096,6 +1096,11 @@ int kvp__serve_main(int argc, char **argv)
     mo.data_dir = persistent ? data_dir : NULL;
     mo.fsync = fsync_mode;
     mo.snapshot_bytes = snapshot_bytes; /* 0: the library's default */
+    /* Not the library's default (a thread): this process holds little but
+     * the metadata, so its fork costs about what the thread's copy does
+     * (1-4 ms for 1,000,000 keys), and the child writes at idle priority,
+     * leaving the CPUs to requests (bench/persist/README.md, "pause"). */
+    mo.snapshot_mode = KVP_SNAPSHOT_FORK;
     mo.log = meta_log;
     struct kvp_meta *meta = NULL;
     struct kvp_error merr = {0};

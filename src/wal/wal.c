@@ -82,6 +82,10 @@ struct kvp__wal {
     uint64_t seg_size; /* the file's size: seg_bytes of records, then zeros */
     uint64_t fsyncs, fsync_ns;
     uint64_t rotate_retry; /* mono ns before which a failed rotation is not retried */
+    /* kvp__wal_rotate_at: a segment is to start at rot_at, which the next
+     * flush does (rot_pending); rot_rc: how the last one went (mu). */
+    int rot_pending, rot_rc;
+    uint64_t rot_at;
 };
 
 static void logf_(struct kvp__wal *w, int level, const char *fmt, ...)
@@ -687,9 +691,34 @@ static void keep_room(struct kvp__wal *w)
         (void)zero_ahead(w, want - w->seg_start);
 }
 
+/* Writes n bytes of records at the segment's end and (unless never) fsyncs
+ * them (w->io held). 0 or a negative errno. */
+static int write_records(struct kvp__wal *w, const uint8_t *b, size_t n)
+{
+    int rc = pwrite_all(w->seg_fd, b, n, w->seg_bytes);
+    if (rc)
+        return rc;
+    w->seg_bytes += n;
+    if (w->seg_bytes > w->seg_size)
+        w->seg_size = w->seg_bytes; /* unreserved records past the zeros */
+    keep_room(w); /* made durable by this fdatasync */
+    if (w->mode != KVP_FSYNC_NEVER) {
+        uint64_t t0 = kvp__mono_ns();
+        if (fdatasync(w->seg_fd) != 0)
+            rc = -errno;
+        w->fsyncs++;
+        w->fsync_ns += kvp__mono_ns() - t0;
+    }
+    return rc;
+}
+
 /*
  * Takes whatever is pending, writes it and (unless never) fsyncs it. Called
  * with w->io held; takes w->mu only briefly so appends continue meanwhile.
+ * A rotation asked for by kvp__wal_rotate_at falls inside what is pending
+ * (everything before it was written by earlier flushes): the records before
+ * it end the current segment, which is synced, the new one is started, and
+ * the rest go into it.
  */
 static void flush_pending(struct kvp__wal *w)
 {
@@ -697,35 +726,36 @@ static void flush_pending(struct kvp__wal *w)
     uint8_t *b = w->buf;
     size_t bcap = w->cap, n = w->len;
     uint64_t end = w->appended;
-    int failed = w->failed;
+    int failed = w->failed, rot = w->rot_pending;
+    uint64_t rot_at = w->rot_at;
+    w->rot_pending = 0;
     w->buf = w->spare;
     w->cap = w->spare_cap;
     w->len = 0;
     pthread_mutex_unlock(&w->mu);
 
-    int rc = failed;
-    if (!rc && n) {
-        rc = pwrite_all(w->seg_fd, b, n, w->seg_bytes);
-        if (!rc) {
-            w->seg_bytes += n;
-            if (w->seg_bytes > w->seg_size)
-                w->seg_size = w->seg_bytes; /* unreserved records past the zeros */
-            keep_room(w); /* made durable by this fdatasync */
-            if (w->mode != KVP_FSYNC_NEVER) {
-                uint64_t t0 = kvp__mono_ns();
-                if (fdatasync(w->seg_fd) != 0)
-                    rc = -errno;
-                w->fsyncs++;
-                w->fsync_ns += kvp__mono_ns() - t0;
-            }
-        }
-        if (rc)
-            logf_(w, 0,
-                  "wal: writes refused: writing %s/wal-%016" PRIx64 ".log failed: %s; changes "
-                  "not yet durable are not acknowledged, and writes are refused until a snapshot "
-                  "covers them",
-                  w->dir, w->seg_start, strerror(-rc));
+    int rc = failed, rot_rc = 0;
+    if (rot && (rot_at < end - n || rot_at > end)) {
+        rot = 0; /* not inside what is pending: kvp__wal_rotate_at's rule was broken */
+        rot_rc = -EINVAL;
     }
+    size_t first = rot ? (size_t)(rot_at - (end - n)) : n; /* bytes before the rotation */
+    if (!rc && first)
+        rc = write_records(w, b, first);
+    if (rot) {
+        rot_rc = rc ? rc : open_segment(w, rot_at, 0);
+        if (!rc && rot_rc) /* the current segment goes on; the snapshot waiting for it fails */
+            logf_(w, 1, "wal: cannot start a new segment in %s: %s; the current one goes on",
+                  w->dir, strerror(-rot_rc));
+    }
+    if (!rc && n > first)
+        rc = write_records(w, b + first, n - first);
+    if (rc && !failed)
+        logf_(w, 0,
+              "wal: writes refused: writing %s/wal-%016" PRIx64 ".log failed: %s; changes "
+              "not yet durable are not acknowledged, and writes are refused until a snapshot "
+              "covers them",
+              w->dir, w->seg_start, strerror(-rc));
     if (!rc && w->seg_bytes >= SEGMENT_MAX && kvp__mono_ns() >= w->rotate_retry) {
         int orc = open_segment(w, end, 0);
         if (orc) { /* the segment grows past SEGMENT_MAX meanwhile: no harm */
@@ -739,6 +769,8 @@ static void flush_pending(struct kvp__wal *w)
     }
 
     pthread_mutex_lock(&w->mu);
+    if (rot || rot_rc)
+        w->rot_rc = rot_rc;
     /* Appends went to the other buffer meanwhile; this one becomes the spare. */
     w->spare = b;
     w->spare_cap = bcap;
@@ -1031,15 +1063,39 @@ int kvp__wal_snap_commit(const char *dir, uint64_t lsn, int fd)
     return 0;
 }
 
-int kvp__wal_rotate(struct kvp__wal *w, uint64_t lsn)
+int kvp__wal_rotate_at(struct kvp__wal *w, uint64_t lsn)
 {
-    pthread_mutex_lock(&w->io);
-    flush_pending(w);
+    pthread_mutex_lock(&w->mu);
     int rc = w->failed;
-    if (!rc)
-        rc = open_segment(w, lsn, 0); /* no space: the snapshot waits, the log goes on */
+    if (!rc && lsn != w->appended)
+        rc = -EINVAL; /* the caller holds appends off: this is a bug */
+    if (!rc) {
+        w->rot_pending = 1;
+        w->rot_at = lsn;
+    }
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+int kvp__wal_rotate_finish(struct kvp__wal *w)
+{
+    pthread_mutex_lock(&w->io); /* a flush that took the rotation is over */
+    pthread_mutex_lock(&w->mu);
+    int pending = w->rot_pending;
+    pthread_mutex_unlock(&w->mu);
+    if (pending)
+        flush_pending(w);
+    pthread_mutex_lock(&w->mu);
+    int rc = w->rot_rc; /* no space: the snapshot waits, the log goes on */
+    pthread_mutex_unlock(&w->mu);
     pthread_mutex_unlock(&w->io);
     return rc;
+}
+
+int kvp__wal_rotate(struct kvp__wal *w, uint64_t lsn)
+{
+    int rc = kvp__wal_rotate_at(w, lsn);
+    return rc ? rc : kvp__wal_rotate_finish(w);
 }
 
 void kvp__wal_prune(struct kvp__wal *w, uint64_t lsn)

@@ -160,6 +160,18 @@ int kvp__wal_snap_list(struct kvp__wal *w, uint64_t *lsns, int max);
  * snapshot at lsn can later remove every older segment whole.
  */
 int kvp__wal_rotate(struct kvp__wal *w, uint64_t lsn);
+/*
+ * The same in two steps, so that the caller's locks are not held over the
+ * I/O: kvp__wal_rotate_at (appends held off, lsn == everything appended)
+ * only marks the position, and appends may go on after it; the next flush
+ * ends the current segment there and starts the new one, and
+ * kvp__wal_rotate_finish does that flush if none has yet. finish returns 0
+ * once the segment at lsn has started, or the negative errno that kept it
+ * from starting (the log then goes on in the current segment). One rotation
+ * at a time.
+ */
+int kvp__wal_rotate_at(struct kvp__wal *w, uint64_t lsn);
+int kvp__wal_rotate_finish(struct kvp__wal *w);
 
 /*
  * After the snapshot at lsn is durable and verified: removes older snapshots

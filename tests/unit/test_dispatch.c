@@ -391,7 +391,7 @@ static void test_documented_defaults(void)
     CHECK_EQ(o.fsync, KVP_FSYNC_BATCH);
     CHECK_EQ(o.snapshot_bytes, (uint64_t)64 << 20);
     CHECK_EQ(o.readonly, 0);
-    CHECK_EQ(o.snapshot_mode, KVP_SNAPSHOT_FORK);
+    CHECK_EQ(o.snapshot_mode, KVP_SNAPSHOT_THREAD);
 
     struct kvp_pagefile_opts p;
     memset(&p, 0x5a, sizeof p);
