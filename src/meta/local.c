@@ -853,9 +853,11 @@ static int lo_ns(struct kvp_meta *front, const char *deployment, size_t dlen, co
     return 0;
 }
 
+/* Drops every key entry of the namespace (a clear of all ranks, or close).
+ * While a snapshot thread encodes from its copy (keep_keys), the entries go
+ * to the kept list like any other dropped entry and the slab stays. */
 static void free_all_keys(struct kvp__lns *ns)
 {
-    kvp__meta_keep_keys(ns, 0); /* none are kept once snapshots are over; if any, they go too */
     migrate(ns, UINT64_MAX);
     for (uint64_t i = 0; i < ns->nbuckets; i++) {
         struct kvp__key *e = ns->buckets[i].head, *nx;
@@ -866,7 +868,8 @@ static void free_all_keys(struct kvp__lns *ns)
         memset(&ns->buckets[i], 0, sizeof ns->buckets[i]);
     }
     ns->nkeys = 0;
-    kvp__slab_destroy(&ns->keys_mem);
+    if (!ns->keep_keys)
+        kvp__slab_destroy(&ns->keys_mem);
 }
 
 static void lo_close(struct kvp_meta *front)
@@ -879,6 +882,7 @@ static void lo_close(struct kvp_meta *front)
     struct kvp__lns *ns = m->ns_first, *nx;
     for (; ns; ns = nx) {
         nx = ns->next_all;
+        kvp__meta_keep_keys(ns, 0); /* no snapshot runs any more: the kept ones go */
         free_all_keys(ns);
         for (uint32_t i = 0; i < ns->nranks; i++) {
             pages_free(ns->slots[i]->pages, ns->slots[i]->num_pages);

@@ -459,6 +459,9 @@ static void change_during_write(void *arg)
     struct kvp_ns *c = ns_of(d->m, "late", "kv");
     kvp_meta_init_rank(c, 0, 4, NULL);
     put(c, 0, "x");
+    struct kvp_ns *g = ns_of(d->m, "gone", "kv"); /* every key at once: a clear of all ranks */
+    kvp_meta_clear(g, -1, NULL);
+    put(g, 0, "back");
 }
 
 struct expect {
@@ -501,6 +504,18 @@ static void check_expect(const char *dir, const struct expect *e, int late)
     CHECK_EQ(kvp_meta_nranks(a), late ? 2 : 1);
     if (late)
         CHECK(peek(b, 0, "after") >= 0 && peek(c, 0, "x") >= 0);
+    struct kvp_ns *g = NULL;
+    CHECK_EQ(kvp_meta_ns(m, "gone", 4, "kv", 2, 0, &g, NULL), 0);
+    if (g) {
+        char k[80];
+        int held = 0;
+        for (int i = 0; i < NA; i++) {
+            key_name(k, sizeof k, "key", i);
+            held += peek(g, 0, k) >= 0;
+        }
+        CHECK_EQ(held, late ? 0 : NA); /* all of them at the snapshot, none after the clear */
+        CHECK_EQ(peek(g, 0, "back") >= 0, late);
+    }
     kvp_meta_close(m);
 }
 
@@ -513,12 +528,15 @@ static void test_changes_during_write(int mode)
     struct kvp_meta *m;
     CHECK_EQ(open_mode(dir, mode, UINT64_MAX, 0, 0, &m), 0);
     struct kvp_ns *a = ns_of(m, "default", "kv"), *b = ns_of(m, "qwen", "mamba");
+    struct kvp_ns *g = ns_of(m, "gone", "kv");
     kvp_meta_init_rank(a, 0, 2 * NA, NULL);
     kvp_meta_init_rank(b, 0, NA, NULL);
+    kvp_meta_init_rank(g, 0, 2 * NA, NULL);
     char k[80];
     for (int i = 0; i < NA; i++) {
         key_name(k, sizeof k, "key", i);
         CHECK(put(a, 0, k) >= 0);
+        CHECK(put(g, 0, k) >= 0);
         if (i % 2)
             CHECK(put(b, 0, k) >= 0);
     }
