@@ -110,7 +110,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         json_error_t e;
         json_t *j = json_loadb(rep.body.p, rep.body.len, JSON_ALLOW_NUL, &e);
         if (!j) {
-            fprintf(stderr, "reply is not JSON (%s): %.*s\n", e.text, (int)rep.body.len, rep.body.p);
+            fprintf(stderr, "reply is not JSON (%s): %.*s\n", e.text, (int)rep.body.len,
+                    rep.body.p);
             abort();
         }
         json_decref(j);

@@ -11,11 +11,12 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: kvpage <command> [options]\n"
-               "commands:\n"
-               "  serve [flags]   run the metadata server (kvpage serve --help)\n"
-               "  inspect DIR     print what a data directory holds (no server needed)\n"
-               "  fsck DIR        check every invariant of a data directory; exit 1 on a failure\n");
+    fprintf(f,
+            "usage: kvpage <command> [options]\n"
+            "commands:\n"
+            "  serve [flags]   run the metadata server (kvpage serve --help)\n"
+            "  inspect DIR     print what a data directory holds (no server needed)\n"
+            "  fsck DIR        check every invariant of a data directory; exit 1 on a failure\n");
 }
 
 struct logctx {
@@ -66,7 +67,8 @@ static void print_files(const char *dir)
         if (!strncmp(e->d_name, "wal-", 4) && l > 4 && !strcmp(e->d_name + l - 4, ".log")) {
             log_bytes += (uint64_t)st.st_size;
             nlog++;
-        } else if (!strncmp(e->d_name, "snap-", 5) && l > 5 && !strcmp(e->d_name + l - 5, ".snap")) {
+        } else if (!strncmp(e->d_name, "snap-", 5) && l > 5 &&
+                   !strcmp(e->d_name + l - 5, ".snap")) {
             snap_bytes += (uint64_t)st.st_size;
             nsnap++;
         }

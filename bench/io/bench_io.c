@@ -36,7 +36,8 @@ static struct {
     int write, direct, backend, threads, queues, batch, callers, reg, huge, memcpy;
     double warmup;
     double seconds;
-} a = {NULL, 4ull << 30, 2u << 20, 1ull << 30, 0, 0, 0, KVP_PAGEFILE_BACKEND_AUTO, 0, 0, 8, 1, 0, 1, 0, 1.0, 4.0};
+} a = {NULL, 4ull << 30, 2u << 20, 1ull << 30, 0, 0,   0,  KVP_PAGEFILE_BACKEND_AUTO, 0, 0,
+       8,    1,          0,        1,          0, 1.0, 4.0};
 
 static const unsigned char *map; /* --memcpy: the file, mapped */
 
@@ -108,10 +109,20 @@ static uint64_t parse_size(const char *s)
     char *end;
     double v = strtod(s, &end);
     switch (*end) {
-    case 'K': case 'k': v *= 1024; break;
-    case 'M': case 'm': v *= 1024 * 1024; break;
-    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
-    default: break;
+    case 'K':
+    case 'k':
+        v *= 1024;
+        break;
+    case 'M':
+    case 'm':
+        v *= 1024 * 1024;
+        break;
+    case 'G':
+    case 'g':
+        v *= 1024.0 * 1024 * 1024;
+        break;
+    default:
+        break;
     }
     return (uint64_t)v;
 }
@@ -120,24 +131,40 @@ int main(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
-        if (!strcmp(k, "--file")) a.file = v, i++;
-        else if (!strcmp(k, "--size")) a.size = parse_size(v), i++;
-        else if (!strcmp(k, "--bpp")) a.bpp = parse_size(v), i++;
-        else if (!strcmp(k, "--pool")) a.pool = parse_size(v), i++;
-        else if (!strcmp(k, "--chunk")) a.chunk = parse_size(v), i++;
-        else if (!strcmp(k, "--rw")) a.write = !strcmp(v, "write"), i++;
-        else if (!strcmp(k, "--direct")) a.direct = 1;
-        else if (!strcmp(k, "--memcpy")) a.memcpy = 1;
-        else if (!strcmp(k, "--register")) a.reg = 1;
-        else if (!strcmp(k, "--no-huge")) a.huge = 0;
-        else if (!strcmp(k, "--warmup")) a.warmup = atof(v), i++;
-        else if (!strcmp(k, "--threads")) a.threads = atoi(v), i++;
-        else if (!strcmp(k, "--queues")) a.queues = atoi(v), i++;
-        else if (!strcmp(k, "--batch")) a.batch = atoi(v), i++;
-        else if (!strcmp(k, "--callers")) a.callers = atoi(v), i++;
-        else if (!strcmp(k, "--seconds")) a.seconds = atof(v), i++;
+        if (!strcmp(k, "--file"))
+            a.file = v, i++;
+        else if (!strcmp(k, "--size"))
+            a.size = parse_size(v), i++;
+        else if (!strcmp(k, "--bpp"))
+            a.bpp = parse_size(v), i++;
+        else if (!strcmp(k, "--pool"))
+            a.pool = parse_size(v), i++;
+        else if (!strcmp(k, "--chunk"))
+            a.chunk = parse_size(v), i++;
+        else if (!strcmp(k, "--rw"))
+            a.write = !strcmp(v, "write"), i++;
+        else if (!strcmp(k, "--direct"))
+            a.direct = 1;
+        else if (!strcmp(k, "--memcpy"))
+            a.memcpy = 1;
+        else if (!strcmp(k, "--register"))
+            a.reg = 1;
+        else if (!strcmp(k, "--no-huge"))
+            a.huge = 0;
+        else if (!strcmp(k, "--warmup"))
+            a.warmup = atof(v), i++;
+        else if (!strcmp(k, "--threads"))
+            a.threads = atoi(v), i++;
+        else if (!strcmp(k, "--queues"))
+            a.queues = atoi(v), i++;
+        else if (!strcmp(k, "--batch"))
+            a.batch = atoi(v), i++;
+        else if (!strcmp(k, "--callers"))
+            a.callers = atoi(v), i++;
+        else if (!strcmp(k, "--seconds"))
+            a.seconds = atof(v), i++;
         else if (!strcmp(k, "--backend")) {
-            a.backend = !strcmp(v, "psync") ? KVP_PAGEFILE_BACKEND_PSYNC
+            a.backend = !strcmp(v, "psync")   ? KVP_PAGEFILE_BACKEND_PSYNC
                         : !strcmp(v, "uring") ? KVP_PAGEFILE_BACKEND_URING
                                               : KVP_PAGEFILE_BACKEND_AUTO;
             i++;
@@ -173,8 +200,8 @@ int main(int argc, char **argv)
             return 2;
         }
         int fd = open(a.file, O_RDONLY);
-        void *m = fd < 0 ? MAP_FAILED
-                         : mmap(NULL, a.size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+        void *m =
+            fd < 0 ? MAP_FAILED : mmap(NULL, a.size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
         if (m == MAP_FAILED) {
             fprintf(stderr, "bench_io: cannot map %s\n", a.file);
             return 1;
@@ -219,19 +246,24 @@ int main(int argc, char **argv)
     nanosleep(&w, NULL);
     double t0 = now();
     uint64_t bytes0 = atomic_load(&total_bytes), batches0 = atomic_load(&total_batches);
-    struct timespec nap = {(time_t)a.seconds, (long)((a.seconds - (double)(time_t)a.seconds) * 1e9)};
+    struct timespec nap = {(time_t)a.seconds,
+                           (long)((a.seconds - (double)(time_t)a.seconds) * 1e9)};
     nanosleep(&nap, NULL);
-    uint64_t bytes = atomic_load(&total_bytes) - bytes0, batches = atomic_load(&total_batches) - batches0;
+    uint64_t bytes = atomic_load(&total_bytes) - bytes0,
+             batches = atomic_load(&total_batches) - batches0;
     double dt = now() - t0;
     atomic_store(&stop, 1);
     for (int c = 0; c < a.callers; c++)
         pthread_join(tids[c], NULL);
     printf("tool=kvpage rw=%s direct=%d bpp=%llu batch=%d callers=%d backend=%s threads=%u "
            "queues=%u registered=%d batches=%llu seconds=%.2f gbps=%.3f us_per_batch=%.1f\n",
-           a.write ? "write" : map ? "memcpy" : "read", a.direct, (unsigned long long)a.bpp, a.batch, a.callers,
+           a.write ? "write"
+           : map   ? "memcpy"
+                   : "read",
+           a.direct, (unsigned long long)a.bpp, a.batch, a.callers,
            kvp_pagefile_backend_name(kvp_pagefile_backend(pf, a.write)), kvp_pagefile_threads(pf),
-           kvp_pagefile_queues(pf), a.reg, (unsigned long long)batches, dt, (double)bytes / dt / 1e9,
-           batches ? dt * 1e6 / (double)batches * a.callers : 0.0);
+           kvp_pagefile_queues(pf), a.reg, (unsigned long long)batches, dt,
+           (double)bytes / dt / 1e9, batches ? dt * 1e6 / (double)batches * a.callers : 0.0);
     kvp_pagefile_close(pf);
     for (int c = 0; c < a.callers; c++)
         free(pools[c]);

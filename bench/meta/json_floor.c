@@ -31,8 +31,9 @@ int main(int argc, char **argv)
         return 1;
     n += (size_t)sprintf(b + n, alloc ? "{\"rank\":0,\"keys\":[" : "{\"keys\":[");
     for (int i = 0; i < batch; i++) /* 64 hex characters per key, as in the benchmark */
-        n += (size_t)sprintf(b + n, alloc ? "%s[\"%016x%016x%016x%016x\",\"\"]" : "%s\"%016x%016x%016x%016x\"",
-                             i ? "," : "", i, i * 7u, i * 13u, i * 31u);
+        n += (size_t)sprintf(
+            b + n, alloc ? "%s[\"%016x%016x%016x%016x\",\"\"]" : "%s\"%016x%016x%016x%016x\"",
+            i ? "," : "", i, i * 7u, i * 13u, i * 31u);
     n += (size_t)sprintf(b + n, "]}");
     int iters = 400000 / batch + 10;
     double best = 1e9;
@@ -51,7 +52,8 @@ int main(int argc, char **argv)
         if (us < best)
             best = us;
     }
-    printf("RESULT batch=%d form=%s body_bytes=%zu parse_us=%.2f ns_per_byte=%.1f max_rps_per_core=%.0f\n",
+    printf("RESULT batch=%d form=%s body_bytes=%zu parse_us=%.2f ns_per_byte=%.1f "
+           "max_rps_per_core=%.0f\n",
            batch, alloc ? "alloc" : "exists", n, best, best * 1000 / n, 1e6 / best);
     free(b);
     return 0;

@@ -380,9 +380,9 @@ int main(int argc, char **argv)
     /* The other memory: allocated and touched, as an engine's would be. */
     size_t mem_len = (size_t)gib << 30;
     uint64_t t0 = now_ns();
-    char *mem = mem_len ? mmap(NULL, mem_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                               -1, 0)
-                        : NULL; /* none: no toucher either */
+    char *mem =
+        mem_len ? mmap(NULL, mem_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+                : NULL; /* none: no toucher either */
     if (mem == MAP_FAILED) {
         perror("mmap");
         return 1;

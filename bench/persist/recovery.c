@@ -99,8 +99,9 @@ int main(int argc, char **argv)
          * new open() of LOCK gets its own lock and sees it held, so recover
          * from a copy of the files instead. */
         char cmd[8192];
-        snprintf(cmd, sizeof cmd, "rm -rf %s.copy && mkdir %s.copy && cp %s/wal-* %s/snap-* %s.copy/",
-                 dir, dir, dir, dir, dir);
+        snprintf(cmd, sizeof cmd,
+                 "rm -rf %s.copy && mkdir %s.copy && cp %s/wal-* %s/snap-* %s.copy/", dir, dir, dir,
+                 dir, dir);
         if (system(cmd) != 0)
             _exit(3);
         char copy[4096];
@@ -116,7 +117,8 @@ int main(int argc, char **argv)
         key_of(n - 1, k);
         struct kvp_str ks = {k, 64};
         kvp_meta_exists(rns, 0, &ks, 1, &ex, NULL);
-        printf("recovery of %" PRIu64 " keys (snapshot of 90%% + log of 10%%): %.3f s (last key %s)\n",
+        printf("recovery of %" PRIu64
+               " keys (snapshot of 90%% + log of 10%%): %.3f s (last key %s)\n",
                n, t_rec, ex ? "present" : "MISSING");
         fflush(stdout);
         _exit(ex ? 0 : 5);
@@ -126,7 +128,8 @@ int main(int argc, char **argv)
     kvp_meta_close(m); /* clean close: final snapshot, log pruned to the previous one */
     uint64_t snap2 = dir_bytes(dir, "snap-"), log2 = dir_bytes(dir, "wal-");
     printf("load: %" PRIu64 " keys confirmed in %.2f s\n", n, t_load);
-    printf("on disk before the crash: snapshot %" PRIu64 " + log %" PRIu64 " bytes = %.1f bytes/key\n",
+    printf("on disk before the crash: snapshot %" PRIu64 " + log %" PRIu64
+           " bytes = %.1f bytes/key\n",
            snap, log, (double)(snap + log) / n);
     /* After a clean close the newest snapshot alone holds every key. */
     DIR *d = opendir(dir);

@@ -21,31 +21,31 @@ extern "C" {
 /* Which rule a validation failure broke (struct kvp_error.rule). */
 enum kvp_rule {
     KVP_RULE_NONE = 0,
-    KVP_RULE_RANK_NOT_INIT,    /* value = rank */
-    KVP_RULE_RANK_RANGE,       /* value = rank; must be 0 <= rank < 2^31 */
-    KVP_RULE_NUM_PAGES,        /* value = num_pages asked; limit = maximum */
-    KVP_RULE_RESIZE_HELD,      /* value = old num_pages, limit = new num_pages */
-    KVP_RULE_KEY,              /* index = key index; value = key length; limit = 1024 */
-    KVP_RULE_CONFIRM_PAGE,     /* index = confirmation index, value = page, limit = num_pages */
-    KVP_RULE_RELEASE_PAGE,     /* index = release index, value = page, limit = num_pages */
-    KVP_RULE_HELD_BY_OTHER,    /* index = confirmation index, value = page */
-    KVP_RULE_NAMESPACE,        /* deployment or pool name invalid */
-    KVP_RULE_TOO_MANY,         /* value = count, limit = maximum */
-    KVP_RULE_IO,               /* an I/O or system call failed; see code and msg */
-    KVP_RULE_OFFSET,           /* pagefile: offset negative or beyond the file */
-    KVP_RULE_SIZE,             /* pagefile: size beyond bytes_per_page */
-    KVP_RULE_ALIGN,            /* pagefile: alignment required and not met */
-    KVP_RULE_ARG,              /* any other invalid argument */
+    KVP_RULE_RANK_NOT_INIT, /* value = rank */
+    KVP_RULE_RANK_RANGE,    /* value = rank; must be 0 <= rank < 2^31 */
+    KVP_RULE_NUM_PAGES,     /* value = num_pages asked; limit = maximum */
+    KVP_RULE_RESIZE_HELD,   /* value = old num_pages, limit = new num_pages */
+    KVP_RULE_KEY,           /* index = key index; value = key length; limit = 1024 */
+    KVP_RULE_CONFIRM_PAGE,  /* index = confirmation index, value = page, limit = num_pages */
+    KVP_RULE_RELEASE_PAGE,  /* index = release index, value = page, limit = num_pages */
+    KVP_RULE_HELD_BY_OTHER, /* index = confirmation index, value = page */
+    KVP_RULE_NAMESPACE,     /* deployment or pool name invalid */
+    KVP_RULE_TOO_MANY,      /* value = count, limit = maximum */
+    KVP_RULE_IO,            /* an I/O or system call failed; see code and msg */
+    KVP_RULE_OFFSET,        /* pagefile: offset negative or beyond the file */
+    KVP_RULE_SIZE,          /* pagefile: size beyond bytes_per_page */
+    KVP_RULE_ALIGN,         /* pagefile: alignment required and not met */
+    KVP_RULE_ARG,           /* any other invalid argument */
 };
 
 /* Filled by validating functions on failure. Zero-initialize before use. */
 struct kvp_error {
-    int code;          /* the negative errno the function returned */
-    int rule;          /* enum kvp_rule */
-    int64_t index;     /* element index the failure is about, or -1 */
-    int64_t value;     /* the offending value (see enum kvp_rule) */
-    int64_t limit;     /* the bound it broke (see enum kvp_rule) */
-    char msg[256];     /* a sentence for a person, NUL-terminated */
+    int code;      /* the negative errno the function returned */
+    int rule;      /* enum kvp_rule */
+    int64_t index; /* element index the failure is about, or -1 */
+    int64_t value; /* the offending value (see enum kvp_rule) */
+    int64_t limit; /* the bound it broke (see enum kvp_rule) */
+    char msg[256]; /* a sentence for a person, NUL-terminated */
 };
 
 /* Text for a negative errno or library code; never NULL. Thread-safe. */

@@ -39,8 +39,8 @@ extern "C" {
 
 #define KVP_MAX_KEY_LEN 1024
 #define KVP_MAX_NAME_LEN 128
-#define KVP_MAX_RANK 0x7fffffffu      /* ranks are 0 <= rank < 2^31 */
-#define KVP_MAX_PAGES 0x7fffffffu     /* num_pages is 1 .. 2^31-1 */
+#define KVP_MAX_RANK 0x7fffffffu  /* ranks are 0 <= rank < 2^31 */
+#define KVP_MAX_PAGES 0x7fffffffu /* num_pages is 1 .. 2^31-1 */
 
 struct kvp_meta;
 struct kvp_ns;
@@ -55,14 +55,14 @@ struct kvp_str {
 typedef uint64_t (*kvp_clock_fn)(void *arg);
 
 struct kvp_meta_opts {
-    size_t opts_size;        /* sizeof(struct kvp_meta_opts), set by kvp_meta_opts_init */
-    uint64_t lease_ms;       /* reservation lease; default 120000 */
-    uint64_t read_grace_ms;  /* no eviction this long after a lookup; default 5000 */
-    kvp_clock_fn clock;      /* NULL: CLOCK_MONOTONIC */
+    size_t opts_size;       /* sizeof(struct kvp_meta_opts), set by kvp_meta_opts_init */
+    uint64_t lease_ms;      /* reservation lease; default 120000 */
+    uint64_t read_grace_ms; /* no eviction this long after a lookup; default 5000 */
+    kvp_clock_fn clock;     /* NULL: CLOCK_MONOTONIC */
     void *clock_arg;
     /* Persistence (protocol.md §6). NULL: state is in memory only. */
     const char *data_dir;
-    int fsync;               /* KVP_FSYNC_NEVER 0, KVP_FSYNC_BATCH 1 (default), KVP_FSYNC_ALWAYS 2 */
+    int fsync; /* KVP_FSYNC_NEVER 0, KVP_FSYNC_BATCH 1 (default), KVP_FSYNC_ALWAYS 2 */
     uint64_t snapshot_bytes; /* log bytes after which a snapshot is written (not in
                               * KVP_SNAPSHOT_MANUAL); default 64 MiB */
     int readonly;            /* recover data_dir but never write it (inspect, fsck) */
@@ -209,8 +209,8 @@ KVP_API int kvp_meta_init_rank(struct kvp_ns *ns, uint32_t rank, uint64_t num_pa
  * error (KVP_RULE_IO, see kvp_meta_open: also when the log could not take the
  * confirmations of the pages it would hand out; nothing changed).
  */
-KVP_API int kvp_meta_allocate(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys, size_t n,
-                              int64_t *pages, uint8_t *existed, struct kvp_error *err);
+KVP_API int kvp_meta_allocate(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys,
+                              size_t n, int64_t *pages, uint8_t *existed, struct kvp_error *err);
 
 /*
  * Confirms written pages and releases unused reservations, all or nothing:

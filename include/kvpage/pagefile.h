@@ -37,14 +37,16 @@ extern "C" {
 #endif
 
 /* kvp_pagefile_opts.flags */
-#define KVP_PAGEFILE_CREATE 0x1u     /* create the file (and its parent directories) when missing */
-#define KVP_PAGEFILE_DIRECT 0x2u     /* O_DIRECT: bypass the page cache; see the alignment getters */
-#define KVP_PAGEFILE_ALIGNED 0x4u    /* every offset must be a multiple of bytes_per_page */
-#define KVP_PAGEFILE_EXACT_SIZE 0x8u /* an existing file larger than size is an error, not accepted */
-#define KVP_PAGEFILE_READONLY 0x10u  /* open read-only; writes fail with -EBADF (KVP_RULE_ARG) */
+#define KVP_PAGEFILE_CREATE 0x1u  /* create the file (and its parent directories) when missing */
+#define KVP_PAGEFILE_DIRECT 0x2u  /* O_DIRECT: bypass the page cache; see the alignment getters */
+#define KVP_PAGEFILE_ALIGNED 0x4u /* every offset must be a multiple of bytes_per_page */
+#define KVP_PAGEFILE_EXACT_SIZE                                                                    \
+    0x8u /* an existing file larger than size is an error, not accepted */
+#define KVP_PAGEFILE_READONLY 0x10u /* open read-only; writes fail with -EBADF (KVP_RULE_ARG) */
 
 /* kvp_pagefile_opts.backend and the backend getters */
-#define KVP_PAGEFILE_BACKEND_AUTO 0  /* the faster one for this mode; psync when io_uring is unavailable */
+#define KVP_PAGEFILE_BACKEND_AUTO                                                                  \
+    0 /* the faster one for this mode; psync when io_uring is unavailable */
 #define KVP_PAGEFILE_BACKEND_PSYNC 1 /* a thread pool doing pread/pwrite */
 #define KVP_PAGEFILE_BACKEND_URING 2 /* io_uring (liburing) with a registered file */
 
@@ -78,7 +80,8 @@ struct kvp_pagefile_buf {
     uint64_t len;
 };
 
-/* Fills opts with the defaults (size and bytes_per_page 0: the caller sets them). Always succeeds. */
+/* Fills opts with the defaults (size and bytes_per_page 0: the caller sets them). Always succeeds.
+ */
 KVP_API void kvp_pagefile_opts_init(struct kvp_pagefile_opts *opts);
 
 /*
@@ -136,8 +139,8 @@ KVP_API int kvp_pagefile_open(const char *path, const struct kvp_pagefile_opts *
  * for a read that hit the end of the file), with err->rule KVP_RULE_IO and
  * err->index that operation; every results[i] is then valid.
  */
-KVP_API int kvp_pagefile_read(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops,
-                              size_t n, int64_t *results, struct kvp_error *err);
+KVP_API int kvp_pagefile_read(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops, size_t n,
+                              int64_t *results, struct kvp_error *err);
 
 /*
  * Writes a batch: for each i < n, ops[i].size bytes from ops[i].buf at file
@@ -146,8 +149,8 @@ KVP_API int kvp_pagefile_read(struct kvp_pagefile *pf, const struct kvp_pagefile
  * KVP_PAGEFILE_READONLY handle and, per operation, -ENOSPC, -EIO, ... from
  * the file system. Data is durable only after kvp_pagefile_flush.
  */
-KVP_API int kvp_pagefile_write(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops,
-                               size_t n, int64_t *results, struct kvp_error *err);
+KVP_API int kvp_pagefile_write(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops, size_t n,
+                               int64_t *results, struct kvp_error *err);
 
 /*
  * Registers host memory regions with every io_uring ring of the handle so
@@ -162,8 +165,9 @@ KVP_API int kvp_pagefile_write(struct kvp_pagefile *pf, const struct kvp_pagefil
  * -ENOMEM, or the kernel's error (e.g. -ENOMEM over RLIMIT_MEMLOCK,
  * -EFAULT for an unmapped region; KVP_RULE_IO), with nothing registered.
  */
-KVP_API int kvp_pagefile_register_buffers(struct kvp_pagefile *pf, const struct kvp_pagefile_buf *bufs,
-                                          size_t n, struct kvp_error *err);
+KVP_API int kvp_pagefile_register_buffers(struct kvp_pagefile *pf,
+                                          const struct kvp_pagefile_buf *bufs, size_t n,
+                                          struct kvp_error *err);
 
 /* Drops the registration of kvp_pagefile_register_buffers. Thread-safe. Returns 0. */
 KVP_API int kvp_pagefile_unregister_buffers(struct kvp_pagefile *pf);

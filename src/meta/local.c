@@ -32,7 +32,6 @@
 #define NS_BUCKETS 1024
 #define MIN_KEY_BUCKETS 1024
 
-
 static uint64_t default_clock(void *arg)
 {
     (void)arg;
@@ -375,7 +374,7 @@ static size_t key_size(uint32_t cap, size_t len)
 
 static void key_free(struct kvp__lns *ns, struct kvp__key *e)
 {
-    if (ns->keep_keys) { /* a snapshot thread may still read it: see kvp__meta_keep_keys */
+    if (ns->keep_keys) {    /* a snapshot thread may still read it: see kvp__meta_keep_keys */
         e->next = ns->kept; /* unlinked from its chain: the link is free */
         ns->kept = e;
         ns->nkept++;
@@ -772,7 +771,7 @@ static uint64_t ns_hash(const char *d, size_t dl, const char *p, size_t pl)
 }
 
 static struct kvp__lns *ns_find_locked(struct kvp__local *m, uint64_t h, const char *d, size_t dl,
-                                     const char *p, size_t pl)
+                                       const char *p, size_t pl)
 {
     for (struct kvp__lns *ns = m->ns_buckets[h % NS_BUCKETS]; ns; ns = ns->next)
         if (strlen(ns->deployment) == dl && !memcmp(ns->deployment, d, dl) &&
@@ -1139,8 +1138,7 @@ static int pages_in_range(const struct kvp__rank *r, const int64_t *p, size_t n,
     for (size_t i = 0; i < n; i++) {
         if (p[i] < 0 || p[i] >= r->num_pages) {
             set_err(err, -EINVAL, rule, (int64_t)i, p[i], r->num_pages,
-                    "%s %zu: page %lld is outside [0, %u)", what, i, (long long)p[i],
-                    r->num_pages);
+                    "%s %zu: page %lld is outside [0, %u)", what, i, (long long)p[i], r->num_pages);
             return -EINVAL;
         }
     }
@@ -1473,7 +1471,8 @@ static int check_list(const struct kvp__rank *r, const struct kvp__list *l, uint
     uint64_t count = 0;
     uint32_t prev = KVP_NONE;
     for (uint32_t p = l->head; p != KVP_NONE; p = r->pages[p].next) {
-        CHECK(p < r->num_pages, "%s rank %u: %s list has page %u out of range", ctx, r->id, what, p);
+        CHECK(p < r->num_pages, "%s rank %u: %s list has page %u out of range", ctx, r->id, what,
+              p);
         CHECK(r->pages[p].state == state, "%s rank %u: page %u on the %s list is in state %d", ctx,
               r->id, p, what, r->pages[p].state);
         CHECK(r->pages[p].prev == prev, "%s rank %u: %s list broken at page %u", ctx, r->id, what,
@@ -1564,8 +1563,8 @@ static int check_ns(struct kvp__lns *ns, struct kvp_error *err)
                 CHECK(s < ns->nranks, "%s: key has a page on slot %u beyond the ranks", ctx, s);
                 const struct kvp__rank *r = ns->slots[s];
                 CHECK(p < r->num_pages && r->pages[p].state == KVP_PHELD && r->pages[p].owner == e,
-                      "%s rank %u: key '%.*s' points at page %u which it does not hold", ctx,
-                      r->id, (int)(e->len > 64 ? 64 : e->len), kvp__key_bytes(e), p);
+                      "%s rank %u: key '%.*s' points at page %u which it does not hold", ctx, r->id,
+                      (int)(e->len > 64 ? 64 : e->len), kvp__key_bytes(e), p);
                 held++;
             }
             CHECK(held == e->nheld, "%s: key '%.*s' counts %u pages, has %u", ctx,
@@ -1647,8 +1646,8 @@ int kvp__replay_hold(struct kvp__lns *ns, uint32_t rank, uint32_t page, const st
     if (!e)
         return -ENOMEM;
     if (e->pages[r->slot] != KVP_NONE) { /* an existing entry: nothing was created */
-        snprintf(msg, msglen, "HOLD of page %u on rank %u for a key that holds another page",
-                 page, rank);
+        snprintf(msg, msglen, "HOLD of page %u on rank %u for a key that holds another page", page,
+                 rank);
         return -EUCLEAN;
     }
     page_take_free(r, page);

@@ -34,8 +34,8 @@ void *kvp__big_zalloc(size_t size)
     size_t len = huge_round(size);
     /* Map one huge page more than needed and trim to a 2 MiB boundary:
      * only aligned 2 MiB ranges can be huge pages. */
-    char *p = mmap(NULL, len + HUGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                   -1, 0);
+    char *p =
+        mmap(NULL, len + HUGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
         return NULL;
     char *a = (char *)(((uintptr_t)p + HUGE_SIZE - 1) & ~(uintptr_t)(HUGE_SIZE - 1));
@@ -242,8 +242,8 @@ void *kvp__slab_alloc(struct kvp__slab *s, size_t size)
     }
     if ((size_t)(s->end - s->cur) < size) {
         size_t len = s->next_chunk ? s->next_chunk : FIRST_CHUNK;
-        struct chunk *c = len == KVP_PIECE_SIZE && s->pool ? kvp__mempool_take(s->pool)
-                                                         : kvp__big_zalloc(len);
+        struct chunk *c =
+            len == KVP_PIECE_SIZE && s->pool ? kvp__mempool_take(s->pool) : kvp__big_zalloc(len);
         if (!c)
             return NULL;
         c->next = s->chunks;

@@ -175,8 +175,9 @@ KVP_API int kvp_meta_open_at(const char *location, const struct kvp_meta_opts *o
         const char *colon = strchr(location, ':');
         slen = colon ? (size_t)(colon - location) : strlen(location);
         scheme = location;
-        if (!colon || slen == 0 || strspn(location, "abcdefghijklmnopqrstuvwxyz"
-                                                    "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-") < slen) {
+        if (!colon || slen == 0 ||
+            strspn(location, "abcdefghijklmnopqrstuvwxyz"
+                             "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-") < slen) {
             char known[128];
             known_schemes(known, sizeof known);
             kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, 0, 0,
@@ -206,8 +207,8 @@ KVP_API int kvp_meta_open_at(const char *location, const struct kvp_meta_opts *o
             return -EOPNOTSUPP;
         }
         kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, 0, 0,
-                     "unknown metadata location scheme '%.*s:' (known: %s)", (int)(slen > 32 ? 32 : slen),
-                     scheme, known);
+                     "unknown metadata location scheme '%.*s:' (known: %s)",
+                     (int)(slen > 32 ? 32 : slen), scheme, known);
         return -EINVAL;
     }
     if (ops == &kvp__local_ops && slen == 4 && !*where) {
@@ -354,8 +355,8 @@ KVP_API int kvp_meta_allocate_async(struct kvp_ns *ns, uint32_t rank, const stru
     return ns->meta->ops->allocate(ns, rank, keys, n, pages, existed, ticket, err);
 }
 
-KVP_API int kvp_meta_allocate(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys, size_t n,
-                              int64_t *pages, uint8_t *existed, struct kvp_error *err)
+KVP_API int kvp_meta_allocate(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys,
+                              size_t n, int64_t *pages, uint8_t *existed, struct kvp_error *err)
 {
     uint64_t t = 0;
     int rc = kvp_meta_allocate_async(ns, rank, keys, n, pages, existed, &t, err);

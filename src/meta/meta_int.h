@@ -29,7 +29,7 @@ struct kvp__key {
     uint16_t cap;          /* number of slots in pages[] */
     uint16_t nheld;        /* slots with a page */
     uint16_t tag;          /* bits 48..63 of the hash, made odd (never 0): see kvp__bucket */
-    uint32_t pages[]; /* per rank slot: page or KVP_NONE; key bytes follow */
+    uint32_t pages[];      /* per rank slot: page or KVP_NONE; key bytes follow */
 };
 
 /*
@@ -60,8 +60,8 @@ struct kvp__page {
     struct kvp__key *owner; /* HELD: the key; else NULL */
     uint64_t t;             /* RESERVED: lease deadline; HELD: end of read grace (ms) */
     uint32_t prev, next;
-    uint32_t mark;          /* request stamp that returned this page to its caller */
-    uint8_t state;          /* enum kvp__pstate */
+    uint32_t mark; /* request stamp that returned this page to its caller */
+    uint8_t state; /* enum kvp__pstate */
 };
 
 struct kvp__list {
@@ -73,20 +73,20 @@ struct kvp__rank {
     uint32_t id;   /* the rank number clients use */
     uint32_t slot; /* index into the namespace's slot table and keys' pages[] */
     uint32_t num_pages;
-    uint32_t hwm;  /* pages >= hwm were never handed out from the free list */
-    uint32_t top;  /* pages >= top were not HELD since the array was installed (a
-                    * snapshot thread copies the pages below it) */
+    uint32_t hwm; /* pages >= hwm were never handed out from the free list */
+    uint32_t top; /* pages >= top were not HELD since the array was installed (a
+                   * snapshot thread copies the pages below it) */
     uint32_t stamp;
     struct kvp__page *pages;
     struct kvp__list free, reserved, lru;
-    uint64_t nfree; /* free-list pages plus FREE pages >= hwm */
+    uint64_t nfree;             /* free-list pages plus FREE pages >= hwm */
     struct kvp__populate ahead; /* backs the page array ahead of hwm */
     uint64_t hits, misses, allocations, evictions, expired, release_held;
 };
 
 struct kvp__lns {
-    struct kvp_ns pub;       /* the handle callers hold (first: a cast converts) */
-    uint32_t id;             /* creation order; names the namespace in log records */
+    struct kvp_ns pub;         /* the handle callers hold (first: a cast converts) */
+    uint32_t id;               /* creation order; names the namespace in log records */
     struct kvp__lns *next;     /* registry hash chain */
     struct kvp__lns *next_all; /* creation order */
     struct kvp__local *meta;
@@ -97,8 +97,8 @@ struct kvp__lns {
     uint32_t nranks, cap_ranks;
     struct kvp__bucket *buckets;
     uint64_t nbuckets, nkeys;
-    struct kvp__bucket *old; /* while the index grows: the table being emptied */
-    uint64_t nold, mpos;     /* its size; its buckets below mpos are moved */
+    struct kvp__bucket *old;   /* while the index grows: the table being emptied */
+    uint64_t nold, mpos;       /* its size; its buckets below mpos are moved */
     struct kvp__bucket *grown; /* the next, bigger table while it is being backed */
     uint64_t ngrown;
     struct kvp__populate grow_job;
@@ -130,7 +130,7 @@ struct kvp__lns {
 };
 
 struct kvp__local {
-    struct kvp_meta *front;   /* the handle callers hold */
+    struct kvp_meta *front; /* the handle callers hold */
     struct kvp_meta_opts opts;
     pthread_rwlock_t ns_lock; /* guards the registry only */
     struct kvp__lns **ns_buckets;
@@ -141,9 +141,6 @@ struct kvp__local {
     struct kvp__mempool pool;     /* pre-faulted pieces for the key entries */
     int replaying;                /* recovery is applying records: log nothing */
 };
-
-
-
 
 /* Journal: called under the namespace lock before the change is applied.
  * All are no-ops without persistence (src/meta/persist.c). */

@@ -59,7 +59,7 @@ enum {
     REC_CLEAR = 5,
     REC_SNAP_BEGIN = 6,
     REC_SNAP_END = 7,
-    REC_HOLD_HEX = 8, /* HOLD of a lowercase hex key, stored as its bytes */
+    REC_HOLD_HEX = 8,  /* HOLD of a lowercase hex key, stored as its bytes */
     REC_KEYS_HINT = 9, /* snapshot: how many keys the namespace has (sizes its index once) */
 };
 #define MAX_KEYS_HINT (1ull << 28)
@@ -154,9 +154,8 @@ static void enc_init(struct enc *e, uint32_t ns, uint32_t rank, uint32_t num_pag
 }
 /* One more than the value of each lowercase hex digit; 0 for every other byte. */
 static const uint8_t HEX1[256] = {
-    ['0'] = 1,  ['1'] = 2,  ['2'] = 3,  ['3'] = 4,  ['4'] = 5,  ['5'] = 6,
-    ['6'] = 7,  ['7'] = 8,  ['8'] = 9,  ['9'] = 10, ['a'] = 11, ['b'] = 12,
-    ['c'] = 13, ['d'] = 14, ['e'] = 15, ['f'] = 16,
+    ['0'] = 1, ['1'] = 2,  ['2'] = 3,  ['3'] = 4,  ['4'] = 5,  ['5'] = 6,  ['6'] = 7,  ['7'] = 8,
+    ['8'] = 9, ['9'] = 10, ['a'] = 11, ['b'] = 12, ['c'] = 13, ['d'] = 14, ['e'] = 15, ['f'] = 16,
 };
 
 /* Packs the n lowercase hex digits at k into n/2 bytes at out; 0 when n is
@@ -439,7 +438,8 @@ int kvp__persist_apply(struct kvp__local *m, const uint8_t *payload, uint32_t le
         if (rc == -ENOMEM)
             return rc;
         if (rc || ((struct kvp__lns *)pub)->id != id) {
-            snprintf(msg, msglen, "namespace record %u does not match the namespaces before it", id);
+            snprintf(msg, msglen, "namespace record %u does not match the namespaces before it",
+                     id);
             return -EUCLEAN;
         }
         return 0;
@@ -790,8 +790,9 @@ static void append_catalog(struct kvp__local *m)
     if (!bytes)
         return;
     if (kvp__jrnl_space(m, bytes, 0, NULL) != 0) {
-        plog(m, 1, "no room in the log for the catalog of namespaces and ranks; it is left out "
-                   "of this segment (the snapshot has it)");
+        plog(m, 1,
+             "no room in the log for the catalog of namespaces and ranks; it is left out "
+             "of this segment (the snapshot has it)");
         return;
     }
     for (struct kvp__lns *ns = m->ns_first; ns; ns = ns->next_all) {
@@ -815,8 +816,9 @@ static int resume_log(struct kvp__local *m, uint64_t lsn)
 {
     int rc = kvp__wal_resume(m->persist->wal, lsn);
     if (rc)
-        plog(m, 0, "snapshot at %" PRIu64 " written, but the log cannot start again: %s; writes "
-                   "stay refused, retrying",
+        plog(m, 0,
+             "snapshot at %" PRIu64 " written, but the log cannot start again: %s; writes "
+             "stay refused, retrying",
              lsn, strerror(-rc));
     else
         append_catalog(m);
@@ -847,9 +849,7 @@ static int snap_begin(struct kvp__local *m, uint64_t *lsn, int *failed, int *don
         *done = 1;
         return *failed ? resume_log(m, *lsn) : 0; /* that snapshot covers it all */
     }
-    int rc = *failed  ? 0
-             : later ? kvp__wal_rotate_at(p->wal, *lsn)
-                     : kvp__wal_rotate(p->wal, *lsn);
+    int rc = *failed ? 0 : later ? kvp__wal_rotate_at(p->wal, *lsn) : kvp__wal_rotate(p->wal, *lsn);
     if (rc)
         plog(m, 0, "snapshot: cannot rotate the log: %s", strerror(-rc));
     return rc;
@@ -903,14 +903,15 @@ static int snapshot_fork_locked(struct kvp__local *m)
         /* The snapshot can wait; requests cannot: use only idle CPU. */
         struct sched_param sp = {0};
         if (sched_setscheduler(0, SCHED_IDLE, &sp) != 0 && nice(19) == -1)
-            (void)0; /* a lower priority is an optimization only */
+            (void)0;           /* a lower priority is an optimization only */
         static struct snapw w; /* large; static so the child's stack stays small */
         int crc = snap_file(m, &w, lsn, 1, NULL);
         /* The read-back too: at idle priority here, where in the server it
          * took a core for a third of a second per 170 MB of snapshot. */
         uint64_t bytes;
-        _exit(crc ? SNAP_CHILD_WRITE_FAILED
-                  : check_snapshot(p->wal, lsn, &bytes) ? SNAP_CHILD_UNREADABLE : 0);
+        _exit(crc                                   ? SNAP_CHILD_WRITE_FAILED
+              : check_snapshot(p->wal, lsn, &bytes) ? SNAP_CHILD_UNREADABLE
+                                                    : 0);
     }
     unlock_all(m);
     uint64_t paused = kvp__mono_ns() - t0;
@@ -1023,10 +1024,10 @@ void *kvp__snapshot_test_hook_arg;
  * thread; KVP_SNAPSHOT_MANUAL, on the caller's): with every lock held the
  * log is marked for rotation and the state frozen (freeze), then the locks
  * are released, the rotation finished, and this thread writes the snapshot
- * from the copy, paced as the forked child is. It runs at the thread's own priority: a library cannot lower a
- * thread's priority and raise it again without privileges, and pacing
- * already keeps it to half a CPU in short bursts. Returns 0 or a negative
- * errno; after a failure of the log it is the way back, as a fork's is.
+ * from the copy, paced as the forked child is. It runs at the thread's own priority: a library
+ * cannot lower a thread's priority and raise it again without privileges, and pacing already keeps
+ * it to half a CPU in short bursts. Returns 0 or a negative errno; after a failure of the log it is
+ * the way back, as a fork's is.
  */
 static int snapshot_thread_locked(struct kvp__local *m)
 {
@@ -1173,8 +1174,8 @@ static void *snap_main(void *arg)
          * larger) before the next one: disk use stays under twice the state.
          * A failed log needs one now. */
         uint64_t appended = kvp__wal_appended(p->wal);
-        uint64_t limit = m->opts.snapshot_bytes > p->last_snap_size ? m->opts.snapshot_bytes
-                                                                    : p->last_snap_size;
+        uint64_t limit =
+            m->opts.snapshot_bytes > p->last_snap_size ? m->opts.snapshot_bytes : p->last_snap_size;
         if (!failed && appended - p->last_snap < limit)
             continue;
         pthread_mutex_unlock(&p->mu);
@@ -1203,7 +1204,7 @@ static void *snap_main(void *arg)
 
 struct replay_ctx {
     struct kvp__local *m;
-    int lenient;       /* skip records that contradict the state (after a damaged snapshot) */
+    int lenient; /* skip records that contradict the state (after a damaged snapshot) */
     uint64_t skipped;
     char msg[512];
     char file[96]; /* the name, copied: the caller's string does not outlive the scan */
@@ -1302,7 +1303,8 @@ int kvp__persist_open(struct kvp__local *m)
     pthread_cond_init(&p->served_cv, NULL);
     if (!m->opts.snapshot_bytes)
         m->opts.snapshot_bytes = 64u << 20;
-    if (m->opts.snapshot_mode != KVP_SNAPSHOT_THREAD && m->opts.snapshot_mode != KVP_SNAPSHOT_MANUAL)
+    if (m->opts.snapshot_mode != KVP_SNAPSHOT_THREAD &&
+        m->opts.snapshot_mode != KVP_SNAPSHOT_MANUAL)
         m->opts.snapshot_mode = KVP_SNAPSHOT_FORK; /* the interface has checked it */
     char msg[512] = "";
     int rc = kvp__wal_open(m->opts.data_dir, m->opts.fsync, m->opts.log, m->opts.log_arg,
@@ -1343,8 +1345,7 @@ int kvp__persist_open(struct kvp__local *m)
     m->replaying = 0;
     p->last_snap = from;
     p->last_snap_size = 0;
-    plog(m, 2,
-         "recovered %s: snapshot at %" PRIu64 " + %" PRIu64 " log records in %" PRIu64 " ms",
+    plog(m, 2, "recovered %s: snapshot at %" PRIu64 " + %" PRIu64 " log records in %" PRIu64 " ms",
          m->opts.data_dir, from, c.records, kvp__mono_ms() - t0);
     if (m->opts.readonly)
         return 0;
@@ -1427,8 +1428,7 @@ int kvp__persist_wait(struct kvp__local *m, uint64_t lsn, struct kvp_error *err)
     return rc;
 }
 
-int kvp__persist_when_durable(struct kvp__local *m, uint64_t lsn, kvp_meta_durable_fn fn,
-                              void *arg)
+int kvp__persist_when_durable(struct kvp__local *m, uint64_t lsn, kvp_meta_durable_fn fn, void *arg)
 {
     if (!m->persist || !lsn || m->opts.readonly)
         return 1;
@@ -1477,8 +1477,8 @@ int kvp__persist_values(struct kvp__local *m, kvp_meta_value_fn fn, void *arg)
          KVP_VALUE_COUNTER, 0, kvp__wal_appended(p->wal), NULL, NULL},
         {"wal", "fsyncs", "kvpage_wal_fsyncs_total", "fsync calls of the write-ahead log.",
          KVP_VALUE_COUNTER, 0, fsyncs, NULL, NULL},
-        {"wal", "fsync_seconds", "kvpage_wal_fsync_seconds_total", "Time spent in those fsync calls.",
-         KVP_VALUE_COUNTER, 9, fsync_ns, NULL, NULL},
+        {"wal", "fsync_seconds", "kvpage_wal_fsync_seconds_total",
+         "Time spent in those fsync calls.", KVP_VALUE_COUNTER, 9, fsync_ns, NULL, NULL},
         {"wal", "snapshots", "kvpage_snapshots_total", "Snapshots written.", KVP_VALUE_COUNTER, 0,
          snapshots, NULL, NULL},
         {"wal", "snapshot_failures", "kvpage_snapshot_failures_total", "Snapshots that failed.",

@@ -112,7 +112,8 @@ int64_t kvp__pf_pio(int fd, int write, void *buf, uint64_t len, int64_t off)
     unsigned again = 0;
     while (done < len) {
         uint64_t want = len - done;
-        int64_t f = kvp__pf_fault(write ? KVP__PF_PWRITE : KVP__PF_PREAD, off + (int64_t)done, want);
+        int64_t f =
+            kvp__pf_fault(write ? KVP__PF_PWRITE : KVP__PF_PREAD, off + (int64_t)done, want);
         ssize_t r;
         if (f < 0) {
             r = -1;
@@ -178,8 +179,8 @@ static int pf_mkparents(const char *path, struct kvp_error *err)
             char c = *p;
             *p = '\0';
             if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-                rc = pf_fail(err, -errno, KVP_RULE_IO, -1, 0, "cannot create directory %s: %s",
-                             dir, strerror(errno));
+                rc = pf_fail(err, -errno, KVP_RULE_IO, -1, 0, "cannot create directory %s: %s", dir,
+                             strerror(errno));
             *p = c;
             if (c == '\0')
                 break;
@@ -237,11 +238,11 @@ static int pf_size_file(struct kvp_pagefile *pf, const struct kvp_pagefile_opts 
         pf->size = o->size;
     }
     if (cur > pf->size && (o->flags & KVP_PAGEFILE_EXACT_SIZE)) {
-        rc = pf_fail(err, -EEXIST, KVP_RULE_ARG, -1, (int64_t)cur,
-                     "%s is %" PRIu64 " bytes, larger than size %" PRIu64
-                     "; kvpage never shrinks a page file (the pages past %" PRIu64
-                     " would be lost)",
-                     pf->path, cur, pf->size, pf->size);
+        rc =
+            pf_fail(err, -EEXIST, KVP_RULE_ARG, -1, (int64_t)cur,
+                    "%s is %" PRIu64 " bytes, larger than size %" PRIu64
+                    "; kvpage never shrinks a page file (the pages past %" PRIu64 " would be lost)",
+                    pf->path, cur, pf->size, pf->size);
         pf_limit(err, rc, (int64_t)pf->size);
         goto out;
     }
@@ -285,26 +286,31 @@ static int pf_start_backends(struct kvp_pagefile *pf, struct kvp_error *err)
 {
     int direct = (pf->flags & KVP_PAGEFILE_DIRECT) != 0;
     for (int w = 0; w < 2; w++)
-        pf->backend[w] =
-            pf->backend_req == KVP_PAGEFILE_BACKEND_AUTO ? pf_auto_choice[direct][w] : pf->backend_req;
+        pf->backend[w] = pf->backend_req == KVP_PAGEFILE_BACKEND_AUTO ? pf_auto_choice[direct][w]
+                                                                      : pf->backend_req;
 
-    if (pf->backend[0] == KVP_PAGEFILE_BACKEND_URING || pf->backend[1] == KVP_PAGEFILE_BACKEND_URING) {
+    if (pf->backend[0] == KVP_PAGEFILE_BACKEND_URING ||
+        pf->backend[1] == KVP_PAGEFILE_BACKEND_URING) {
         int rc = kvp__pf_uring_start(pf, pf->queues_asked ? pf->queues_asked : PF_DEFAULT_QUEUES);
         if (rc != 0) {
             if (pf->backend_req == KVP_PAGEFILE_BACKEND_URING)
                 return pf_fail(err, rc, KVP_RULE_IO, -1, 0,
                                "io_uring is unavailable (io_uring_queue_init: %s)", strerror(-rc));
             pf->backend[0] = pf->backend[1] = KVP_PAGEFILE_BACKEND_PSYNC;
-            pf_note(pf, "auto: io_uring is unavailable (io_uring_queue_init: %s, errno %d); using psync",
-                    strerror(-rc), -rc);
+            pf_note(
+                pf,
+                "auto: io_uring is unavailable (io_uring_queue_init: %s, errno %d); using psync",
+                strerror(-rc), -rc);
         }
     }
-    if (pf->backend[0] == KVP_PAGEFILE_BACKEND_PSYNC || pf->backend[1] == KVP_PAGEFILE_BACKEND_PSYNC) {
+    if (pf->backend[0] == KVP_PAGEFILE_BACKEND_PSYNC ||
+        pf->backend[1] == KVP_PAGEFILE_BACKEND_PSYNC) {
         uint32_t t = pf->threads_asked;
         if (t == 0) {
             long cpus = sysconf(_SC_NPROCESSORS_ONLN);
             t = cpus < 1 ? 1 : cpus > 64 ? 64 : (uint32_t)cpus;
-            /* O_DIRECT threads sleep on the device: their number is the queue depth, not CPU use. */
+            /* O_DIRECT threads sleep on the device: their number is the queue depth, not CPU use.
+             */
             uint32_t depth = pf->entries < 16 ? pf->entries : 16;
             if (direct && t < depth)
                 t = depth;
@@ -415,8 +421,8 @@ KVP_API int kvp_pagefile_open(const char *path, const struct kvp_pagefile_opts *
             /* No statx answer: the logical block size of a device, or the page size. */
             int bs = 0;
             struct stat st;
-            if (fstat(pf->fd, &st) == 0 && S_ISBLK(st.st_mode) && ioctl(pf->fd, BLKSSZGET, &bs) == 0 &&
-                bs > 0)
+            if (fstat(pf->fd, &st) == 0 && S_ISBLK(st.st_mode) &&
+                ioctl(pf->fd, BLKSSZGET, &bs) == 0 && bs > 0)
                 oa = (uint32_t)bs;
             else
                 oa = 4096;
@@ -474,8 +480,8 @@ static int pf_validate(const struct kvp_pagefile *pf, const struct kvp_pagefile_
         const int64_t off = ops[i].offset;
         const uint64_t sz = ops[i].size;
         if (off < 0) {
-            pf_fail(err, -EINVAL, KVP_RULE_OFFSET, (int64_t)i, off, "op %zu: offset %" PRId64 " is negative",
-                    i, off);
+            pf_fail(err, -EINVAL, KVP_RULE_OFFSET, (int64_t)i, off,
+                    "op %zu: offset %" PRId64 " is negative", i, off);
             return pf_limit(err, -EINVAL, 0);
         }
         if (sz > pf->size || (uint64_t)off > pf->size - sz) {
@@ -514,9 +520,10 @@ static int pf_validate(const struct kvp_pagefile *pf, const struct kvp_pagefile_
                 return pf_limit(err, -EINVAL, pf->off_align);
             }
             if ((uintptr_t)ops[i].buf % pf->mem_align) {
-                pf_fail(err, -EINVAL, KVP_RULE_ALIGN, (int64_t)i, (int64_t)(uintptr_t)ops[i].buf,
-                        "op %zu: buffer address %p is not aligned to %u bytes, as O_DIRECT requires",
-                        i, ops[i].buf, pf->mem_align);
+                pf_fail(
+                    err, -EINVAL, KVP_RULE_ALIGN, (int64_t)i, (int64_t)(uintptr_t)ops[i].buf,
+                    "op %zu: buffer address %p is not aligned to %u bytes, as O_DIRECT requires", i,
+                    ops[i].buf, pf->mem_align);
                 return pf_limit(err, -EINVAL, pf->mem_align);
             }
         }
@@ -558,8 +565,8 @@ KVP_API int kvp_pagefile_read(struct kvp_pagefile *pf, const struct kvp_pagefile
     return pf_batch(pf, ops, n, results, 0, err);
 }
 
-KVP_API int kvp_pagefile_write(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops,
-                               size_t n, int64_t *results, struct kvp_error *err)
+KVP_API int kvp_pagefile_write(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops, size_t n,
+                               int64_t *results, struct kvp_error *err)
 {
     return pf_batch(pf, ops, n, results, 1, err);
 }

@@ -48,7 +48,7 @@ struct kvp__pf_batch {
     int write;
 };
 
-struct kvp__pf_pool;  /* psync.c */
+struct kvp__pf_pool;   /* psync.c */
 struct kvp__pf_urings; /* uring.c */
 
 struct kvp_pagefile {

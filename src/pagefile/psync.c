@@ -46,9 +46,9 @@ struct kvp__pf_pool {
     struct pf_job *head, *tail;
     int stop;
     uint32_t nthreads, idle;
-    uint32_t spinning;            /* workers waiting for a job without sleeping */
-    atomic_uint_fast64_t posted;  /* jobs ever linked (spinners watch it) */
-    atomic_uint callers; /* batches being run */
+    uint32_t spinning;           /* workers waiting for a job without sleeping */
+    atomic_uint_fast64_t posted; /* jobs ever linked (spinners watch it) */
+    atomic_uint callers;         /* batches being run */
     pthread_t *tids;
 };
 

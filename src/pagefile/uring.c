@@ -18,9 +18,9 @@
 #include "pagefile/pf_internal.h"
 
 #define PF_RING_MAX_DEPTH 1024u
-#define PF_SQE_MAX_LEN (1u << 30) /* one SQE moves at most this; the rest is a continuation */
+#define PF_SQE_MAX_LEN (1u << 30)   /* one SQE moves at most this; the rest is a continuation */
 #define PF_REG_MAX_LEN (1ull << 30) /* the kernel's limit per registered buffer */
-#define PF_NO_OP UINT64_MAX       /* user_data of an SQE neutralized after a failed submit */
+#define PF_NO_OP UINT64_MAX         /* user_data of an SQE neutralized after a failed submit */
 
 struct pf_opstate {
     uint64_t done;
@@ -61,7 +61,8 @@ static int pf_ring_setup(struct kvp_pagefile *pf, struct pf_ring *r)
     if (f < 0)
         return (int)f;
     /* SUBMIT_ALL keeps one bad SQE from stranding the rest; COOP_TASKRUN saves IPIs. Both 5.19+. */
-    int rc = io_uring_queue_init(r->depth, &r->ring, IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN);
+    int rc = io_uring_queue_init(r->depth, &r->ring,
+                                 IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN);
     if (rc == -EINVAL)
         rc = io_uring_queue_init(r->depth, &r->ring, 0);
     if (rc < 0)
@@ -218,9 +219,8 @@ int kvp__pf_uring_register(struct kvp_pagefile *pf, const struct kvp_pagefile_bu
         err->code = rc;
         err->rule = KVP_RULE_IO;
         err->index = -1;
-        snprintf(err->msg, sizeof err->msg,
-                 "io_uring_register_buffers of %zu regions failed: %s%s", count, strerror(-rc),
-                 rc == -ENOMEM ? " (RLIMIT_MEMLOCK too low?)" : "");
+        snprintf(err->msg, sizeof err->msg, "io_uring_register_buffers of %zu regions failed: %s%s",
+                 count, strerror(-rc), rc == -ENOMEM ? " (RLIMIT_MEMLOCK too low?)" : "");
     }
     return rc;
 }
@@ -323,8 +323,9 @@ static int pf_complete(struct pf_ring *r, const struct kvp__pf_batch *b, uint32_
  * took, wait for those it did (their buffers are the caller's), then rebuild
  * the ring, whose SQ now holds entries we cannot take back.
  */
-static void pf_ring_broken(struct kvp_pagefile *pf, struct pf_ring *r, const struct kvp__pf_batch *b,
-                           int error, unsigned *inflight, size_t *remaining, uint32_t *todo_n)
+static void pf_ring_broken(struct kvp_pagefile *pf, struct pf_ring *r,
+                           const struct kvp__pf_batch *b, int error, unsigned *inflight,
+                           size_t *remaining, uint32_t *todo_n)
 {
     unsigned ready = io_uring_sq_ready(&r->ring);
     for (unsigned k = r->ring.sq.sqe_tail - ready; k != r->ring.sq.sqe_tail; k++) {

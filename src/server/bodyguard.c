@@ -32,9 +32,9 @@ size_t kvp__guard_max_values(size_t max_list)
 enum { C_TOKEN = 0, C_SPACE, C_OPEN, C_CLOSE, C_COMMA, C_QUOTE };
 
 static const unsigned char cls[256] = {
-    [' '] = C_SPACE, ['\t'] = C_SPACE, ['\n'] = C_SPACE, ['\r'] = C_SPACE, [':'] = C_SPACE,
-    ['['] = C_OPEN,  ['{'] = C_OPEN,   [']'] = C_CLOSE,  ['}'] = C_CLOSE,  [','] = C_COMMA,
-    ['"'] = C_QUOTE,
+    [' '] = C_SPACE, ['\t'] = C_SPACE, ['\n'] = C_SPACE, ['\r'] = C_SPACE,
+    [':'] = C_SPACE, ['['] = C_OPEN,   ['{'] = C_OPEN,   [']'] = C_CLOSE,
+    ['}'] = C_CLOSE, [','] = C_COMMA,  ['"'] = C_QUOTE,
 };
 
 /* Where the string whose opening quote is at s - 1 ends (its closing quote),

@@ -213,12 +213,13 @@ static void reply_guard(struct kvp_ctx *c, const struct kvp_guard_fail *f)
     case KVP_GUARD_STRING:
         kvp__reply_error(c, 400,
                          "Invalid JSON body: string longer than %zu bytes at byte %zu (keys are "
-                         "at most 1024 bytes)", f->limit, f->offset);
+                         "at most 1024 bytes)",
+                         f->limit, f->offset);
         break;
     default:
-        kvp__reply_error(c, 400,
-                         "Invalid JSON body: number or literal longer than %zu characters at byte %zu",
-                         f->limit, f->offset);
+        kvp__reply_error(
+            c, 400, "Invalid JSON body: number or literal longer than %zu characters at byte %zu",
+            f->limit, f->offset);
         break;
     }
 }
@@ -274,7 +275,8 @@ ptrdiff_t kvp__parse_alloc_keys(struct kvp_ctx *c, json_t *arr)
         }
         if (!json_is_string(k)) {
             kvp__reply_error(
-                c, 400, "Invalid request format: keys[%zu] must be a string or [key, prefix_key]", i);
+                c, 400, "Invalid request format: keys[%zu] must be a string or [key, prefix_key]",
+                i);
             return -1;
         }
         keys[i].ptr = json_string_value(k);
@@ -329,8 +331,8 @@ int kvp__parse_confirm(struct kvp_ctx *c, json_t *conf, const char *field, size_
     for (size_t i = 0; i < nrel; i++) {
         json_t *p = json_array_get(rel, i);
         if (!json_is_integer(p)) {
-            kvp__reply_error(c, 400, "Confirmation failed: pages_to_release[%zu] must be an integer page",
-                             i);
+            kvp__reply_error(
+                c, 400, "Confirmation failed: pages_to_release[%zu] must be an integer page", i);
             return -1;
         }
         release[i] = json_integer_value(p);
@@ -344,18 +346,19 @@ void kvp__confirm_error(struct kvp_ctx *c, int rc, const struct kvp_error *err, 
                         uint32_t rank)
 {
     if (rc == -EINVAL && err->rule == KVP_RULE_CONFIRM_PAGE) {
-        kvp__reply_error(c, 400, "Confirmation failed: %s[%lld] page %lld is outside [0, %lld)", field,
-                         (long long)err->index, (long long)err->value, (long long)err->limit);
+        kvp__reply_error(c, 400, "Confirmation failed: %s[%lld] page %lld is outside [0, %lld)",
+                         field, (long long)err->index, (long long)err->value,
+                         (long long)err->limit);
     } else if (rc == -EINVAL && err->rule == KVP_RULE_RELEASE_PAGE) {
-        kvp__reply_error(c, 400,
-                         "Confirmation failed: pages_to_release[%lld] page %lld is outside [0, %lld)",
-                         (long long)err->index, (long long)err->value, (long long)err->limit);
+        kvp__reply_error(
+            c, 400, "Confirmation failed: pages_to_release[%lld] page %lld is outside [0, %lld)",
+            (long long)err->index, (long long)err->value, (long long)err->limit);
     } else if (rc == -EINVAL && err->rule == KVP_RULE_KEY) {
-        const char *why = err->value == 0 ? "is empty"
+        const char *why = err->value == 0                ? "is empty"
                           : err->value > KVP_MAX_KEY_LEN ? "is longer than 1024 bytes"
                                                          : "contains a NUL byte";
-        kvp__reply_error(c, 400, "Confirmation failed: %s[%lld] key %s", field, (long long)err->index,
-                         why);
+        kvp__reply_error(c, 400, "Confirmation failed: %s[%lld] key %s", field,
+                         (long long)err->index, why);
     } else if (rc == -EEXIST) {
         kvp__reply_error(c, 409, "Confirmation failed: page %lld on rank %u holds another key",
                          (long long)err->value, rank);
@@ -371,14 +374,15 @@ void kvp__confirm_error(struct kvp_ctx *c, int rc, const struct kvp_error *err, 
 void kvp__meta_error(struct kvp_ctx *c, int rc, const struct kvp_error *err, const char *field)
 {
     if (rc == -EINVAL && err->rule == KVP_RULE_KEY) {
-        const char *why = err->value == 0 ? "is empty"
+        const char *why = err->value == 0                ? "is empty"
                           : err->value > KVP_MAX_KEY_LEN ? "is longer than 1024 bytes"
                                                          : "contains a NUL byte";
         kvp__reply_error(c, 400, "Invalid key: %s[%lld] %s", field, (long long)err->index, why);
     } else if (rc == -EINVAL && err->rule == KVP_RULE_NAMESPACE) {
         kvp__reply_error(c, 400, "Invalid namespace");
     } else if (rc == -EINVAL) {
-        kvp__reply_error(c, 400, "Invalid request: %s", err->msg[0] ? err->msg : "invalid argument");
+        kvp__reply_error(c, 400, "Invalid request: %s",
+                         err->msg[0] ? err->msg : "invalid argument");
     } else if (rc == -EEXIST) {
         kvp__reply_error(c, 409, "Conflict: %s", err->msg[0] ? err->msg : "conflict");
     } else if (err->rule == KVP_RULE_IO) {
@@ -782,8 +786,8 @@ static void dispatch(struct kvp_ctx *c)
         return;
     }
     const char *method = req->method ? req->method : "";
-    int method_ok = m.get ? (!strcmp(method, "GET") || !strcmp(method, "HEAD"))
-                          : !strcmp(method, "POST");
+    int method_ok =
+        m.get ? (!strcmp(method, "GET") || !strcmp(method, "HEAD")) : !strcmp(method, "POST");
     if (!method_ok) {
         kvp__reply_error(c, 405, "Method Not Allowed");
         c->rep->allow = m.get ? "GET, HEAD" : "POST";
@@ -803,10 +807,11 @@ static void dispatch(struct kvp_ctx *c)
         return;
     }
     if (req->body_memory_full) {
-        kvp__reply_error(c, 503,
-                         "Server busy: request bodies over 1 MiB being received or handled take all "
-                         "of the %zu bytes allowed (--max-body-memory); retry later",
-                         req->body_memory_full);
+        kvp__reply_error(
+            c, 503,
+            "Server busy: request bodies over 1 MiB being received or handled take all "
+            "of the %zu bytes allowed (--max-body-memory); retry later",
+            req->body_memory_full);
         return;
     }
     if (req->body_too_large || req->body_len > srv->cfg.max_body) {

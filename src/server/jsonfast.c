@@ -22,7 +22,8 @@
 
 #define JSMN_STATIC
 #define JSMN_STRICT
-#define JSMN_PARENT_LINKS /* closing a bracket is O(1); without it a list of pairs parses in O(n^2) */
+#define JSMN_PARENT_LINKS /* closing a bracket is O(1); without it a list of pairs parses in       \
+                             O(n^2) */
 #include <jsmn.h>
 
 #include "server/jsonfast.h"

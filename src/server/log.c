@@ -38,8 +38,8 @@ void kvp__log(int level, const char *fmt, ...)
     gmtime_r(&ts.tv_sec, &tm);
     /* One buffer and one write, so lines of concurrent threads do not interleave. */
     char line[2048];
-    int n = snprintf(line, sizeof line, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s ", tm.tm_year + 1900,
-                     tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+    int n = snprintf(line, sizeof line, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s ",
+                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
                      ts.tv_nsec / 1000000, tags[level]);
     va_list ap;
     va_start(ap, fmt);

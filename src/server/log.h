@@ -17,10 +17,10 @@ void kvp__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 
 #define KVP_LOGE(...) kvp__log(KVP_LOG_ERROR, __VA_ARGS__)
 #define KVP_LOGW(...) kvp__log(KVP_LOG_WARN, __VA_ARGS__)
 #define KVP_LOGI(...) kvp__log(KVP_LOG_INFO, __VA_ARGS__)
-#define KVP_LOGD(...)                                    \
-    do {                                                 \
-        if (kvp__log_enabled(KVP_LOG_DEBUG))             \
-            kvp__log(KVP_LOG_DEBUG, __VA_ARGS__);        \
+#define KVP_LOGD(...)                                                                              \
+    do {                                                                                           \
+        if (kvp__log_enabled(KVP_LOG_DEBUG))                                                       \
+            kvp__log(KVP_LOG_DEBUG, __VA_ARGS__);                                                  \
     } while (0)
 
 #endif

@@ -11,8 +11,8 @@
 
 #include "server/server.h"
 
-static const int statuses[KVP_METRICS_NSTATUS - 1] = {200, 204, 400, 401, 403, 404,
-                                                      405, 409, 413, 500};
+static const int statuses[KVP_METRICS_NSTATUS - 1] = {200, 204, 400, 401, 403,
+                                                      404, 405, 409, 413, 500};
 
 /* Upper bounds of the latency buckets, in nanoseconds and as printed. */
 static const uint64_t bucket_ns[KVP_METRICS_NBUCKETS - 1] = {
@@ -20,7 +20,7 @@ static const uint64_t bucket_ns[KVP_METRICS_NBUCKETS - 1] = {
     25000000, 50000000, 100000000, 250000000, 500000000, 1000000000, 2500000000u};
 static const char *const bucket_le[KVP_METRICS_NBUCKETS] = {
     "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025",
-    "0.05",   "0.1",     "0.25",   "0.5",   "1",     "2.5",   "+Inf"};
+    "0.05",   "0.1",     "0.25",   "0.5",   "1",      "2.5",   "+Inf"};
 
 static int status_index(int status)
 {
@@ -161,8 +161,9 @@ static uint64_t field_of(const struct kvp_rank_stats *st, size_t off)
 
 static void prom_requests(struct kvp_server *srv, struct kvp_buf *b)
 {
-    kvp__jw_lit(b, "# HELP kvpage_http_requests_total HTTP requests answered, by route and status.\n"
-                   "# TYPE kvpage_http_requests_total counter\n");
+    kvp__jw_lit(b,
+                "# HELP kvpage_http_requests_total HTTP requests answered, by route and status.\n"
+                "# TYPE kvpage_http_requests_total counter\n");
     char st[8];
     for (int r = 0; r < KVP_ROUTE_COUNT; r++)
         for (int s = 0; s < KVP_METRICS_NSTATUS; s++) {
@@ -187,10 +188,11 @@ static void prom_requests(struct kvp_server *srv, struct kvp_buf *b)
             uint64_t cum = 0;
             for (int k = 0; k < KVP_METRICS_NBUCKETS; k++) {
                 cum += atomic_load_explicit(&c->bucket[k], memory_order_relaxed);
-                kvp__buf_printf(b,
-                                "kvpage_http_request_duration_seconds_bucket{route=\"%s\",status=\"%s\","
-                                "le=\"%s\"} %llu\n",
-                                kvp__route_name(r), st, bucket_le[k], (unsigned long long)cum);
+                kvp__buf_printf(
+                    b,
+                    "kvpage_http_request_duration_seconds_bucket{route=\"%s\",status=\"%s\","
+                    "le=\"%s\"} %llu\n",
+                    kvp__route_name(r), st, bucket_le[k], (unsigned long long)cum);
             }
             uint64_t sum = atomic_load_explicit(&c->sum_ns, memory_order_relaxed);
             kvp__buf_printf(b,
@@ -198,10 +200,11 @@ static void prom_requests(struct kvp_server *srv, struct kvp_buf *b)
                             "%llu.%09llu\n",
                             kvp__route_name(r), st, (unsigned long long)(sum / 1000000000u),
                             (unsigned long long)(sum % 1000000000u));
-            kvp__buf_printf(b,
-                            "kvpage_http_request_duration_seconds_count{route=\"%s\",status=\"%s\"} "
-                            "%llu\n",
-                            kvp__route_name(r), st, (unsigned long long)cum);
+            kvp__buf_printf(
+                b,
+                "kvpage_http_request_duration_seconds_count{route=\"%s\",status=\"%s\"} "
+                "%llu\n",
+                kvp__route_name(r), st, (unsigned long long)cum);
         }
 }
 
@@ -310,7 +313,8 @@ int kvp__metrics_prometheus(struct kvp_server *srv, struct kvp_buf *b)
     for (size_t f = 0; f < sizeof rank_fields / sizeof rank_fields[0]; f++) {
         const struct rank_field *rf = &rank_fields[f];
         if (rf->help)
-            kvp__buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", rf->name, rf->help, rf->name, rf->type);
+            kvp__buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", rf->name, rf->help, rf->name,
+                            rf->type);
         for (size_t i = 0; i < col.n; i++)
             for (size_t k = 0; k < col.rows[i].nranks; k++) {
                 const struct kvp_rank_stats *st = &col.rows[i].ranks[k];
@@ -344,7 +348,8 @@ static int stats_ns_fn(const char *dep, const char *pool, const struct kvp_rank_
         const struct kvp_rank_stats *s = &ranks[i];
         kvp__buf_printf(
             b,
-            "%s{\"rank\": %u, \"num_pages\": %llu, \"free\": %llu, \"reserved\": %llu, \"held\": %llu, "
+            "%s{\"rank\": %u, \"num_pages\": %llu, \"free\": %llu, \"reserved\": %llu, \"held\": "
+            "%llu, "
             "\"keys\": %llu, \"hits\": %llu, \"misses\": %llu, \"allocations\": %llu, "
             "\"evictions\": %llu, \"expired_reservations\": %llu, \"release_of_held_page\": %llu}",
             i ? ", " : "", s->rank, (unsigned long long)s->num_pages, (unsigned long long)s->free,
@@ -393,15 +398,14 @@ int kvp__metrics_stats_json(struct kvp_server *srv, struct kvp_buf *b)
     }
     kvp__buf_printf(b, "}, \"total\": %llu}", (unsigned long long)total);
     struct kvp_conn_stats *c = &srv->conns;
-    kvp__buf_printf(b,
-                    ", \"connections\": {\"open\": %llu, \"accepted\": %llu, \"refused_per_client\": "
-                    "%llu, \"refused_total\": %llu, \"timed_out_idle\": %llu, "
-                    "\"timed_out_request\": %llu}",
-                    (unsigned long long)ld(&c->open), (unsigned long long)ld(&c->accepted),
-                    (unsigned long long)ld(&c->refused_client),
-                    (unsigned long long)ld(&c->refused_total),
-                    (unsigned long long)ld(&c->timeout_idle),
-                    (unsigned long long)ld(&c->timeout_request));
+    kvp__buf_printf(
+        b,
+        ", \"connections\": {\"open\": %llu, \"accepted\": %llu, \"refused_per_client\": "
+        "%llu, \"refused_total\": %llu, \"timed_out_idle\": %llu, "
+        "\"timed_out_request\": %llu}",
+        (unsigned long long)ld(&c->open), (unsigned long long)ld(&c->accepted),
+        (unsigned long long)ld(&c->refused_client), (unsigned long long)ld(&c->refused_total),
+        (unsigned long long)ld(&c->timeout_idle), (unsigned long long)ld(&c->timeout_request));
     struct json_values jv = {b, NULL};
     kvp_meta_values(srv->meta, json_value, &jv);
     if (jv.section)

@@ -40,14 +40,14 @@ struct conn {
     struct kvp_buf in;
     struct kvp_reply rep;
     int too_large;
-    int memory_full;     /* the body was dropped: over --max-body-memory */
-    size_t held;         /* bytes of --max-body-memory this request's body holds */
+    int memory_full; /* the body was dropped: over --max-body-memory */
+    size_t held;     /* bytes of --max-body-memory this request's body holds */
     /* Group commit: a reply that changed state waits, with the connection
      * suspended, until the log is durable up to the request's records. */
     struct MHD_Connection *mc;
-    atomic_int durable;  /* 1 once the log callback ran for the pending reply */
-    int durable_rc;      /* its status: 0, or -EIO (the change is not acknowledged) */
-    int waiting;         /* a reply is parked until durable (or until the body worker is done) */
+    atomic_int durable; /* 1 once the log callback ran for the pending reply */
+    int durable_rc;     /* its status: 0, or -EIO (the change is not acknowledged) */
+    int waiting;        /* a reply is parked until durable (or until the body worker is done) */
     /* Limits and timeouts. */
     struct client_key key; /* the client's address, counted in the per-client table */
     int in_request;        /* the request line came and its reply is not sent yet */
@@ -248,10 +248,20 @@ static int parse_size(const char *s, int suffixes, uint64_t *out)
     unsigned shift = 0;
     if (suffixes && *end) {
         switch (*end) {
-        case 'k': case 'K': shift = 10; break;
-        case 'm': case 'M': shift = 20; break;
-        case 'g': case 'G': shift = 30; break;
-        default: return -1;
+        case 'k':
+        case 'K':
+            shift = 10;
+            break;
+        case 'm':
+        case 'M':
+            shift = 20;
+            break;
+        case 'g':
+        case 'G':
+            shift = 30;
+            break;
+        default:
+            return -1;
         }
         end++;
         if (*end == 'i' && end[1] == 'B')
@@ -295,7 +305,8 @@ static int parse_listen(const char *s, struct listen_addr *la)
     uint64_t p;
     if (!host[0] || parse_size(port, 0, &p) || p > 65535)
         return -1;
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_NUMERICSERV | AI_PASSIVE};
     struct addrinfo *res = NULL;
     if (getaddrinfo(host, port, &hints, &res) || !res)
@@ -425,7 +436,8 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *mc)
 {
     (void)uri;
     struct serve *S = cls;
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     struct conn *cn = ci ? ci->socket_context : NULL;
     if (cn) {
         cn->in_request = 1;
@@ -496,8 +508,7 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
             cn->last_ms = kvp__mono_ms();
             const union MHD_ConnectionInfo *ci =
                 MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-            if (client_key_of(ci ? ci->client_addr : NULL, &cn->key) ||
-                client_add(S, &cn->key, +1))
+            if (client_key_of(ci ? ci->client_addr : NULL, &cn->key) || client_add(S, &cn->key, +1))
                 cn->key.len = 0;
         }
         atomic_fetch_add(&cs->open, 1);
@@ -561,7 +572,7 @@ static enum MHD_Result durable_reply(struct serve *S, struct MHD_Connection *mc,
     if (cn->durable_rc) {
         /* Applied in memory, not durable: 507 / 503, not 500. The log said
          * once that writes are refused; no line per request. */
-        char why[sizeof ((struct kvp_error *)0)->msg];
+        char why[sizeof((struct kvp_error *)0)->msg];
         if (kvp_meta_health(S->meta, why, sizeof why) == 0)
             snprintf(why, sizeof why, "cannot make the change durable: %s",
                      kvp_strerror(cn->durable_rc));
@@ -582,7 +593,8 @@ static uint64_t handle(struct serve *S, struct conn *cn)
     if (cn->in.cap > KEEP_BUFFER_MAX)
         kvp__buf_free(&cn->in);
     body_release(S, cn);
-    if (rep->status >= 500 && rep->status != 503 && rep->status != 507) /* said once, not per request */
+    if (rep->status >= 500 && rep->status != 503 &&
+        rep->status != 507) /* said once, not per request */
         KVP_LOGE("%s %.*s -> %d %.*s", cn->req.method, (int)cn->req.path_len, cn->req.path,
                  rep->status, (int)rep->body.len, rep->body.p ? rep->body.p : "");
     else
@@ -653,11 +665,13 @@ static enum MHD_Result respond(struct serve *S, struct MHD_Connection *mc, struc
         .path_len = strlen(url),
         .body = cn->in.p,
         .body_len = cn->in.len,
-        .authorization = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
+        .authorization =
+            MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
         .body_too_large = cn->too_large,
         .body_memory_full = cn->memory_full ? S->max_body_memory : 0,
     };
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     cn->req.client = ci ? ci->client_addr : NULL;
     if (S->srv.cfg.nallow && !cn->req.client)
         return MHD_NO; /* cannot check the address: refuse the connection */
@@ -742,8 +756,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
             kvp__reply_free(&cn->rep);
             kvp__reply_init(&cn->rep);
         }
-        const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND,
-                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+        const char *cl =
+            MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl) {
             uint64_t n;
             if (!parse_size(cl, 0, &n) && n > S->max_body) {
@@ -846,9 +860,11 @@ static int open_listener(const struct listen_addr *la, const char *text)
     if (bind(fd, (const struct sockaddr *)&la->ss, la->len) != 0) {
         int e = errno;
         if (e == EADDRINUSE)
-            fprintf(stderr, "kvpage serve: cannot listen on %s: the address is already in use "
-                            "(another kvpage serve or another program holds the port; choose another "
-                            "with --listen)\n", text);
+            fprintf(stderr,
+                    "kvpage serve: cannot listen on %s: the address is already in use "
+                    "(another kvpage serve or another program holds the port; choose another "
+                    "with --listen)\n",
+                    text);
         else
             fprintf(stderr, "kvpage serve: cannot listen on %s: %s\n", text, strerror(e));
         close(fd);
@@ -864,9 +880,26 @@ static int open_listener(const struct listen_addr *la, const char *text)
 
 int kvp__serve_main(int argc, char **argv)
 {
-    enum { O_LISTEN = 1, O_ALLOW, O_TOKEN, O_LEASE, O_GRACE, O_MAXBODY, O_MAXKEYS, O_THREADS,
-           O_DATADIR, O_FSYNC, O_SNAPBYTES, O_LOGLEVEL, O_IDLE, O_REQTIME, O_CONNS_CLIENT, O_CONNS,
-           O_BODYMEM, O_HELP };
+    enum {
+        O_LISTEN = 1,
+        O_ALLOW,
+        O_TOKEN,
+        O_LEASE,
+        O_GRACE,
+        O_MAXBODY,
+        O_MAXKEYS,
+        O_THREADS,
+        O_DATADIR,
+        O_FSYNC,
+        O_SNAPBYTES,
+        O_LOGLEVEL,
+        O_IDLE,
+        O_REQTIME,
+        O_CONNS_CLIENT,
+        O_CONNS,
+        O_BODYMEM,
+        O_HELP
+    };
     static const struct option opts[] = {
         {"listen", required_argument, NULL, O_LISTEN},
         {"allow", required_argument, NULL, O_ALLOW},
@@ -922,8 +955,9 @@ int kvp__serve_main(int argc, char **argv)
             }
             allow = a;
             if (kvp__cidr_parse(v, &allow[nallow])) {
-                status = bad_value("--allow", v, "expected an IPv4 or IPv6 address with an optional "
-                                                 "/prefix, e.g. 10.0.0.0/8 or fd00::/8");
+                status = bad_value("--allow", v,
+                                   "expected an IPv4 or IPv6 address with an optional "
+                                   "/prefix, e.g. 10.0.0.0/8 or fd00::/8");
                 goto out;
             }
             nallow++;
@@ -958,8 +992,9 @@ int kvp__serve_main(int argc, char **argv)
             break;
         case O_MAXBODY:
             if (parse_size(v, 1, &n) || n == 0 || n > SIZE_MAX / 2) {
-                status = bad_value("--max-body", v, "expected a positive number of bytes (K/M/G "
-                                                    "suffixes allowed)");
+                status = bad_value("--max-body", v,
+                                   "expected a positive number of bytes (K/M/G "
+                                   "suffixes allowed)");
                 goto out;
             }
             max_body = n;
@@ -999,8 +1034,9 @@ int kvp__serve_main(int argc, char **argv)
             break;
         case O_SNAPBYTES:
             if (parse_size(v, 1, &n) || n < (UINT64_C(64) << 10) || n > (UINT64_C(1) << 50)) {
-                status = bad_value("--snapshot-bytes", v, "expected a number of bytes of at least "
-                                                          "64K (K/M/G suffixes allowed)");
+                status = bad_value("--snapshot-bytes", v,
+                                   "expected a number of bytes of at least "
+                                   "64K (K/M/G suffixes allowed)");
                 goto out;
             }
             snapshot_bytes = n;
@@ -1034,8 +1070,9 @@ int kvp__serve_main(int argc, char **argv)
             break;
         case O_BODYMEM:
             if (parse_size(v, 1, &n) || n == 0 || n > SIZE_MAX / 2) {
-                status = bad_value("--max-body-memory", v, "expected a positive number of bytes "
-                                                           "(K/M/G suffixes allowed)");
+                status = bad_value("--max-body-memory", v,
+                                   "expected a positive number of bytes "
+                                   "(K/M/G suffixes allowed)");
                 goto out;
             }
             max_body_memory = n;
@@ -1061,8 +1098,9 @@ int kvp__serve_main(int argc, char **argv)
     }
     struct listen_addr la;
     if (parse_listen(listen_text, &la)) {
-        status = bad_value("--listen", listen_text,
-                           "expected ADDR:PORT, e.g. 127.0.0.1:18000, 0.0.0.0:18000 or [::1]:18000");
+        status =
+            bad_value("--listen", listen_text,
+                      "expected ADDR:PORT, e.g. 127.0.0.1:18000, 0.0.0.0:18000 or [::1]:18000");
         goto out;
     }
 
@@ -1175,7 +1213,8 @@ int kvp__serve_main(int argc, char **argv)
             {MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)on_uri, S},
             {MHD_OPTION_UNESCAPE_CALLBACK, (intptr_t)keep_escapes, NULL},
             {MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)idle_timeout, NULL},
-            {MHD_OPTION_CONNECTION_LIMIT, (intptr_t)(mhd_limit > UINT_MAX ? UINT_MAX : mhd_limit), NULL},
+            {MHD_OPTION_CONNECTION_LIMIT, (intptr_t)(mhd_limit > UINT_MAX ? UINT_MAX : mhd_limit),
+             NULL},
             {MHD_OPTION_CONNECTION_MEMORY_LIMIT, 16 * 1024, NULL},
             {threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, (intptr_t)threads, NULL},
             {MHD_OPTION_END, 0, NULL},
@@ -1205,20 +1244,23 @@ int kvp__serve_main(int argc, char **argv)
             KVP_LOGI("state in %s (write-ahead log, fsync %s)", data_dir, fsync_names[fsync_mode]);
         KVP_LOGI("lease %" PRIu64 " ms, read grace %" PRIu64 " ms, max body %" PRIu64
                  " bytes, max keys %" PRIu64 ", %" PRIu64 " thread(s)%s%s",
-                 lease_ms, grace_ms, max_body, max_keys, threads, token ? ", bearer token required" : "",
+                 lease_ms, grace_ms, max_body, max_keys, threads,
+                 token ? ", bearer token required" : "",
                  nallow ? ", client addresses restricted by --allow" : "");
-        KVP_LOGI("connections: at most %" PRIu64 ", %" PRIu64 " per client address; idle timeout %"
-                 PRIu64 " s, request timeout %" PRIu64 " s", max_conns, max_conns_client,
-                 idle_timeout, request_timeout);
+        KVP_LOGI("connections: at most %" PRIu64 ", %" PRIu64
+                 " per client address; idle timeout %" PRIu64 " s, request timeout %" PRIu64 " s",
+                 max_conns, max_conns_client, idle_timeout, request_timeout);
         printf("kvpage serve: listening on http://%s:%u\n"
-               "  vLLM:   \"hf3fs_metadata_server_url\": \"http://%s:%u\" in kv_connector_extra_config\n"
+               "  vLLM:   \"hf3fs_metadata_server_url\": \"http://%s:%u\" in "
+               "kv_connector_extra_config\n"
                "  SGLang: \"metadata_server_url\": \"http://%s:%u\" in the JSON file named by "
                "SGLANG_HICACHE_HF3FS_CONFIG_PATH\n",
                host, port, host, port, host, port);
         fflush(stdout);
         if (!strcmp(host, "0.0.0.0") || !strcmp(host, "[::]"))
             KVP_LOGI("listening on every interface: give clients this machine's address instead "
-                     "of %s", host);
+                     "of %s",
+                     host);
 
         int sig = 0;
         sigwait(&sigs, &sig);
@@ -1229,7 +1271,8 @@ int kvp__serve_main(int argc, char **argv)
         for (int i = 0; i < 30000 && atomic_load(&g_pending) > 0; i++)
             usleep(1000);
         if (atomic_load(&g_pending) > 0)
-            KVP_LOGW("%ld replies still wait for the log after 30 s", (long)atomic_load(&g_pending));
+            KVP_LOGW("%ld replies still wait for the log after 30 s",
+                     (long)atomic_load(&g_pending));
         MHD_stop_daemon(d);
         close(fd);
         status = 0;

@@ -30,12 +30,12 @@ int kvp__cidr_parse(const char *s, struct kvp_cidr *out);
 int kvp__cidr_match(const struct kvp_cidr *c, const struct sockaddr *sa);
 
 struct kvp_server_config {
-    const char *token;          /* NULL: no bearer token required */
+    const char *token;            /* NULL: no bearer token required */
     const struct kvp_cidr *allow; /* NULL / nallow == 0: every client allowed */
     size_t nallow;
-    size_t max_body;            /* bytes; 0 means the default (64 MiB) */
-    size_t max_keys;            /* per list in one request; 0 means the default (1,000,000) */
-    const char *data_dir;       /* for the record (serve.c opens meta with it); may be NULL */
+    size_t max_body;      /* bytes; 0 means the default (64 MiB) */
+    size_t max_keys;      /* per list in one request; 0 means the default (1,000,000) */
+    const char *data_dir; /* for the record (serve.c opens meta with it); may be NULL */
     /* When set and true after a request, the request body's JSON values live
      * in scratch memory the caller reclaims whole: they are not released one
      * by one (serve.c's arena; a tenth of the JSON time for a 64-key body). */
@@ -110,14 +110,14 @@ void kvp__server_init(struct kvp_server *srv, struct kvp_meta *meta,
                       const struct kvp_server_config *cfg);
 
 struct kvp_request {
-    const char *method;         /* "GET", "POST", ... NUL-terminated */
-    const char *path;           /* decoded path without the query; need not be NUL-terminated */
+    const char *method; /* "GET", "POST", ... NUL-terminated */
+    const char *path;   /* decoded path without the query; need not be NUL-terminated */
     size_t path_len;
-    const char *body;           /* may be NULL when body_len == 0 */
+    const char *body; /* may be NULL when body_len == 0 */
     size_t body_len;
     const struct sockaddr *client; /* NULL: not checked against --allow (in-process callers) */
-    const char *authorization;  /* the Authorization header, or NULL */
-    int body_too_large;         /* the transport saw more than max_body bytes and dropped them */
+    const char *authorization;     /* the Authorization header, or NULL */
+    int body_too_large;            /* the transport saw more than max_body bytes and dropped them */
     /* The transport dropped the body: large bodies already take all the
      * memory it allows them (--max-body-memory, the limit in bytes). */
     size_t body_memory_full;
@@ -130,10 +130,10 @@ struct kvp_request {
  */
 struct kvp_reply {
     int status;
-    const char *content_type;      /* static string, or NULL for no body */
-    const char *allow;             /* Allow header for 405, else NULL */
-    const char *www_authenticate;  /* WWW-Authenticate header for 401, else NULL */
-    int route;                     /* enum kvp_route that answered */
+    const char *content_type;     /* static string, or NULL for no body */
+    const char *allow;            /* Allow header for 405, else NULL */
+    const char *www_authenticate; /* WWW-Authenticate header for 401, else NULL */
+    int route;                    /* enum kvp_route that answered */
     struct kvp_buf body;
     /* The ticket of the request's changes (kvp_meta_*_async): the reply may
      * be sent only once kvp_meta_wait / kvp_meta_when_durable says it is
@@ -247,8 +247,8 @@ ptrdiff_t kvp__parse_alloc_keys(struct kvp_ctx *c, json_t *arr);
  * "Invalid request format: '<field>' must be a list" (wrong list types).
  * Returns 0 (n, nrel set) or -1 after replying.
  */
-int kvp__parse_confirm(struct kvp_ctx *c, json_t *conf, const char *field, size_t *n,
-                       size_t *nrel, int sglang_types);
+int kvp__parse_confirm(struct kvp_ctx *c, json_t *conf, const char *field, size_t *n, size_t *nrel,
+                       int sglang_types);
 /* Maps a confirm error of meta other than -ENOENT (rc, err) to the documented
  * replies; field names the confirmations list. */
 void kvp__confirm_error(struct kvp_ctx *c, int rc, const struct kvp_error *err, const char *field,

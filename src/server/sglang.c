@@ -39,9 +39,10 @@ static void not_init(struct sgl *s)
         kvp__reply_error(s->c, 404, "Rank %u not initialized. Please call /%u/initialize first.",
                          s->rank, s->rank);
     else
-        kvp__reply_error(s->c, 404,
-                         "Rank %u namespace '%.*s' not initialized. Please call /%u/initialize first.",
-                         s->rank, (int)s->plen, s->pool, s->rank);
+        kvp__reply_error(
+            s->c, 404,
+            "Rank %u namespace '%.*s' not initialized. Please call /%u/initialize first.", s->rank,
+            (int)s->plen, s->pool, s->rank);
 }
 
 /* Finds the namespace without creating it; replies 404 / 400 / 500 when it
@@ -81,11 +82,13 @@ static void do_init(struct sgl *s)
     }
     json_int_t n = np ? json_integer_value(np) : 0;
     if (n < 1) {
-        kvp__reply_error(c, 400, "Invalid initialization parameters: num_pages must be a positive integer");
+        kvp__reply_error(c, 400,
+                         "Invalid initialization parameters: num_pages must be a positive integer");
         return;
     }
     if (n > (json_int_t)KVP_MAX_PAGES) {
-        kvp__reply_error(c, 400, "Invalid initialization parameters: num_pages must be at most 2147483647");
+        kvp__reply_error(c, 400,
+                         "Invalid initialization parameters: num_pages must be at most 2147483647");
         return;
     }
     if (kvp__find_ns(c, s->pool, s->plen, 1, &s->ns))
@@ -140,7 +143,8 @@ static void reserve_run(struct sgl *s, size_t n)
         return;
     struct kvp_reply *r = s->c->rep;
     struct kvp_error err = {0};
-    int rc = kvp_meta_allocate_async(s->ns, s->rank, r->keys, n, r->pages, r->flags, &r->ticket, &err);
+    int rc =
+        kvp_meta_allocate_async(s->ns, s->rank, r->keys, n, r->pages, r->flags, &r->ticket, &err);
     if (rc) {
         meta_fail(s, rc, &err);
         return;
@@ -179,7 +183,8 @@ static void confirm_run(struct sgl *s, size_t n, size_t nrel)
         return;
     struct kvp_reply *r = s->c->rep;
     struct kvp_error err = {0};
-    int rc = kvp_meta_confirm_async(s->ns, s->rank, r->keys, r->pages, n, r->pages2, nrel, &r->ticket, &err);
+    int rc = kvp_meta_confirm_async(s->ns, s->rank, r->keys, r->pages, n, r->pages2, nrel,
+                                    &r->ticket, &err);
     if (rc == -ENOENT) {
         not_init(s);
         return;
@@ -210,7 +215,8 @@ static void do_delete(struct sgl *s)
     if (n < 0 || find(s))
         return;
     struct kvp_error err = {0};
-    int rc = kvp_meta_delete_async(s->ns, s->rank, s->c->rep->keys, (size_t)n, &s->c->rep->ticket, &err);
+    int rc =
+        kvp_meta_delete_async(s->ns, s->rank, s->c->rep->keys, (size_t)n, &s->c->rep->ticket, &err);
     if (rc) {
         meta_fail(s, rc, &err);
         return;
@@ -265,10 +271,18 @@ int kvp__sglang_fast(struct kvp_ctx *c, int route)
         s.plen = pool.len;
     }
     switch (route) {
-    case KVP_ROUTE_SGL_RESERVE: reserve_run(&s, n); break;
-    case KVP_ROUTE_SGL_CONFIRM: confirm_run(&s, n, nrel); break;
-    case KVP_ROUTE_SGL_EXISTS: exists_run(&s, n); break;
-    default: get_run(&s, n); break;
+    case KVP_ROUTE_SGL_RESERVE:
+        reserve_run(&s, n);
+        break;
+    case KVP_ROUTE_SGL_CONFIRM:
+        confirm_run(&s, n, nrel);
+        break;
+    case KVP_ROUTE_SGL_EXISTS:
+        exists_run(&s, n);
+        break;
+    default:
+        get_run(&s, n);
+        break;
     }
     return 1;
 }
@@ -279,13 +293,28 @@ void kvp__sglang_handle(struct kvp_ctx *c, int route)
     if (body_pool(&s))
         return;
     switch (route) {
-    case KVP_ROUTE_SGL_INIT: do_init(&s); break;
-    case KVP_ROUTE_SGL_EXISTS: do_str_keys(&s, exists_run); break;
-    case KVP_ROUTE_SGL_RESERVE: do_reserve(&s); break;
-    case KVP_ROUTE_SGL_CONFIRM: do_confirm(&s); break;
-    case KVP_ROUTE_SGL_DELETE: do_delete(&s); break;
-    case KVP_ROUTE_SGL_CLEAR: do_clear(&s); break;
-    case KVP_ROUTE_SGL_GET: do_str_keys(&s, get_run); break;
-    default: kvp__reply_error(c, 404, "Not Found");
+    case KVP_ROUTE_SGL_INIT:
+        do_init(&s);
+        break;
+    case KVP_ROUTE_SGL_EXISTS:
+        do_str_keys(&s, exists_run);
+        break;
+    case KVP_ROUTE_SGL_RESERVE:
+        do_reserve(&s);
+        break;
+    case KVP_ROUTE_SGL_CONFIRM:
+        do_confirm(&s);
+        break;
+    case KVP_ROUTE_SGL_DELETE:
+        do_delete(&s);
+        break;
+    case KVP_ROUTE_SGL_CLEAR:
+        do_clear(&s);
+        break;
+    case KVP_ROUTE_SGL_GET:
+        do_str_keys(&s, get_run);
+        break;
+    default:
+        kvp__reply_error(c, 404, "Not Found");
     }
 }

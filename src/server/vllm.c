@@ -36,19 +36,21 @@ static void do_init(struct kvp_ctx *c)
             return;
         }
         if (!r || rl != 6 || memcmp(r, "worker", 6)) {
-            kvp__reply_error(c, 400,
-                             "Invalid initialization parameters: role must be 'worker' or 'scheduler'");
+            kvp__reply_error(
+                c, 400, "Invalid initialization parameters: role must be 'worker' or 'scheduler'");
             return;
         }
     }
     json_t *np = json_object_get(c->body, "num_pages");
     json_int_t n = json_is_integer(np) ? json_integer_value(np) : 0;
     if (n < 1) {
-        kvp__reply_error(c, 400, "Invalid initialization parameters: num_pages must be a positive integer");
+        kvp__reply_error(c, 400,
+                         "Invalid initialization parameters: num_pages must be a positive integer");
         return;
     }
     if (n > (json_int_t)KVP_MAX_PAGES) {
-        kvp__reply_error(c, 400, "Invalid initialization parameters: num_pages must be at most 2147483647");
+        kvp__reply_error(c, 400,
+                         "Invalid initialization parameters: num_pages must be at most 2147483647");
         return;
     }
     struct kvp_ns *ns;
@@ -68,7 +70,8 @@ static void do_init(struct kvp_ctx *c)
         return;
     }
     struct kvp_buf *b = kvp__reply_json(c);
-    kvp__buf_printf(b, "{\"message\": \"Rank %u initialized with %lld pages\"}", rank, (long long)n);
+    kvp__buf_printf(b, "{\"message\": \"Rank %u initialized with %lld pages\"}", rank,
+                    (long long)n);
 }
 
 /* batch_allocate of the n keys in c->rep->keys, the body read. */
@@ -80,7 +83,8 @@ static void allocate_run(struct kvp_ctx *c, uint32_t rank, size_t n)
         return;
     struct kvp_error err = {0};
     if (rc == 0)
-        rc = kvp_meta_allocate_async(ns, rank, c->rep->keys, n, c->rep->pages, NULL, &c->rep->ticket, &err);
+        rc = kvp_meta_allocate_async(ns, rank, c->rep->keys, n, c->rep->pages, NULL,
+                                     &c->rep->ticket, &err);
     if (rc == -ENOENT) {
         kvp__reply_error(c, 404, "Allocation failed: Rank %u not initialized", rank);
         return;
@@ -130,7 +134,8 @@ static void confirm_run(struct kvp_ctx *c, uint32_t rank, size_t n, size_t nrel)
         return;
     struct kvp_error err = {0};
     if (rc == 0)
-        rc = kvp_meta_confirm_async(ns, rank, c->rep->keys, c->rep->pages, n, c->rep->pages2, nrel, &c->rep->ticket, &err);
+        rc = kvp_meta_confirm_async(ns, rank, c->rep->keys, c->rep->pages, n, c->rep->pages2, nrel,
+                                    &c->rep->ticket, &err);
     if (rc == -ENOENT) {
         kvp__reply_error(c, 404, "Confirmation failed: Rank %u not initialized", rank);
         return;
@@ -324,13 +329,28 @@ int kvp__vllm_fast(struct kvp_ctx *c, int route)
 void kvp__vllm_handle(struct kvp_ctx *c, int route)
 {
     switch (route) {
-    case KVP_ROUTE_VLLM_INIT: do_init(c); break;
-    case KVP_ROUTE_VLLM_ALLOCATE: do_allocate(c); break;
-    case KVP_ROUTE_VLLM_CONFIRM: do_confirm(c); break;
-    case KVP_ROUTE_VLLM_EXISTS: do_exists(c); break;
-    case KVP_ROUTE_VLLM_LOCATIONS: do_locations(c); break;
-    case KVP_ROUTE_VLLM_CLEAR: do_clear(c); break;
-    case KVP_ROUTE_VLLM_DELETE: do_delete(c); break;
-    default: kvp__reply_error(c, 404, "Not Found");
+    case KVP_ROUTE_VLLM_INIT:
+        do_init(c);
+        break;
+    case KVP_ROUTE_VLLM_ALLOCATE:
+        do_allocate(c);
+        break;
+    case KVP_ROUTE_VLLM_CONFIRM:
+        do_confirm(c);
+        break;
+    case KVP_ROUTE_VLLM_EXISTS:
+        do_exists(c);
+        break;
+    case KVP_ROUTE_VLLM_LOCATIONS:
+        do_locations(c);
+        break;
+    case KVP_ROUTE_VLLM_CLEAR:
+        do_clear(c);
+        break;
+    case KVP_ROUTE_VLLM_DELETE:
+        do_delete(c);
+        break;
+    default:
+        kvp__reply_error(c, 404, "Not Found");
     }
 }

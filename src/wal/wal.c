@@ -334,7 +334,8 @@ static int list_files(struct kvp__wal *w, const char *prefix, const char *suffix
     size_t pl = strlen(prefix), sl = strlen(suffix);
     while ((e = readdir(d))) {
         size_t nl = strlen(e->d_name);
-        if (nl != pl + 16 + sl || strncmp(e->d_name, prefix, pl) || strcmp(e->d_name + pl + 16, suffix))
+        if (nl != pl + 16 + sl || strncmp(e->d_name, prefix, pl) ||
+            strcmp(e->d_name + pl + 16, suffix))
             continue;
         char hex[17];
         memcpy(hex, e->d_name + pl, 16);
@@ -359,7 +360,7 @@ static int list_files(struct kvp__wal *w, const char *prefix, const char *suffix
         }
         (*out)[*n].lsn = lsn;
         (*out)[*n].size = (uint64_t)st.st_size;
-        snprintf((*out)[*n].name, sizeof (*out)[*n].name, "%s", e->d_name);
+        snprintf((*out)[*n].name, sizeof(*out)[*n].name, "%s", e->d_name);
         (*n)++;
     }
     closedir(d);
@@ -448,8 +449,8 @@ int kvp__wal_replay(struct kvp__wal *w, uint64_t from, int repair, kvp__wal_rec_
         if (s->lsn > pos) {
             rc = -EUCLEAN;
             logf_(w, 0,
-                  "wal: the log has a gap: %s starts at %" PRIu64 " but the log before it ends at %" PRIu64
-                  "; refusing to guess what is missing",
+                  "wal: the log has a gap: %s starts at %" PRIu64
+                  " but the log before it ends at %" PRIu64 "; refusing to guess what is missing",
                   s->name, s->lsn, pos);
             break;
         }
@@ -701,7 +702,7 @@ static int write_records(struct kvp__wal *w, const uint8_t *b, size_t n)
     w->seg_bytes += n;
     if (w->seg_bytes > w->seg_size)
         w->seg_size = w->seg_bytes; /* unreserved records past the zeros */
-    keep_room(w); /* made durable by this fdatasync */
+    keep_room(w);                   /* made durable by this fdatasync */
     if (w->mode != KVP_FSYNC_NEVER) {
         uint64_t t0 = kvp__mono_ns();
         if (fdatasync(w->seg_fd) != 0)
@@ -900,7 +901,8 @@ static int no_space(int rc)
 static void log_refused(struct kvp__wal *w, int was, int now)
 {
     if (!was && now)
-        logf_(w, 0, "wal: writes refused: cannot write the log in %s: %s; writes are refused until %s",
+        logf_(w, 0,
+              "wal: writes refused: cannot write the log in %s: %s; writes are refused until %s",
               w->dir, strerror(-now), no_space(now) ? "space is freed" : "the log can be written");
     else if (was && !now)
         logf_(w, 2, "wal: writes resume: the log in %s has room again", w->dir);

@@ -23,13 +23,13 @@ static inline struct kvp_ns *ns_of(struct kvp_meta *m, const char *dep, const ch
     return ns;
 }
 
-static inline struct kvp_str K(const char *s)
-{
+static inline struct kvp_str K(const char *s) {
     return (struct kvp_str){s, strlen(s)};
 }
 
 /* Allocates and confirms one key on rank; its page, or -1. */
-static inline int64_t put(struct kvp_ns *ns, uint32_t rank, const char *key)
+static inline int64_t
+put(struct kvp_ns *ns, uint32_t rank, const char *key)
 {
     struct kvp_str k = K(key);
     int64_t p;

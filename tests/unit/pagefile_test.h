@@ -141,8 +141,8 @@ static inline void *pt_alloc(size_t len)
 
 /* ---- options ---------------------------------------------------------------- */
 
-static inline struct kvp_pagefile_opts pt_opts(uint64_t size, uint64_t bpp, uint32_t entries, uint32_t flags,
-                                        int backend)
+static inline struct kvp_pagefile_opts pt_opts(uint64_t size, uint64_t bpp, uint32_t entries,
+                                               uint32_t flags, int backend)
 {
     struct kvp_pagefile_opts o;
     kvp_pagefile_opts_init(&o);
@@ -158,8 +158,8 @@ static inline struct kvp_pagefile_opts pt_opts(uint64_t size, uint64_t bpp, uint
  * Opens with the given options; on a refusal the test cannot help (O_DIRECT
  * on tmpfs, io_uring forbidden) prints a SKIP line and returns NULL.
  */
-static inline struct kvp_pagefile *pt_open_or_skip(const char *path, const struct kvp_pagefile_opts *o,
-                                            const char *what)
+static inline struct kvp_pagefile *
+pt_open_or_skip(const char *path, const struct kvp_pagefile_opts *o, const char *what)
 {
     struct kvp_pagefile *pf = NULL;
     struct kvp_error err;
@@ -180,7 +180,8 @@ static inline struct kvp_pagefile *pt_open_or_skip(const char *path, const struc
     return NULL;
 }
 
-__attribute__((unused)) static const int pt_backends[] = {KVP_PAGEFILE_BACKEND_PSYNC, KVP_PAGEFILE_BACKEND_URING};
+__attribute__((unused)) static const int pt_backends[] = {KVP_PAGEFILE_BACKEND_PSYNC,
+                                                          KVP_PAGEFILE_BACKEND_URING};
 #define PT_NBACKENDS 2
 
 #endif

@@ -144,7 +144,8 @@ static void test_direct(void)
 
     /* Strings: KVP_GUARD_MAX_STRING bytes between the quotes pass. */
     CHECK_EQ(guard(framed(&b, "[\"", "a", KVP_GUARD_MAX_STRING, "\"]"), 10, &f), KVP_GUARD_OK);
-    CHECK_EQ(guard(framed(&b, "[\"", "a", KVP_GUARD_MAX_STRING + 1, "\"]"), 10, &f), KVP_GUARD_STRING);
+    CHECK_EQ(guard(framed(&b, "[\"", "a", KVP_GUARD_MAX_STRING + 1, "\"]"), 10, &f),
+             KVP_GUARD_STRING);
     CHECK_EQ(f.offset, 1);
     /* ... also when escapes make it long, or an escaped quote sits at the edge. */
     CHECK_EQ(guard(framed(&b, "[\"", "\\u0041", KVP_MAX_KEY_LEN, "\"]"), 10, &f), KVP_GUARD_OK);
@@ -176,8 +177,11 @@ static struct kvp_reply rep, rep2;
 
 static void post(const char *path, const struct sb *body)
 {
-    struct kvp_request req = {.method = "POST", .path = path, .path_len = strlen(path),
-                              .body = body->p, .body_len = body->len};
+    struct kvp_request req = {.method = "POST",
+                              .path = path,
+                              .path_len = strlen(path),
+                              .body = body->p,
+                              .body_len = body->len};
     kvp__server_handle(&fast_srv, &req, &rep);
     kvp__server_handle(&slow_srv, &req, &rep2);
 }
@@ -268,10 +272,12 @@ static void test_paths(void)
     CHECK(replied(400, "Invalid JSON body: string longer than 6144 bytes at byte 21"));
     post("/0/delete_keys", &b);
     CHECK(replied(400, "Invalid JSON body: string longer than 6144 bytes at byte 21"));
-    post("/keys/batch_allocate", framed(&b, "{\"rank\": ", "9", KVP_GUARD_MAX_TOKEN + 1, ", \"keys\": []}"));
+    post("/keys/batch_allocate",
+         framed(&b, "{\"rank\": ", "9", KVP_GUARD_MAX_TOKEN + 1, ", \"keys\": []}"));
     CHECK(replied(400, "Invalid JSON body: number or literal longer than 40 characters at byte 9"));
     /* ... while 40 digits still get the parser's own message. */
-    post("/keys/batch_allocate", framed(&b, "{\"rank\": ", "9", KVP_GUARD_MAX_TOKEN, ", \"keys\": []}"));
+    post("/keys/batch_allocate",
+         framed(&b, "{\"rank\": ", "9", KVP_GUARD_MAX_TOKEN, ", \"keys\": []}"));
     CHECK(replied(400, "Invalid JSON body: too big integer"));
 
     free(b.p);

@@ -148,7 +148,8 @@ static int big_exist(struct kvp_ns *ns, const char *tag, int n)
 }
 
 static uint64_t held(struct kvp_meta *m);
-static int held_fn(const char *d, const char *p, const struct kvp_rank_stats *r, size_t n, void *arg)
+static int held_fn(const char *d, const char *p, const struct kvp_rank_stats *r, size_t n,
+                   void *arg)
 {
     (void)d;
     (void)p;
@@ -277,7 +278,7 @@ static void failed_log(const char *name, const char *point, const char *ename, i
     fault("");
     CHECK_EQ(kvp_meta_snapshot(m), 0); /* or the background one did it first */
     CHECK_EQ(kvp_meta_health(m, why, sizeof why), 0);
-    CHECK_EQ(kvp_meta_wait(m, lsn, NULL), 0); /* the snapshot covers b */
+    CHECK_EQ(kvp_meta_wait(m, lsn, NULL), 0);                        /* the snapshot covers b */
     CHECK_EQ(kvp_meta_confirm(ns, 0, &c, &pc, 1, NULL, 0, NULL), 0); /* returns once durable */
     invariants(m);
     kvp_meta_close(m);

@@ -88,7 +88,8 @@ static void tb_keys(const struct kvp_str *keys, size_t n)
     if (n && !keys)
         tb.bad++;
     for (size_t i = 0; i < n; i++)
-        if (keys[i].len == 0 || keys[i].len > KVP_MAX_KEY_LEN || memchr(keys[i].ptr, 0, keys[i].len))
+        if (keys[i].len == 0 || keys[i].len > KVP_MAX_KEY_LEN ||
+            memchr(keys[i].ptr, 0, keys[i].len))
             tb.bad++;
 }
 

@@ -43,10 +43,14 @@ int main(void)
     goes_to_jansson("9223372036854775807"); /* jsmn wants a delimiter after a top-level primitive */
 
     /* malformed: jansson gives the message */
-    const char *bad[] = {"[1 2]", "[1,]", "{\"a\" \"b\"}", "{\"a\":1}{}", "{\"a\":01}", "[tru]",
-                         "{\"a\":[1,2", "{,}", "{\"a\":1,}", "[1e]", "[.5]", "[-]", "[1.]",
-                         "{\"a\"}", "{1:2}", "[\"a\":1]", "]", "", "[1]x", "[nulll]",
-                         "{\"a\":1 \"b\":2}", "[[1],,[2]]"};
+    const char *bad[] = {"[1 2]",       "[1,]",       "{\"a\" \"b\"}",
+                         "{\"a\":1}{}", "{\"a\":01}", "[tru]",
+                         "{\"a\":[1,2", "{,}",        "{\"a\":1,}",
+                         "[1e]",        "[.5]",       "[-]",
+                         "[1.]",        "{\"a\"}",    "{1:2}",
+                         "[\"a\":1]",   "]",          "",
+                         "[1]x",        "[nulll]",    "{\"a\":1 \"b\":2}",
+                         "[[1],,[2]]"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         goes_to_jansson(bad[i]);
         json_error_t e;

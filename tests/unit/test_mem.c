@@ -16,8 +16,8 @@ static int all_zero(const unsigned char *p, size_t n)
 
 static void test_big(void)
 {
-    size_t sizes[] = {8, 4096, KVP_PIECE_SIZE - 8, KVP_PIECE_SIZE, KVP_PIECE_SIZE + 1,
-                      3 * KVP_PIECE_SIZE + 100};
+    size_t sizes[] = {
+        8, 4096, KVP_PIECE_SIZE - 8, KVP_PIECE_SIZE, KVP_PIECE_SIZE + 1, 3 * KVP_PIECE_SIZE + 100};
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
         unsigned char *p = kvp__big_zalloc(sizes[i]);
         CHECK(p != NULL);
@@ -85,7 +85,7 @@ static void test_slab(struct kvp__mempool *pool)
     bad = 0;
     for (size_t i = 0; i < 100; i++)
         bad += i != 10 && i != 20 && !intact(obj[i], size[i], i);
-    CHECK_EQ(bad, 0); /* freeing others leaves these alone */
+    CHECK_EQ(bad, 0);                    /* freeing others leaves these alone */
     kvp__slab_free(&s, obj[0], size[0]); /* a malloc'd one (i % 1000 == 0) */
     kvp__slab_destroy(&s);
     CHECK(s.chunks == NULL);

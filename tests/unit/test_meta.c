@@ -43,10 +43,14 @@ static int stats_cb(const char *d, const char *p, const struct kvp_rank_stats *r
         return 0;
     for (size_t i = 0; i < n; i++)
         if (r[i].rank == sa->rank)
-            sa->c = (struct counts){r[i].free,      r[i].reserved,
-                                    r[i].held,      r[i].evictions,
-                                    r[i].expired_reservations, r[i].release_of_held_page,
-                                    r[i].hits,      r[i].misses,
+            sa->c = (struct counts){r[i].free,
+                                    r[i].reserved,
+                                    r[i].held,
+                                    r[i].evictions,
+                                    r[i].expired_reservations,
+                                    r[i].release_of_held_page,
+                                    r[i].hits,
+                                    r[i].misses,
                                     r[i].allocations};
     return 0;
 }

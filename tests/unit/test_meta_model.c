@@ -61,7 +61,7 @@ struct mrank {
     uint64_t hits, misses, allocs, evictions, expired, release_held;
 };
 struct mns {
-    struct mrank r[MAXR]; /* by index into rank_ids */
+    struct mrank r[MAXR];    /* by index into rank_ids */
     int order[MAXR], nranks; /* rank indices in creation (slot) order */
 };
 static struct mns model[NNS];
@@ -393,8 +393,8 @@ static void op_exists(int n)
         bool want = complete ? (ms->nranks > 0 && nheld(ms, ks[i]) == ms->nranks)
                              : mpage_of(&ms->r[ri], ks[i]) >= 0;
         if (got[i] != want)
-            FAIL_OP("exists(%s, %s) = %d, want %d", complete ? "complete" : "rank",
-                    keynames[ks[i]], got[i], want);
+            FAIL_OP("exists(%s, %s) = %d, want %d", complete ? "complete" : "rank", keynames[ks[i]],
+                    got[i], want);
     }
 }
 
@@ -518,17 +518,24 @@ static int cmp_stats(const char *d, const char *p, const struct kvp_rank_stats *
             rs += r->pg[q].state == R;
             h += r->pg[q].state == H;
         }
-        uint64_t want[] = {r->num_pages, f,         rs,           h,         h,
-                           r->hits,      r->misses, r->allocs,    r->evictions,
-                           r->expired,   r->release_held};
-        uint64_t got[] = {st[i].num_pages, st[i].free,        st[i].reserved,
-                          st[i].held,      st[i].keys,        st[i].hits,
-                          st[i].misses,    st[i].allocations, st[i].evictions,
-                          st[i].expired_reservations, st[i].release_of_held_page};
+        uint64_t want[] = {
+            r->num_pages,   f, rs, h, h, r->hits, r->misses, r->allocs, r->evictions, r->expired,
+            r->release_held};
+        uint64_t got[] = {st[i].num_pages,
+                          st[i].free,
+                          st[i].reserved,
+                          st[i].held,
+                          st[i].keys,
+                          st[i].hits,
+                          st[i].misses,
+                          st[i].allocations,
+                          st[i].evictions,
+                          st[i].expired_reservations,
+                          st[i].release_of_held_page};
         for (size_t j = 0; j < sizeof want / sizeof want[0]; j++)
             if (want[j] != got[j]) {
-                fprintf(stderr, "op %ld: pool %s rank %u figure %zu = %" PRIu64 ", model %" PRIu64
-                                "\n",
+                fprintf(stderr,
+                        "op %ld: pool %s rank %u figure %zu = %" PRIu64 ", model %" PRIu64 "\n",
                         op_no, p, st[i].rank, j, got[j], want[j]);
                 ca->bad = 1;
             }
@@ -556,8 +563,8 @@ static void compare_all(void)
                 int64_t got = kvp__meta_peek(nss[n], rank_ids[ri], &ks);
                 int64_t want = r->init ? mpage_of(r, k) : -2;
                 if (got != want) {
-                    fprintf(stderr, "op %ld: pool %s rank %u key %s page %" PRId64
-                                    ", model %" PRId64 "\n",
+                    fprintf(stderr,
+                            "op %ld: pool %s rank %u key %s page %" PRId64 ", model %" PRId64 "\n",
                             op_no, pools[n], rank_ids[ri], keynames[k], got, want);
                     CHECK(0);
                     return;

@@ -91,7 +91,8 @@ static void run(int backend, uint32_t flags, const char *name)
 {
     char path[600];
     pt_path(path, sizeof path, name);
-    struct kvp_pagefile_opts o = pt_opts(FILE_SIZE, BPP, ENTRIES, KVP_PAGEFILE_CREATE | flags, backend);
+    struct kvp_pagefile_opts o =
+        pt_opts(FILE_SIZE, BPP, ENTRIES, KVP_PAGEFILE_CREATE | flags, backend);
     o.chunk_bytes = 32 * 1024;
     o.queues = 3;
     pf = pt_open_or_skip(path, &o, name);
@@ -107,7 +108,8 @@ static void run(int backend, uint32_t flags, const char *name)
     int64_t res[ENTRIES];
     for (int p = 0; p < SHARED_PAGES; p += ENTRIES) {
         for (int i = 0; i < ENTRIES; i++)
-            ops[i] = (struct kvp_pagefile_op){(int64_t)(p + i) * BPP, shared + (size_t)(p + i) * BPP, BPP};
+            ops[i] = (struct kvp_pagefile_op){(int64_t)(p + i) * BPP,
+                                              shared + (size_t)(p + i) * BPP, BPP};
         CHECK_EQ(kvp_pagefile_write(pf, ops, ENTRIES, res, NULL), 0);
     }
     atomic_store(&errors, 0);

@@ -17,7 +17,7 @@
 
 #define SITE(s) (1u << (s))
 #define ALL_IO                                                                                     \
-    (SITE(KVP__PF_PREAD) | SITE(KVP__PF_PWRITE) | SITE(KVP__PF_URING_READ) |                      \
+    (SITE(KVP__PF_PREAD) | SITE(KVP__PF_PWRITE) | SITE(KVP__PF_URING_READ) |                       \
      SITE(KVP__PF_URING_WRITE))
 
 /* What the hook does, per site: the first `skip` calls get `first` (0: pass), then
@@ -206,14 +206,16 @@ static void run_backend(int backend, uint32_t flags, const char *name)
     CHECK_EQ(E.rule, KVP_RULE_IO);
     CHECK_EQ(E.index, 3);
     CHECK_EQ(E.value, page_off(3));
-    snprintf(msg, sizeof msg, "op 3: read of %d bytes at offset %" PRId64 " failed: Input/output error",
-             BPP, page_off(3));
+    snprintf(msg, sizeof msg,
+             "op 3: read of %d bytes at offset %" PRId64 " failed: Input/output error", BPP,
+             page_off(3));
     CHECK_STR(E.msg, msg);
     disarm();
     healthy(pf);
 
     /* -ENOSPC on the writes of op 2. */
-    arm(SITE(KVP__PF_PWRITE) | SITE(KVP__PF_URING_WRITE), page_off(2), page_off(2) + BPP, -ENOSPC, -1);
+    arm(SITE(KVP__PF_PWRITE) | SITE(KVP__PF_URING_WRITE), page_off(2), page_off(2) + BPP, -ENOSPC,
+        -1);
     CHECK_EQ(write_all(pf, res), -ENOSPC);
     for (int i = 0; i < N; i++)
         CHECK_EQ(res[i], i == 2 ? -ENOSPC : BPP);

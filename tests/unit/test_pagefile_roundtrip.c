@@ -33,7 +33,8 @@ static void run_config(const struct config *c, uint64_t seed)
     char path[600];
     pt_path(path, sizeof path, c->name);
     unlink(path);
-    struct kvp_pagefile_opts o = pt_opts(FILE_SIZE, BPP, ENTRIES, KVP_PAGEFILE_CREATE | c->flags, c->backend);
+    struct kvp_pagefile_opts o =
+        pt_opts(FILE_SIZE, BPP, ENTRIES, KVP_PAGEFILE_CREATE | c->flags, c->backend);
     o.chunk_bytes = c->chunk;
     struct kvp_pagefile *pf = pt_open_or_skip(path, &o, c->name);
     if (!pf)

@@ -36,7 +36,8 @@ static void expect_reject(struct kvp_pagefile *pf, int write, const struct kvp_p
     for (int i = 0; i < 16; i++)
         res[i] = 12345;
     reset_err();
-    int rc = write ? kvp_pagefile_write(pf, ops, n, res, &E) : kvp_pagefile_read(pf, ops, n, res, &E);
+    int rc =
+        write ? kvp_pagefile_write(pf, ops, n, res, &E) : kvp_pagefile_read(pf, ops, n, res, &E);
     CHECK_EQ(rc, code);
     CHECK_EQ(E.code, code);
     CHECK_EQ(E.rule, rule);
@@ -45,14 +46,16 @@ static void expect_reject(struct kvp_pagefile *pf, int write, const struct kvp_p
         CHECK_STR(E.msg, msg);
     CHECK_EQ(res[0], 12345); /* results untouched: nothing ran */
     /* Same batch without an error struct: same code, no crash. */
-    rc = write ? kvp_pagefile_write(pf, ops, n, res, NULL) : kvp_pagefile_read(pf, ops, n, res, NULL);
+    rc = write ? kvp_pagefile_write(pf, ops, n, res, NULL)
+               : kvp_pagefile_read(pf, ops, n, res, NULL);
     CHECK_EQ(rc, code);
 }
 
 static void test_rules(int backend)
 {
     char path[600];
-    pt_path(path, sizeof path, backend == KVP_PAGEFILE_BACKEND_URING ? "rules_uring" : "rules_psync");
+    pt_path(path, sizeof path,
+            backend == KVP_PAGEFILE_BACKEND_URING ? "rules_uring" : "rules_psync");
     /* 1 GiB sparse file, 2 MiB pages: the geometry of the message in the issue. */
     struct kvp_pagefile_opts o = pt_opts(GiB, 2 * MiB, 8, KVP_PAGEFILE_CREATE, backend);
     struct kvp_pagefile *pf = pt_open_or_skip(path, &o, "validation rules");
@@ -71,7 +74,8 @@ static void test_rules(int backend)
     CHECK_EQ(kvp_pagefile_write(pf, &w0, 1, res, NULL), 0);
     CHECK_EQ(res[0], (int64_t)pg);
 
-    /* Batches whose op 0 writes a marker page: if validation let any I/O through, page 1 changes. */
+    /* Batches whose op 0 writes a marker page: if validation let any I/O through, page 1 changes.
+     */
     char *marker = pt_alloc(pg);
     memset(marker, 0xAB, pg);
     struct kvp_pagefile_op ops[10];
@@ -185,8 +189,8 @@ static void test_rules(int backend)
         char msg[256];
         struct kvp_pagefile_op d[2] = {{0, buf, pg}, {(int64_t)oa + 1, buf, oa}};
         if (oa > 1) {
-            snprintf(msg, sizeof msg, "op 1: offset %u is not a multiple of %u, as O_DIRECT requires",
-                     oa + 1, oa);
+            snprintf(msg, sizeof msg,
+                     "op 1: offset %u is not a multiple of %u, as O_DIRECT requires", oa + 1, oa);
             expect_reject(pf, 0, d, 2, -EINVAL, KVP_RULE_ALIGN, 1, msg);
             d[1].offset = oa;
             d[1].size = oa + 1;
@@ -369,7 +373,8 @@ static void test_auto_and_fallback(void)
 {
     char path[600];
     pt_path(path, sizeof path, "auto");
-    struct kvp_pagefile_opts o = pt_opts(16 * MiB, MiB, 8, KVP_PAGEFILE_CREATE, KVP_PAGEFILE_BACKEND_AUTO);
+    struct kvp_pagefile_opts o =
+        pt_opts(16 * MiB, MiB, 8, KVP_PAGEFILE_CREATE, KVP_PAGEFILE_BACKEND_AUTO);
     struct kvp_pagefile *pf = NULL;
     reset_err();
     CHECK_EQ(kvp_pagefile_open(path, &o, &pf, &E), 0);
@@ -427,7 +432,8 @@ static void test_register(void)
 {
     char path[600];
     pt_path(path, sizeof path, "reg");
-    struct kvp_pagefile_opts o = pt_opts(16 * MiB, MiB, 8, KVP_PAGEFILE_CREATE, KVP_PAGEFILE_BACKEND_URING);
+    struct kvp_pagefile_opts o =
+        pt_opts(16 * MiB, MiB, 8, KVP_PAGEFILE_CREATE, KVP_PAGEFILE_BACKEND_URING);
     struct kvp_pagefile *pf = pt_open_or_skip(path, &o, "register_buffers");
     if (!pf)
         return;
@@ -449,7 +455,8 @@ static void test_register(void)
     uint64_t seed = 3;
     pt_fill(&seed, pool, 4 * MiB);
     pt_fill(&seed, outside, MiB);
-    struct kvp_pagefile_op w[3] = {{0, pool, MiB}, {(int64_t)MiB, pool + 2 * MiB - 4096, MiB},
+    struct kvp_pagefile_op w[3] = {{0, pool, MiB},
+                                   {(int64_t)MiB, pool + 2 * MiB - 4096, MiB},
                                    {(int64_t)(2 * MiB), outside, MiB}};
     int64_t res[3];
     CHECK_EQ(kvp_pagefile_write(pf, w, 3, res, &E), 0);

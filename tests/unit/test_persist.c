@@ -129,9 +129,18 @@ static void test_key_encodings(void)
     char dir[300];
     snprintf(dir, sizeof dir, "%s/keys", base);
     static const char *const keys[] = {
-        "0123456789abcdef", "ab", "00", "ABCDEF", "abcdeg", "gbcdef", "abc", "a",
+        "0123456789abcdef",
+        "ab",
+        "00",
+        "ABCDEF",
+        "abcdeg",
+        "gbcdef",
+        "abc",
+        "a",
         "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
-        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b85G", "\xff\xfe", "0x1f",
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b85G",
+        "\xff\xfe",
+        "0x1f",
     };
     enum { NK = sizeof keys / sizeof keys[0] };
     int64_t pages[NK];
@@ -327,7 +336,7 @@ static void test_torn_and_corrupt_log(void)
         size_t kept = whole ? ends[whole - 1] : 0;
         if (cut > kept && !all_zero(orig + kept, cut - kept))
             CHECK(strstr(logbuf, "dropped") != NULL); /* says what it dropped */
-        if (cut == kept || zero_tail) /* whole records, then nothing or zeros */
+        if (cut == kept || zero_tail)                 /* whole records, then nothing or zeros */
             CHECK(cut > kept || strstr(logbuf, "dropped") == NULL);
         invariants(m);
         kvp_meta_close(m);

@@ -34,15 +34,15 @@ static const struct kvp_reply *call(const char *method, const char *path, const 
     return call_full(method, path, body, NULL, NULL);
 }
 
-#define EXPECT(what, cond)                                                            \
-    do {                                                                              \
-        if (cond) {                                                                   \
-            passed++;                                                                 \
-        } else {                                                                      \
-            failed++;                                                                 \
-            fprintf(stderr, "FAIL %s:%d %s: got %d %.*s\n", __FILE__, __LINE__, what, \
-                    rep.status, (int)rep.body.len, rep.body.p ? rep.body.p : "");     \
-        }                                                                             \
+#define EXPECT(what, cond)                                                                         \
+    do {                                                                                           \
+        if (cond) {                                                                                \
+            passed++;                                                                              \
+        } else {                                                                                   \
+            failed++;                                                                              \
+            fprintf(stderr, "FAIL %s:%d %s: got %d %.*s\n", __FILE__, __LINE__, what, rep.status,  \
+                    (int)rep.body.len, rep.body.p ? rep.body.p : "");                              \
+        }                                                                                          \
     } while (0)
 
 /* Status and exact body. */
@@ -96,10 +96,11 @@ static void test_routing(void)
 static void test_json(void)
 {
     X("POST", "/keys/batch_exists", "{", 400, NULL);
-    EXPECT("json error prefix",
-           rep.body.len > 30 && !memcmp(rep.body.p, "{\"detail\": \"Invalid JSON body: ", 30) &&
-               strstr(rep.body.p, " at byte "));
-    X("POST", "/keys/batch_exists", "[1, 2]", 400, D("Invalid JSON body: expected an object at byte 0"));
+    EXPECT("json error prefix", rep.body.len > 30 &&
+                                    !memcmp(rep.body.p, "{\"detail\": \"Invalid JSON body: ", 30) &&
+                                    strstr(rep.body.p, " at byte "));
+    X("POST", "/keys/batch_exists", "[1, 2]", 400,
+      D("Invalid JSON body: expected an object at byte 0"));
     X("POST", "/keys/batch_exists", "7", 400, D("Invalid JSON body: expected an object at byte 0"));
     X("POST", "/keys/batch_exists", "", 200, "{\"exists\": []}");
     X("POST", "/keys/batch_exists", "{\"keys\": null}", 400, D("Invalid keys format"));
@@ -127,12 +128,13 @@ static void test_vllm(void)
       D("Invalid request format: keys[0] must be a string or [key, prefix_key]"));
     X("POST", "/keys/batch_allocate", "{\"rank\": 7, \"keys\": [\"a\"]}", 404,
       D("Allocation failed: Rank 7 not initialized"));
-    X("POST", "/keys/batch_allocate", "{\"rank\": 0, \"keys\": [[\"a\\\"q\", \"\"], \"b\", \"a\\\"q\"]}",
-      200, "{\"rank\": 0, \"results\": [[\"a\\\"q\", 0], [\"b\", 1], [\"a\\\"q\", 0]]}");
+    X("POST", "/keys/batch_allocate",
+      "{\"rank\": 0, \"keys\": [[\"a\\\"q\", \"\"], \"b\", \"a\\\"q\"]}", 200,
+      "{\"rank\": 0, \"results\": [[\"a\\\"q\", 0], [\"b\", 1], [\"a\\\"q\", 0]]}");
     X("POST", "/keys/confirm_write", "{\"rank\": 0, \"confirmations\": [[\"a\\\"q\", 9]]}", 400,
       D("Confirmation failed: confirmations[0] page 9 is outside [0, 4)"));
-    X("POST", "/keys/confirm_write", "{\"rank\": 0, \"confirmations\": [[\"a\\\"q\", 0]], \"pages_to_release\": [1]}",
-      204, "");
+    X("POST", "/keys/confirm_write",
+      "{\"rank\": 0, \"confirmations\": [[\"a\\\"q\", 0]], \"pages_to_release\": [1]}", 204, "");
     X("POST", "/keys/confirm_write", "{\"rank\": 0, \"confirmations\": [[\"zz\", 0]]}", 409,
       D("Confirmation failed: page 0 on rank 0 holds another key"));
     X("POST", "/keys/confirm_write", "{\"rank\": 0, \"confirmations\": [[\"zz\", true]]}", 400,
@@ -141,13 +143,15 @@ static void test_vllm(void)
       D("Confirmation failed: pages_to_release[0] must be an integer page"));
     X("POST", "/keys/confirm_write", "{\"rank\": 5, \"confirmations\": []}", 404,
       D("Confirmation failed: Rank 5 not initialized"));
-    X("POST", "/keys/batch_exists", "{\"keys\": [\"a\\\"q\", \"b\"]}", 200, "{\"exists\": [true, false]}");
+    X("POST", "/keys/batch_exists", "{\"keys\": [\"a\\\"q\", \"b\"]}", 200,
+      "{\"exists\": [true, false]}");
     X("POST", "/keys/get_locations", "{\"rank\": 0, \"keys\": [\"a\\\"q\", \"b\"]}", 200,
       "{\"locations\": [0, null]}");
     X("POST", "/keys/get_locations", "{\"rank\": 0, \"keys\": [3]}", 400,
       D("Invalid request format: keys[0] must be a string"));
     X("POST", "/rank/0/initialize", "{\"num_pages\": 8}", 409,
-      D("Rank 0 already initialized with 4 pages; refusing to change to 8 pages while it holds data"));
+      D("Rank 0 already initialized with 4 pages; refusing to change to 8 pages while it holds "
+        "data"));
     X("POST", "/keys/delete", "{\"keys\": [\"a\\\"q\"]}", 204, "");
     X("POST", "/clear", NULL, 204, "");
     X("POST", "/ns/other/clear", NULL, 204, "");
@@ -161,12 +165,13 @@ static void test_sglang(void)
       D("Rank 9 not initialized. Please call /9/initialize first."));
     X("POST", "/0/exists", "{\"keys\": [\"a\"], \"namespace\": 3}", 400, D("Invalid namespace"));
     X("POST", "/0/exists", "{\"keys\": [\"a\"], \"namespace\": \"\"}", 400, D("Invalid namespace"));
-    X("POST", "/0/exists", "{\"keys\": 5}", 400, D("Invalid request format: 'keys' must be a list"));
+    X("POST", "/0/exists", "{\"keys\": 5}", 400,
+      D("Invalid request format: 'keys' must be a list"));
     X("POST", "/2/initialize", "{\"num_pages\": 3}", 204, "");
-    X("POST", "/2/reserve_and_allocate_page_indices", "{\"keys\": [\"x\", [\"y\", \"\"], \"x\"]}", 200,
-      "{\"indices\": [[false, 0], [false, 1], [false, 0]]}");
-    X("POST", "/2/confirm_write", "{\"written_keys_to_confirm\": [[\"x\", 0]], \"pages_to_release\": [1]}",
-      204, "");
+    X("POST", "/2/reserve_and_allocate_page_indices", "{\"keys\": [\"x\", [\"y\", \"\"], \"x\"]}",
+      200, "{\"indices\": [[false, 0], [false, 1], [false, 0]]}");
+    X("POST", "/2/confirm_write",
+      "{\"written_keys_to_confirm\": [[\"x\", 0]], \"pages_to_release\": [1]}", 204, "");
     X("POST", "/2/confirm_write", "{\"written_keys_to_confirm\": [[\"x\", -1]]}", 400,
       D("Confirmation failed: written_keys_to_confirm[0] page -1 is outside [0, 3)"));
     X("POST", "/2/exists", "{\"keys\": [\"x\", \"y\"]}", 200, "{\"exists\": [true, false]}");
@@ -181,11 +186,17 @@ static void test_sglang(void)
 static void test_native(void)
 {
     X("GET", "/v1/stats", NULL, 200, NULL);
-    EXPECT("stats shape", strstr(rep.body.p, "\"namespaces\": [") && strstr(rep.body.p, "\"requests\": {") &&
+    EXPECT("stats shape", strstr(rep.body.p, "\"namespaces\": [") &&
+                              strstr(rep.body.p, "\"requests\": {") &&
                               strstr(rep.body.p, "\"release_of_held_page\": "));
     X("GET", "/metrics", NULL, 200, NULL);
-    EXPECT("metrics content", strstr(rep.body.p, "kvpage_http_requests_total{route=\"/keys/batch_exists\",status=\"200\"}") &&
-                                  strstr(rep.body.p, "kvpage_rank_pages{deployment=\"default\",pool=\"kv\",rank=\"0\",state=\"free\"}"));
+    EXPECT(
+        "metrics content",
+        strstr(rep.body.p,
+               "kvpage_http_requests_total{route=\"/keys/batch_exists\",status=\"200\"}") &&
+            strstr(
+                rep.body.p,
+                "kvpage_rank_pages{deployment=\"default\",pool=\"kv\",rank=\"0\",state=\"free\"}"));
     EXPECT("metrics type", rep.content_type && strstr(rep.content_type, "version=0.0.4"));
 }
 
@@ -194,8 +205,8 @@ static void test_limits_and_access(void)
     struct kvp_cidr allow[1];
     EXPECT("cidr parse", kvp__cidr_parse("10.0.0.0/8", &allow[0]) == 0);
     EXPECT("cidr bad", kvp__cidr_parse("10.0.0.0/33", &(struct kvp_cidr){0}) != 0);
-    struct kvp_server_config cfg = {.token = "s3cret", .allow = allow, .nallow = 1, .max_body = 64,
-                                    .max_keys = 2};
+    struct kvp_server_config cfg = {
+        .token = "s3cret", .allow = allow, .nallow = 1, .max_body = 64, .max_keys = 2};
     struct kvp_server saved = srv;
     kvp__server_init(&srv, saved.meta, &cfg);
 
@@ -213,13 +224,16 @@ static void test_limits_and_access(void)
     call_full("GET", "/v1/stats", NULL, (struct sockaddr *)&mapped, "Bearer nope");
     EXPECT("401", rep.status == 401 && rep.www_authenticate &&
                       strstr(rep.body.p, "Invalid or missing bearer token"));
-    call_full("POST", "/keys/batch_exists", "{\"keys\": [\"a\", \"b\", \"c\"]}", (struct sockaddr *)&in,
-              "Bearer s3cret");
-    EXPECT("413 keys", rep.status == 413 && strstr(rep.body.p, "Too many keys: more than 2 in one request"));
-    call_full("POST", "/keys/batch_exists",
-              "{\"keys\": [\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaa\", \"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\"]}",
-              (struct sockaddr *)&in, "bearer s3cret");
-    EXPECT("413 body", rep.status == 413 && strstr(rep.body.p, "Request body too large: limit is 64 bytes"));
+    call_full("POST", "/keys/batch_exists", "{\"keys\": [\"a\", \"b\", \"c\"]}",
+              (struct sockaddr *)&in, "Bearer s3cret");
+    EXPECT("413 keys",
+           rep.status == 413 && strstr(rep.body.p, "Too many keys: more than 2 in one request"));
+    call_full(
+        "POST", "/keys/batch_exists",
+        "{\"keys\": [\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaa\", \"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\"]}",
+        (struct sockaddr *)&in, "bearer s3cret");
+    EXPECT("413 body",
+           rep.status == 413 && strstr(rep.body.p, "Request body too large: limit is 64 bytes"));
     srv = saved;
 }
 
