@@ -9,7 +9,7 @@ PREFIX     ?= /usr/local
 CMAKE_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo $(if $(KVP_WERROR),-DKVP_WERROR=ON)
 
 .PHONY: all deps build asan tsan run install test unit install-test unit-asan unit-tsan \
-        integration integration-tsan clean format
+        integration integration-tsan clean format format-check
 
 all: build
 
@@ -87,5 +87,9 @@ test: unit install-test unit-asan integration unit-tsan integration-tsan
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
 
-format:
-	clang-format -i $$(git ls-files '*.c' '*.h')
+format: deps
+	clang-format -i $$(git ls-files '*.c' '*.h' '*.cpp')
+
+# Fails when a C file is not formatted as .clang-format says (.ci/run runs it).
+format-check: deps
+	@scripts/check-format
