@@ -78,6 +78,23 @@ run() { # run SIDE OP -> requests/s
 echo "# date=$(date -u +%FT%TZ) nproc=$(nproc) load=$(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# old=$1 ($(sha256sum "$TMP/old/kvpage" | cut -c1-12)) new=$2 ($(sha256sum "$TMP/new/kvpage" | cut -c1-12))"
 echo "# rounds=$ROUNDS dur=${DUR}s conns=$CONNS threads=$THREADS fsync=${FSYNC:-none}"
+# Handler time per request of one side since the last call (from /v1/stats:
+# every route's time inside the server, HTTP parsing and replies excluded).
+declare -A SRV_BEFORE
+srvtime() { # srvtime SIDE -> "µs per request" since the previous call for SIDE
+    local now
+    now=$("$PY" "$HERE/prep.py" srvtime "${PORT[$1]}")
+    "$PY" - "${SRV_BEFORE[$1]:-{\}}" "$now" <<'EOF'
+import json, sys
+a, b = (json.loads(x.replace("%20", " ")) for x in sys.argv[1:3])
+n = sum(v[0] - a.get(k, [0, 0])[0] for k, v in b.items() if not k.startswith("wal|"))
+t = sum(v[1] - a.get(k, [0, 0])[1] for k, v in b.items() if not k.startswith("wal|"))
+print(f"{t / n * 1e6:.2f}" if n else "-")
+EOF
+    SRV_BEFORE[$1]=$now
+}
+for side in old new; do srvtime $side >/dev/null; done
+
 for op in $OPS; do
     olds=() news=() ratios=()
     for r in $(seq "$ROUNDS"); do
@@ -97,4 +114,5 @@ op, o, n, r = sys.argv[1], *[list(map(float, a.split())) for a in sys.argv[2:]]
 print(f"RESULT {op}: old {statistics.median(o)/2:.0f} req/s, new {statistics.median(n)/2:.0f} req/s, "
       f"new/old median {statistics.median(r):.3f} (rounds: {' '.join(f'{x:.3f}' for x in r)})")
 EOF
+    echo "HANDLER $op: old $(srvtime old) us/request, new $(srvtime new) us/request (inside the server, all rounds)"
 done

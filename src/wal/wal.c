@@ -823,31 +823,34 @@ static void *flusher_main(void *arg)
 }
 
 /* A position past everything appended (and not the mark of a failed
- * append, UINT64_MAX) is no ticket of this log: waiting would never end. */
-static int beyond_end(struct kvp__wal *w, uint64_t lsn)
+ * append, UINT64_MAX) is no ticket of this log: waiting would never end.
+ * Called with w->mu held. */
+static int beyond_end_locked(const struct kvp__wal *w, uint64_t lsn)
 {
-    pthread_mutex_lock(&w->mu);
-    int bad = lsn != UINT64_MAX && lsn > w->appended;
-    pthread_mutex_unlock(&w->mu);
-    return bad;
+    return lsn != UINT64_MAX && lsn > w->appended;
 }
 
 int kvp__wal_wait(struct kvp__wal *w, uint64_t lsn)
 {
-    if (beyond_end(w, lsn))
-        return -EINVAL;
     /* always: this request's own write and fsync; never: its own write (a
      * syscall is cheaper than handing the reply to the flusher and back). */
     if (w->mode == KVP_FSYNC_ALWAYS || w->mode == KVP_FSYNC_NEVER) {
         pthread_mutex_lock(&w->io);
         pthread_mutex_lock(&w->mu);
-        int need = w->durable < lsn && !w->failed;
+        int bad = beyond_end_locked(w, lsn);
+        int need = !bad && w->durable < lsn && !w->failed;
         pthread_mutex_unlock(&w->mu);
         if (need)
             flush_pending(w);
         pthread_mutex_unlock(&w->io);
+        if (bad)
+            return -EINVAL;
     }
     pthread_mutex_lock(&w->mu);
+    if (beyond_end_locked(w, lsn)) {
+        pthread_mutex_unlock(&w->mu);
+        return -EINVAL;
+    }
     while (!w->failed && w->durable < lsn)
         pthread_cond_wait(&w->done, &w->mu);
     int rc = w->failed;
@@ -858,13 +861,15 @@ int kvp__wal_wait(struct kvp__wal *w, uint64_t lsn)
 int kvp__wal_when_durable(struct kvp__wal *w, uint64_t lsn, void (*cb)(void *arg, int status),
                           void *arg)
 {
-    if (beyond_end(w, lsn))
-        return -EINVAL;
     if (w->mode != KVP_FSYNC_BATCH) {
         int rc = kvp__wal_wait(w, lsn);
         return rc ? rc : 1;
     }
     pthread_mutex_lock(&w->mu);
+    if (beyond_end_locked(w, lsn)) {
+        pthread_mutex_unlock(&w->mu);
+        return -EINVAL;
+    }
     if (w->failed) {
         int rc = w->failed;
         pthread_mutex_unlock(&w->mu);
