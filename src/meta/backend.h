@@ -6,7 +6,8 @@
  * A backend is a table of operations. The interface calls them only with
  * valid input: keys of 1..KVP_MAX_KEY_LEN bytes without NUL, valid names,
  * ranks <= KVP_MAX_RANK, 1 <= num_pages <= KVP_MAX_PAGES, n <= KVP_MAX_BATCH,
- * non-NULL arrays where n > 0. What depends on the state (is the rank
+ * non-NULL arrays where n > 0, and -1 for "every rank" where a call takes
+ * an int64_t rank (any negative rank a caller passes). What depends on the state (is the rank
  * initialized, is the page inside it, does it hold another key) is the
  * backend's to check, with the rules and messages of kvpage/meta.h.
  *

@@ -399,7 +399,7 @@ KVP_API int kvp_meta_exists(struct kvp_ns *ns, int64_t rank, const struct kvp_st
         return rc;
     if (n && !out)
         return bad_arg(err, "out is NULL");
-    return ns->meta->ops->exists(ns, rank, keys, n, out, err);
+    return ns->meta->ops->exists(ns, rank < 0 ? -1 : rank, keys, n, out, err);
 }
 
 KVP_API int kvp_meta_lookup(struct kvp_ns *ns, uint32_t rank, int complete_only,

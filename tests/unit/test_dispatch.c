@@ -364,7 +364,7 @@ static void test_backend_sees_valid_input(void)
         CHECK_EQ(kvp_meta_allocate(ns, 0, bad, 1, pages, flags, &e), 0);
         CHECK_EQ(kvp_meta_confirm_async(ns, 0, bad, pages, 1, NULL, 0, &t, &e), 0);
         CHECK_EQ(kvp_meta_wait(m[b], t, &e), 0);
-        CHECK_EQ(kvp_meta_exists(ns, -1, bad, 1, flags, &e), 0);
+        CHECK_EQ(kvp_meta_exists(ns, -3, bad, 1, flags, &e), 0); /* any negative rank: all */
         CHECK_EQ(kvp_meta_exists(ns, 0, bad, 1, flags, &e), 0);
         CHECK_EQ(kvp_meta_lookup(ns, 0, 1, bad, 1, pages, &e), 0);
         CHECK_EQ(kvp_meta_delete(ns, -7, bad, 1, &e), 0); /* any negative rank: every rank */
