@@ -2,6 +2,7 @@
 #ifndef KVPAGE_H
 #define KVPAGE_H
 #include "kvpage/error.h"
+#include "kvpage/keys.h"
 #include "kvpage/meta.h"
 #include "kvpage/pagefile.h"
 #endif

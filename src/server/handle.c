@@ -17,6 +17,7 @@
 #include "server/jsonfast.h"
 #include "server/server.h"
 #include "util/clock.h"
+#include "util/hex.h"
 
 static const char JSON_TYPE[] = "application/json";
 
@@ -679,24 +680,16 @@ void kvp__server_init(struct kvp_server *srv, struct kvp_meta *meta,
 /* Longest decoded path (after a namespace prefix) that can name a route. */
 #define PATH_DECODE_MAX 512
 
-static int hexval(char ch)
-{
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    if (ch >= 'a' && ch <= 'f')
-        return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F')
-        return ch - 'A' + 10;
-    return -1;
-}
-
 /* Length of s[0..n) with its %XX escapes decoded (a '%' not followed by two
  * hex digits stays as it is, as libmicrohttpd leaves it). */
 static size_t pct_decoded_len(const char *s, size_t n)
 {
     size_t len = 0;
-    for (size_t i = 0; i < n; len++)
-        i += (s[i] == '%' && i + 2 < n && hexval(s[i + 1]) >= 0 && hexval(s[i + 2]) >= 0) ? 3 : 1;
+    for (size_t i = 0; i < n; len++) {
+        int esc = s[i] == '%' && i + 2 < n && kvp__hex_value(s[i + 1]) >= 0 &&
+                  kvp__hex_value(s[i + 2]) >= 0;
+        i += esc ? 3 : 1;
+    }
     return len;
 }
 
@@ -706,8 +699,8 @@ static size_t pct_decode(const char *s, size_t n, char *out)
     size_t o = 0;
     for (size_t i = 0; i < n;) {
         int hi, lo;
-        if (s[i] == '%' && i + 2 < n && (hi = hexval(s[i + 1])) >= 0 &&
-            (lo = hexval(s[i + 2])) >= 0) {
+        if (s[i] == '%' && i + 2 < n && (hi = kvp__hex_value(s[i + 1])) >= 0 &&
+            (lo = kvp__hex_value(s[i + 2])) >= 0) {
             out[o++] = (char)(hi << 4 | lo);
             i += 3;
         } else {

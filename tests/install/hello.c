@@ -1,8 +1,8 @@
 /*
  * tests/install/hello.c — a C program built against an installed kvpage
- * through pkg-config (tests/install/run.sh): the metadata store in memory and
- * a page file in a temporary directory. Exit 0 and one "ok" line per step, or
- * exit 1 and a "FAIL" line.
+ * through pkg-config (tests/install/run.sh): the metadata store in memory, a
+ * page file in a temporary directory and a page key (libcrypto's SHA-256). Exit 0 and one "ok" line
+ * per step, or exit 1 and a "FAIL" line.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <kvpage/keys.h>
 #include <kvpage/pagefile.h>
 
 #include "meta_check.h"
@@ -77,6 +78,18 @@ int main(void)
     }
     if (meta_check("hello"))
         return 1;
+
+    /* Tokens 0..3, one page: SGLang's get_hash_str([0, 1, 2, 3]). */
+    const uint32_t tokens[4] = {0, 1, 2, 3};
+    char key[1][KVP_PAGE_KEY_LEN + 1];
+    size_t nkeys = 0;
+    int rc = kvp_page_keys(tokens, 4, 4, NULL, NULL, 0, key, 1, &nkeys, NULL);
+    if (rc != 0 || nkeys != 1 ||
+        strcmp(key[0], "baed642339816affb3fe8719792d0e4ce82f12db72b7373d244eaa65445800fe") != 0) {
+        printf("FAIL kvp_page_keys: rc %d, %zu keys, '%s'\n", rc, nkeys, nkeys ? key[0] : "");
+        return 1;
+    }
+    printf("ok hello keys: the SHA-256 page key of tokens 0..3\n");
 
     const char *tmp = getenv("TMPDIR");
     char dir[4096];
