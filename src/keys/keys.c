@@ -5,7 +5,7 @@
 #include <openssl/evp.h>
 
 #include "kvpage/keys.h"
-#include "meta/backend.h" /* kvp__set_err */
+#include "util/error.h"
 #include "util/hex.h"
 
 #define DIGEST_LEN 32

@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "kvpage/meta.h"
+#include "util/error.h" /* kvp__set_err, for backends */
 
 /* The most keys (or confirmations, or releases) one call may pass. */
 #define KVP_MAX_BATCH ((size_t)UINT32_MAX - 1)
@@ -83,9 +84,5 @@ extern const struct kvp__meta_ops kvp__local_ops;
  * thread-safe, before any kvp_meta_open_at. 0 or -EEXIST / -ENOSPC.
  */
 int kvp__meta_register(const char *scheme, const struct kvp__meta_ops *ops);
-
-/* Fills err (when non-NULL): code, rule, index, value, limit, msg. */
-void kvp__set_err(struct kvp_error *err, int code, int rule, int64_t index, int64_t value,
-                  int64_t limit, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
 
 #endif

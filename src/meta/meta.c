@@ -6,28 +6,11 @@
  * functions: kvp_key_problem, kvp_deployment_valid, kvp_pool_valid).
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "meta/backend.h"
-
-void kvp__set_err(struct kvp_error *err, int code, int rule, int64_t index, int64_t value,
-                  int64_t limit, const char *fmt, ...)
-{
-    if (!err)
-        return;
-    err->code = code;
-    err->rule = rule;
-    err->index = index;
-    err->value = value;
-    err->limit = limit;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-    va_end(ap);
-}
 
 /* ---------------------------------------------------------------- rules */
 
