@@ -73,6 +73,15 @@ struct kvp_meta_opts {
      * (default), KVP_SNAPSHOT_FORK or KVP_SNAPSHOT_MANUAL, see below; 0 takes
      * the default. */
     int snapshot_mode;
+    /* The http:// backend (a remote kvpage serve); the others ignore these. */
+    uint32_t connect_timeout_ms; /* TCP connect; 0 takes the default, 2000 */
+    uint32_t timeout_ms;         /* one whole request; 0 takes the default, 10000 */
+    uint32_t retries;            /* repeats of an idempotent request (lookups, exists,
+                                  * confirmations, deletes, clears) after a failed
+                                  * connection, a timeout or a 5xx, with backoff; default 3
+                                  * (kvp_meta_opts_init), 0: none. Allocations are never
+                                  * repeated. */
+    const char *token;           /* sent as "Authorization: Bearer TOKEN"; NULL: none */
 };
 
 #define KVP_FSYNC_NEVER 0

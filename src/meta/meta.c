@@ -125,6 +125,9 @@ KVP_API void kvp_meta_opts_init(struct kvp_meta_opts *opts)
     opts->fsync = KVP_FSYNC_BATCH;
     opts->snapshot_bytes = (uint64_t)64 << 20;
     opts->snapshot_mode = KVP_SNAPSHOT_THREAD; /* no fork inside a caller's process */
+    opts->connect_timeout_ms = 2000;
+    opts->timeout_ms = 10000;
+    opts->retries = 3;
 }
 
 KVP_API int kvp_meta_open_at(const char *location, const struct kvp_meta_opts *opts,
@@ -206,6 +209,10 @@ KVP_API int kvp_meta_open_at(const char *location, const struct kvp_meta_opts *o
     }
     if (o.snapshot_mode == 0)
         o.snapshot_mode = KVP_SNAPSHOT_THREAD;
+    if (o.connect_timeout_ms == 0)
+        o.connect_timeout_ms = 2000;
+    if (o.timeout_ms == 0)
+        o.timeout_ms = 10000;
     if (o.snapshot_mode < KVP_SNAPSHOT_FORK || o.snapshot_mode > KVP_SNAPSHOT_MANUAL) {
         kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, o.snapshot_mode, KVP_SNAPSHOT_MANUAL,
                      "snapshot_mode must be KVP_SNAPSHOT_FORK, KVP_SNAPSHOT_THREAD or "
