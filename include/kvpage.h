@@ -5,4 +5,5 @@
 #include "kvpage/keys.h"
 #include "kvpage/meta.h"
 #include "kvpage/pagefile.h"
+#include "kvpage/store.h"
 #endif

@@ -1,0 +1,176 @@
+/*
+ * kvpage/store.h — put and get KV pages by key: one rank's storage file
+ * (kvp_pagefile) joined to the metadata that says which key is in which page
+ * (kvp_meta), so that callers do not do the allocate → write → confirm and
+ * lookup → read dance themselves.
+ *
+ * A store is one rank of one namespace (deployment, pool). Its file holds
+ * file_size / bytes_per_page pages, and the store initializes its rank in the
+ * metadata with that many. The metadata lives
+ *   - in a data directory (the default: PATH.meta beside the file): embedded,
+ *     persistent, owned by one process (a second process gets -EBUSY);
+ *   - at http://HOST:PORT[/ns/NAME]: a kvpage serve shared by every rank of
+ *     every node;
+ *   - in an open kvp_meta handle the caller passes (opts.meta_handle), which
+ *     several stores of one process (several ranks) may share;
+ *   - or anywhere kvp_meta_open_at accepts ("mem:", "file:DIR", ...).
+ *
+ * Keys: 1..KVP_MAX_KEY_LEN bytes without NUL (kvp_key_problem), for instance
+ * from kvp_page_keys (kvpage/keys.h). A key counts as there when it is
+ * complete: it holds a page on every initialized rank of the namespace (with
+ * one rank: when it holds a page on this rank). opts.per_rank makes this rank
+ * alone count.
+ *
+ * Durability: with opts.durable (the default) a put makes the pages it wrote
+ * durable (fdatasync of the file) before it confirms them, so that a key that
+ * survives a power loss in the metadata never names a page whose bytes did
+ * not. Without it, a power loss may leave keys naming stale pages.
+ *
+ * Thread safety: every call but kvp_store_close may be made by any number of
+ * threads at once on one handle.
+ */
+#ifndef KVPAGE_STORE_H
+#define KVPAGE_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "kvpage/error.h"
+#include "kvpage/meta.h"
+#include "kvpage/pagefile.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct kvp_store;
+
+struct kvp_store_opts {
+    size_t opts_size; /* sizeof(struct kvp_store_opts), set by kvp_store_opts_init */
+    /* The rank's storage file. */
+    const char *path;        /* required */
+    uint64_t file_size;      /* bytes; 0: the existing file's size. A missing file is
+                                created (with its directories) when file_size > 0. */
+    uint64_t bytes_per_page; /* required: the size of one page */
+    uint32_t entries;        /* most pages per page-I/O batch; default 8. Larger
+                                calls are cut into batches that run in parallel. */
+    const struct kvp_pagefile_opts *pagefile; /* NULL: the defaults; its size,
+                                bytes_per_page and entries are the fields above */
+    /* Where in the metadata. */
+    uint32_t rank;                         /* default 0 */
+    const char *deployment;                /* NULL: the location's /ns/NAME, else "default" */
+    const char *pool;                      /* NULL: "kv" */
+    const char *meta;                      /* the location (see above); NULL: PATH.meta */
+    const struct kvp_meta_opts *meta_opts; /* NULL: the defaults */
+    struct kvp_meta *meta_handle;          /* not NULL: use it (meta and meta_opts are then
+                                              ignored); the caller closes it after the store */
+    int per_rank;     /* 0 (default): exists and get count complete keys; 1: keys
+                         held on this rank (SGLang's per-rank semantics) */
+    int durable;      /* 1 (default): fdatasync written pages before confirming them */
+    uint32_t threads; /* batches of one call run at once; 0: 4 */
+};
+
+/* Per-key results of put (kvp_store_put results[i]). */
+#define KVP_STORE_STORED 1  /* written and confirmed by this call */
+#define KVP_STORE_ALREADY 0 /* the key was held already: not rewritten */
+/* (otherwise a negative errno: -ENOSPC no page could be had, -EIO ...) */
+
+/* The figures of a store: its rank's pages (from the metadata) and its own calls. */
+struct kvp_store_stats {
+    size_t stats_size; /* sizeof(struct kvp_store_stats): set it before the call */
+    uint64_t num_pages, free, reserved, held, keys; /* the rank, now */
+    uint64_t hits, misses, allocations, evictions;  /* the rank, since it began */
+    uint64_t puts, gets;                            /* calls of this handle */
+    uint64_t stored, already, put_failed;           /* put's per-key results */
+    uint64_t read, missing, get_failed;             /* get's per-key results */
+    uint64_t bytes_written, bytes_read;
+};
+
+/* Fills opts with the defaults written beside each field. Always succeeds. */
+KVP_API void kvp_store_opts_init(struct kvp_store_opts *opts);
+
+/*
+ * Opens the store: the page file (created when missing and file_size > 0),
+ * the metadata at its location, the namespace (created when missing) and the
+ * rank, initialized with file_size / bytes_per_page pages.
+ * Returns 0, or:
+ *   -EINVAL  a bad option (KVP_RULE_ARG, msg naming it), a bad name
+ *            (KVP_RULE_NAMESPACE), fewer than one page
+ *   -EEXIST  the metadata has this rank with another page count and holds
+ *            data in it (KVP_RULE_RESIZE_HELD; msg names both counts)
+ *   -EBUSY   another process owns the metadata directory
+ *   and the errors of kvp_pagefile_open and kvp_meta_open_at.
+ * err (may be NULL) says what failed.
+ */
+KVP_API int kvp_store_open(const struct kvp_store_opts *opts, struct kvp_store **out,
+                           struct kvp_error *err);
+
+/* Closes the page file (after kvp_pagefile_flush) and the metadata the store
+ * opened. No other call may be running or follow. NULL is a no-op. */
+KVP_API void kvp_store_close(struct kvp_store *s);
+
+/* One caller buffer: bytes [base, base + len). */
+struct kvp_store_buf {
+    void *base;
+    uint64_t len;
+};
+
+/*
+ * Stores bufs[i] (len <= bytes_per_page) under keys[i], for i < n. One
+ * allocation; only the keys not already held on this rank are written (a
+ * key given twice in one call is written once, from its first buffer); one
+ * confirmation covers the pages written and releases those whose write
+ * failed. results[i]: KVP_STORE_STORED, KVP_STORE_ALREADY, or the key's
+ * negative errno (-ENOSPC: no free or evictable page; the write's error).
+ * Returns 0 when every key is stored or already there; the first failed
+ * key's errno when some failed (results say which; err names the first);
+ * -EINVAL for bad arguments (a bad key, a buffer over bytes_per_page or NULL:
+ * nothing changed, err says which); or the metadata's error when allocation
+ * or confirmation failed (every key failed, nothing is left reserved).
+ */
+KVP_API int kvp_store_put(struct kvp_store *s, const struct kvp_str *keys,
+                          const struct kvp_store_buf *bufs, size_t n, int64_t *results,
+                          struct kvp_error *err);
+
+/*
+ * Loads the pages of keys[i] into bufs[i] (len <= bytes_per_page bytes are
+ * read), for i < n. results[i]: the bytes read, -ENOENT for a key that is not
+ * there, or the read's negative errno. A missing key's buffer is never
+ * touched; a buffer whose read failed may hold part of the page.
+ * Returns the number of leading keys read in full (what an engine uses:
+ * results[0..ret) are all read), or -EINVAL for bad arguments (nothing read),
+ * or the metadata's error (nothing read).
+ */
+KVP_API int64_t kvp_store_get(struct kvp_store *s, const struct kvp_str *keys,
+                              const struct kvp_store_buf *bufs, size_t n, int64_t *results,
+                              struct kvp_error *err);
+
+/*
+ * out[i] = 1 where keys[i] is there, else 0 (no recency change). out may be
+ * NULL. Returns the number of leading keys that are there, or a negative
+ * errno (-EINVAL bad key, the metadata's error).
+ */
+KVP_API int64_t kvp_store_exists(struct kvp_store *s, const struct kvp_str *keys, size_t n,
+                                 uint8_t *out, struct kvp_error *err);
+
+/* Forgets keys on this rank (their pages become free); unknown keys are
+ * ignored. Returns 0 or a negative errno. */
+KVP_API int kvp_store_delete(struct kvp_store *s, const struct kvp_str *keys, size_t n,
+                             struct kvp_error *err);
+
+/* Fills *st (st->stats_size set by the caller; a smaller size gets the fields
+ * that fit). Returns 0 or a negative errno (the metadata's). */
+KVP_API int kvp_store_stats(struct kvp_store *s, struct kvp_store_stats *st, struct kvp_error *err);
+
+/* Getters: never fail; strings live until kvp_store_close. */
+KVP_API struct kvp_pagefile *kvp_store_pagefile(const struct kvp_store *s);
+KVP_API struct kvp_meta *kvp_store_meta(const struct kvp_store *s);
+KVP_API struct kvp_ns *kvp_store_ns(const struct kvp_store *s);
+KVP_API uint32_t kvp_store_rank(const struct kvp_store *s);
+KVP_API uint64_t kvp_store_num_pages(const struct kvp_store *s);
+KVP_API uint64_t kvp_store_bytes_per_page(const struct kvp_store *s);
+KVP_API const char *kvp_store_location(const struct kvp_store *s); /* the metadata's */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

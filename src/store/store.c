@@ -1,0 +1,656 @@
+/*
+ * The store (kvpage/store.h): put and get pages by key, over one page file
+ * and the metadata interface. Every call is one metadata call (allocate,
+ * lookup, exists, delete) plus, for put, one confirmation; the page I/O of a
+ * call is cut into batches of `entries` that the store's workers and the
+ * caller run in parallel (src/store/pieces.c).
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvpage/store.h"
+#include "store/pieces.h"
+#include "util/error.h"
+
+struct kvp_store {
+    struct kvp_pagefile *pf;
+    struct kvp_meta *meta;
+    int own_meta;
+    struct kvp_ns *ns;
+    uint32_t rank;
+    uint64_t num_pages, bpp;
+    uint32_t entries;
+    int per_rank, durable;
+    char *location, *deployment, *pool;
+    struct kvp__pieces *pieces;
+    _Atomic uint64_t puts, gets, stored, already, put_failed, read, missing, get_failed;
+    _Atomic uint64_t bytes_written, bytes_read;
+};
+
+KVP_API void kvp_store_opts_init(struct kvp_store_opts *opts)
+{
+    memset(opts, 0, sizeof *opts);
+    opts->opts_size = sizeof *opts;
+    opts->entries = 8;
+    opts->durable = 1;
+    opts->threads = 4;
+}
+
+static int arg_err(struct kvp_error *err, const char *fmt, const char *what)
+{
+    kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, 0, 0, fmt, what);
+    return -EINVAL;
+}
+
+/* The NAME of a location "http://HOST:PORT/ns/NAME[/...]", or NULL. */
+static char *location_deployment(const char *loc)
+{
+    const char *p = strstr(loc, "://");
+    if (!p)
+        return NULL;
+    p = strchr(p + 3, '/');
+    if (!p || strncmp(p, "/ns/", 4))
+        return NULL;
+    p += 4;
+    size_t n = strcspn(p, "/?#");
+    return n ? strndup(p, n) : NULL;
+}
+
+KVP_API int kvp_store_open(const struct kvp_store_opts *opts_in, struct kvp_store **out,
+                           struct kvp_error *err)
+{
+    if (!out)
+        return arg_err(err, "%s is NULL", "out");
+    *out = NULL;
+    if (!opts_in)
+        return arg_err(err, "%s is NULL (set it with kvp_store_opts_init)", "opts");
+    struct kvp_store_opts o;
+    kvp_store_opts_init(&o);
+    if (opts_in->opts_size == 0 || opts_in->opts_size > sizeof o) {
+        kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, (int64_t)opts_in->opts_size, sizeof o,
+                     "opts_size %zu is not a size of struct kvp_store_opts (set it with "
+                     "kvp_store_opts_init)",
+                     opts_in->opts_size);
+        return -EINVAL;
+    }
+    memcpy(&o, opts_in, opts_in->opts_size);
+    if (!o.path || !*o.path)
+        return arg_err(err, "%s is not set: the rank's storage file is required", "path");
+    if (o.bytes_per_page == 0)
+        return arg_err(err, "%s is 0: the page size is required", "bytes_per_page");
+    if (o.entries == 0)
+        o.entries = 8;
+    if (o.threads == 0)
+        o.threads = 4;
+    if (o.threads > 64)
+        o.threads = 64;
+    if (o.rank > KVP_MAX_RANK) {
+        kvp__set_err(err, -EINVAL, KVP_RULE_RANK_RANGE, -1, o.rank, KVP_MAX_RANK,
+                     "rank %u is out of range (0 <= rank < 2^31)", o.rank);
+        return -EINVAL;
+    }
+
+    struct kvp_store *s = calloc(1, sizeof *s);
+    if (!s) {
+        kvp__set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        return -ENOMEM;
+    }
+    s->rank = o.rank;
+    s->bpp = o.bytes_per_page;
+    s->entries = o.entries;
+    s->per_rank = o.per_rank != 0;
+    s->durable = o.durable != 0;
+    int rc;
+
+    struct kvp_pagefile_opts po;
+    if (o.pagefile) {
+        po = *o.pagefile;
+    } else {
+        kvp_pagefile_opts_init(&po);
+    }
+    po.size = o.file_size;
+    po.bytes_per_page = o.bytes_per_page;
+    po.entries = o.entries;
+    if (o.file_size)
+        po.flags |= KVP_PAGEFILE_CREATE;
+    rc = kvp_pagefile_open(o.path, &po, &s->pf, err);
+    if (rc)
+        goto fail;
+    uint64_t np = kvp_pagefile_size(s->pf) / s->bpp;
+    if (np == 0 || np > KVP_MAX_PAGES) {
+        kvp__set_err(err, -EINVAL, KVP_RULE_NUM_PAGES, -1, (int64_t)np, KVP_MAX_PAGES,
+                     "the file %s of %llu bytes holds %llu pages of %llu bytes (1 .. %u "
+                     "allowed)",
+                     o.path, (unsigned long long)kvp_pagefile_size(s->pf), (unsigned long long)np,
+                     (unsigned long long)s->bpp, KVP_MAX_PAGES);
+        rc = -EINVAL;
+        goto fail;
+    }
+    s->num_pages = np;
+
+    if (o.meta_handle) {
+        s->meta = o.meta_handle;
+        s->location = strdup("(the caller's metadata handle)");
+    } else {
+        if (o.meta) {
+            s->location = strdup(o.meta);
+        } else {
+            size_t n = strlen(o.path);
+            if ((s->location = malloc(n + 11)))
+                snprintf(s->location, n + 11, "file:%s.meta", o.path);
+        }
+        if (!s->location) {
+            rc = -ENOMEM;
+            goto nomem;
+        }
+        rc = kvp_meta_open_at(s->location, o.meta_opts, &s->meta, err);
+        if (rc)
+            goto fail;
+        s->own_meta = 1;
+    }
+    if (!s->location)
+        goto nomem;
+
+    char *locdep = o.meta_handle ? NULL : location_deployment(s->location);
+    s->deployment = o.deployment ? strdup(o.deployment) : locdep ? locdep : strdup("default");
+    if (o.deployment)
+        free(locdep);
+    s->pool = strdup(o.pool ? o.pool : "kv");
+    if (!s->deployment || !s->pool)
+        goto nomem;
+    rc = kvp_meta_ns(s->meta, s->deployment, strlen(s->deployment), s->pool, strlen(s->pool), 1,
+                     &s->ns, err);
+    if (rc)
+        goto fail;
+    struct kvp_error e2 = {0};
+    rc = kvp_meta_init_rank(s->ns, s->rank, s->num_pages, &e2);
+    if (rc == -EEXIST) {
+        kvp__set_err(err, rc, KVP_RULE_RESIZE_HELD, -1, e2.value, (int64_t)s->num_pages,
+                     "the metadata at %s has rank %u of %s/%s with %lld pages and holds data in "
+                     "it; the file %s gives %llu pages of %llu bytes (use the same file size and "
+                     "page size, or clear the rank)",
+                     s->location, s->rank, s->deployment, s->pool, (long long)e2.value, o.path,
+                     (unsigned long long)s->num_pages, (unsigned long long)s->bpp);
+        goto fail;
+    }
+    if (rc) {
+        if (err)
+            *err = e2;
+        goto fail;
+    }
+    rc = kvp__pieces_open(o.threads, &s->pieces);
+    if (rc) {
+        kvp__set_err(err, rc, KVP_RULE_IO, -1, 0, 0, "cannot start the store's threads: %s",
+                     kvp_strerror(rc));
+        goto fail;
+    }
+    *out = s;
+    return 0;
+nomem:
+    rc = -ENOMEM;
+    kvp__set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+fail:
+    kvp_store_close(s);
+    return rc;
+}
+
+KVP_API void kvp_store_close(struct kvp_store *s)
+{
+    if (!s)
+        return;
+    kvp__pieces_close(s->pieces);
+    if (s->pf) {
+        kvp_pagefile_flush(s->pf, NULL);
+        kvp_pagefile_close(s->pf);
+    }
+    if (s->own_meta)
+        kvp_meta_close(s->meta);
+    free(s->location);
+    free(s->deployment);
+    free(s->pool);
+    free(s);
+}
+
+/* ---------------------------------------------------------------- checks */
+
+static int check_call(struct kvp_store *s, const struct kvp_str *keys,
+                      const struct kvp_store_buf *bufs, size_t n, const int64_t *results,
+                      struct kvp_error *err)
+{
+    if (!s)
+        return arg_err(err, "%s is NULL", "store");
+    if (n > (size_t)INT64_MAX / 2) {
+        kvp__set_err(err, -EINVAL, KVP_RULE_TOO_MANY, -1, (int64_t)n, INT64_MAX / 2,
+                     "too many keys");
+        return -EINVAL;
+    }
+    if (n && !bufs)
+        return arg_err(err, "%s is NULL", "bufs");
+    if (n && !results)
+        return arg_err(err, "%s is NULL", "results");
+    if (n && !keys)
+        return arg_err(err, "%s is NULL", "keys");
+    /* The keys are checked by the metadata call, before it changes anything. */
+    for (size_t i = 0; i < n; i++) {
+        if (bufs[i].len > s->bpp) {
+            kvp__set_err(err, -EINVAL, KVP_RULE_SIZE, (int64_t)i, (int64_t)bufs[i].len,
+                         (int64_t)s->bpp, "buffer %zu is %llu bytes, over the page size %llu", i,
+                         (unsigned long long)bufs[i].len, (unsigned long long)s->bpp);
+            return -EINVAL;
+        }
+        if (bufs[i].len && !bufs[i].base) {
+            kvp__set_err(err, -EINVAL, KVP_RULE_ARG, (int64_t)i, 0, 0,
+                         "buffer %zu is NULL with %llu bytes", i, (unsigned long long)bufs[i].len);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- page I/O */
+
+/* The page I/O of one call: ops[k] for k < nops, results into res[k]. */
+struct io_job {
+    struct kvp_store *s;
+    int write;
+    struct kvp_pagefile_op *ops;
+    int64_t *res;
+    size_t nops;
+};
+
+static void io_piece(void *arg, size_t piece)
+{
+    struct io_job *j = arg;
+    size_t lo = piece * j->s->entries;
+    size_t n = j->nops - lo < j->s->entries ? j->nops - lo : j->s->entries;
+    int rc = j->write ? kvp_pagefile_write(j->s->pf, j->ops + lo, n, j->res + lo, NULL)
+                      : kvp_pagefile_read(j->s->pf, j->ops + lo, n, j->res + lo, NULL);
+    if (rc == -EINVAL) /* validated before: cannot happen, but never leave results unset */
+        for (size_t k = 0; k < n; k++)
+            j->res[lo + k] = rc;
+}
+
+static void run_io(struct kvp_store *s, int write, struct kvp_pagefile_op *ops, int64_t *res,
+                   size_t nops)
+{
+    if (!nops)
+        return;
+    struct io_job j = {s, write, ops, res, nops};
+    size_t pieces = (nops + s->entries - 1) / s->entries;
+    kvp__pieces_run(s->pieces, pieces, io_piece, &j);
+}
+
+/* ---------------------------------------------------------------- put */
+
+/* Index of the first key given the same page earlier in this call, or -1:
+ * a small open-addressing table of page -> first index. */
+struct page_set {
+    int64_t *page;
+    size_t *idx;
+    size_t mask;
+};
+
+static int page_set_init(struct page_set *t, size_t n)
+{
+    size_t cap = 16;
+    while (cap < 2 * n)
+        cap <<= 1;
+    t->mask = cap - 1;
+    t->page = malloc(cap * sizeof *t->page);
+    t->idx = malloc(cap * sizeof *t->idx);
+    if (!t->page || !t->idx) {
+        free(t->page);
+        free(t->idx);
+        return -ENOMEM;
+    }
+    memset(t->page, 0xff, cap * sizeof *t->page); /* -1: empty */
+    return 0;
+}
+
+static int64_t page_set_first(struct page_set *t, int64_t page, size_t i)
+{
+    size_t h = ((uint64_t)page * 0x9e3779b97f4a7c15ull) >> 20 & t->mask;
+    for (;; h = (h + 1) & t->mask) {
+        if (t->page[h] == -1) {
+            t->page[h] = page;
+            t->idx[h] = i;
+            return -1;
+        }
+        if (t->page[h] == page)
+            return (int64_t)t->idx[h];
+    }
+}
+
+static void page_set_free(struct page_set *t)
+{
+    free(t->page);
+    free(t->idx);
+}
+
+KVP_API int kvp_store_put(struct kvp_store *s, const struct kvp_str *keys,
+                          const struct kvp_store_buf *bufs, size_t n, int64_t *results,
+                          struct kvp_error *err)
+{
+    int rc = check_call(s, keys, bufs, n, results, err);
+    if (rc)
+        return rc;
+    atomic_fetch_add(&s->puts, 1);
+    if (n == 0)
+        return 0;
+    /* One allocation holds every array of the call. */
+    size_t bytes = n * (sizeof(int64_t) * 5 + sizeof(struct kvp_pagefile_op) +
+                        sizeof(struct kvp_str) + sizeof(size_t) + 1);
+    char *mem = malloc(bytes);
+    struct page_set dup;
+    if (!mem || page_set_init(&dup, n)) {
+        free(mem);
+        kvp__set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        return -ENOMEM;
+    }
+    int64_t *pages = (int64_t *)mem;
+    int64_t *wres = pages + n;
+    int64_t *cpages = wres + n;
+    int64_t *release = cpages + n;
+    int64_t *dupof = release + n; /* -1, or the first index of the same key */
+    struct kvp_pagefile_op *ops = (struct kvp_pagefile_op *)(dupof + n);
+    struct kvp_str *ckeys = (struct kvp_str *)(ops + n);
+    size_t *widx = (size_t *)(ckeys + n);
+    uint8_t *existed = (uint8_t *)(widx + n);
+
+    struct kvp_error e = {0};
+    rc = kvp_meta_allocate(s->ns, s->rank, keys, n, pages, existed, &e);
+    if (rc) {
+        for (size_t i = 0; i < n; i++)
+            results[i] = rc;
+        atomic_fetch_add(&s->put_failed, n);
+        if (err)
+            *err = e;
+        goto out;
+    }
+    /* Which keys to write: not held already, given a page, first of their page. */
+    size_t nw = 0;
+    for (size_t i = 0; i < n; i++) {
+        dupof[i] = -1;
+        if (existed[i]) {
+            results[i] = KVP_STORE_ALREADY;
+        } else if (pages[i] < 0) {
+            results[i] = -ENOSPC;
+        } else {
+            int64_t first = page_set_first(&dup, pages[i], i);
+            if (first >= 0) {
+                dupof[i] = first; /* resolved below, after the first's fate */
+                continue;
+            }
+            ops[nw] = (struct kvp_pagefile_op){(int64_t)((uint64_t)pages[i] * s->bpp), bufs[i].base,
+                                               bufs[i].len};
+            widx[nw++] = i;
+        }
+    }
+    run_io(s, 1, ops, wres, nw);
+
+    size_t nc = 0, nrel = 0;
+    uint64_t bytes_w = 0;
+    for (size_t k = 0; k < nw; k++) {
+        size_t i = widx[k];
+        if (wres[k] == (int64_t)bufs[i].len) {
+            ckeys[nc] = keys[i];
+            cpages[nc++] = pages[i];
+            bytes_w += bufs[i].len;
+            results[i] = KVP_STORE_STORED;
+        } else {
+            release[nrel++] = pages[i];
+            results[i] = wres[k] < 0 ? wres[k] : -EIO;
+        }
+    }
+    int frc = 0;
+    if (nc && s->durable)
+        frc = kvp_pagefile_flush(s->pf, &e);
+    if (frc) {
+        /* Nothing written is known to be durable: release it all. */
+        for (size_t k = 0; k < nw; k++)
+            if (results[widx[k]] == KVP_STORE_STORED)
+                results[widx[k]] = frc;
+        nrel = 0;
+        for (size_t k = 0; k < nw; k++)
+            release[nrel++] = pages[widx[k]];
+        nc = 0;
+    }
+    if (nc || nrel) {
+        struct kvp_error ce = {0};
+        int crc = kvp_meta_confirm(s->ns, s->rank, ckeys, cpages, nc, release, nrel, &ce);
+        if (crc) {
+            /* All or nothing: nothing was confirmed. Give the pages back
+             * (best effort: a lease would reclaim them anyway). */
+            for (size_t k = 0; k < nw; k++) {
+                if (results[widx[k]] == KVP_STORE_STORED)
+                    results[widx[k]] = crc;
+                release[k] = pages[widx[k]];
+            }
+            kvp_meta_confirm(s->ns, s->rank, NULL, NULL, 0, release, nw, NULL);
+            e = ce;
+        }
+    }
+    /* Later copies of a key share the first copy's result. */
+    uint64_t st = 0, al = 0, fl = 0;
+    rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (dupof[i] >= 0) {
+            int64_t f = results[dupof[i]];
+            results[i] = f == KVP_STORE_STORED ? KVP_STORE_ALREADY : f;
+        }
+        if (results[i] == KVP_STORE_STORED) {
+            st++;
+        } else if (results[i] == KVP_STORE_ALREADY) {
+            al++;
+        } else {
+            fl++;
+            if (!rc) {
+                rc = (int)results[i];
+                if (rc == -ENOSPC && !e.code)
+                    kvp__set_err(err, rc, KVP_RULE_NONE, (int64_t)i, 0, 0,
+                                 "key %zu: no free or evictable page on rank %u (%llu pages)", i,
+                                 s->rank, (unsigned long long)s->num_pages);
+                else if (err && e.code)
+                    *err = e, err->index = (int64_t)i;
+                else
+                    kvp__set_err(err, rc, KVP_RULE_IO, (int64_t)i, 0, 0,
+                                 "key %zu: writing its page failed: %s", i, kvp_strerror(rc));
+            }
+        }
+    }
+    atomic_fetch_add(&s->stored, st);
+    atomic_fetch_add(&s->already, al);
+    atomic_fetch_add(&s->put_failed, fl);
+    atomic_fetch_add(&s->bytes_written, bytes_w);
+out:
+    page_set_free(&dup);
+    free(mem);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- get */
+
+KVP_API int64_t kvp_store_get(struct kvp_store *s, const struct kvp_str *keys,
+                              const struct kvp_store_buf *bufs, size_t n, int64_t *results,
+                              struct kvp_error *err)
+{
+    int rc = check_call(s, keys, bufs, n, results, err);
+    if (rc)
+        return rc;
+    atomic_fetch_add(&s->gets, 1);
+    if (n == 0)
+        return 0;
+    char *mem = malloc(n * (sizeof(int64_t) * 2 + sizeof(struct kvp_pagefile_op) + sizeof(size_t)));
+    if (!mem) {
+        kvp__set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        return -ENOMEM;
+    }
+    int64_t *pages = (int64_t *)mem;
+    int64_t *rres = pages + n;
+    struct kvp_pagefile_op *ops = (struct kvp_pagefile_op *)(rres + n);
+    size_t *ridx = (size_t *)(ops + n);
+    rc = kvp_meta_lookup(s->ns, s->rank, !s->per_rank, keys, n, pages, err);
+    if (rc) {
+        free(mem);
+        return rc;
+    }
+    size_t nr = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (pages[i] < 0) {
+            results[i] = -ENOENT;
+            continue;
+        }
+        ops[nr] = (struct kvp_pagefile_op){(int64_t)((uint64_t)pages[i] * s->bpp), bufs[i].base,
+                                           bufs[i].len};
+        ridx[nr++] = i;
+    }
+    run_io(s, 0, ops, rres, nr);
+    uint64_t bytes_r = 0, ok = 0, failed = 0;
+    for (size_t k = 0; k < nr; k++) {
+        size_t i = ridx[k];
+        results[i] = rres[k] == (int64_t)bufs[i].len ? rres[k] : rres[k] < 0 ? rres[k] : -EIO;
+        if (results[i] >= 0)
+            bytes_r += (uint64_t)results[i], ok++;
+        else
+            failed++;
+    }
+    int64_t lead = 0;
+    while ((size_t)lead < n && results[lead] >= 0)
+        lead++;
+    for (size_t i = 0; i < n; i++)
+        if (results[i] < 0 && results[i] != -ENOENT) {
+            kvp__set_err(err, (int)results[i], KVP_RULE_IO, (int64_t)i, 0, 0,
+                         "key %zu: reading its page failed: %s", i, kvp_strerror((int)results[i]));
+            break;
+        }
+    atomic_fetch_add(&s->read, ok);
+    atomic_fetch_add(&s->get_failed, failed);
+    atomic_fetch_add(&s->missing, n - nr);
+    atomic_fetch_add(&s->bytes_read, bytes_r);
+    free(mem);
+    return lead;
+}
+
+/* ---------------------------------------------------------------- the rest */
+
+KVP_API int64_t kvp_store_exists(struct kvp_store *s, const struct kvp_str *keys, size_t n,
+                                 uint8_t *out, struct kvp_error *err)
+{
+    if (!s)
+        return arg_err(err, "%s is NULL", "store");
+    uint8_t *flags = out ? out : malloc(n ? n : 1);
+    if (!flags) {
+        kvp__set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        return -ENOMEM;
+    }
+    int rc = kvp_meta_exists(s->ns, s->per_rank ? (int64_t)s->rank : -1, keys, n, flags, err);
+    int64_t lead = 0;
+    if (!rc)
+        while ((size_t)lead < n && flags[lead])
+            lead++;
+    if (!out)
+        free(flags);
+    return rc ? rc : lead;
+}
+
+KVP_API int kvp_store_delete(struct kvp_store *s, const struct kvp_str *keys, size_t n,
+                             struct kvp_error *err)
+{
+    if (!s)
+        return arg_err(err, "%s is NULL", "store");
+    return kvp_meta_delete(s->ns, s->rank, keys, n, err);
+}
+
+struct stats_find {
+    struct kvp_store *s;
+    struct kvp_store_stats *st;
+    int found;
+};
+
+static int stats_fn(const char *dep, const char *pool, const struct kvp_rank_stats *r, size_t nr,
+                    void *arg)
+{
+    struct stats_find *f = arg;
+    if (strcmp(dep, f->s->deployment) || strcmp(pool, f->s->pool))
+        return 0;
+    for (size_t i = 0; i < nr; i++) {
+        if (r[i].rank != f->s->rank)
+            continue;
+        struct kvp_store_stats *st = f->st;
+        st->num_pages = r[i].num_pages;
+        st->free = r[i].free;
+        st->reserved = r[i].reserved;
+        st->held = r[i].held;
+        st->keys = r[i].keys;
+        st->hits = r[i].hits;
+        st->misses = r[i].misses;
+        st->allocations = r[i].allocations;
+        st->evictions = r[i].evictions;
+        f->found = 1;
+        return 1;
+    }
+    return 0;
+}
+
+KVP_API int kvp_store_stats(struct kvp_store *s, struct kvp_store_stats *out, struct kvp_error *err)
+{
+    if (!s || !out)
+        return arg_err(err, "%s is NULL", !s ? "store" : "stats");
+    if (out->stats_size == 0 || out->stats_size > sizeof *out) {
+        kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, (int64_t)out->stats_size, sizeof *out,
+                     "stats_size %zu is not a size of struct kvp_store_stats", out->stats_size);
+        return -EINVAL;
+    }
+    struct kvp_store_stats st = {.stats_size = out->stats_size};
+    struct stats_find f = {s, &st, 0};
+    int rc = kvp_meta_stats(s->meta, stats_fn, &f);
+    if (rc < 0) {
+        kvp__set_err(err, rc, KVP_RULE_IO, -1, 0, 0, "reading the metadata's figures failed: %s",
+                     kvp_strerror(rc));
+        return rc;
+    }
+    st.puts = atomic_load(&s->puts);
+    st.gets = atomic_load(&s->gets);
+    st.stored = atomic_load(&s->stored);
+    st.already = atomic_load(&s->already);
+    st.put_failed = atomic_load(&s->put_failed);
+    st.read = atomic_load(&s->read);
+    st.missing = atomic_load(&s->missing);
+    st.get_failed = atomic_load(&s->get_failed);
+    st.bytes_written = atomic_load(&s->bytes_written);
+    st.bytes_read = atomic_load(&s->bytes_read);
+    memcpy(out, &st, out->stats_size);
+    return 0;
+}
+
+KVP_API struct kvp_pagefile *kvp_store_pagefile(const struct kvp_store *s)
+{
+    return s->pf;
+}
+KVP_API struct kvp_meta *kvp_store_meta(const struct kvp_store *s)
+{
+    return s->meta;
+}
+KVP_API struct kvp_ns *kvp_store_ns(const struct kvp_store *s)
+{
+    return s->ns;
+}
+KVP_API uint32_t kvp_store_rank(const struct kvp_store *s)
+{
+    return s->rank;
+}
+KVP_API uint64_t kvp_store_num_pages(const struct kvp_store *s)
+{
+    return s->num_pages;
+}
+KVP_API uint64_t kvp_store_bytes_per_page(const struct kvp_store *s)
+{
+    return s->bpp;
+}
+KVP_API const char *kvp_store_location(const struct kvp_store *s)
+{
+    return s->location;
+}

@@ -1,0 +1,514 @@
+/*
+ * test_store — the store (kvpage/store.h) over embedded metadata: round trips
+ * checked byte for byte, hits not rewritten (the bytes the page I/O writes
+ * are counted through its fault hook), a failed write releases its page,
+ * a missing key leaves later buffers untouched, eviction of a full file keeps
+ * the metadata consistent, two ranks of one namespace, a reopened data
+ * directory, duplicate keys, bad arguments changing nothing, 8 threads on one
+ * handle. The same store over a remote kvpage serve is tested by
+ * tests/integration/test_store.py.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "kvpage/store.h"
+#include "pagefile/pf_internal.h"
+
+#define BPP 4096u
+
+static char tmpdir[256];
+
+/* ---- the fault hook: counts bytes written, fails writes in [fail_lo, fail_hi) */
+static _Atomic uint64_t written_bytes;
+static _Atomic int64_t fail_lo = -1, fail_hi = -1;
+
+static int64_t hook(void *arg, int site, int64_t off, uint64_t len)
+{
+    (void)arg;
+    if (site == KVP__PF_PWRITE || site == KVP__PF_URING_WRITE) {
+        if (off >= atomic_load(&fail_lo) && off < atomic_load(&fail_hi))
+            return -EIO;
+        atomic_fetch_add(&written_bytes, len);
+    }
+    return 0;
+}
+
+/* The bytes of key k: derived from the key, so any page can be checked. */
+static void fill(uint8_t *buf, size_t len, const char *key)
+{
+    uint64_t x = 1469598103934665603ull;
+    for (const char *p = key; *p; p++)
+        x = (x ^ (uint8_t)*p) * 1099511628211ull;
+    for (size_t i = 0; i < len; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        buf[i] = (uint8_t)x;
+    }
+}
+
+static struct kvp_str S(const char *s) {
+    return (struct kvp_str){s, strlen(s)};
+}
+
+static int
+open_store(struct kvp_store **s, const char *name, uint64_t pages, uint32_t rank, const char *meta,
+           struct kvp_meta *handle, uint32_t entries)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    struct kvp_store_opts o;
+    kvp_store_opts_init(&o);
+    o.path = path;
+    o.file_size = pages * BPP;
+    o.bytes_per_page = BPP;
+    o.entries = entries;
+    o.rank = rank;
+    o.meta = meta;
+    o.meta_handle = handle;
+    struct kvp_meta_opts mo;
+    kvp_meta_opts_init(&mo);
+    mo.read_grace_ms = 0; /* eviction tests evict what was just read */
+    o.meta_opts = &mo;
+    struct kvp_error err = {0};
+    int rc = kvp_store_open(&o, s, &err);
+    if (rc)
+        fprintf(stderr, "kvp_store_open(%s): %d %s\n", name, rc, err.msg);
+    return rc;
+}
+
+static void get_stats(struct kvp_store *s, struct kvp_store_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    st->stats_size = sizeof *st;
+    CHECK_EQ(kvp_store_stats(s, st, NULL), 0);
+}
+
+static int meta_ok(struct kvp_store *s)
+{
+    struct kvp_error err = {0};
+    int rc = kvp_meta_check(kvp_store_meta(s), &err);
+    if (rc)
+        fprintf(stderr, "kvp_meta_check: %s\n", err.msg);
+    return rc == 0;
+}
+
+/* Puts keys "<prefix><i>" for i in [lo, hi) in one call; returns put's rc. */
+static int put_range(struct kvp_store *s, const char *prefix, int lo, int hi, int64_t *res)
+{
+    int n = hi - lo;
+    char(*names)[64] = calloc((size_t)n, 64);
+    struct kvp_str *k = calloc((size_t)n, sizeof *k);
+    struct kvp_store_buf *b = calloc((size_t)n, sizeof *b);
+    uint8_t *data = malloc((size_t)n * BPP);
+    for (int i = 0; i < n; i++) {
+        snprintf(names[i], 64, "%s%d", prefix, lo + i);
+        k[i] = S(names[i]);
+        fill(data + (size_t)i * BPP, BPP, names[i]);
+        b[i] = (struct kvp_store_buf){data + (size_t)i * BPP, BPP};
+    }
+    struct kvp_error err = {0};
+    int rc = kvp_store_put(s, k, b, (size_t)n, res, &err);
+    free(names), free(k), free(b), free(data);
+    return rc;
+}
+
+/* Gets keys "<prefix><i>"; returns the leading count; bad counts pages read wrong. */
+static int64_t get_range(struct kvp_store *s, const char *prefix, int lo, int hi, int64_t *res,
+                         int *bad)
+{
+    int n = hi - lo;
+    char(*names)[64] = calloc((size_t)n, 64);
+    struct kvp_str *k = calloc((size_t)n, sizeof *k);
+    struct kvp_store_buf *b = calloc((size_t)n, sizeof *b);
+    uint8_t *data = malloc((size_t)n * BPP), *want = malloc(BPP);
+    memset(data, 0xA5, (size_t)n * BPP);
+    for (int i = 0; i < n; i++) {
+        snprintf(names[i], 64, "%s%d", prefix, lo + i);
+        k[i] = S(names[i]);
+        b[i] = (struct kvp_store_buf){data + (size_t)i * BPP, BPP};
+    }
+    int64_t lead = kvp_store_get(s, k, b, (size_t)n, res, NULL);
+    *bad = 0;
+    for (int i = 0; i < n; i++) {
+        if (res[i] == BPP) {
+            fill(want, BPP, names[i]);
+            *bad += memcmp(want, data + (size_t)i * BPP, BPP) != 0;
+        } else {
+            /* untouched */
+            for (size_t j = 0; j < BPP; j++)
+                if (data[(size_t)i * BPP + j] != 0xA5) {
+                    (*bad)++;
+                    break;
+                }
+        }
+    }
+    free(names), free(k), free(b), free(data), free(want);
+    return lead;
+}
+
+static void test_round_trip(const char *meta, uint32_t entries)
+{
+    struct kvp_store *s;
+    if (open_store(&s, "rt", 64, 0, meta, NULL, entries)) {
+        CHECK(0);
+        return;
+    }
+    int64_t res[64];
+    CHECK_EQ(put_range(s, "rt", 0, 40, res), 0);
+    for (int i = 0; i < 40; i++)
+        CHECK_EQ(res[i], KVP_STORE_STORED);
+    int bad;
+    CHECK_EQ(get_range(s, "rt", 0, 40, res, &bad), 40);
+    CHECK_EQ(bad, 0);
+    uint8_t ex[40];
+    struct kvp_str k[3] = {S("rt0"), S("rt39"), S("nope")};
+    CHECK_EQ(kvp_store_exists(s, k, 3, ex, NULL), 2);
+    CHECK(ex[0] && ex[1] && !ex[2]);
+    struct kvp_store_stats st;
+    get_stats(s, &st);
+    CHECK_EQ(st.num_pages, 64);
+    CHECK_EQ(st.held, 40);
+    CHECK_EQ(st.reserved, 0);
+    CHECK_EQ(st.stored, 40);
+    CHECK_EQ(st.read, 40);
+    CHECK_EQ(st.bytes_written, 40 * BPP);
+    /* delete: gone, page free again */
+    CHECK_EQ(kvp_store_delete(s, k, 1, NULL), 0);
+    CHECK_EQ(kvp_store_exists(s, k, 3, ex, NULL), 0);
+    CHECK(!ex[0] && ex[1]);
+    get_stats(s, &st);
+    CHECK_EQ(st.held, 39);
+    CHECK_EQ(st.free, 25);
+    CHECK(meta_ok(s));
+    kvp_store_close(s);
+}
+
+static void test_hits_not_rewritten(void)
+{
+    struct kvp_store *s;
+    if (open_store(&s, "hits", 64, 0, "mem:", NULL, 8)) {
+        CHECK(0);
+        return;
+    }
+    int64_t res[32];
+    atomic_store(&written_bytes, 0);
+    CHECK_EQ(put_range(s, "h", 0, 16, res), 0);
+    CHECK_EQ(atomic_load(&written_bytes), 16 * BPP);
+    /* 8 old, 8 new: only the new are written */
+    atomic_store(&written_bytes, 0);
+    CHECK_EQ(put_range(s, "h", 8, 24, res), 0);
+    for (int i = 0; i < 8; i++)
+        CHECK_EQ(res[i], KVP_STORE_ALREADY);
+    for (int i = 8; i < 16; i++)
+        CHECK_EQ(res[i], KVP_STORE_STORED);
+    CHECK_EQ(atomic_load(&written_bytes), 8 * BPP);
+    /* a key twice in one call: written once, from its first buffer */
+    uint8_t a[BPP], b[BPP], out[BPP];
+    memset(a, 1, BPP), memset(b, 2, BPP);
+    struct kvp_str k[2] = {S("twice"), S("twice")};
+    struct kvp_store_buf bufs[2] = {{a, BPP}, {b, BPP}};
+    atomic_store(&written_bytes, 0);
+    CHECK_EQ(kvp_store_put(s, k, bufs, 2, res, NULL), 0);
+    CHECK_EQ(res[0], KVP_STORE_STORED);
+    CHECK_EQ(res[1], KVP_STORE_ALREADY);
+    CHECK_EQ(atomic_load(&written_bytes), BPP);
+    struct kvp_store_buf ob = {out, BPP};
+    CHECK_EQ(kvp_store_get(s, k, &ob, 1, res, NULL), 1);
+    CHECK(!memcmp(out, a, BPP));
+    CHECK(meta_ok(s));
+    kvp_store_close(s);
+}
+
+static void test_failed_write(void)
+{
+    struct kvp_store *s;
+    if (open_store(&s, "fail", 16, 0, "mem:", NULL, 4)) {
+        CHECK(0);
+        return;
+    }
+    /* Fresh pages are handed out from 0 up: fail page 2's writes. */
+    atomic_store(&fail_lo, 2 * BPP);
+    atomic_store(&fail_hi, 3 * BPP);
+    int64_t res[8];
+    struct kvp_error err = {0};
+    (void)err;
+    int rc = put_range(s, "f", 0, 8, res);
+    atomic_store(&fail_lo, -1);
+    atomic_store(&fail_hi, -1);
+    CHECK_EQ(rc, -EIO);
+    int failed = 0, stored = 0;
+    for (int i = 0; i < 8; i++) {
+        failed += res[i] == -EIO;
+        stored += res[i] == KVP_STORE_STORED;
+    }
+    CHECK_EQ(failed, 1);
+    CHECK_EQ(stored, 7);
+    struct kvp_store_stats st;
+    get_stats(s, &st);
+    CHECK_EQ(st.reserved, 0); /* released, not leaked */
+    CHECK_EQ(st.held, 7);
+    CHECK_EQ(st.free, 9);
+    CHECK_EQ(st.put_failed, 1);
+    /* the failed key is not there; put again, it works */
+    int bad;
+    int64_t lead = get_range(s, "f", 0, 8, res, &bad);
+    CHECK_EQ(bad, 0);
+    CHECK(lead < 8);
+    CHECK_EQ(put_range(s, "f", 0, 8, res), 0);
+    CHECK_EQ(get_range(s, "f", 0, 8, res, &bad), 8);
+    CHECK_EQ(bad, 0);
+    CHECK(meta_ok(s));
+    kvp_store_close(s);
+}
+
+static void test_missing_middle(void)
+{
+    struct kvp_store *s;
+    if (open_store(&s, "miss", 32, 0, "mem:", NULL, 3)) {
+        CHECK(0);
+        return;
+    }
+    int64_t res[10];
+    CHECK_EQ(put_range(s, "m", 0, 10, res), 0);
+    struct kvp_str k = S("m4");
+    CHECK_EQ(kvp_store_delete(s, &k, 1, NULL), 0);
+    int bad;
+    CHECK_EQ(get_range(s, "m", 0, 10, res, &bad), 4);
+    CHECK_EQ(bad, 0); /* m4's buffer untouched; the others right */
+    CHECK_EQ(res[4], -ENOENT);
+    for (int i = 5; i < 10; i++)
+        CHECK_EQ(res[i], BPP); /* later keys are read: the leading run is the caller's */
+    struct kvp_store_stats st;
+    get_stats(s, &st);
+    CHECK_EQ(st.missing, 1);
+    kvp_store_close(s);
+}
+
+static void test_eviction(void)
+{
+    struct kvp_store *s;
+    if (open_store(&s, "evict", 16, 0, "mem:", NULL, 4)) {
+        CHECK(0);
+        return;
+    }
+    int64_t res[16];
+    for (int round = 0; round < 10; round++) {
+        char pre[16];
+        snprintf(pre, sizeof pre, "e%d_", round);
+        CHECK_EQ(put_range(s, pre, 0, 12, res), 0);
+        CHECK(meta_ok(s));
+    }
+    struct kvp_store_stats st;
+    get_stats(s, &st);
+    CHECK_EQ(st.held, 16);
+    CHECK(st.evictions >= 100);
+    /* The newest round is whole and right; older keys that remain are right. */
+    int bad;
+    CHECK_EQ(get_range(s, "e9_", 0, 12, res, &bad), 12);
+    CHECK_EQ(bad, 0);
+    get_range(s, "e8_", 0, 12, res, &bad);
+    CHECK_EQ(bad, 0);
+    int present = 0;
+    for (int i = 0; i < 12; i++)
+        present += res[i] == BPP;
+    CHECK_EQ(present, 4);
+    /* A batch larger than the file: as many as fit are stored, the rest -ENOSPC. */
+    int64_t big[40];
+    int rc = put_range(s, "big", 0, 40, big);
+    CHECK_EQ(rc, -ENOSPC);
+    int ok = 0, nospc = 0;
+    for (int i = 0; i < 40; i++)
+        ok += big[i] == KVP_STORE_STORED, nospc += big[i] == -ENOSPC;
+    CHECK_EQ(ok, 16);
+    CHECK_EQ(nospc, 24);
+    get_stats(s, &st);
+    CHECK_EQ(st.reserved, 0);
+    CHECK(meta_ok(s));
+    kvp_store_close(s);
+}
+
+static void test_two_ranks(void)
+{
+    struct kvp_meta *m;
+    CHECK_EQ(kvp_meta_open_at("mem:", NULL, &m, NULL), 0);
+    struct kvp_store *r0, *r1;
+    if (open_store(&r0, "tp0", 32, 0, NULL, m, 8) || open_store(&r1, "tp1", 32, 1, NULL, m, 8)) {
+        CHECK(0);
+        return;
+    }
+    int64_t res[4];
+    uint8_t ex[4];
+    struct kvp_str k[2] = {S("t0"), S("t1")};
+    CHECK_EQ(put_range(r0, "t", 0, 2, res), 0);
+    /* rank 0 alone: not there for either */
+    CHECK_EQ(kvp_store_exists(r0, k, 2, ex, NULL), 0);
+    CHECK_EQ(kvp_store_exists(r1, k, 2, ex, NULL), 0);
+    int bad;
+    CHECK_EQ(get_range(r0, "t", 0, 2, res, &bad), 0);
+    CHECK_EQ(bad, 0);
+    CHECK_EQ(put_range(r1, "t", 0, 1, res), 0);
+    CHECK_EQ(kvp_store_exists(r0, k, 2, ex, NULL), 1);
+    CHECK(ex[0] && !ex[1]);
+    CHECK_EQ(kvp_store_exists(r1, k, 2, ex, NULL), 1);
+    CHECK_EQ(get_range(r1, "t", 0, 2, res, &bad), 1);
+    CHECK_EQ(bad, 0);
+    kvp_store_close(r0);
+    kvp_store_close(r1);
+    kvp_meta_close(m);
+}
+
+static void test_reopen(void)
+{
+    char meta[512];
+    snprintf(meta, sizeof meta, "file:%s/reopen.meta", tmpdir);
+    struct kvp_store *s;
+    if (open_store(&s, "reopen", 32, 0, NULL, NULL, 8)) { /* default: PATH.meta */
+        CHECK(0);
+        return;
+    }
+    CHECK(!strcmp(kvp_store_location(s), meta));
+    int64_t res[20];
+    CHECK_EQ(put_range(s, "r", 0, 20, res), 0);
+    kvp_store_close(s);
+    if (open_store(&s, "reopen", 32, 0, meta, NULL, 8)) {
+        CHECK(0);
+        return;
+    }
+    int bad;
+    CHECK_EQ(get_range(s, "r", 0, 20, res, &bad), 20);
+    CHECK_EQ(bad, 0);
+    /* the same metadata with another page count while it holds data: refused */
+    struct kvp_store *s2;
+    kvp_store_close(s);
+    char path[512];
+    snprintf(path, sizeof path, "%s/reopen", tmpdir);
+    struct kvp_store_opts o;
+    kvp_store_opts_init(&o);
+    o.path = path;
+    o.bytes_per_page = BPP / 2;
+    struct kvp_error err = {0};
+    CHECK_EQ(kvp_store_open(&o, &s2, &err), -EEXIST);
+    CHECK(strstr(err.msg, "32 pages") != NULL);
+    /* and a missing file without file_size is a clear error */
+    snprintf(path, sizeof path, "%s/absent", tmpdir);
+    o.bytes_per_page = BPP;
+    memset(&err, 0, sizeof err);
+    CHECK(kvp_store_open(&o, &s2, &err) < 0);
+    CHECK(err.msg[0] != 0);
+}
+
+static void test_bad_args(void)
+{
+    struct kvp_store *s;
+    if (open_store(&s, "bad", 8, 0, "mem:", NULL, 8)) {
+        CHECK(0);
+        return;
+    }
+    uint8_t buf[BPP + 1];
+    int64_t res[2];
+    struct kvp_str k[2] = {S("ok"), {"x\0y", 3}};
+    struct kvp_store_buf b[2] = {{buf, BPP}, {buf, BPP}};
+    struct kvp_error err = {0};
+    CHECK_EQ(kvp_store_put(s, k, b, 2, res, &err), -EINVAL);
+    CHECK_EQ(err.rule, KVP_RULE_KEY);
+    CHECK_EQ(err.index, 1);
+    k[1] = S("ok2");
+    b[1].len = BPP + 1;
+    memset(&err, 0, sizeof err);
+    CHECK_EQ(kvp_store_put(s, k, b, 2, res, &err), -EINVAL);
+    CHECK_EQ(err.rule, KVP_RULE_SIZE);
+    b[1] = (struct kvp_store_buf){NULL, 10};
+    CHECK_EQ(kvp_store_get(s, k, b, 2, res, &err), -EINVAL);
+    struct kvp_store_stats st;
+    get_stats(s, &st);
+    CHECK_EQ(st.allocations, 0);
+    CHECK_EQ(st.held, 0);
+    CHECK_EQ(kvp_store_put(s, k, b, 0, NULL, NULL), 0);
+    struct kvp_store_opts o;
+    kvp_store_opts_init(&o);
+    struct kvp_store *s2;
+    memset(&err, 0, sizeof err);
+    CHECK_EQ(kvp_store_open(&o, &s2, &err), -EINVAL);
+    CHECK(strstr(err.msg, "path") != NULL);
+    kvp_store_close(s);
+}
+
+/* ---- 8 threads on one store */
+
+static struct kvp_store *shared;
+static atomic_int thread_bad;
+
+static void *thread_main(void *arg)
+{
+    int t = (int)(intptr_t)arg;
+    char pre[16];
+    snprintf(pre, sizeof pre, "th%d_", t);
+    int64_t res[16];
+    for (int round = 0; round < 30; round++) {
+        int lo = (round * 5) % 14; /* 8 threads x 29 keys: no eviction in 256 pages */
+        int rc = put_range(shared, pre, lo, lo + 16, res);
+        if (rc)
+            atomic_fetch_add(&thread_bad, 1);
+        int bad;
+        if (get_range(shared, pre, lo, lo + 16, res, &bad) != 16)
+            atomic_fetch_add(&thread_bad, 1);
+        atomic_fetch_add(&thread_bad, bad);
+    }
+    return NULL;
+}
+
+static void test_threads(void)
+{
+    if (open_store(&shared, "threads", 256, 0, "mem:", NULL, 4)) {
+        CHECK(0);
+        return;
+    }
+    pthread_t th[8];
+    for (int i = 0; i < 8; i++)
+        pthread_create(&th[i], NULL, thread_main, (void *)(intptr_t)i);
+    for (int i = 0; i < 8; i++)
+        pthread_join(th[i], NULL);
+    CHECK_EQ(atomic_load(&thread_bad), 0);
+    struct kvp_store_stats st;
+    get_stats(shared, &st);
+    CHECK_EQ(st.reserved, 0);
+    CHECK_EQ(st.held, 8 * 29); /* keys 0 .. 13 + 16 - 1 of each thread */
+    CHECK_EQ(st.free, 256 - 8 * 29);
+    CHECK_EQ(st.puts, 240);
+    CHECK(meta_ok(shared));
+    kvp_store_close(shared);
+}
+
+int main(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/kvp_test_store.XXXXXX");
+    if (!mkdtemp(tmpdir))
+        return 1;
+    kvp__pagefile_set_fault(hook, NULL);
+    test_round_trip("mem:", 8);
+    test_round_trip("mem:", 3); /* many pieces per call */
+    char loc[512];
+    snprintf(loc, sizeof loc, "file:%s/rt.meta.d", tmpdir);
+    test_round_trip(loc, 8);
+    test_hits_not_rewritten();
+    test_failed_write();
+    test_missing_middle();
+    test_eviction();
+    test_two_ranks();
+    test_reopen();
+    test_bad_args();
+    test_threads();
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd))
+        fprintf(stderr, "could not remove %s\n", tmpdir);
+    return check_report();
+}
