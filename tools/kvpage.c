@@ -1,4 +1,5 @@
-/* kvpage — the command line: serve, inspect, fsck. */
+/* kvpage — the command line: serve, the store (put, get, exists, delete),
+ * bench store, inspect, fsck. */
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -6,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "cli.h"
 #include "kvpage/meta.h"
 #include "server/serve.h"
 
@@ -14,9 +16,15 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: kvpage <command> [options]\n"
             "commands:\n"
-            "  serve [flags]   run the metadata server (kvpage serve --help)\n"
-            "  inspect DIR     print what a data directory holds (no server needed)\n"
-            "  fsck DIR        check every invariant of a data directory; exit 1 on a failure\n");
+            "  serve [flags]              run the metadata server (kvpage serve --help)\n"
+            "  put [flags] KEY [INPUT]    store a page under KEY (kvpage put --help)\n"
+            "  get [flags] KEY [OUTPUT]   write the page of KEY\n"
+            "  exists [flags] KEY...      print whether each key is there\n"
+            "  delete [flags] KEY...      forget keys\n"
+            "  bench store [flags]        measure the store against the page file alone\n"
+            "  inspect DIR                print what a data directory holds (no server needed)\n"
+            "  fsck DIR                   check every invariant of a data directory; exit 1 on a\n"
+            "                             failure\n");
 }
 
 struct logctx {
@@ -133,6 +141,15 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "serve"))
         return kvp__serve_main(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "put") || !strcmp(argv[1], "get") || !strcmp(argv[1], "exists") ||
+        !strcmp(argv[1], "delete"))
+        return kvp__cli_store(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "bench")) {
+        if (argc >= 3 && !strcmp(argv[2], "store"))
+            return kvp__cli_bench_store(argc - 2, argv + 2);
+        fprintf(stderr, "usage: kvpage bench store [flags] (the only benchmark so far)\n");
+        return argc >= 3 && (!strcmp(argv[2], "-h") || !strcmp(argv[2], "--help")) ? 0 : 2;
+    }
     if (!strcmp(argv[1], "inspect") || !strcmp(argv[1], "fsck"))
         return cmd_dir(argv[1], argc - 1, argv + 1);
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {

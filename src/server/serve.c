@@ -25,6 +25,7 @@
 #include "server/serve.h"
 #include "server/server.h"
 #include "util/clock.h"
+#include "util/size.h"
 #include "server/log.h"
 
 /* A client address as the per-client connection limit counts it (an
@@ -235,48 +236,6 @@ static int bad_value(const char *flag, const char *value, const char *why)
     return 2;
 }
 
-/* A decimal unsigned integer, optionally followed by k/K, m/M, g/G (binary). */
-static int parse_size(const char *s, int suffixes, uint64_t *out)
-{
-    if (!s || *s < '0' || *s > '9')
-        return -1;
-    errno = 0;
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno)
-        return -1;
-    unsigned shift = 0;
-    if (suffixes && *end) {
-        switch (*end) {
-        case 'k':
-        case 'K':
-            shift = 10;
-            break;
-        case 'm':
-        case 'M':
-            shift = 20;
-            break;
-        case 'g':
-        case 'G':
-            shift = 30;
-            break;
-        default:
-            return -1;
-        }
-        end++;
-        if (*end == 'i' && end[1] == 'B')
-            end += 2;
-        else if (*end == 'B')
-            end++;
-    }
-    if (*end)
-        return -1;
-    if (shift && v > (ULLONG_MAX >> shift))
-        return -1;
-    *out = (uint64_t)v << shift;
-    return 0;
-}
-
 struct listen_addr {
     struct sockaddr_storage ss;
     socklen_t len;
@@ -303,7 +262,7 @@ static int parse_listen(const char *s, struct listen_addr *la)
         port = colon + 1;
     }
     uint64_t p;
-    if (!host[0] || parse_size(port, 0, &p) || p > 65535)
+    if (!host[0] || kvp__parse_size(port, 0, &p) || p > 65535)
         return -1;
     struct addrinfo hints = {.ai_family = AF_UNSPEC,
                              .ai_socktype = SOCK_STREAM,
@@ -760,20 +719,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
             MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl) {
             uint64_t n;
-            if (!parse_size(cl, 0, &n) && n > S->max_body) {
+            if (!kvp__parse_size(cl, 0, &n) && n > S->max_body) {
                 /* Answer before reading any of the body; MHD then closes
                  * the connection instead of reading it. */
                 cn->too_large = 1;
                 return respond(S, mc, cn, url, method);
             }
-            if (!parse_size(cl, 0, &n) && body_hold(S, cn, (size_t)n)) {
+            if (!kvp__parse_size(cl, 0, &n) && body_hold(S, cn, (size_t)n)) {
                 /* Read and drop the body, then answer: a reply sent while
                  * the client still sends makes its kernel reset the
                  * connection before the client reads the reply. */
                 cn->memory_full = 1;
                 return MHD_YES;
             }
-            if (!parse_size(cl, 0, &n) && n <= KEEP_BUFFER_MAX)
+            if (!kvp__parse_size(cl, 0, &n) && n <= KEEP_BUFFER_MAX)
                 kvp__buf_reserve(&cn->in, (size_t)n);
         }
         return MHD_YES;
@@ -984,14 +943,14 @@ int kvp__serve_main(int argc, char **argv)
             break;
         }
         case O_GRACE:
-            if (parse_size(v, 0, &n) || n > UINT64_C(1) << 40) {
+            if (kvp__parse_size(v, 0, &n) || n > UINT64_C(1) << 40) {
                 status = bad_value("--read-grace-ms", v, "expected a number of milliseconds >= 0");
                 goto out;
             }
             grace_ms = n;
             break;
         case O_MAXBODY:
-            if (parse_size(v, 1, &n) || n == 0 || n > SIZE_MAX / 2) {
+            if (kvp__parse_size(v, 1, &n) || n == 0 || n > SIZE_MAX / 2) {
                 status = bad_value("--max-body", v,
                                    "expected a positive number of bytes (K/M/G "
                                    "suffixes allowed)");
@@ -1000,14 +959,14 @@ int kvp__serve_main(int argc, char **argv)
             max_body = n;
             break;
         case O_MAXKEYS:
-            if (parse_size(v, 0, &n) || n == 0 || n > (UINT64_C(1) << 40)) {
+            if (kvp__parse_size(v, 0, &n) || n == 0 || n > (UINT64_C(1) << 40)) {
                 status = bad_value("--max-keys", v, "expected a positive integer");
                 goto out;
             }
             max_keys = n;
             break;
         case O_THREADS:
-            if (parse_size(v, 0, &n) || n == 0 || n > 1024) {
+            if (kvp__parse_size(v, 0, &n) || n == 0 || n > 1024) {
                 status = bad_value("--threads", v, "expected an integer from 1 to 1024");
                 goto out;
             }
@@ -1033,7 +992,7 @@ int kvp__serve_main(int argc, char **argv)
             }
             break;
         case O_SNAPBYTES:
-            if (parse_size(v, 1, &n) || n < (UINT64_C(64) << 10) || n > (UINT64_C(1) << 50)) {
+            if (kvp__parse_size(v, 1, &n) || n < (UINT64_C(64) << 10) || n > (UINT64_C(1) << 50)) {
                 status = bad_value("--snapshot-bytes", v,
                                    "expected a number of bytes of at least "
                                    "64K (K/M/G suffixes allowed)");
@@ -1052,7 +1011,7 @@ int kvp__serve_main(int argc, char **argv)
         }
         case O_IDLE:
         case O_REQTIME:
-            if (parse_size(v, 0, &n) || n > 86400 * 365) {
+            if (kvp__parse_size(v, 0, &n) || n > 86400 * 365) {
                 status = bad_value(o == O_IDLE ? "--idle-timeout" : "--request-timeout", v,
                                    "expected a whole number of seconds (0: no timeout)");
                 goto out;
@@ -1061,7 +1020,7 @@ int kvp__serve_main(int argc, char **argv)
             break;
         case O_CONNS_CLIENT:
         case O_CONNS:
-            if (parse_size(v, 0, &n) || n == 0 || n > (UINT64_C(1) << 30)) {
+            if (kvp__parse_size(v, 0, &n) || n == 0 || n > (UINT64_C(1) << 30)) {
                 status = bad_value(o == O_CONNS ? "--max-conns" : "--max-conns-per-client", v,
                                    "expected a positive integer");
                 goto out;
@@ -1069,7 +1028,7 @@ int kvp__serve_main(int argc, char **argv)
             *(o == O_CONNS ? &max_conns : &max_conns_client) = n;
             break;
         case O_BODYMEM:
-            if (parse_size(v, 1, &n) || n == 0 || n > SIZE_MAX / 2) {
+            if (kvp__parse_size(v, 1, &n) || n == 0 || n > SIZE_MAX / 2) {
                 status = bad_value("--max-body-memory", v,
                                    "expected a positive number of bytes "
                                    "(K/M/G suffixes allowed)");

@@ -1,0 +1,204 @@
+"""The store's command line, run as a user would: `kvpage put | get | exists |
+delete` and `kvpage bench store`, with embedded metadata (a data directory
+beside the file) and with a remote `kvpage serve` (--meta http://...):
+output bytes, messages and exit codes (0 done, 1 missing, 2 usage, 3 the
+store failed), including bad flags, a missing file, a size typo and input
+over the page size."""
+import json
+import os
+import subprocess
+
+import pytest
+
+from kvpserver import require_bin
+from kvptest import invariants
+
+PAGE = 64 * 1024
+CAP = PAGE - 16  # the command line keeps 16 bytes of each page for the length
+
+
+def kvp(*args, input=None, cwd=None):
+    """Runs the kvpage binary; returns (exit status, stdout bytes, stderr text)."""
+    p = subprocess.run([require_bin(), *map(str, args)], input=input, capture_output=True,
+                       cwd=cwd, timeout=120)
+    return p.returncode, p.stdout, p.stderr.decode(errors="replace")
+
+
+@pytest.fixture(params=["embedded", "remote"])
+def where(request, tmp_path):
+    """The store flags of one rank's file, embedded or on a kvpage serve."""
+    flags = ["--file", tmp_path / "rank0.pages", "--page-size", "64K"]
+    if request.param == "remote":
+        srv = request.getfixturevalue("start_server")("--data-dir", tmp_path / "srv")
+        flags += ["--meta", srv.url()]
+    return flags
+
+
+def test_put_get_round_trip(tmp_path, where):
+    data = os.urandom(CAP - 5) + b"\0\0\0\0\0"  # trailing zeros are data too
+    (tmp_path / "in").write_bytes(data)
+    rc, out, err = kvp("put", *where, "--file-size", "1M", "page-a", tmp_path / "in")
+    assert (rc, out, err) == (0, b"", "")
+    rc, out, err = kvp("get", *where, "page-a")
+    assert (rc, err) == (0, "") and out == data
+    # to a file, and from standard input
+    rc, _, err = kvp("put", *where, "page-b", input=b"from stdin")
+    assert (rc, err) == (0, "")
+    rc, _, err = kvp("get", *where, "page-b", tmp_path / "out")
+    assert rc == 0 and (tmp_path / "out").read_bytes() == b"from stdin"
+    rc, _, _ = kvp("put", *where, "empty", "-", input=b"")
+    rc2, out, _ = kvp("get", *where, "empty")
+    assert (rc, rc2, out) == (0, 0, b"")
+    # exactly what a page holds
+    full = os.urandom(CAP)
+    assert kvp("put", *where, "full", input=full)[0] == 0
+    assert kvp("get", *where, "full")[1] == full
+
+
+def test_put_existing_key_says_so(tmp_path, where):
+    assert kvp("put", *where, "--file-size", "1M", "k", input=b"first")[0] == 0
+    rc, out, err = kvp("put", *where, "k", input=b"second")
+    assert rc == 0 and out == b""
+    assert "k is already there" in err
+    assert kvp("get", *where, "k")[1] == b"first"
+
+
+def test_get_missing_key(tmp_path, where):
+    assert kvp("put", *where, "--file-size", "1M", "k", input=b"x")[0] == 0
+    rc, out, err = kvp("get", *where, "nope", tmp_path / "out")
+    assert (rc, out) == (1, b"")
+    assert "nope is not there" in err
+    assert not (tmp_path / "out").exists()  # nothing written for a missing key
+
+
+def test_exists_and_delete(tmp_path, where):
+    for k in ("a", "b"):
+        assert kvp("put", *where, "--file-size", "1M", k, input=k.encode())[0] == 0
+    rc, out, err = kvp("exists", *where, "a", "b")
+    assert (rc, out, err) == (0, b"a\tpresent\nb\tpresent\n", "")
+    rc, out, _ = kvp("exists", *where, "a", "zz", "b")
+    assert (rc, out) == (1, b"a\tpresent\nzz\tmissing\nb\tpresent\n")
+    rc, out, err = kvp("delete", *where, "a")
+    assert (rc, out, err) == (0, b"", "")
+    rc, _, err = kvp("delete", *where, "a", "b")
+    assert rc == 1 and "a is not there" in err
+    rc, out, _ = kvp("exists", *where, "a", "b")
+    assert (rc, out) == (1, b"a\tmissing\nb\tmissing\n")
+
+
+def test_input_over_page_size_refused_before_anything_changes(tmp_path, where):
+    big = tmp_path / "big"
+    big.write_bytes(os.urandom(CAP + 1))
+    rc, _, err = kvp("put", *where, "--file-size", "1M", "k", big)
+    assert rc == 2
+    assert "larger than a page holds" in err and str(CAP) in err
+    assert not (tmp_path / "rank0.pages").exists()  # not even created
+    assert kvp("put", *where, "--file-size", "1M", "other", input=b"x")[0] == 0
+    rc, _, _ = kvp("put", *where, "k", input=os.urandom(PAGE))
+    assert rc == 2
+    assert kvp("exists", *where, "k")[0] == 1
+
+
+def test_two_ranks_key_there_only_when_both_put(tmp_path):
+    meta = tmp_path / "shared.meta"
+    r0 = ["--file", tmp_path / "r0.pages", "--page-size", "64K", "--meta", meta, "--rank", "0"]
+    r1 = ["--file", tmp_path / "r1.pages", "--page-size", "64K", "--meta", meta, "--rank", "1"]
+    assert kvp("put", *r0, "--file-size", "1M", "k", input=b"zero")[0] == 0
+    assert kvp("put", *r1, "--file-size", "1M", "other", input=b"one")[0] == 0
+    assert kvp("exists", *r0, "k")[1] == b"k\tmissing\n"  # rank 1 lacks it
+    assert kvp("get", *r0, "k")[0] == 1
+    assert kvp("put", *r1, "k", input=b"one")[0] == 0
+    assert kvp("exists", *r0, "k")[1] == b"k\tpresent\n"
+    assert kvp("get", *r0, "k")[1] == b"zero"
+    assert kvp("get", *r1, "k")[1] == b"one"
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--frobnicate", "1"], "unknown flag '--frobnicate'"),
+    (["--page-size", "64Q"], "--page-size '64Q' is not a size"),
+    (["--file-size", "1Mb"], "--file-size '1Mb' is not a size"),
+    (["--file-size", "-1M"], "--file-size '-1M' is not a size"),
+    (["--rank", "x"], "--rank 'x' is not a rank"),
+    (["--rank", "2147483648"], "--rank '2147483648' is not a rank"),
+    (["--page-size"], "--page-size needs a value"),
+    (["--json"], "unknown flag '--json'"),
+])
+def test_bad_flags(tmp_path, flags, needle):
+    base = ["--file", tmp_path / "f.pages", "--page-size", "64K", "--file-size", "1M"]
+    rc, out, err = kvp("put", *base, "k", *flags, input=b"x")
+    assert rc == 2 and out == b""
+    assert needle in err, err
+    assert not (tmp_path / "f.pages").exists()
+
+
+def test_missing_file_and_flags(tmp_path):
+    f = tmp_path / "absent.pages"
+    rc, _, err = kvp("get", "--file", f, "--page-size", "64K", "k")
+    assert rc == 2 and f"--file {f} does not exist" in err
+    rc, _, err = kvp("put", "--file", f, "--page-size", "64K", "k", input=b"x")
+    assert rc == 2 and "give --file-size SIZE to create it" in err
+    rc, _, err = kvp("put", "--page-size", "64K", "k", input=b"x")
+    assert rc == 2 and "--file PATH is required" in err
+    rc, _, err = kvp("get", "--file", f, "k")
+    assert rc == 2 and "--page-size SIZE is required" in err
+    rc, _, err = kvp("put", "--file", f, "--page-size", "64K", "--file-size", "1M", "k",
+                     tmp_path / "no-input")
+    assert rc == 2 and "no-input" in err
+    rc, _, err = kvp("get", "--file", f, "--page-size", "64K")
+    assert rc == 2 and "no KEY given" in err
+    assert not f.exists()
+    rc, out, _ = kvp("put", "--help")
+    assert rc == 0 and b"usage: kvpage put" in out
+
+
+def test_other_page_size_on_same_file(tmp_path):
+    base = ["--file", tmp_path / "f.pages", "--file-size", "1M"]
+    assert kvp("put", *base, "--page-size", "64K", "k", input=b"x")[0] == 0
+    rc, _, err = kvp("get", *base, "--page-size", "32K", "k")
+    assert rc == 2
+    assert "16 pages" in err and "32 pages" in err  # both counts named
+
+
+def test_remote_server_gone(tmp_path, start_server):
+    srv = start_server("--data-dir", tmp_path / "srv")
+    flags = ["--file", tmp_path / "f.pages", "--page-size", "64K", "--file-size", "1M",
+             "--meta", srv.url(), "--timeout", "2000"]
+    assert kvp("put", *flags, "k", input=b"x")[0] == 0
+    srv.stop()
+    rc, _, err = kvp("get", *flags, "k")
+    assert rc == 3
+    assert srv.url() in err or "127.0.0.1" in err, err
+
+
+def test_remote_keys_on_server(tmp_path, start_server):
+    srv = start_server("--data-dir", tmp_path / "srv")
+    flags = ["--file", tmp_path / "f.pages", "--page-size", "64K", "--file-size", "1M",
+             "--meta", srv.url() + "/ns/team", "--pool", "cli"]
+    assert kvp("put", *flags, "k1", input=b"x")[0] == 0
+    assert kvp("put", *flags, "k2", input=b"y")[0] == 0
+    st = srv.stats()
+    ns = [n for n in st["namespaces"] if (n["deployment"], n["pool"]) == ("team", "cli")]
+    assert len(ns) == 1 and ns[0]["ranks"][0]["held"] == 2
+    assert ns[0]["ranks"][0]["num_pages"] == 16
+    assert ns[0]["ranks"][0]["reserved"] == 0
+    invariants(st)
+
+
+def test_bench_store(tmp_path):
+    rc, out, err = kvp("bench", "store", "--file", tmp_path / "b.pages", "--page-size", "64K",
+                       "--batch", "16", "--rounds", "3", "--json")
+    assert rc == 0, err
+    r = json.loads(out)
+    for k in ("store_put_gbs", "store_get_gbs", "pagefile_write_gbs", "pagefile_read_gbs",
+              "put_ratio", "get_ratio", "store_put_keys_s"):
+        assert r[k] > 0
+    assert (r["page_size"], r["batch"], r["rounds"], r["meta"]) == (PAGE, 16, 3, "embedded")
+    # not a terminal: plain lines, one per round, then the summary
+    rc, out, err = kvp("bench", "store", "--file", tmp_path / "c.pages", "--page-size", "64K",
+                       "--batch", "8", "--rounds", "2")
+    assert rc == 0, err
+    lines = out.decode().splitlines()
+    assert lines[0].startswith("round 0:") and lines[1].startswith("round 1:")
+    assert "store / page file" in out.decode() and "\r" not in err
+    rc, _, err = kvp("bench", "store", "--rounds", "0")
+    assert rc == 2 and "--rounds '0' is not a count" in err

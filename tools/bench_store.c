@@ -1,0 +1,276 @@
+/*
+ * kvpage bench store: put and get through the store against kvp_pagefile
+ * alone, on the same file in the same run.
+ *
+ * Each round moves one batch four ways, in this order: the page file alone
+ * writes it (and, when the store is durable, flushes it: the store does
+ * that before it confirms) and reads it back; the store puts it under new
+ * keys and gets them back. The file holds --file-size / --page-size pages;
+ * the batches walk through it, so once it is full the store's puts evict.
+ * The figures are bytes (and keys) over the time of each kind summed over
+ * the rounds, and the store's over the page file's.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+struct bench_opts {
+    uint32_t batch, rounds, entries;
+};
+
+static int bench_flag(const char *name, const char *value, void *arg)
+{
+    struct bench_opts *b = arg;
+    uint32_t *dst = !strcmp(name, "--batch")    ? &b->batch
+                    : !strcmp(name, "--rounds") ? &b->rounds
+                                                : NULL;
+    if (!dst)
+        return 0;
+    char *end;
+    errno = 0;
+    unsigned long v = value ? strtoul(value, &end, 10) : 0;
+    if (!value || errno || *end || v == 0 || v > 1000000 || *value < '0' || *value > '9') {
+        fprintf(stderr, "kvpage bench store: %s '%s' is not a count (1 .. 1000000)\n", name,
+                value ? value : "");
+        return -1;
+    }
+    *dst = (uint32_t)v;
+    return 1;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void progress(int tty, uint32_t done, uint32_t total, double put_gbs, double get_gbs)
+{
+    if (!tty)
+        return;
+    int width = 30, fill = (int)((uint64_t)done * (uint64_t)width / total);
+    fprintf(stderr, "\r[%.*s%*s] %3u%%  store put %.2f GB/s  get %.2f GB/s ", fill,
+            "##############################", width - fill, "", done * 100 / total, put_gbs,
+            get_gbs);
+    if (done == total)
+        fputc('\n', stderr);
+    fflush(stderr);
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: kvpage bench store [flags]\n"
+                 "Puts and gets batches through the store and through the page file alone, on "
+                 "the\nsame file in the same run, and prints GB/s, keys/s and their ratios.\n"
+                 "flags (the store's, with these defaults):\n"
+                 "  --file PATH        default: ./kvpage-bench.pages (removed afterwards)\n"
+                 "  --page-size SIZE   default 2M\n"
+                 "  --file-size SIZE   default: --rounds batches of pages (no eviction)\n"
+                 "  --rank, --meta, --deployment, --pool, --timeout as for kvpage put\n"
+                 "  --batch N          keys per call (default 128)\n"
+                 "  --rounds N         batches of each kind (default 16)\n"
+                 "  --entries N        operations per page-file batch (default: --batch, so that\n"
+                 "                     both sides make one page-file call per batch)\n"
+                 "  --no-durable       puts do not fdatasync before confirming (and the page\n"
+                 "                     file alone does not flush)\n"
+                 "  --json             one JSON object on standard output\n");
+}
+
+int kvp__cli_bench_store(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        }
+    struct bench_opts b = {128, 16, 0};
+    struct kvp__store_flags f;
+    char **pos = calloc((size_t)argc, sizeof *pos);
+    int npos;
+    if (!pos)
+        return KVP_EXIT_FAILED;
+    int rc = kvp__store_flags_parse("bench store", argc, argv, &f, pos, &npos, bench_flag, &b);
+    if (!rc && npos) {
+        fprintf(stderr, "kvpage bench store: unexpected argument '%s'\n", pos[0]);
+        rc = KVP_EXIT_USAGE;
+    }
+    free(pos);
+    if (rc)
+        return rc;
+    if (!f.page_size)
+        f.page_size = 2u << 20;
+    if (!f.file_size) /* every round's keys fit: no eviction (see bench/store/README.md) */
+        f.file_size = (uint64_t)b.batch * f.page_size * b.rounds;
+    int made = 0;
+    char default_file[] = "kvpage-bench.pages";
+    if (!f.file) {
+        f.file = default_file;
+        struct stat st;
+        made = stat(f.file, &st) != 0;
+    }
+    uint64_t bytes = (uint64_t)b.batch * f.page_size;
+    uint8_t *buf = NULL, *rbuf = NULL;
+    if (posix_memalign((void **)&buf, 4096, bytes) || posix_memalign((void **)&rbuf, 4096, bytes)) {
+        fprintf(stderr, "kvpage bench store: cannot allocate 2 x %" PRIu64 " bytes\n", bytes);
+        free(buf);
+        return KVP_EXIT_FAILED;
+    }
+    for (uint64_t i = 0; i < bytes; i += 8) {
+        uint64_t v = i * 0x9e3779b97f4a7c15ull;
+        memcpy(buf + i, &v, 8);
+    }
+    memset(rbuf, 0, bytes);
+
+    struct kvp_store *s;
+    rc = kvp__store_flags_open("bench store", &f, b.entries ? b.entries : b.batch, 1, &s);
+    if (rc) {
+        free(buf), free(rbuf);
+        return rc;
+    }
+    struct kvp_pagefile *pf = kvp_store_pagefile(s);
+    uint64_t np = kvp_store_num_pages(s);
+    if (np < b.batch) {
+        fprintf(stderr,
+                "kvpage bench store: the file holds %" PRIu64 " pages, fewer than a batch of %u "
+                "(raise --file-size)\n",
+                np, b.batch);
+        kvp_store_close(s);
+        free(buf), free(rbuf);
+        return KVP_EXIT_USAGE;
+    }
+    uint32_t n = b.batch, entries = kvp_pagefile_entries(pf);
+    struct kvp_pagefile_op *ops = calloc(n, sizeof *ops);
+    int64_t *res = calloc(n, sizeof *res);
+    struct kvp_str *keys = calloc(n, sizeof *keys);
+    struct kvp_store_buf *wb = calloc(n, sizeof *wb), *rb = calloc(n, sizeof *rb);
+    char(*names)[48] = calloc(n, 48);
+    if (!ops || !res || !keys || !wb || !rb || !names) {
+        fprintf(stderr, "kvpage bench store: out of memory\n");
+        rc = KVP_EXIT_FAILED;
+        goto out;
+    }
+    /* Every page once, untimed: neither side pays for the file system's block
+     * allocation of a sparse file, which the side that came first would. */
+    for (uint64_t p = 0; p + n <= np && !rc; p += n) {
+        for (uint32_t i = 0; i < n; i++)
+            ops[i] = (struct kvp_pagefile_op){(int64_t)((p + i) * f.page_size),
+                                              buf + (uint64_t)i * f.page_size, f.page_size};
+        for (uint32_t i = 0; i < n && !rc; i += entries)
+            rc = kvp_pagefile_write(pf, ops + i, n - i < entries ? n - i : entries, res + i, NULL);
+    }
+    if (!rc)
+        rc = kvp_pagefile_flush(pf, NULL);
+    if (rc) {
+        fprintf(stderr, "kvpage bench store: writing the file once first failed: %s\n",
+                kvp_strerror(rc));
+        rc = KVP_EXIT_FAILED;
+        goto out;
+    }
+    int tty = isatty(2) && !f.json;
+    double t_raw_w = 0, t_raw_r = 0, t_put = 0, t_get = 0;
+    uint64_t run = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    int errors = 0;
+    for (uint32_t r = 0; r < b.rounds && !errors; r++) {
+        uint64_t first = ((uint64_t)r * n) % (np - n + 1);
+        for (uint32_t i = 0; i < n; i++) {
+            ops[i] = (struct kvp_pagefile_op){(int64_t)((first + i) * f.page_size),
+                                              buf + (uint64_t)i * f.page_size, f.page_size};
+            snprintf(names[i], 48, "bench-%016" PRIx64 "-%u-%u", run, r, i);
+            keys[i] = (struct kvp_str){names[i], strlen(names[i])};
+            wb[i] = (struct kvp_store_buf){buf + (uint64_t)i * f.page_size, f.page_size};
+            rb[i] = (struct kvp_store_buf){rbuf + (uint64_t)i * f.page_size, f.page_size};
+        }
+        /* the page file alone, in batches of entries as the store cuts them */
+        double t0 = now_s();
+        for (uint32_t i = 0; i < n && !errors; i += entries)
+            errors += kvp_pagefile_write(pf, ops + i, n - i < entries ? n - i : entries, res + i,
+                                         NULL) != 0;
+        if (!f.no_durable)
+            errors += kvp_pagefile_flush(pf, NULL) != 0;
+        double t1 = now_s();
+        for (uint32_t i = 0; i < n; i++)
+            ops[i].buf = rbuf + (uint64_t)i * f.page_size;
+        for (uint32_t i = 0; i < n && !errors; i += entries)
+            errors += kvp_pagefile_read(pf, ops + i, n - i < entries ? n - i : entries, res + i,
+                                        NULL) != 0;
+        double t2 = now_s();
+        struct kvp_error err = {0};
+        int prc = kvp_store_put(s, keys, wb, n, res, &err);
+        double t3 = now_s();
+        int64_t lead = kvp_store_get(s, keys, rb, n, res, &err);
+        double t4 = now_s();
+        if (prc || lead != n) {
+            fprintf(stderr, "kvpage bench store: round %u: %s\n", r,
+                    err.msg[0] ? err.msg : "not every key was stored and read");
+            errors++;
+        } else if (memcmp(buf, rbuf, bytes)) {
+            fprintf(stderr, "kvpage bench store: round %u: the pages read differ from those put\n",
+                    r);
+            errors++;
+        }
+        if (errors)
+            break;
+        t_raw_w += t1 - t0, t_raw_r += t2 - t1, t_put += t3 - t2, t_get += t4 - t3;
+        memset(rbuf, 0, bytes);
+        double moved = (double)bytes * (r + 1) / 1e9;
+        progress(tty, r + 1, b.rounds, moved / t_put, moved / t_get);
+        if (!tty && !f.json)
+            printf("round %u: page file write %.2f read %.2f, store put %.2f get %.2f GB/s\n", r,
+                   (double)bytes / 1e9 / (t1 - t0), (double)bytes / 1e9 / (t2 - t1),
+                   (double)bytes / 1e9 / (t3 - t2), (double)bytes / 1e9 / (t4 - t3));
+    }
+    if (errors) {
+        rc = KVP_EXIT_FAILED;
+        goto out;
+    }
+    double gb = (double)bytes * b.rounds / 1e9, k = (double)n * b.rounds;
+    const char *loc = kvp_store_location(s);
+    if (f.json) {
+        printf("{\"page_size\": %" PRIu64 ", \"batch\": %u, \"rounds\": %u, \"entries\": %u, "
+               "\"durable\": %s, \"meta\": \"%s\", \"backend_write\": \"%s\", "
+               "\"backend_read\": \"%s\",\n"
+               " \"pagefile_write_gbs\": %.4f, \"pagefile_read_gbs\": %.4f, "
+               "\"store_put_gbs\": %.4f, \"store_get_gbs\": %.4f,\n"
+               " \"store_put_keys_s\": %.1f, \"store_get_keys_s\": %.1f, "
+               "\"pagefile_write_keys_s\": %.1f, \"pagefile_read_keys_s\": %.1f,\n"
+               " \"put_ratio\": %.4f, \"get_ratio\": %.4f}\n",
+               f.page_size, n, b.rounds, entries, !f.no_durable ? "true" : "false",
+               strstr(loc, "://") ? "remote" : "embedded",
+               kvp_pagefile_backend_name(kvp_pagefile_backend(pf, 1)),
+               kvp_pagefile_backend_name(kvp_pagefile_backend(pf, 0)), gb / t_raw_w, gb / t_raw_r,
+               gb / t_put, gb / t_get, k / t_put, k / t_get, k / t_raw_w, k / t_raw_r,
+               t_raw_w / t_put, t_raw_r / t_get);
+    } else {
+        printf("%u rounds of %u pages of %" PRIu64 " bytes, metadata %s%s:\n", b.rounds, n,
+               f.page_size, loc, !f.no_durable ? ", durable puts" : "");
+        printf("  page file alone  write %8.2f GB/s %10.0f pages/s   read %8.2f GB/s %10.0f "
+               "pages/s\n",
+               gb / t_raw_w, k / t_raw_w, gb / t_raw_r, k / t_raw_r);
+        printf("  store            put   %8.2f GB/s %10.0f keys/s    get  %8.2f GB/s %10.0f "
+               "keys/s\n",
+               gb / t_put, k / t_put, gb / t_get, k / t_get);
+        printf("  store / page file: put %.3f, get %.3f (the store costs %+.1f%% on put, %+.1f%% "
+               "on get)\n",
+               t_raw_w / t_put, t_raw_r / t_get, (t_put / t_raw_w - 1) * 100,
+               (t_get / t_raw_r - 1) * 100);
+    }
+out:
+    free(ops), free(res), free(keys), free(wb), free(rb), free(names);
+    kvp_store_close(s);
+    free(buf), free(rbuf);
+    if (made) {
+        unlink(default_file);
+        if (!f.meta)
+            if (system("rm -rf kvpage-bench.pages.meta"))
+                fprintf(stderr, "kvpage bench store: could not remove kvpage-bench.pages.meta\n");
+    }
+    return rc;
+}
