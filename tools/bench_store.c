@@ -174,8 +174,27 @@ int kvp__cli_bench_store(int argc, char **argv)
         rc = KVP_EXIT_FAILED;
         goto out;
     }
+    /* The metadata alone, for what holds the keys/s: the same calls the
+     * store makes, in a pool of its own beside the store's. */
+    struct kvp_ns *mns = NULL;
+    int64_t *mpages = calloc(n, sizeof *mpages);
+    const char *pool = f.pool ? f.pool : "kv";
+    char mpool[160];
+    snprintf(mpool, sizeof mpool, "%.100s.bench-meta", pool);
+    struct kvp_error merr = {0};
+    const char *dep = f.deployment;
+    if (!mpages ||
+        kvp_meta_ns(kvp_store_meta(s), dep ? dep : "default", dep ? strlen(dep) : 7, mpool,
+                    strlen(mpool), 1, &mns, &merr) ||
+        kvp_meta_init_rank(mns, f.rank, np, &merr)) {
+        fprintf(stderr, "kvpage bench store: the metadata-alone pool %s: %s\n", mpool,
+                merr.msg[0] ? merr.msg : "out of memory");
+        free(mpages);
+        rc = KVP_EXIT_FAILED;
+        goto out;
+    }
     int tty = isatty(2) && !f.json;
-    double t_raw_w = 0, t_raw_r = 0, t_put = 0, t_get = 0;
+    double t_raw_w = 0, t_raw_r = 0, t_put = 0, t_get = 0, t_mput = 0, t_mget = 0;
     uint64_t run = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     int errors = 0;
     for (uint32_t r = 0; r < b.rounds && !errors; r++) {
@@ -207,6 +226,19 @@ int kvp__cli_bench_store(int argc, char **argv)
         double t3 = now_s();
         int64_t lead = kvp_store_get(s, keys, rb, n, res, &err);
         double t4 = now_s();
+        int mrc = kvp_meta_allocate(mns, f.rank, keys, n, mpages, NULL, &merr);
+        if (!mrc)
+            mrc = kvp_meta_confirm(mns, f.rank, keys, mpages, n, NULL, 0, &merr);
+        double t5 = now_s();
+        if (!mrc)
+            mrc = kvp_meta_lookup(mns, f.rank, 1, keys, n, mpages, &merr);
+        double t6 = now_s();
+        if (!mrc)
+            mrc = kvp_meta_delete(mns, f.rank, keys, n, &merr);
+        if (mrc) {
+            fprintf(stderr, "kvpage bench store: round %u: the metadata alone: %s\n", r, merr.msg);
+            errors++;
+        }
         if (prc || lead != n) {
             fprintf(stderr, "kvpage bench store: round %u: %s\n", r,
                     err.msg[0] ? err.msg : "not every key was stored and read");
@@ -219,6 +251,7 @@ int kvp__cli_bench_store(int argc, char **argv)
         if (errors)
             break;
         t_raw_w += t1 - t0, t_raw_r += t2 - t1, t_put += t3 - t2, t_get += t4 - t3;
+        t_mput += t5 - t4, t_mget += t6 - t5;
         memset(rbuf, 0, bytes);
         double moved = (double)bytes * (r + 1) / 1e9;
         progress(tty, r + 1, b.rounds, moved / t_put, moved / t_get);
@@ -227,6 +260,8 @@ int kvp__cli_bench_store(int argc, char **argv)
                    (double)bytes / 1e9 / (t1 - t0), (double)bytes / 1e9 / (t2 - t1),
                    (double)bytes / 1e9 / (t3 - t2), (double)bytes / 1e9 / (t4 - t3));
     }
+    free(mpages);
+    kvp_meta_clear(mns, f.rank, NULL);
     if (errors) {
         rc = KVP_EXIT_FAILED;
         goto out;
@@ -241,13 +276,14 @@ int kvp__cli_bench_store(int argc, char **argv)
                "\"store_put_gbs\": %.4f, \"store_get_gbs\": %.4f,\n"
                " \"store_put_keys_s\": %.1f, \"store_get_keys_s\": %.1f, "
                "\"pagefile_write_keys_s\": %.1f, \"pagefile_read_keys_s\": %.1f,\n"
+               " \"meta_put_keys_s\": %.1f, \"meta_get_keys_s\": %.1f,\n"
                " \"put_ratio\": %.4f, \"get_ratio\": %.4f}\n",
                f.page_size, n, b.rounds, entries, !f.no_durable ? "true" : "false",
                strstr(loc, "://") ? "remote" : "embedded",
                kvp_pagefile_backend_name(kvp_pagefile_backend(pf, 1)),
                kvp_pagefile_backend_name(kvp_pagefile_backend(pf, 0)), gb / t_raw_w, gb / t_raw_r,
-               gb / t_put, gb / t_get, k / t_put, k / t_get, k / t_raw_w, k / t_raw_r,
-               t_raw_w / t_put, t_raw_r / t_get);
+               gb / t_put, gb / t_get, k / t_put, k / t_get, k / t_raw_w, k / t_raw_r, k / t_mput,
+               k / t_mget, t_raw_w / t_put, t_raw_r / t_get);
     } else {
         printf("%u rounds of %u pages of %" PRIu64 " bytes, metadata %s%s:\n", b.rounds, n,
                f.page_size, loc, !f.no_durable ? ", durable puts" : "");
@@ -257,6 +293,8 @@ int kvp__cli_bench_store(int argc, char **argv)
         printf("  store            put   %8.2f GB/s %10.0f keys/s    get  %8.2f GB/s %10.0f "
                "keys/s\n",
                gb / t_put, k / t_put, gb / t_get, k / t_get);
+        printf("  metadata alone   allocate+confirm %10.0f keys/s   lookup %10.0f keys/s\n",
+               k / t_mput, k / t_mget);
         printf("  store / page file: put %.3f, get %.3f (the store costs %+.1f%% on put, %+.1f%% "
                "on get)\n",
                t_raw_w / t_put, t_raw_r / t_get, (t_put / t_raw_w - 1) * 100,

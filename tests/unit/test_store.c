@@ -5,8 +5,12 @@
  * a missing key leaves later buffers untouched, eviction of a full file keeps
  * the metadata consistent, two ranks of one namespace, a reopened data
  * directory, duplicate keys, bad arguments changing nothing, 8 threads on one
- * handle. The same store over a remote kvpage serve is tested by
- * tests/integration/test_store.py.
+ * handle.
+ *
+ * With KVP_TEST_META=http://HOST:PORT every store uses that kvpage serve
+ * instead (each test its own pool): tests/integration/test_store_remote.py
+ * starts one (with --read-grace-ms 0, as the embedded tests set) and runs
+ * this program against it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,6 +30,7 @@
 #define BPP 4096u
 
 static char tmpdir[256];
+static const char *remote; /* KVP_TEST_META, or NULL: embedded */
 
 /* ---- the fault hook: counts bytes written, fails writes in [fail_lo, fail_hi) */
 static _Atomic uint64_t written_bytes;
@@ -73,6 +78,17 @@ open_store(struct kvp_store **s, const char *name, uint64_t pages, uint32_t rank
     o.rank = rank;
     o.meta = meta;
     o.meta_handle = handle;
+    if (remote) {
+        o.meta = remote;
+        o.meta_handle = NULL;
+        char pool[64];
+        snprintf(pool, sizeof pool, "%.60s", name);
+        /* ranks of one test share a pool: the file names differ in a digit */
+        size_t l = strlen(pool);
+        if (l && pool[l - 1] >= '0' && pool[l - 1] <= '9')
+            pool[l - 1] = '\0';
+        o.pool = strdup(pool);
+    }
     struct kvp_meta_opts mo;
     kvp_meta_opts_init(&mo);
     mo.read_grace_ms = 0; /* eviction tests evict what was just read */
@@ -81,6 +97,8 @@ open_store(struct kvp_store **s, const char *name, uint64_t pages, uint32_t rank
     int rc = kvp_store_open(&o, s, &err);
     if (rc)
         fprintf(stderr, "kvp_store_open(%s): %d %s\n", name, rc, err.msg);
+    if (remote)
+        free((char *)o.pool);
     return rc;
 }
 
@@ -93,6 +111,14 @@ static void get_stats(struct kvp_store *s, struct kvp_store_stats *st)
 
 static int meta_ok(struct kvp_store *s)
 {
+    if (remote) {
+        /* fsck runs on the server (the test's caller checks /v1/stats'
+         * invariants); here: every page in exactly one state, none reserved */
+        struct kvp_store_stats st = {.stats_size = sizeof st};
+        if (kvp_store_stats(s, &st, NULL))
+            return 0;
+        return st.reserved == 0 && st.free + st.held == st.num_pages && st.keys == st.held;
+    }
     struct kvp_error err = {0};
     int rc = kvp_meta_check(kvp_store_meta(s), &err);
     if (rc)
@@ -154,10 +180,10 @@ static int64_t get_range(struct kvp_store *s, const char *prefix, int lo, int hi
     return lead;
 }
 
-static void test_round_trip(const char *meta, uint32_t entries)
+static void test_round_trip(const char *name, const char *meta, uint32_t entries)
 {
     struct kvp_store *s;
-    if (open_store(&s, "rt", 64, 0, meta, NULL, entries)) {
+    if (open_store(&s, name, 64, 0, meta, NULL, entries)) {
         CHECK(0);
         return;
     }
@@ -337,8 +363,9 @@ static void test_eviction(void)
 
 static void test_two_ranks(void)
 {
-    struct kvp_meta *m;
-    CHECK_EQ(kvp_meta_open_at("mem:", NULL, &m, NULL), 0);
+    struct kvp_meta *m = NULL;
+    if (!remote) /* one process, one handle for both ranks */
+        CHECK_EQ(kvp_meta_open_at("mem:", NULL, &m, NULL), 0);
     struct kvp_store *r0, *r1;
     if (open_store(&r0, "tp0", 32, 0, NULL, m, 8) || open_store(&r1, "tp1", 32, 1, NULL, m, 8)) {
         CHECK(0);
@@ -374,7 +401,8 @@ static void test_reopen(void)
         CHECK(0);
         return;
     }
-    CHECK(!strcmp(kvp_store_location(s), meta));
+    if (!remote)
+        CHECK(!strcmp(kvp_store_location(s), meta));
     int64_t res[20];
     CHECK_EQ(put_range(s, "r", 0, 20, res), 0);
     kvp_store_close(s);
@@ -394,6 +422,8 @@ static void test_reopen(void)
     kvp_store_opts_init(&o);
     o.path = path;
     o.bytes_per_page = BPP / 2;
+    o.meta = remote;
+    o.pool = remote ? "reopen" : NULL;
     struct kvp_error err = {0};
     CHECK_EQ(kvp_store_open(&o, &s2, &err), -EEXIST);
     CHECK(strstr(err.msg, "32 pages") != NULL);
@@ -493,11 +523,14 @@ int main(void)
     if (!mkdtemp(tmpdir))
         return 1;
     kvp__pagefile_set_fault(hook, NULL);
-    test_round_trip("mem:", 8);
-    test_round_trip("mem:", 3); /* many pieces per call */
+    remote = getenv("KVP_TEST_META");
+    if (remote && !*remote)
+        remote = NULL;
+    test_round_trip("rt_a", "mem:", 8);
+    test_round_trip("rt_b", "mem:", 3); /* many pieces per call */
     char loc[512];
     snprintf(loc, sizeof loc, "file:%s/rt.meta.d", tmpdir);
-    test_round_trip(loc, 8);
+    test_round_trip("rt_c", loc, 8);
     test_hits_not_rewritten();
     test_failed_write();
     test_missing_middle();

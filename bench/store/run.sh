@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# bench/store/run.sh — the store benchmark of issue 13.
+#
+# Runs `kvpage bench store --json` (put and get through the store, and the
+# same batches through kvp_pagefile alone on the same file in the same run)
+# for each case below, REPS times, the cases interleaved (A B C ... then the
+# reverse order), and prints a markdown table of medians with the targets.
+#
+#   bench/store/run.sh              # everything, ~3 minutes
+#   REPS=5 bench/store/run.sh
+#
+# Cases: 2 MiB pages in batches of 128 keys, buffered I/O, embedded metadata
+# (a data directory beside the file, fsync batch) and a kvpage serve on
+# loopback (--data-dir on the same disk, --fsync batch); each with durable
+# puts (fdatasync before confirming; the page file alone then flushes too)
+# and without. Then 64 KiB pages in batches of 128, where the metadata
+# dominates: keys/s embedded and remote, and the metadata alone.
+#
+# Env: KVPAGE (binary, default build/kvpage), REPS (3), ROUNDS (16: batches of
+#      each kind per run), DIR (scratch directory on the disk to measure,
+#      default a new one under /var/tmp), OUT (directory for the raw JSON,
+#      default bench/store/results/DATE), KEEP (keep the scratch directory).
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+KVPAGE=${KVPAGE:-$REPO/build/kvpage}
+REPS=${REPS:-3}
+ROUNDS=${ROUNDS:-16}
+OUT=${OUT:-$HERE/results/$(date -u +%Y-%m-%d-%H%M)}
+DIR=${DIR:-$(mktemp -d /var/tmp/kvpage-bench-store.XXXXXX)}
+mkdir -p "$OUT" "$DIR"
+[ -x "$KVPAGE" ] || { echo "run.sh: $KVPAGE is not built (make build)" >&2; exit 1; }
+
+srv_pid=""
+cleanup() {
+  [ -n "$srv_pid" ] && kill "$srv_pid" 2>/dev/null && wait "$srv_pid" 2>/dev/null || true
+  [ -n "${KEEP:-}" ] || rm -rf "$DIR"
+}
+trap cleanup EXIT
+
+port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$KVPAGE" serve --listen "127.0.0.1:$port" --data-dir "$DIR/srv" --log-level warn \
+  2>"$DIR/serve.log" &
+srv_pid=$!
+for _ in $(seq 100); do
+  curl -sf "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+curl -sf "http://127.0.0.1:$port/healthz" >/dev/null || { cat "$DIR/serve.log"; exit 1; }
+
+# name | flags
+cases=(
+  "2M-embedded-durable|--page-size 2M --batch 128"
+  "2M-remote-durable|--page-size 2M --batch 128 --meta http://127.0.0.1:$port"
+  "2M-embedded|--page-size 2M --batch 128 --no-durable"
+  "2M-remote|--page-size 2M --batch 128 --no-durable --meta http://127.0.0.1:$port"
+  "64K-embedded|--page-size 64K --batch 128 --no-durable"
+  "64K-remote|--page-size 64K --batch 128 --no-durable --meta http://127.0.0.1:$port"
+)
+
+run_case() { # rep index
+  local name=${1%%|*} flags=${1#*|} rep=$2
+  local f="$DIR/$name.pages"
+  # shellcheck disable=SC2086
+  (cd "$DIR" && "$KVPAGE" bench store --file "$f" --rounds "$ROUNDS" $flags --json) \
+    >"$OUT/$name.rep$rep.json"
+  rm -rf "$f" "$f.meta"
+  echo "  $name rep $rep: $(tr -d '\n' <"$OUT/$name.rep$rep.json" | head -c 160)..." >&2
+}
+
+echo "bench/store: $(nproc) cores, $(date -u '+%Y-%m-%d %H:%M UTC'), $KVPAGE, scratch $DIR" >&2
+for rep in $(seq "$REPS"); do
+  if [ $((rep % 2)) = 1 ]; then order=("${cases[@]}"); else
+    order=(); for ((i=${#cases[@]}-1; i>=0; i--)); do order+=("${cases[$i]}"); done; fi
+  for c in "${order[@]}"; do run_case "$c" "$rep"; done
+done
+
+/usr/bin/python3 "$HERE/report.py" "$OUT" | tee "$OUT/summary.md"
