@@ -43,11 +43,12 @@ port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1
 "$KVPAGE" serve --listen "127.0.0.1:$port" --data-dir "$DIR/srv" --log-level warn \
   2>"$DIR/serve.log" &
 srv_pid=$!
-for _ in $(seq 100); do
-  curl -sf "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
-  sleep 0.1
-done
-curl -sf "http://127.0.0.1:$port/healthz" >/dev/null || { cat "$DIR/serve.log"; exit 1; }
+healthy() {
+  /usr/bin/python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$port/healthz', timeout=1)" \
+    2>/dev/null
+}
+for _ in $(seq 100); do healthy && break; sleep 0.1; done
+healthy || { cat "$DIR/serve.log"; exit 1; }
 
 # name | flags
 cases=(
