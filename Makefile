@@ -75,7 +75,8 @@ integration: build asan
 TSAN_INTEGRATION = tests/integration/test_concurrency.py tests/integration/test_crash.py \
   tests/integration/test_hostile.py::test_probe_while_hostile \
   tests/integration/test_hostile.py::test_big_valid_request_off_the_loop \
-  tests/integration/test_hostile.py::test_body_memory_budget
+  tests/integration/test_hostile.py::test_body_memory_budget \
+  tests/integration/test_store_remote.py
 integration-tsan: tsan
 	@echo "integration tests: ThreadSanitizer build ($(notdir $(TSAN_INTEGRATION)))"
 	@TSAN_OPTIONS=$(KVP_TSAN_OPTIONS) \

@@ -1,8 +1,9 @@
 /*
  * tests/install/hello.c — a C program built against an installed kvpage
  * through pkg-config (tests/install/run.sh): the metadata store in memory, a
- * page file in a temporary directory and a page key (libcrypto's SHA-256). Exit 0 and one "ok" line
- * per step, or exit 1 and a "FAIL" line.
+ * page file in a temporary directory, a page key (libcrypto's SHA-256) and
+ * the store (a page put and got by key). Exit 0 and one "ok" line per step,
+ * or exit 1 and a "FAIL" line.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
@@ -13,6 +14,7 @@
 
 #include <kvpage/keys.h>
 #include <kvpage/pagefile.h>
+#include <kvpage/store.h>
 
 #include "meta_check.h"
 
@@ -70,6 +72,39 @@ static int pagefile_steps(const char *path)
     return bad;
 }
 
+static int store_steps(const char *path)
+{
+    struct kvp_store_opts o;
+    kvp_store_opts_init(&o);
+    o.path = path;
+    o.file_size = 8 * PAGE;
+    o.bytes_per_page = PAGE;
+    o.meta = "mem:";
+    struct kvp_store *s = NULL;
+    struct kvp_error err;
+    memset(&err, 0, sizeof err);
+    int rc = kvp_store_open(&o, &s, &err);
+    if (rc)
+        return install_fail("kvp_store_open", rc, &err);
+    static char page[PAGE], back[PAGE];
+    memset(page, 'k', sizeof page);
+    struct kvp_str key = {"hello-key", 9};
+    struct kvp_store_buf w = {page, PAGE}, r = {back, PAGE};
+    int64_t res = 0;
+    int bad = 0;
+    if ((rc = kvp_store_put(s, &key, &w, 1, &res, &err)) != 0 || res != KVP_STORE_STORED) {
+        bad = install_fail("kvp_store_put", rc, &err);
+    } else if (kvp_store_get(s, &key, &r, 1, &res, &err) != 1 || memcmp(page, back, PAGE)) {
+        printf("FAIL kvp_store_get: result %lld or bytes differ\n", (long long)res);
+        bad = 1;
+    } else {
+        printf("ok hello store: a page put and got by key (%llu pages)\n",
+               (unsigned long long)kvp_store_num_pages(s));
+    }
+    kvp_store_close(s);
+    return bad;
+}
+
 int main(void)
 {
     if (strcmp(kvp_strerror(0), "success") != 0) {
@@ -102,6 +137,10 @@ int main(void)
     snprintf(path, sizeof path, "%s/pages", dir);
     int bad = pagefile_steps(path);
     unlink(path);
+    if (!bad) {
+        bad = store_steps(path);
+        unlink(path);
+    }
     rmdir(dir);
     return bad;
 }
