@@ -70,6 +70,8 @@ static int free_port(void)
     return ntohs(a.sin_port);
 }
 
+static const char *open_token; /* opts.token of the next http_open */
+
 static int http_open(const char *path, int port, uint32_t timeout_ms, uint32_t retries,
                      struct kvp_meta **m)
 {
@@ -80,8 +82,13 @@ static int http_open(const char *path, int port, uint32_t timeout_ms, uint32_t r
     o.timeout_ms = timeout_ms;
     o.connect_timeout_ms = 2000;
     o.retries = retries;
+    char token[32];
+    if (open_token) /* the caller's string may go once open returns */
+        snprintf(token, sizeof token, "%s", open_token);
+    o.token = open_token ? token : NULL;
     struct kvp_error err = {0};
     int rc = kvp_meta_open_at(loc, &o, m, &err);
+    memset(token, 'x', sizeof token);
     if (rc)
         fprintf(stderr, "open %s: %d %s\n", loc, rc, err.msg);
     return rc;
@@ -413,7 +420,7 @@ struct fake {
     int lfd, port;
     enum fake_mode mode;
     atomic_int stop;
-    atomic_int exists_reqs, alloc_reqs, other_reqs;
+    atomic_int exists_reqs, alloc_reqs, other_reqs, with_token;
     pthread_t acceptor;
     pthread_mutex_t mu;
     pthread_t conns[64];
@@ -491,6 +498,8 @@ static void *conn_main(void *arg)
         buf[0] = '\0';
         if (read_request(c.fd, buf, 65536) < 0)
             break;
+        if (strstr(buf, "\r\nAuthorization: Bearer s3cret\r\n"))
+            atomic_fetch_add(&f->with_token, 1);
         int is_exists = strstr(buf, "/exists ") != NULL;
         int is_alloc = strstr(buf, "/reserve_and_allocate_page_indices ") != NULL;
         int nth = is_exists  ? atomic_fetch_add(&f->exists_reqs, 1)
@@ -632,7 +641,10 @@ static void test_fake_4xx(void)
     struct kvp_meta *m;
     struct kvp_ns *ns;
     struct kvp_error err = {0};
-    if (fake_client(&f, FAKE_4XX, "/ns/d4", 5000, 3, &m, &ns))
+    open_token = "s3cret"; /* sent on every request */
+    int rc = fake_client(&f, FAKE_4XX, "/ns/d4", 5000, 3, &m, &ns);
+    open_token = NULL;
+    if (rc)
         return;
     struct kvp_str k = S("k");
     uint8_t e;
@@ -649,6 +661,7 @@ static void test_fake_4xx(void)
     CHECK_EQ(err.rule, KVP_RULE_HELD_BY_OTHER);
     CHECK(err.value == 7 && err.index == 0);
     CHECK_EQ(f.alloc_reqs + f.other_reqs, 2);
+    CHECK_EQ(f.with_token, 3);
     kvp_meta_close(m);
     fake_stop(&f);
 }
