@@ -147,9 +147,20 @@ KVP_API void kvp_meta_opts_init(struct kvp_meta_opts *opts);
  *   "file:DIR", "file://DIR", or a path starting with '/' or '.'
  *                        the in-process engine with its log and snapshots in
  *                        DIR (as opts->data_dir; see kvp_meta_open)
- *   "http://HOST:PORT[/ns/NAME]", "redis://..."
- *                        a remote kvpage serve, a Redis/Valkey server: not
- *                        implemented yet (-EOPNOTSUPP, saying so)
+ *   "http://HOST:PORT[/ns/NAME]"
+ *                        a remote kvpage serve, through its HTTP routes
+ *                        (opts->connect_timeout_ms, timeout_ms, retries,
+ *                        token). With /ns/NAME only deployment NAME may be
+ *                        used. Changes are durable once answered (tickets
+ *                        stay 0); kvp_meta_check is -EOPNOTSUPP (run kvpage
+ *                        fsck on the server), kvp_meta_snapshot -EOPNOTSUPP;
+ *                        keys and pools must be valid UTF-8 (-EINVAL). A
+ *                        failed connection is -ECONNREFUSED, a timeout
+ *                        -ETIMEDOUT; err->msg names the route and carries
+ *                        the server's detail.
+ *   "https://...", "redis://..."
+ *                        TLS, a Redis/Valkey server: not implemented yet
+ *                        (-EOPNOTSUPP, saying so)
  * An unknown scheme is -EINVAL, err naming it and the schemes there are.
  * Otherwise as kvp_meta_open; err (may be NULL) says what failed.
  */

@@ -78,6 +78,8 @@ struct kvp__meta_ops {
 
 /* The in-process engine (src/meta/local.c): mem: and file:. */
 extern const struct kvp__meta_ops kvp__local_ops;
+/* A remote kvpage serve (src/client/http.c): http://HOST:PORT[/ns/NAME]. */
+extern const struct kvp__meta_ops kvp__http_ops;
 
 /*
  * Adds a scheme (without ':') served by ops, for tests; at most a few, not

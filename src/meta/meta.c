@@ -94,6 +94,7 @@ struct scheme {
 static struct scheme schemes[8] = {
     {"mem", &kvp__local_ops},
     {"file", &kvp__local_ops},
+    {"http", &kvp__http_ops},
 };
 
 int kvp__meta_register(const char *scheme, const struct kvp__meta_ops *ops)
@@ -183,10 +184,13 @@ KVP_API int kvp_meta_open_at(const char *location, const struct kvp_meta_opts *o
     if (!ops) {
         char known[128];
         known_schemes(known, sizeof known);
-        int later = (slen == 4 && !strncmp(scheme, "http", 4)) ||
-                    (slen == 5 && !strncmp(scheme, "https", 5)) ||
-                    (slen == 5 && !strncmp(scheme, "redis", 5));
-        if (later) {
+        if (slen == 5 && !strncmp(scheme, "https", 5)) {
+            kvp__set_err(err, -EOPNOTSUPP, KVP_RULE_ARG, -1, 0, 0,
+                         "metadata location scheme 'https:' is not implemented yet: use http:// "
+                         "(kvpage serve speaks plain HTTP; put TLS in a proxy beside it)");
+            return -EOPNOTSUPP;
+        }
+        if (slen == 5 && !strncmp(scheme, "redis", 5)) {
             kvp__set_err(err, -EOPNOTSUPP, KVP_RULE_ARG, -1, 0, 0,
                          "metadata location scheme '%.*s:' is not implemented yet (known: %s)",
                          (int)slen, scheme, known);

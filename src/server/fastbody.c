@@ -7,6 +7,8 @@
  *   batch_exists      {"keys": [K, ...]}
  *   get_locations     {"rank": R, "keys": [K, ...]}
  *
+ * (these two with an optional "namespace": "POOL", kvpage's extension),
+ *
  * and SGLang's (the rank is in the path; "namespace": "POOL" optional)
  *
  *   /{rank}/reserve_and_allocate_page_indices  {"keys": [K | [K, P], ...]}
@@ -206,9 +208,9 @@ static int pool_value(struct scan *s, struct kvp_str *pool)
     return plain_string(s, pool) && kvp_pool_valid(pool->ptr, pool->len);
 }
 
-/* Reads an object of the shape's lists and either "rank" (rank != NULL:
- * required) or "namespace" (pool != NULL: optional, pool->ptr NULL when
- * absent), each field at most once, and nothing after it. */
+/* Reads an object of the shape's lists, "rank" when rank != NULL (required)
+ * and "namespace" when pool != NULL (optional, pool->ptr NULL when absent),
+ * each field at most once, and nothing after it. */
 static int scan_body(struct kvp_ctx *c, const struct shape *sh, uint32_t *rank,
                      struct kvp_str *pool, size_t *n1, size_t *n2, int *oom)
 {
@@ -263,9 +265,9 @@ int kvp__fast_allocate(struct kvp_ctx *c, uint32_t *rank, size_t *n)
     return scan(c, &ALLOCATE, rank, NULL, n, NULL);
 }
 
-int kvp__fast_keys(struct kvp_ctx *c, uint32_t *rank, size_t *n)
+int kvp__fast_keys(struct kvp_ctx *c, uint32_t *rank, struct kvp_str *pool, size_t *n)
 {
-    return scan(c, &KEYS, rank, NULL, n, NULL);
+    return scan(c, &KEYS, rank, pool, n, NULL);
 }
 
 int kvp__fast_confirm(struct kvp_ctx *c, uint32_t *rank, size_t *n, size_t *nrel)

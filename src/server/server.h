@@ -218,8 +218,9 @@ int kvp__check_count(struct kvp_ctx *c, size_t n);
  */
 int kvp__fast_allocate(struct kvp_ctx *c, uint32_t *rank, size_t *n);
 int kvp__fast_confirm(struct kvp_ctx *c, uint32_t *rank, size_t *n, size_t *nrel);
-/* {"keys": [K, ...]} (rank NULL) or {"rank": R, "keys": [K, ...]}. */
-int kvp__fast_keys(struct kvp_ctx *c, uint32_t *rank, size_t *n);
+/* {"keys": [K, ...]} (rank NULL) or {"rank": R, "keys": [K, ...]}; with pool
+ * != NULL also an optional "namespace" (pool->ptr NULL when absent). */
+int kvp__fast_keys(struct kvp_ctx *c, uint32_t *rank, struct kvp_str *pool, size_t *n);
 /* The SGLang bodies of reserve_and_allocate_page_indices, confirm_write
  * (written_keys_to_confirm) and exists / get_page_indices: the same lists, no
  * rank, and an optional "namespace" (pool->ptr NULL when absent). Same returns. */

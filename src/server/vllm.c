@@ -1,6 +1,9 @@
 /*
  * The vLLM dialect (protocol.md §2): JSON bodies of the HF3FS KV connector's
- * metadata client ↔ meta calls. Pool is always "kv".
+ * metadata client ↔ meta calls. Pool is always "kv", except that the four
+ * namespace-wide routes (batch_exists, get_locations, /clear, /keys/delete)
+ * take an optional body field "namespace" naming the pool (a kvpage
+ * extension for the http:// client of kvpage/meta.h; docs/protocol-notes.md).
  */
 #include <errno.h>
 #include <string.h>
@@ -9,6 +12,25 @@
 
 static const char POOL[] = "kv";
 #define POOL_LEN (sizeof POOL - 1)
+
+/* The optional "namespace" body field of the namespace-wide routes: absent →
+ * "kv"; not a string or not a valid pool → 400 "Invalid namespace", as the
+ * SGLang dialect validates it. 0, or -1 when replied. */
+static int body_pool(struct kvp_ctx *c, const char **pool, size_t *plen)
+{
+    json_t *v = json_object_get(c->body, "namespace");
+    *pool = POOL;
+    *plen = POOL_LEN;
+    if (!v)
+        return 0;
+    if (!json_is_string(v) || !kvp_pool_valid(json_string_value(v), json_string_length(v))) {
+        kvp__reply_error(c, 400, "Invalid namespace");
+        return -1;
+    }
+    *pool = json_string_value(v);
+    *plen = json_string_length(v);
+    return 0;
+}
 
 /* rank field of the body: a JSON integer in 0..2^31-1. */
 static int body_rank(struct kvp_ctx *c, uint32_t *out)
@@ -175,10 +197,10 @@ static void write_bools(struct kvp_buf *b, const char *head, const uint8_t *v, s
     kvp__jw_lit(b, "]}");
 }
 
-static void exists_run(struct kvp_ctx *c, size_t n)
+static void exists_run(struct kvp_ctx *c, const char *pool, size_t plen, size_t n)
 {
     struct kvp_ns *ns;
-    int rc = kvp__find_ns(c, POOL, POOL_LEN, 0, &ns);
+    int rc = kvp__find_ns(c, pool, plen, 0, &ns);
     if (rc && rc != -ENOENT)
         return;
     if (rc == -ENOENT) {
@@ -197,13 +219,17 @@ static void exists_run(struct kvp_ctx *c, size_t n)
 static void do_exists(struct kvp_ctx *c)
 {
     json_t *keys;
+    const char *pool;
+    size_t plen;
+    if (body_pool(c, &pool, &plen))
+        return;
     if (kvp__body_list(c, "keys", &keys)) {
         kvp__reply_error(c, 400, "Invalid keys format");
         return;
     }
     ptrdiff_t n = kvp__parse_str_keys(c, keys, 1);
     if (n >= 0)
-        exists_run(c, (size_t)n);
+        exists_run(c, pool, plen, (size_t)n);
 }
 
 static void write_locations(struct kvp_buf *b, const char *head, const int64_t *p, size_t n)
@@ -218,10 +244,10 @@ static void write_locations(struct kvp_buf *b, const char *head, const int64_t *
     kvp__jw_lit(b, "]}");
 }
 
-static void locations_run(struct kvp_ctx *c, uint32_t rank, size_t n)
+static void locations_run(struct kvp_ctx *c, const char *pool, size_t plen, uint32_t rank, size_t n)
 {
     struct kvp_ns *ns;
-    int rc = kvp__find_ns(c, POOL, POOL_LEN, 0, &ns);
+    int rc = kvp__find_ns(c, pool, plen, 0, &ns);
     if (rc && rc != -ENOENT)
         return;
     struct kvp_error err = {0};
@@ -242,19 +268,27 @@ static void do_locations(struct kvp_ctx *c)
 {
     uint32_t rank;
     json_t *keys;
+    const char *pool;
+    size_t plen;
+    if (body_pool(c, &pool, &plen))
+        return;
     if (body_rank(c, &rank) || kvp__body_list(c, "keys", &keys)) {
         kvp__reply_error(c, 400, "Invalid request format: need 'rank' and 'keys'");
         return;
     }
     ptrdiff_t n = kvp__parse_str_keys(c, keys, 0);
     if (n >= 0)
-        locations_run(c, rank, (size_t)n);
+        locations_run(c, pool, plen, rank, (size_t)n);
 }
 
 static void do_clear(struct kvp_ctx *c)
 {
     struct kvp_ns *ns;
-    int rc = kvp__find_ns(c, POOL, POOL_LEN, 0, &ns);
+    const char *pool;
+    size_t plen;
+    if (body_pool(c, &pool, &plen))
+        return;
+    int rc = kvp__find_ns(c, pool, plen, 0, &ns);
     if (rc && rc != -ENOENT)
         return;
     if (rc == 0) {
@@ -271,6 +305,10 @@ static void do_clear(struct kvp_ctx *c)
 static void do_delete(struct kvp_ctx *c)
 {
     json_t *keys;
+    const char *pool;
+    size_t plen;
+    if (body_pool(c, &pool, &plen))
+        return;
     if (kvp__body_list(c, "keys", &keys)) {
         kvp__reply_error(c, 400, "Invalid request format: 'keys' must be a list");
         return;
@@ -279,7 +317,7 @@ static void do_delete(struct kvp_ctx *c)
     if (n < 0)
         return;
     struct kvp_ns *ns;
-    int rc = kvp__find_ns(c, POOL, POOL_LEN, 0, &ns);
+    int rc = kvp__find_ns(c, pool, plen, 0, &ns);
     if (rc && rc != -ENOENT)
         return;
     if (rc == 0) {
@@ -307,6 +345,7 @@ int kvp__vllm_fast(struct kvp_ctx *c, int route)
 {
     uint32_t rank;
     size_t n, nrel;
+    struct kvp_str pool;
     int rc;
     if (route == KVP_ROUTE_VLLM_ALLOCATE) {
         if ((rc = kvp__fast_allocate(c, &rank, &n)) == 1)
@@ -315,11 +354,11 @@ int kvp__vllm_fast(struct kvp_ctx *c, int route)
         if ((rc = kvp__fast_confirm(c, &rank, &n, &nrel)) == 1)
             confirm_run(c, rank, n, nrel);
     } else if (route == KVP_ROUTE_VLLM_EXISTS) {
-        if ((rc = kvp__fast_keys(c, NULL, &n)) == 1)
-            exists_run(c, n);
+        if ((rc = kvp__fast_keys(c, NULL, &pool, &n)) == 1)
+            exists_run(c, pool.ptr ? pool.ptr : POOL, pool.ptr ? pool.len : POOL_LEN, n);
     } else if (route == KVP_ROUTE_VLLM_LOCATIONS) {
-        if ((rc = kvp__fast_keys(c, &rank, &n)) == 1)
-            locations_run(c, rank, n);
+        if ((rc = kvp__fast_keys(c, &rank, &pool, &n)) == 1)
+            locations_run(c, pool.ptr ? pool.ptr : POOL, pool.ptr ? pool.len : POOL_LEN, rank, n);
     } else {
         return 0;
     }

@@ -712,3 +712,69 @@ def test_percent_encoded_path_is_decoded_per_segment(server, client):
         assert client.v_exists(["k"]) == [False]  # another deployment than "default"
     finally:
         plain.close()
+
+
+# ---- kvpage extension: "namespace" (the pool) on the namespace-wide routes ----
+
+def test_namespace_field_selects_the_pool(server, client):
+    """batch_exists, get_locations, /clear and /keys/delete take an optional
+    body field "namespace" (default "kv"), as the SGLang routes do
+    (docs/protocol-notes.md); vLLM's clients never send it."""
+    client.s_init(0, 4, ns="p1")
+    client.s_init(1, 4, ns="p1")
+    client.s_write(0, ["a", "b"], ns="p1")
+    client.s_write(1, ["a"], ns="p1")
+    client.v_init(0, 4)
+    # complete = held on both ranks of pool p1; the kv pool knows nothing of it
+    r = client.post("/keys/batch_exists", {"keys": ["a", "b"], "namespace": "p1"})
+    expect(r, 200)
+    assert r.json() == {"exists": [True, False]}
+    assert client.v_exists(["a", "b"]) == [False, False]
+    r = client.post("/keys/batch_exists", {"keys": ["a"], "namespace": "kv"})
+    assert r.json() == {"exists": [False]}
+    # the same through the general path (an escaped key is not a plain body)
+    r = client.post("/keys/batch_exists", {"keys": ["\u00e9", "a"], "namespace": "p1"})
+    expect(r, 200)
+    assert r.json() == {"exists": [False, True]}
+    r = client.post("/keys/get_locations", {"rank": 0, "keys": ["a", "b"], "namespace": "p1"})
+    expect(r, 200)
+    assert r.json() == {"locations": [0, None]}
+    r = client.post("/keys/get_locations", {"rank": 1, "namespace": "p1", "keys": ["a"]})
+    assert r.json() == {"locations": [0]}
+    r = client.post("/keys/get_locations", {"rank": 0, "keys": ["a"]})
+    assert r.json() == {"locations": [None]}
+    # a pool never initialized: as an unknown namespace (protocol-notes.md)
+    r = client.post("/keys/batch_exists", {"keys": ["a"], "namespace": "nope"})
+    expect(r, 200)
+    assert r.json() == {"exists": [False]}
+    r = client.post("/keys/get_locations", {"rank": 0, "keys": ["a"], "namespace": "nope"})
+    expect(r, 404, "Failed to get key locations: Rank 0 not initialized")
+    # delete on every rank of p1
+    expect(client.post("/keys/delete", {"keys": ["a"], "namespace": "p1"}), 204)
+    assert client.s_exists(0, ["a", "b"], ns="p1") == [False, True]
+    assert client.s_exists(1, ["a"], ns="p1") == [False]
+    # /clear of p1 only
+    client.v_write(0, ["k"])
+    expect(client.post("/clear", {"namespace": "p1"}), 204)
+    assert client.s_exists(0, ["b"], ns="p1") == [False]
+    assert client.v_exists(["k"]) == [True]
+    expect(client.post("/clear", {"namespace": "nope"}), 204)
+    expect(client.post("/keys/delete", {"keys": ["k"], "namespace": "nope"}), 204)
+    assert client.v_exists(["k"]) == [True]
+
+
+def test_namespace_field_invalid(server, client):
+    client.v_init(0, 4)
+    for route, body in (("/keys/batch_exists", {"keys": []}),
+                        ("/keys/get_locations", {"rank": 0, "keys": []}),
+                        ("/keys/delete", {"keys": []}),
+                        ("/clear", {})):
+        for bad in ("", 7, None, ["kv"], "x" * 129, "a\u0000b"):
+            r = client.post(route, dict(body, namespace=bad))
+            expect(r, 400, "Invalid namespace")
+        # the namespace is read before the other fields
+        r = client.post(route, {"keys": 5, "rank": "x", "namespace": 1})
+        expect(r, 400, "Invalid namespace")
+        # a valid pool of any bytes but NUL (as SGLang's) is taken: an unknown one
+        ok = {"/keys/batch_exists": 200, "/keys/get_locations": 404}.get(route, 204)
+        expect(client.post(route, dict(body, namespace="p q/\u00e9")), ok)

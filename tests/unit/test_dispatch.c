@@ -274,8 +274,17 @@ static void test_locations(void)
     CHECK_EQ(kvp_meta_open_at("no scheme here", NULL, &m, &err), -EINVAL);
     CHECK(strstr(err.msg, "no scheme") != NULL);
     memset(&err, 0, sizeof err);
-    CHECK_EQ(kvp_meta_open_at("http://127.0.0.1:18000", NULL, &m, &err), -EOPNOTSUPP);
-    CHECK(strstr(err.msg, "'http:'") && strstr(err.msg, "not implemented"));
+    /* http: is the remote backend (test_http_client.c); opening connects to nothing. */
+    CHECK_EQ(kvp_meta_open_at("http://127.0.0.1:18000", NULL, &m, &err), 0);
+    kvp_meta_close(m);
+    CHECK_EQ(kvp_meta_open_at("http://127.0.0.1:18000/ns/d1", NULL, &m, &err), 0);
+    kvp_meta_close(m);
+    CHECK_EQ(kvp_meta_open_at("http://127.0.0.1:18000/other", NULL, &m, &err), -EINVAL);
+    CHECK(strstr(err.msg, "/ns/NAME") != NULL);
+    CHECK_EQ(kvp_meta_open_at("http://127.0.0.1:18000/ns/bad!name", NULL, &m, &err), -EINVAL);
+    CHECK_EQ(kvp_meta_open_at("http:", NULL, &m, &err), -EINVAL);
+    CHECK_EQ(kvp_meta_open_at("https://127.0.0.1:18000", NULL, &m, &err), -EOPNOTSUPP);
+    CHECK(strstr(err.msg, "'https:'") && strstr(err.msg, "not implemented"));
     CHECK_EQ(kvp_meta_open_at("redis://127.0.0.1:6379", NULL, &m, &err), -EOPNOTSUPP);
     CHECK_EQ(kvp_meta_open_at("file:", NULL, &m, &err), -EINVAL);
     CHECK(strstr(err.msg, "no directory") != NULL);

@@ -269,6 +269,53 @@ static void test_state_and_shapes(void)
     B("/0/get_page_indices", "{\"keys\": [\"q1\", \"q2\"], \"namespace\": \"p1\"}");
 }
 
+/* kvpage's extension: the vLLM batch_exists and get_locations bodies with an
+ * optional "namespace" (the pool): read by the scanner when plain, answered
+ * alike by both paths either way. */
+static void test_vllm_namespace(void)
+{
+    B("/0/initialize", "{\"num_pages\": 4, \"namespace\": \"vp\"}");
+    B("/0/reserve_and_allocate_page_indices", "{\"keys\": [\"v1\"], \"namespace\": \"vp\"}");
+    B("/0/confirm_write", "{\"written_keys_to_confirm\": [[\"v1\", 0]], \"namespace\": \"vp\"}");
+    static const char *const bodies[] = {
+        "{\"keys\": [\"v1\", \"v2\"], \"namespace\": \"vp\"}",
+        "{\"namespace\": \"vp\", \"keys\": [\"v1\"]}",
+        "{\"keys\": [\"v1\"], \"namespace\": \"kv\"}",
+        "{\"keys\": [\"v1\"], \"namespace\": \"absent\"}",
+    };
+    for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++) {
+        struct kvp_request req = {
+            .method = "POST", .path = "", .body = bodies[i], .body_len = strlen(bodies[i])};
+        struct kvp_ctx c = {.srv = &fast, .req = &req, .rep = &rep_fast};
+        struct kvp_str pool;
+        size_t n;
+        if (kvp__fast_keys(&c, NULL, &pool, &n) == 1 && pool.ptr)
+            passed++;
+        else
+            fail(__LINE__, "scanner should read this body", "/keys/batch_exists", bodies[i]);
+        B("/keys/batch_exists", bodies[i]);
+    }
+    if (B("/keys/batch_exists", "{\"keys\": [\"v1\"], \"namespace\": \"vp\"}") == 200 &&
+        strstr(rep_fast.body.p, "true"))
+        passed++;
+    else
+        fail(__LINE__, "v1 exists in pool vp", "/keys/batch_exists", "");
+    /* declined by the scanner (an escape, a bad or non-string pool, twice) */
+    B("/keys/batch_exists", "{\"keys\": [\"v1\"], \"namespace\": \"v\\u0070\"}");
+    B("/keys/batch_exists", "{\"keys\": [\"v1\"], \"namespace\": \"\"}");
+    B("/keys/batch_exists", "{\"keys\": [\"v1\"], \"namespace\": 7}");
+    B("/keys/batch_exists", "{\"keys\": [\"v1\"], \"namespace\": \"vp\", \"namespace\": \"vp\"}");
+    B("/keys/get_locations", "{\"rank\": 0, \"keys\": [\"v1\"], \"namespace\": \"vp\"}");
+    B("/keys/get_locations", "{\"rank\": 0, \"keys\": [\"v1\"], \"namespace\": \"kv\"}");
+    B("/keys/get_locations", "{\"rank\": 0, \"keys\": [\"v1\"], \"namespace\": null}");
+    if (B("/keys/get_locations", "{\"rank\": 0, \"keys\": [\"v1\"], \"namespace\": \"vp\"}") ==
+            200 &&
+        strstr(rep_fast.body.p, "[0]"))
+        passed++;
+    else
+        fail(__LINE__, "v1 at page 0 in pool vp", "/keys/get_locations", "");
+}
+
 int main(void)
 {
     struct kvp_server_config cfg = {.max_keys = MAX_KEYS};
@@ -283,6 +330,7 @@ int main(void)
     kvp__reply_init(&rep_gen);
 
     test_state_and_shapes();
+    test_vllm_namespace();
 
     struct kvp_error err = {0};
     if (kvp_meta_check(meta_fast, &err) == 0 && kvp_meta_check(meta_gen, &err) == 0)

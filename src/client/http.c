@@ -1,0 +1,1417 @@
+/*
+ * The http:// backend of kvpage/meta.h: every call is a request to a running
+ * `kvpage serve` (protocol.md §2-§4, docs/protocol-notes.md), made with
+ * libcurl.
+ *
+ * Location: http://HOST:PORT[/ns/NAME]. A namespace (deployment D, pool P)
+ * maps to the base path /ns/D (none for "default"); with /ns/NAME in the
+ * location that path is fixed and D must be NAME. Per-rank calls use the
+ * SGLang routes (/{rank}/..., the pool in the body field "namespace");
+ * namespace-wide calls (exists and delete on every rank, complete-only
+ * lookups, clear of the namespace) use the vLLM routes, with the pool in the
+ * body field "namespace" when it is not "kv" (kvpage's extension of those
+ * routes, docs/protocol-notes.md).
+ *
+ * The server answers a change only once it is durable, so no call hands out
+ * a ticket: wait returns 0, when_durable 1.
+ *
+ * Connections: a mutex-protected pool of curl easy handles. A call takes one
+ * (or makes one when none is idle), runs its request and puts it back; every
+ * easy handle keeps its own connection cache, so the keep-alive connection of
+ * a handle goes with it from call to call and thread to thread. At most
+ * KVP_HTTP_IDLE handles are kept idle (others are closed when put back), so
+ * the connections open track the calls running at once. (A CURLSH sharing
+ * connections would need its lock callbacks on every transfer and still one
+ * easy handle per concurrent call; a pool of easy handles is simpler and
+ * keeps each handle's buffers warm.)
+ *
+ * Retries: an idempotent request (everything but allocate) is repeated up to
+ * opts.retries times after a failed connection, a timeout or a 5xx, with
+ * exponential backoff (20 ms doubling, at most 1 s, jittered). An allocation
+ * is never repeated, not even by libcurl itself: libcurl re-sends a request
+ * whose reused connection died before any byte of the reply came, rewinding
+ * the body, and the body's seek callback refuses that rewind for an
+ * allocation, so that a server which took it and died is not asked twice.
+ *
+ * JSON: request bodies are written here (keys escaped: '"', '\\' and control
+ * bytes; the server reads JSON strings as UTF-8 and refuses invalid UTF-8, so
+ * such keys are refused here with -EINVAL before anything is sent); replies
+ * are tokenized with jsmn. libkvpage.so links neither jansson nor
+ * libmicrohttpd.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <curl/curl.h>
+#define JSMN_STATIC
+#define JSMN_STRICT
+#include <jsmn.h>
+
+#include "meta/backend.h"
+
+#define KVP_HTTP_IDLE 32                     /* idle easy handles kept */
+#define KVP_HTTP_MAX_REPLY ((size_t)1 << 30) /* a larger reply is an error */
+
+/* ---------------------------------------------------------------- buffers */
+
+struct hbuf {
+    char *p;
+    size_t len, cap;
+    int oom;
+};
+
+static int hb_reserve(struct hbuf *b, size_t more)
+{
+    if (b->oom)
+        return -1;
+    if (b->len + more + 1 <= b->cap)
+        return 0;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + more + 1)
+        cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p) {
+        b->oom = 1;
+        return -1;
+    }
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+static void hb_put(struct hbuf *b, const char *s, size_t n)
+{
+    if (hb_reserve(b, n))
+        return;
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void hb_lit(struct hbuf *b, const char *s)
+{
+    hb_put(b, s, strlen(s));
+}
+
+static void hb_int(struct hbuf *b, long long v)
+{
+    char t[24];
+    int n = snprintf(t, sizeof t, "%lld", v);
+    hb_put(b, t, (size_t)n);
+}
+
+/* A JSON string of n bytes (valid UTF-8, no NUL): '"', '\\' and control
+ * bytes escaped, everything else as it is. */
+static void hb_str(struct hbuf *b, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    if (hb_reserve(b, n * 6 + 2))
+        return;
+    char *o = b->p + b->len;
+    *o++ = '"';
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') {
+            *o++ = '\\';
+            *o++ = (char)c;
+        } else if (c < 0x20 || c == 0x7f) {
+            memcpy(o, "\\u00", 4);
+            o[4] = hex[c >> 4];
+            o[5] = hex[c & 15];
+            o += 6;
+        } else {
+            *o++ = (char)c;
+        }
+    }
+    *o++ = '"';
+    b->len = (size_t)(o - b->p);
+    b->p[b->len] = '\0';
+}
+
+static void hb_free(struct hbuf *b)
+{
+    free(b->p);
+    *b = (struct hbuf){0};
+}
+
+/* Strict UTF-8 (no overlong forms, no surrogates, at most U+10FFFF): what
+ * the server's JSON parser takes. */
+static int utf8_valid(const char *str, size_t n)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t len;
+        unsigned cp, min;
+        if ((c & 0xe0) == 0xc0)
+            len = 2, cp = c & 0x1f, min = 0x80;
+        else if ((c & 0xf0) == 0xe0)
+            len = 3, cp = c & 0x0f, min = 0x800;
+        else if ((c & 0xf8) == 0xf0)
+            len = 4, cp = c & 0x07, min = 0x10000;
+        else
+            return 0;
+        if (n - i < len)
+            return 0;
+        for (size_t k = 1; k < len; k++) {
+            if ((s[i + k] & 0xc0) != 0x80)
+                return 0;
+            cp = (cp << 6) | (s[i + k] & 0x3f);
+        }
+        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return 0;
+        i += len;
+    }
+    return 1;
+}
+
+/* ---------------------------------------------------------------- JSON replies */
+
+struct jdoc {
+    const char *js;
+    jsmntok_t *t;
+    int n;
+};
+
+/* Tokenizes js[0..len). 0, or -1 (not JSON, or out of memory). */
+static int jparse(struct jdoc *d, const char *js, size_t len)
+{
+    jsmn_parser p;
+    jsmn_init(&p);
+    int n = jsmn_parse(&p, js, len, NULL, 0);
+    d->js = js;
+    d->t = NULL;
+    d->n = 0;
+    if (n < 1)
+        return -1;
+    if (!(d->t = malloc((size_t)n * sizeof *d->t)))
+        return -1;
+    jsmn_init(&p);
+    if (jsmn_parse(&p, js, len, d->t, (unsigned)n) != n) {
+        free(d->t);
+        d->t = NULL;
+        return -1;
+    }
+    d->n = n;
+    return 0;
+}
+
+/* The index after the value at i and everything inside it. */
+static int jskip(const struct jdoc *d, int i)
+{
+    int pending = 1;
+    while (pending > 0 && i < d->n) {
+        pending--;
+        if (d->t[i].type == JSMN_OBJECT)
+            pending += 2 * d->t[i].size;
+        else if (d->t[i].type == JSMN_ARRAY)
+            pending += d->t[i].size;
+        i++;
+    }
+    return i;
+}
+
+static int jeq(const struct jdoc *d, int i, const char *lit)
+{
+    size_t n = strlen(lit);
+    return d->t[i].type == JSMN_STRING && (size_t)(d->t[i].end - d->t[i].start) == n &&
+           !memcmp(d->js + d->t[i].start, lit, n);
+}
+
+/* The value of member key of the object at obj, or -1. */
+static int jget(const struct jdoc *d, int obj, const char *key)
+{
+    if (obj < 0 || obj >= d->n || d->t[obj].type != JSMN_OBJECT)
+        return -1;
+    int i = obj + 1;
+    for (int k = 0; k < d->t[obj].size && i + 1 < d->n; k++) {
+        if (jeq(d, i, key))
+            return i + 1;
+        i = jskip(d, i + 1);
+    }
+    return -1;
+}
+
+/* An integer primitive (no fraction, no exponent) into *out; null gives -1
+ * when null_ok. 0, or -1 when it is something else. */
+static int jint(const struct jdoc *d, int i, int null_ok, int64_t *out)
+{
+    if (i < 0 || d->t[i].type != JSMN_PRIMITIVE)
+        return -1;
+    const char *s = d->js + d->t[i].start;
+    size_t n = (size_t)(d->t[i].end - d->t[i].start);
+    if (null_ok && n == 4 && !memcmp(s, "null", 4)) {
+        *out = -1;
+        return 0;
+    }
+    char t[24];
+    if (n == 0 || n >= sizeof t)
+        return -1;
+    memcpy(t, s, n);
+    t[n] = '\0';
+    if (strpbrk(t, ".eE"))
+        return -1;
+    char *end;
+    errno = 0;
+    long long v = strtoll(t, &end, 10);
+    if (errno || *end)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int jbool(const struct jdoc *d, int i, uint8_t *out)
+{
+    if (i < 0 || d->t[i].type != JSMN_PRIMITIVE)
+        return -1;
+    char c = d->js[d->t[i].start];
+    if (c != 't' && c != 'f')
+        return -1;
+    *out = c == 't';
+    return 0;
+}
+
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+static unsigned hex4(const char *s)
+{
+    unsigned v = 0;
+    for (int k = 0; k < 4; k++) {
+        int h = hexval(s[k]);
+        if (h < 0)
+            return 0x110000;
+        v = v * 16 + (unsigned)h;
+    }
+    return v;
+}
+
+static size_t put_utf8(char *o, unsigned cp)
+{
+    if (cp < 0x80) {
+        o[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        o[0] = (char)(0xc0 | cp >> 6);
+        o[1] = (char)(0x80 | (cp & 0x3f));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        o[0] = (char)(0xe0 | cp >> 12);
+        o[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
+        o[2] = (char)(0x80 | (cp & 0x3f));
+        return 3;
+    }
+    o[0] = (char)(0xf0 | cp >> 18);
+    o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
+    o[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
+    o[3] = (char)(0x80 | (cp & 0x3f));
+    return 4;
+}
+
+/* The string at i, unescaped, into out (at most cap-1 bytes and a NUL; cut
+ * short when longer). Its length, or -1 when it is not a string. */
+static ptrdiff_t jstr(const struct jdoc *d, int i, char *out, size_t cap)
+{
+    if (i < 0 || d->t[i].type != JSMN_STRING || cap == 0)
+        return -1;
+    const char *s = d->js + d->t[i].start, *e = d->js + d->t[i].end;
+    size_t o = 0;
+    while (s < e && o + 5 <= cap) {
+        if (*s != '\\') {
+            out[o++] = *s++;
+            continue;
+        }
+        s++;
+        if (s >= e)
+            break;
+        char c = *s++;
+        switch (c) {
+        case 'b':
+            out[o++] = '\b';
+            break;
+        case 'f':
+            out[o++] = '\f';
+            break;
+        case 'n':
+            out[o++] = '\n';
+            break;
+        case 'r':
+            out[o++] = '\r';
+            break;
+        case 't':
+            out[o++] = '\t';
+            break;
+        case 'u': {
+            if (e - s < 4)
+                return -1;
+            unsigned cp = hex4(s);
+            s += 4;
+            if (cp >= 0xd800 && cp < 0xdc00 && e - s >= 6 && s[0] == '\\' && s[1] == 'u') {
+                unsigned lo = hex4(s + 2);
+                if (lo >= 0xdc00 && lo < 0xe000) {
+                    cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+                    s += 6;
+                }
+            }
+            if (cp > 0x10ffff || (cp >= 0xd800 && cp < 0xe000))
+                cp = 0xfffd;
+            o += put_utf8(out + o, cp);
+            break;
+        }
+        default: /* '"', '\\', '/' */
+            out[o++] = c;
+        }
+    }
+    out[o] = '\0';
+    return (ptrdiff_t)o;
+}
+
+/* ---------------------------------------------------------------- the backend */
+
+struct hns {
+    struct kvp_ns head; /* first: the interface finds the handle */
+    struct hns *next;
+    char *dep, *pool;
+    size_t dlen, plen;
+    char prefix[KVP_MAX_NAME_LEN + 8]; /* "" or "/ns/DEP" */
+    int kv;                            /* pool == "kv" */
+};
+
+struct hbe {
+    char *root;      /* "http://HOST:PORT" */
+    char *fixed_dep; /* NAME of /ns/NAME, or NULL */
+    struct curl_slist *headers;
+    struct kvp_meta *m;
+    pthread_mutex_t lock; /* idle and nss */
+    CURL *idle[KVP_HTTP_IDLE];
+    size_t nidle;
+    struct hns *nss;
+    atomic_uint_fast64_t requests, retries, connections, transport_errors, error_replies, handles;
+    atomic_uint_fast64_t jitter;
+};
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_rc;
+
+static void curl_init_once(void)
+{
+    curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+static struct hbe *be_of(struct kvp_meta *m)
+{
+    return m->be;
+}
+
+/* ---------------------------------------------------------------- one request */
+
+struct upload {
+    const char *p;
+    size_t len, off;
+    int rewind_ok;
+};
+
+static size_t read_cb(char *dst, size_t size, size_t nitems, void *arg)
+{
+    struct upload *u = arg;
+    size_t n = size * nitems, left = u->len - u->off;
+    if (n > left)
+        n = left;
+    memcpy(dst, u->p + u->off, n);
+    u->off += n;
+    return n;
+}
+
+/* libcurl rewinds the body to send the request again on a new connection
+ * (its reused one died before the reply): allowed only for idempotent
+ * requests. */
+static int seek_cb(void *arg, curl_off_t off, int origin)
+{
+    struct upload *u = arg;
+    if (!u->rewind_ok || origin != SEEK_SET || off < 0 || (size_t)off > u->len)
+        return CURL_SEEKFUNC_FAIL;
+    u->off = (size_t)off;
+    return CURL_SEEKFUNC_OK;
+}
+
+static size_t write_cb(char *src, size_t size, size_t nitems, void *arg)
+{
+    struct hbuf *b = arg;
+    size_t n = size * nitems;
+    if (b->len + n > KVP_HTTP_MAX_REPLY)
+        return 0;
+    hb_put(b, src, n);
+    return b->oom ? 0 : n;
+}
+
+static CURL *take(struct hbe *b)
+{
+    CURL *h = NULL;
+    pthread_mutex_lock(&b->lock);
+    if (b->nidle)
+        h = b->idle[--b->nidle];
+    pthread_mutex_unlock(&b->lock);
+    if (h)
+        return h;
+    if (!(h = curl_easy_init()))
+        return NULL;
+    atomic_fetch_add(&b->handles, 1);
+    const struct kvp_meta_opts *o = &b->m->opts;
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)o->connect_timeout_ms);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)o->timeout_ms);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, b->headers);
+    curl_easy_setopt(h, CURLOPT_PROXY, ""); /* never a proxy of the environment */
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, write_cb);
+    curl_easy_setopt(h, CURLOPT_READFUNCTION, read_cb);
+    curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, seek_cb);
+    curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+    return h;
+}
+
+static void give(struct hbe *b, CURL *h)
+{
+    pthread_mutex_lock(&b->lock);
+    if (b->nidle < KVP_HTTP_IDLE) {
+        b->idle[b->nidle++] = h;
+        h = NULL;
+    }
+    pthread_mutex_unlock(&b->lock);
+    if (h) {
+        curl_easy_cleanup(h);
+        atomic_fetch_sub(&b->handles, 1);
+    }
+}
+
+struct req {
+    const char *method; /* "POST" or "GET" */
+    char path[KVP_MAX_NAME_LEN + 96];
+    const struct hbuf *body; /* POST */
+    int idempotent;
+    /* the answer */
+    long status;
+    struct hbuf reply;
+};
+
+static int curl_errno(CURLcode c)
+{
+    switch (c) {
+    case CURLE_COULDNT_CONNECT:
+        return -ECONNREFUSED;
+    case CURLE_OPERATION_TIMEDOUT:
+        return -ETIMEDOUT;
+    case CURLE_COULDNT_RESOLVE_HOST:
+        return -EHOSTUNREACH;
+    case CURLE_OUT_OF_MEMORY:
+        return -ENOMEM;
+    case CURLE_GOT_NOTHING:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_SEND_FAIL_REWIND:
+    case CURLE_PARTIAL_FILE:
+        return -ECONNRESET;
+    default:
+        return -EIO;
+    }
+}
+
+/* Runs r once: 0 with r->status, or a negative errno (the transfer failed:
+ * err filled). */
+static int perform(struct hbe *b, struct req *r, struct kvp_error *err)
+{
+    CURL *h = take(b);
+    if (!h) {
+        kvp__set_err(err, -ENOMEM, KVP_RULE_IO, -1, 0, 0, "%s %s: cannot make a curl handle",
+                     r->method, r->path);
+        return -ENOMEM;
+    }
+    char url[sizeof r->path + 300];
+    snprintf(url, sizeof url, "%s%s", b->root, r->path);
+    char ebuf[CURL_ERROR_SIZE];
+    ebuf[0] = '\0';
+    struct upload up = {0};
+    hb_free(&r->reply);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, ebuf);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &r->reply);
+    if (r->body) {
+        up.p = r->body->p ? r->body->p : "";
+        up.len = r->body->len;
+        up.rewind_ok = r->idempotent;
+        curl_easy_setopt(h, CURLOPT_POST, 1L);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)up.len);
+        curl_easy_setopt(h, CURLOPT_READDATA, &up);
+        curl_easy_setopt(h, CURLOPT_SEEKDATA, &up);
+    } else {
+        curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+    }
+    atomic_fetch_add(&b->requests, 1);
+    CURLcode c = curl_easy_perform(h);
+    long conns = 0;
+    if (curl_easy_getinfo(h, CURLINFO_NUM_CONNECTS, &conns) == CURLE_OK && conns > 0)
+        atomic_fetch_add(&b->connections, (uint64_t)conns);
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r->status);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
+    curl_easy_setopt(h, CURLOPT_READDATA, NULL);
+    curl_easy_setopt(h, CURLOPT_SEEKDATA, NULL);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, NULL);
+    give(b, h);
+    if (c == CURLE_OK && !r->reply.oom)
+        return 0;
+    int rc = r->reply.oom ? -ENOMEM : curl_errno(c);
+    kvp__set_err(err, rc, KVP_RULE_IO, -1, 0, 0, "%s %s: %s: %s%s", r->method, r->path, b->root,
+                 ebuf[0] ? ebuf : curl_easy_strerror(c),
+                 r->idempotent ? "" : " (an allocation is never sent again)");
+    return rc;
+}
+
+static void backoff(struct hbe *b, unsigned attempt)
+{
+    uint64_t ms = 20u << (attempt < 6 ? attempt : 6);
+    if (ms > 1000)
+        ms = 1000;
+    /* jitter: a value in [ms/2, ms] */
+    uint64_t x = atomic_fetch_add(&b->jitter, 0x9e3779b97f4a7c15u) + 0x9e3779b97f4a7c15u;
+    x ^= x >> 31;
+    x *= 0xbf58476d1ce4e5b9u;
+    x ^= x >> 29;
+    ms = ms / 2 + x % (ms / 2 + 1);
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+        ;
+}
+
+/* Runs r with the retries its kind allows. 0 with r->status (any status:
+ * the caller maps it), or the transfer's negative errno. */
+static int call(struct hbe *b, struct req *r, struct kvp_error *err)
+{
+    unsigned max = r->idempotent ? b->m->opts.retries : 0;
+    for (unsigned attempt = 0;; attempt++) {
+        int rc = perform(b, r, err);
+        int again = rc < 0 ? rc != -ENOMEM : r->status >= 500;
+        if (!again || attempt >= max) {
+            if (rc < 0)
+                atomic_fetch_add(&b->transport_errors, 1);
+            if (rc < 0 && attempt > 0 && err) {
+                size_t l = strlen(err->msg);
+                snprintf(err->msg + l, sizeof err->msg - l, " (after %u attempts)", attempt + 1);
+            }
+            return rc;
+        }
+        atomic_fetch_add(&b->retries, 1);
+        backoff(b, attempt);
+    }
+}
+
+/* What the server's error reply says: its "detail", else its text. */
+static void detail_of(const struct hbuf *reply, char *out, size_t cap)
+{
+    out[0] = '\0';
+    if (!reply->len)
+        return;
+    struct jdoc d;
+    if (jparse(&d, reply->p, reply->len) == 0) {
+        ptrdiff_t l = jstr(&d, jget(&d, 0, "detail"), out, cap);
+        free(d.t);
+        if (l >= 0)
+            return;
+    }
+    size_t n = reply->len < cap - 1 ? reply->len : cap - 1;
+    for (size_t i = 0; i < n; i++)
+        out[i] = (reply->p[i] >= 0x20 && reply->p[i] < 0x7f) ? reply->p[i] : ' ';
+    out[n] = '\0';
+    while (n && out[n - 1] == ' ') /* "ok\n" of /healthz and the like */
+        out[--n] = '\0';
+}
+
+enum op { OP_INIT, OP_ALLOC, OP_CONFIRM, OP_OTHER };
+
+/* A reply status other than success as the interface's errors, msg naming
+ * the route and carrying the server's detail. */
+static int status_error(struct hbe *b, const struct req *r, enum op op, int64_t rank,
+                        const int64_t *pages, size_t n, struct kvp_error *err)
+{
+    char detail[256];
+    detail_of(&r->reply, detail, sizeof detail);
+    int code = -EIO, rule = KVP_RULE_NONE;
+    long long idx = -1, value = 0, limit = 0, x, y, z;
+    atomic_fetch_add(&b->error_replies, 1);
+    switch (r->status) {
+    case 400:
+        code = -EINVAL;
+        rule = KVP_RULE_ARG;
+        if (sscanf(detail,
+                   "Confirmation failed: pages_to_release[%lld] page %lld is outside [0, %lld)", &x,
+                   &y, &z) == 3)
+            rule = KVP_RULE_RELEASE_PAGE, idx = x, value = y, limit = z;
+        else if (strstr(detail, "Confirmation failed: ") && strstr(detail, "] page ") &&
+                 sscanf(strchr(detail, '['), "[%lld] page %lld is outside [0, %lld)", &x, &y, &z) ==
+                     3)
+            rule = KVP_RULE_CONFIRM_PAGE, idx = x, value = y, limit = z;
+        else if (strstr(detail, "key is ") || strstr(detail, "key contains") ||
+                 !strncmp(detail, "Invalid key", 11))
+            rule = KVP_RULE_KEY;
+        else if (!strcmp(detail, "Invalid namespace"))
+            rule = KVP_RULE_NAMESPACE;
+        else if (!strncmp(detail, "Invalid rank", 12))
+            rule = KVP_RULE_RANK_RANGE, value = rank;
+        else if (strstr(detail, "num_pages"))
+            rule = KVP_RULE_NUM_PAGES, limit = KVP_MAX_PAGES;
+        break;
+    case 401:
+    case 403:
+        code = -EACCES;
+        break;
+    case 404:
+        code = -ENOENT;
+        if (strstr(detail, "not initialized"))
+            rule = KVP_RULE_RANK_NOT_INIT, value = rank;
+        break;
+    case 409:
+        code = -EEXIST;
+        if (op == OP_CONFIRM) {
+            rule = KVP_RULE_HELD_BY_OTHER;
+            const char *p = strstr(detail, "page ");
+            if (p && sscanf(p, "page %lld", &x) == 1) {
+                value = x;
+                for (size_t i = 0; i < n; i++)
+                    if (pages[i] == x) {
+                        idx = (long long)i;
+                        break;
+                    }
+            }
+        } else if (op == OP_INIT) {
+            rule = KVP_RULE_RESIZE_HELD;
+            const char *p = strstr(detail, "initialized with ");
+            if (p &&
+                sscanf(p, "initialized with %lld pages; refusing to change to %lld", &x, &y) == 2)
+                value = x, limit = y;
+        }
+        break;
+    case 413:
+        code = -E2BIG;
+        rule = KVP_RULE_TOO_MANY;
+        break;
+    case 507:
+        code = -ENOSPC;
+        rule = KVP_RULE_IO;
+        break;
+    default:
+        code = r->status >= 500 ? -EIO : -EPROTO;
+        rule = r->status >= 500 ? KVP_RULE_IO : KVP_RULE_NONE;
+    }
+    kvp__set_err(err, code, rule, idx, value, limit, "%s %s: %ld %s", r->method, r->path, r->status,
+                 detail);
+    return code;
+}
+
+static int bad_reply(struct hbe *b, const struct req *r, const char *what, struct kvp_error *err)
+{
+    atomic_fetch_add(&b->error_replies, 1);
+    kvp__set_err(err, -EPROTO, KVP_RULE_IO, -1, 0, 0, "%s %s: %ld reply %s", r->method, r->path,
+                 r->status, what);
+    return -EPROTO;
+}
+
+/* ---------------------------------------------------------------- request bodies */
+
+static struct hns *hns_of(struct kvp_ns *ns)
+{
+    return (struct hns *)ns;
+}
+
+static int keys_utf8(const struct kvp_str *keys, size_t n, struct kvp_error *err)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!utf8_valid(keys[i].ptr, keys[i].len)) {
+            kvp__set_err(err, -EINVAL, KVP_RULE_KEY, (int64_t)i, (int64_t)keys[i].len,
+                         KVP_MAX_KEY_LEN,
+                         "key %zu is not valid UTF-8: the http:// backend sends keys as JSON "
+                         "strings, which kvpage serve reads as UTF-8",
+                         i);
+            return -EINVAL;
+        }
+    return 0;
+}
+
+static void put_keys(struct hbuf *body, const char *field, const struct kvp_str *keys, size_t n)
+{
+    hb_reserve(body, n * 8 + 32);
+    hb_lit(body, "\"");
+    hb_lit(body, field);
+    hb_lit(body, "\": [");
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            hb_lit(body, ", ");
+        hb_str(body, keys[i].ptr, keys[i].len);
+    }
+    hb_lit(body, "]");
+}
+
+/* , "namespace": POOL — always on SGLang routes, on vLLM routes unless kv. */
+static void put_pool(struct hbuf *body, const struct hns *s, int vllm)
+{
+    if (vllm && s->kv)
+        return;
+    hb_lit(body, body->len > 1 ? ", \"namespace\": " : "\"namespace\": ");
+    hb_str(body, s->pool, s->plen);
+}
+
+static void rank_path(struct req *r, const struct hns *s, int64_t rank, const char *op)
+{
+    snprintf(r->path, sizeof r->path, "%s/%lld/%s", s->prefix, (long long)rank, op);
+}
+
+static void route_path(struct req *r, const struct hns *s, const char *route)
+{
+    snprintf(r->path, sizeof r->path, "%s%s", s->prefix, route);
+}
+
+/* Sends body (POST) or nothing (GET) to r's path and checks the status is
+ * want. 0, or the mapped error. body is freed. */
+static int run(struct hbe *b, struct req *r, struct hbuf *body, long want, enum op op, int64_t rank,
+               const int64_t *pages, size_t n, struct kvp_error *err)
+{
+    if (body && body->oom) {
+        hb_free(body);
+        kvp__set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        return -ENOMEM;
+    }
+    r->body = body;
+    r->method = body ? "POST" : "GET";
+    int rc = call(b, r, err);
+    if (body)
+        hb_free(body);
+    if (rc)
+        return rc;
+    if (r->status != want)
+        rc = status_error(b, r, op, rank, pages, n, err);
+    if (rc)
+        hb_free(&r->reply);
+    return rc;
+}
+
+/* The reply's list field (n elements) at *arr. 0 or -EPROTO. */
+static int reply_list(struct hbe *b, struct req *r, struct jdoc *d, const char *field, size_t n,
+                      int *arr, struct kvp_error *err)
+{
+    if (jparse(d, r->reply.p ? r->reply.p : "", r->reply.len)) {
+        int rc = bad_reply(b, r, "is not JSON", err);
+        hb_free(&r->reply);
+        return rc;
+    }
+    int a = jget(d, 0, field);
+    if (a < 0 || d->t[a].type != JSMN_ARRAY || (size_t)d->t[a].size != n) {
+        char what[96];
+        snprintf(what, sizeof what, "has no list \"%s\" of %zu elements", field, n);
+        int rc = bad_reply(b, r, what, err);
+        free(d->t);
+        hb_free(&r->reply);
+        return rc;
+    }
+    *arr = a;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- operations */
+
+/* POSTs {["rank": R, ]"keys": [...][, "namespace": P]} to the vLLM route
+ * (vllm: rank in the body when >= 0) or to /{rank}/route, and checks the
+ * status is want. r->idempotent is the caller's. */
+static int keys_call(struct kvp_ns *ns, int64_t rank, int vllm, const char *route,
+                     const struct kvp_str *keys, size_t n, long want, struct req *r,
+                     struct kvp_error *err)
+{
+    struct hns *s = hns_of(ns);
+    int rc = keys_utf8(keys, n, err);
+    if (rc)
+        return rc;
+    struct hbuf body = {0};
+    hb_lit(&body, "{");
+    if (vllm && rank >= 0) {
+        hb_lit(&body, "\"rank\": ");
+        hb_int(&body, rank);
+        hb_lit(&body, ", ");
+    }
+    put_keys(&body, "keys", keys, n);
+    put_pool(&body, s, vllm);
+    hb_lit(&body, "}");
+    if (vllm)
+        route_path(r, s, route);
+    else
+        rank_path(r, s, rank, route);
+    return run(be_of(ns->meta), r, &body, want, r->idempotent ? OP_OTHER : OP_ALLOC, rank, NULL, 0,
+               err);
+}
+
+static int h_init_rank(struct kvp_ns *ns, uint32_t rank, uint32_t num_pages, uint64_t *ticket,
+                       struct kvp_error *err)
+{
+    struct hns *s = hns_of(ns);
+    struct hbe *b = be_of(ns->meta);
+    struct req r = {.idempotent = 1};
+    struct hbuf body = {0};
+    hb_lit(&body, "{\"num_pages\": ");
+    hb_int(&body, num_pages);
+    put_pool(&body, s, 0);
+    hb_lit(&body, "}");
+    rank_path(&r, s, rank, "initialize");
+    int rc = run(b, &r, &body, 204, OP_INIT, rank, NULL, 0, err);
+    if (rc == -EEXIST && err && err->limit == 0)
+        err->limit = num_pages;
+    hb_free(&r.reply);
+    return rc;
+}
+
+static int h_allocate(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys, size_t n,
+                      int64_t *pages, uint8_t *existed, uint64_t *ticket, struct kvp_error *err)
+{
+    struct hbe *b = be_of(ns->meta);
+    struct req r = {.idempotent = 0}; /* never repeated */
+    int rc = keys_call(ns, rank, 0, "reserve_and_allocate_page_indices", keys, n, 200, &r, err);
+    if (rc)
+        return rc;
+    struct jdoc d;
+    int a;
+    if ((rc = reply_list(b, &r, &d, "indices", n, &a, err)))
+        return rc;
+    int i = a + 1;
+    for (size_t k = 0; k < n; k++) {
+        uint8_t ex;
+        int64_t p;
+        if (d.t[i].type != JSMN_ARRAY || d.t[i].size != 2 || jbool(&d, i + 1, &ex) ||
+            jint(&d, i + 2, 0, &p)) {
+            rc = bad_reply(b, &r, "has an indices element that is not [bool, page]", err);
+            break;
+        }
+        pages[k] = p;
+        if (existed)
+            existed[k] = ex;
+        i = jskip(&d, i);
+    }
+    free(d.t);
+    hb_free(&r.reply);
+    return rc;
+}
+
+static int h_confirm(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys,
+                     const int64_t *pages, size_t n, const int64_t *release, size_t nrel,
+                     uint64_t *ticket, struct kvp_error *err)
+{
+    struct hns *s = hns_of(ns);
+    struct hbe *b = be_of(ns->meta);
+    int rc = keys_utf8(keys, n, err);
+    if (rc)
+        return rc;
+    struct req r = {.idempotent = 1}; /* a confirmation again changes nothing */
+    struct hbuf body = {0};
+    hb_reserve(&body, n * 16 + nrel * 8 + 64);
+    hb_lit(&body, "{\"written_keys_to_confirm\": [");
+    for (size_t i = 0; i < n; i++) {
+        hb_lit(&body, i ? ", [" : "[");
+        hb_str(&body, keys[i].ptr, keys[i].len);
+        hb_lit(&body, ", ");
+        hb_int(&body, pages[i]);
+        hb_lit(&body, "]");
+    }
+    hb_lit(&body, "], \"pages_to_release\": [");
+    for (size_t i = 0; i < nrel; i++) {
+        if (i)
+            hb_lit(&body, ", ");
+        hb_int(&body, release[i]);
+    }
+    hb_lit(&body, "]");
+    put_pool(&body, s, 0);
+    hb_lit(&body, "}");
+    rank_path(&r, s, rank, "confirm_write");
+    rc = run(b, &r, &body, 204, OP_CONFIRM, rank, pages, n, err);
+    hb_free(&r.reply);
+    return rc;
+}
+
+static int h_exists(struct kvp_ns *ns, int64_t rank, const struct kvp_str *keys, size_t n,
+                    uint8_t *out, struct kvp_error *err)
+{
+    struct hbe *b = be_of(ns->meta);
+    struct req r = {.idempotent = 1};
+    int rc = keys_call(ns, rank, rank < 0, rank < 0 ? "/keys/batch_exists" : "exists", keys, n, 200,
+                       &r, err);
+    if (rc)
+        return rc;
+    struct jdoc d;
+    int a;
+    if ((rc = reply_list(b, &r, &d, "exists", n, &a, err)))
+        return rc;
+    for (size_t k = 0; k < n; k++)
+        if (jbool(&d, a + 1 + (int)k, &out[k])) {
+            rc = bad_reply(b, &r, "has an exists element that is not a bool", err);
+            break;
+        }
+    free(d.t);
+    hb_free(&r.reply);
+    return rc;
+}
+
+static int h_lookup(struct kvp_ns *ns, uint32_t rank, int complete_only, const struct kvp_str *keys,
+                    size_t n, int64_t *pages, struct kvp_error *err)
+{
+    struct hbe *b = be_of(ns->meta);
+    struct req r = {.idempotent = 1};
+    const char *field = complete_only ? "locations" : "indices";
+    int rc = keys_call(ns, rank, complete_only,
+                       complete_only ? "/keys/get_locations" : "get_page_indices", keys, n, 200, &r,
+                       err);
+    if (rc)
+        return rc;
+    struct jdoc d;
+    int a;
+    if ((rc = reply_list(b, &r, &d, field, n, &a, err)))
+        return rc;
+    for (size_t k = 0; k < n; k++)
+        if (jint(&d, a + 1 + (int)k, 1, &pages[k])) {
+            rc = bad_reply(b, &r, "has an element that is not a page or null", err);
+            break;
+        }
+    free(d.t);
+    hb_free(&r.reply);
+    return rc;
+}
+
+static int h_delete(struct kvp_ns *ns, int64_t rank, const struct kvp_str *keys, size_t n,
+                    uint64_t *ticket, struct kvp_error *err)
+{
+    struct req r = {.idempotent = 1};
+    int rc = keys_call(ns, rank, rank < 0, rank < 0 ? "/keys/delete" : "delete_keys", keys, n, 204,
+                       &r, err);
+    hb_free(&r.reply);
+    return rc;
+}
+
+static int h_clear(struct kvp_ns *ns, int64_t rank, uint64_t *ticket, struct kvp_error *err)
+{
+    struct hns *s = hns_of(ns);
+    struct hbe *b = be_of(ns->meta);
+    struct req r = {.idempotent = 1};
+    struct hbuf body = {0};
+    hb_lit(&body, "{");
+    put_pool(&body, s, rank < 0);
+    hb_lit(&body, "}");
+    if (rank < 0)
+        route_path(&r, s, "/clear");
+    else
+        rank_path(&r, s, rank, "clear");
+    int rc = run(b, &r, &body, 204, OP_OTHER, rank, NULL, 0, err);
+    hb_free(&r.reply);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- /v1/stats */
+
+/* Calls fn for each namespace of the server's /v1/stats (of the fixed
+ * deployment only, when the location names one). */
+static int walk_stats(struct hbe *b, kvp_meta_stats_fn fn, void *arg, struct kvp_error *err)
+{
+    struct req r = {.idempotent = 1};
+    snprintf(r.path, sizeof r.path, "/v1/stats");
+    int rc = run(b, &r, NULL, 200, OP_OTHER, -1, NULL, 0, err);
+    if (rc)
+        return rc;
+    struct jdoc d;
+    int a;
+    if (jparse(&d, r.reply.p ? r.reply.p : "", r.reply.len) ||
+        (a = jget(&d, 0, "namespaces")) < 0 || d.t[a].type != JSMN_ARRAY) {
+        free(d.t);
+        rc = bad_reply(b, &r, "has no list \"namespaces\"", err);
+        hb_free(&r.reply);
+        return rc;
+    }
+    static const char *const fields[] = {"num_pages",
+                                         "free",
+                                         "reserved",
+                                         "held",
+                                         "keys",
+                                         "hits",
+                                         "misses",
+                                         "allocations",
+                                         "evictions",
+                                         "expired_reservations",
+                                         "release_of_held_page"};
+    struct kvp_rank_stats *ranks = NULL;
+    int i = a + 1;
+    for (int k = 0; k < d.t[a].size && !rc; k++, i = jskip(&d, i)) {
+        char dep[KVP_MAX_NAME_LEN * 4 + 8], pool[KVP_MAX_NAME_LEN * 4 + 8];
+        int ra = jget(&d, i, "ranks");
+        if (jstr(&d, jget(&d, i, "deployment"), dep, sizeof dep) < 0 ||
+            jstr(&d, jget(&d, i, "pool"), pool, sizeof pool) < 0 || ra < 0 ||
+            d.t[ra].type != JSMN_ARRAY) {
+            rc = bad_reply(b, &r, "has a namespace without deployment, pool and ranks", err);
+            break;
+        }
+        if (b->fixed_dep && strcmp(dep, b->fixed_dep))
+            continue;
+        size_t nr = (size_t)d.t[ra].size;
+        struct kvp_rank_stats *nrk = realloc(ranks, (nr ? nr : 1) * sizeof *ranks);
+        if (!nrk) {
+            rc = -ENOMEM;
+            break;
+        }
+        ranks = nrk;
+        int j = ra + 1;
+        for (size_t q = 0; q < nr; q++, j = jskip(&d, j)) {
+            struct kvp_rank_stats *st = &ranks[q];
+            int64_t v;
+            memset(st, 0, sizeof *st);
+            if (jint(&d, jget(&d, j, "rank"), 0, &v)) {
+                rc = bad_reply(b, &r, "has a rank without its number", err);
+                break;
+            }
+            st->rank = (uint32_t)v;
+            uint64_t *dst[] = {&st->num_pages,
+                               &st->free,
+                               &st->reserved,
+                               &st->held,
+                               &st->keys,
+                               &st->hits,
+                               &st->misses,
+                               &st->allocations,
+                               &st->evictions,
+                               &st->expired_reservations,
+                               &st->release_of_held_page};
+            for (size_t f = 0; f < sizeof fields / sizeof *fields; f++)
+                if (jint(&d, jget(&d, j, fields[f]), 0, &v) == 0)
+                    *dst[f] = (uint64_t)v;
+        }
+        if (!rc)
+            rc = fn(dep, pool, ranks, nr, arg);
+    }
+    free(ranks);
+    free(d.t);
+    hb_free(&r.reply);
+    return rc;
+}
+
+static int h_stats(struct kvp_meta *m, kvp_meta_stats_fn fn, void *arg)
+{
+    return walk_stats(be_of(m), fn, arg, NULL);
+}
+
+struct find_ns {
+    const struct hns *s;
+    int found;
+    size_t nranks;
+};
+
+static int find_fn(const char *dep, const char *pool, const struct kvp_rank_stats *ranks,
+                   size_t nranks, void *arg)
+{
+    struct find_ns *f = arg;
+    if (strlen(dep) == f->s->dlen && !memcmp(dep, f->s->dep, f->s->dlen) &&
+        strlen(pool) == f->s->plen && !memcmp(pool, f->s->pool, f->s->plen)) {
+        f->found = 1;
+        f->nranks = nranks;
+    }
+    return 0;
+}
+
+static size_t h_nranks(struct kvp_ns *ns)
+{
+    struct find_ns f = {.s = hns_of(ns)};
+    if (walk_stats(be_of(ns->meta), find_fn, &f, NULL))
+        return 0;
+    return f.nranks;
+}
+
+/* ---------------------------------------------------------------- namespaces */
+
+static int h_ns(struct kvp_meta *m, const char *dep, size_t dlen, const char *pool, size_t plen,
+                int create, struct kvp_ns **out, uint64_t *ticket, struct kvp_error *err)
+{
+    struct hbe *b = be_of(m);
+    if (b->fixed_dep && (strlen(b->fixed_dep) != dlen || memcmp(b->fixed_dep, dep, dlen))) {
+        kvp__set_err(err, -EINVAL, KVP_RULE_NAMESPACE, -1, 0, 0,
+                     "deployment '%.*s' is not the location's: %s/ns/%s serves deployment '%s' "
+                     "only",
+                     (int)dlen, dep, b->root, b->fixed_dep, b->fixed_dep);
+        return -EINVAL;
+    }
+    if (!utf8_valid(pool, plen)) {
+        kvp__set_err(err, -EINVAL, KVP_RULE_NAMESPACE, -1, 0, 0,
+                     "pool is not valid UTF-8: the http:// backend sends it as a JSON string");
+        return -EINVAL;
+    }
+    pthread_mutex_lock(&b->lock);
+    struct hns *s = b->nss;
+    for (; s; s = s->next)
+        if (s->dlen == dlen && !memcmp(s->dep, dep, dlen) && s->plen == plen &&
+            !memcmp(s->pool, pool, plen))
+            break;
+    if (!s && (s = calloc(1, sizeof *s)) && (s->dep = malloc(dlen + 1)) &&
+        (s->pool = malloc(plen + 1))) {
+        memcpy(s->dep, dep, dlen);
+        s->dep[dlen] = '\0';
+        memcpy(s->pool, pool, plen);
+        s->pool[plen] = '\0';
+        s->dlen = dlen;
+        s->plen = plen;
+        s->kv = plen == 2 && !memcmp(pool, "kv", 2);
+        s->head.meta = m;
+        if (b->fixed_dep || !(dlen == 7 && !memcmp(dep, "default", 7)))
+            snprintf(s->prefix, sizeof s->prefix, "/ns/%s", s->dep);
+        s->next = b->nss;
+        b->nss = s;
+    } else if (s && !s->pool) {
+        free(s->dep);
+        free(s);
+        s = NULL;
+    }
+    pthread_mutex_unlock(&b->lock);
+    if (!s) {
+        kvp__set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        return -ENOMEM;
+    }
+    /* Created lazily: the server makes a namespace at its first initialize. */
+    if (!create) {
+        struct find_ns f = {.s = s};
+        int rc = walk_stats(b, find_fn, &f, err);
+        if (rc)
+            return rc;
+        if (!f.found) {
+            kvp__set_err(err, -ENOENT, KVP_RULE_NAMESPACE, -1, 0, 0,
+                         "namespace (%.*s, %.*s) does not exist on %s", (int)dlen, dep,
+                         (int)(plen > 64 ? 64 : plen), pool, b->root);
+            return -ENOENT;
+        }
+    }
+    *out = &s->head;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the rest */
+
+static int h_check(struct kvp_meta *m, struct kvp_error *err)
+{
+    kvp__set_err(err, -EOPNOTSUPP, KVP_RULE_ARG, -1, 0, 0,
+                 "the invariants of %s are checked on the server: run kvpage fsck on its data "
+                 "directory",
+                 be_of(m)->root);
+    return -EOPNOTSUPP;
+}
+
+static int h_wait(struct kvp_meta *m, uint64_t ticket, struct kvp_error *err)
+{
+    return 0; /* no tickets: every change is durable once answered */
+}
+
+static int h_when_durable(struct kvp_meta *m, uint64_t ticket, kvp_meta_durable_fn fn, void *arg)
+{
+    return 1;
+}
+
+static int h_values(struct kvp_meta *m, kvp_meta_value_fn fn, void *arg)
+{
+    struct hbe *b = be_of(m);
+    struct kvp_meta_value v[] = {
+        {"http_client", "requests", "kvpage_http_client_requests_total",
+         "HTTP requests sent to the server, retries included.", KVP_VALUE_COUNTER, 0,
+         atomic_load(&b->requests), NULL, NULL},
+        {"http_client", "retries", "kvpage_http_client_retries_total",
+         "Idempotent requests sent again after a failed connection, a timeout or a 5xx.",
+         KVP_VALUE_COUNTER, 0, atomic_load(&b->retries), NULL, NULL},
+        {"http_client", "connections", "kvpage_http_client_connections_total",
+         "TCP connections opened to the server (the others were reused).", KVP_VALUE_COUNTER, 0,
+         atomic_load(&b->connections), NULL, NULL},
+        {"http_client", "transport_errors", "kvpage_http_client_transport_errors_total",
+         "Calls that failed without a reply (refused, reset, timed out), after their retries.",
+         KVP_VALUE_COUNTER, 0, atomic_load(&b->transport_errors), NULL, NULL},
+        {"http_client", "error_replies", "kvpage_http_client_error_replies_total",
+         "Replies that were an error status or could not be read.", KVP_VALUE_COUNTER, 0,
+         atomic_load(&b->error_replies), NULL, NULL},
+        {"http_client", "handles", "kvpage_http_client_handles",
+         "curl handles (each with its connection) in use or idle.", KVP_VALUE_GAUGE, 0,
+         atomic_load(&b->handles), NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
+        int rc = fn(&v[i], arg);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static int h_health(struct kvp_meta *m, char *why, size_t len)
+{
+    struct hbe *b = be_of(m);
+    struct req r = {.idempotent = 1, .method = "GET"};
+    snprintf(r.path, sizeof r.path, "/healthz");
+    struct kvp_error err = {0};
+    int rc = call(b, &r, &err);
+    char text[256];
+    if (rc) {
+        if (why && len)
+            snprintf(why, len, "%s", err.msg);
+        hb_free(&r.reply);
+        return rc;
+    }
+    detail_of(&r.reply, text, sizeof text);
+    hb_free(&r.reply);
+    if (r.status == 200 && !strcmp(text, "ok"))
+        return 0;
+    if (r.status == 200)
+        rc = strstr(text, "No space left") ? -ENOSPC
+             : strstr(text, "quota")       ? -EDQUOT
+                                           : -EIO; /* "degraded: writes refused: ..." */
+    else
+        rc = r.status == 401 || r.status == 403 ? -EACCES : -ECONNREFUSED;
+    if (why && len)
+        snprintf(why, len, "GET /healthz of %s: %ld %s", b->root, r.status, text);
+    return rc;
+}
+
+static int h_snapshot(struct kvp_meta *m)
+{
+    return -EOPNOTSUPP; /* the server writes its own snapshots */
+}
+
+/* ---------------------------------------------------------------- open, close */
+
+static void h_close(struct kvp_meta *m)
+{
+    struct hbe *b = be_of(m);
+    if (!b)
+        return;
+    for (size_t i = 0; i < b->nidle; i++)
+        curl_easy_cleanup(b->idle[i]);
+    for (struct hns *s = b->nss, *next; s; s = next) {
+        next = s->next;
+        free(s->dep);
+        free(s->pool);
+        free(s);
+    }
+    curl_slist_free_all(b->headers);
+    pthread_mutex_destroy(&b->lock);
+    free((char *)m->opts.token);
+    m->opts.token = NULL;
+    free(b->root);
+    free(b->fixed_dep);
+    free(b);
+    m->be = NULL;
+}
+
+static int bad_location(struct kvp_error *err, const char *where, const char *why)
+{
+    kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, 0, 0,
+                 "location 'http:%.96s' %s (http://HOST:PORT or http://HOST:PORT/ns/NAME)",
+                 where ? where : "", why);
+    return -EINVAL;
+}
+
+/* where: "//HOST:PORT[/ns/NAME][/]". */
+static int h_open(struct kvp_meta *m, const char *where, struct kvp_error *err)
+{
+    /* opts strings are the caller's: keep our own token (in the header list,
+     * and in m->opts, freed at close). */
+    const char *tok = m->opts.token;
+    m->opts.token = NULL;
+    if (!where || strncmp(where, "//", 2))
+        return bad_location(err, where, "does not start with //");
+    const char *host = where + 2, *slash = strchr(host, '/');
+    size_t hlen = slash ? (size_t)(slash - host) : strlen(host);
+    if (hlen == 0 || hlen > 255 || strcspn(host, "?#@ ") < hlen)
+        return bad_location(err, where, "names no host (or a bad one)");
+    const char *name = NULL;
+    size_t nlen = 0;
+    if (slash && slash[1]) {
+        if (strncmp(slash, "/ns/", 4))
+            return bad_location(err, where, "has a path other than /ns/NAME");
+        name = slash + 4;
+        nlen = strcspn(name, "/");
+        if (name[nlen] && strcmp(name + nlen, "/"))
+            return bad_location(err, where, "has a path other than /ns/NAME");
+        if (!kvp_deployment_valid(name, nlen))
+            return bad_location(err, where, "names an invalid deployment");
+    }
+    pthread_once(&curl_once, curl_init_once);
+    if (curl_init_rc != CURLE_OK) {
+        kvp__set_err(err, -EIO, KVP_RULE_IO, -1, 0, 0, "curl_global_init failed: %s",
+                     curl_easy_strerror(curl_init_rc));
+        return -EIO;
+    }
+    struct hbe *b = calloc(1, sizeof *b);
+    if (!b)
+        goto oom;
+    pthread_mutex_init(&b->lock, NULL);
+    b->m = m;
+    m->be = b;
+    if (!(b->root = malloc(hlen + 8)))
+        goto oom;
+    snprintf(b->root, hlen + 8, "http://%.*s", (int)hlen, host);
+    if (name && !(b->fixed_dep = strndup(name, nlen)))
+        goto oom;
+    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+    if (!h)
+        goto oom;
+    b->headers = h;
+    /* no "Expect: 100-continue" round trip for large bodies */
+    if (!(h = curl_slist_append(b->headers, "Expect:")))
+        goto oom;
+    if (tok) {
+        if (!(m->opts.token = strdup(tok)))
+            goto oom;
+        size_t l = strlen(tok) + 32;
+        char *auth = malloc(l);
+        if (!auth)
+            goto oom;
+        snprintf(auth, l, "Authorization: Bearer %s", tok);
+        h = curl_slist_append(b->headers, auth);
+        free(auth);
+        if (!h)
+            goto oom;
+    }
+    return 0;
+oom:
+    h_close(m);
+    kvp__set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+    return -ENOMEM;
+}
+
+const struct kvp__meta_ops kvp__http_ops = {
+    .name = "http",
+    .open = h_open,
+    .close = h_close,
+    .ns = h_ns,
+    .init_rank = h_init_rank,
+    .allocate = h_allocate,
+    .confirm = h_confirm,
+    .exists = h_exists,
+    .lookup = h_lookup,
+    .del = h_delete,
+    .clear = h_clear,
+    .nranks = h_nranks,
+    .stats = h_stats,
+    .check = h_check,
+    .wait = h_wait,
+    .when_durable = h_when_durable,
+    .values = h_values,
+    .health = h_health,
+    .snapshot = h_snapshot,
+};
