@@ -11,10 +11,11 @@
 #
 # Cases: 2 MiB pages in batches of 128 keys, buffered I/O, embedded metadata
 # (a data directory beside the file, fsync batch) and a kvpage serve on
-# loopback (--data-dir on the same disk, --fsync batch); each with durable
-# puts (fdatasync before confirming; the page file alone then flushes too)
-# and without. Then 64 KiB pages in batches of 128, where the metadata
-# dominates: keys/s embedded and remote, and the metadata alone.
+# loopback (--fsync batch, --data-dir on the same disk, and "owndisk": in
+# /dev/shm, standing in for a metadata server with a disk of its own); with
+# durable puts (fdatasync before confirming; the page file alone then
+# flushes too) and without. Then 64 KiB pages in batches of 128, where the
+# metadata dominates: keys/s embedded and remote, and the metadata alone.
 #
 # Env: KVPAGE (binary, default build/kvpage), REPS (3), ROUNDS (16: batches of
 #      each kind per run), DIR (scratch directory on the disk to measure,
@@ -32,23 +33,30 @@ DIR=${DIR:-$(mktemp -d /var/tmp/kvpage-bench-store.XXXXXX)}
 mkdir -p "$OUT" "$DIR"
 [ -x "$KVPAGE" ] || { echo "run.sh: $KVPAGE is not built (make build)" >&2; exit 1; }
 
-srv_pid=""
+pids=()
+SHM=$(mktemp -d /dev/shm/kvpage-bench-store.XXXXXX)
 cleanup() {
-  [ -n "$srv_pid" ] && kill "$srv_pid" 2>/dev/null && wait "$srv_pid" 2>/dev/null || true
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
+  rm -rf "$SHM"
   [ -n "${KEEP:-}" ] || rm -rf "$DIR"
 }
 trap cleanup EXIT
 
-port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$KVPAGE" serve --listen "127.0.0.1:$port" --data-dir "$DIR/srv" --log-level warn \
-  2>"$DIR/serve.log" &
-srv_pid=$!
-healthy() {
-  /usr/bin/python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$port/healthz', timeout=1)" \
-    2>/dev/null
+# start_server DATA_DIR: starts a kvpage serve, sets $started_port
+start_server() {
+  started_port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  "$KVPAGE" serve --listen "127.0.0.1:$started_port" --data-dir "$1" --log-level warn \
+    >>"$DIR/serve.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 100); do
+    /usr/bin/python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$started_port/healthz', timeout=1)" \
+      2>/dev/null && return
+    sleep 0.1
+  done
+  cat "$DIR/serve.log" >&2; exit 1
 }
-for _ in $(seq 100); do healthy && break; sleep 0.1; done
-healthy || { cat "$DIR/serve.log"; exit 1; }
+start_server "$DIR/srv"; port=$started_port
+start_server "$SHM/srv"; port_own=$started_port
 
 # name | flags
 cases=(
@@ -56,8 +64,10 @@ cases=(
   "2M-remote-durable|--page-size 2M --batch 128 --meta http://127.0.0.1:$port"
   "2M-embedded|--page-size 2M --batch 128 --no-durable"
   "2M-remote|--page-size 2M --batch 128 --no-durable --meta http://127.0.0.1:$port"
+  "2M-remote-owndisk|--page-size 2M --batch 128 --no-durable --meta http://127.0.0.1:$port_own"
   "64K-embedded|--page-size 64K --batch 128 --no-durable"
   "64K-remote|--page-size 64K --batch 128 --no-durable --meta http://127.0.0.1:$port"
+  "64K-remote-owndisk|--page-size 64K --batch 128 --no-durable --meta http://127.0.0.1:$port_own"
 )
 
 run_case() { # rep index

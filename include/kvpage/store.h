@@ -22,9 +22,13 @@
  * alone count.
  *
  * Durability: with opts.durable (the default) a put makes the pages it wrote
- * durable (fdatasync of the file) before it confirms them, so that a key that
- * survives a power loss in the metadata never names a page whose bytes did
- * not. Without it, a power loss may leave keys naming stale pages.
+ * durable (fdatasync of the file) before it confirms them, and returns once
+ * the metadata's changes are durable too, so that a key that survives a
+ * power loss in the metadata never names a page whose bytes did not.
+ * Without it a put waits for neither sync (embedded metadata logs its changes
+ * and syncs them in its own group commit; a remote kvpage serve still answers
+ * only durable changes): a crash may forget the last keys put, and a power
+ * loss may leave keys naming stale pages.
  *
  * Thread safety: every call but kvp_store_close may be made by any number of
  * threads at once on one handle.

@@ -360,8 +360,14 @@ KVP_API int kvp_store_put(struct kvp_store *s, const struct kvp_str *keys,
     size_t *widx = (size_t *)(ckeys + n);
     uint8_t *existed = (uint8_t *)(widx + n);
 
+    /* Without durable puts the metadata's changes are not waited for either:
+     * they are logged and synced by the log's own group commit, and a crash
+     * before that forgets keys (never points one at wrong bytes that a
+     * durable put would have kept out). */
     struct kvp_error e = {0};
-    rc = kvp_meta_allocate(s->ns, s->rank, keys, n, pages, existed, &e);
+    uint64_t ticket = 0;
+    rc = s->durable ? kvp_meta_allocate(s->ns, s->rank, keys, n, pages, existed, &e)
+                    : kvp_meta_allocate_async(s->ns, s->rank, keys, n, pages, existed, &ticket, &e);
     if (rc) {
         for (size_t i = 0; i < n; i++)
             results[i] = rc;
@@ -420,7 +426,10 @@ KVP_API int kvp_store_put(struct kvp_store *s, const struct kvp_str *keys,
     }
     if (nc || nrel) {
         struct kvp_error ce = {0};
-        int crc = kvp_meta_confirm(s->ns, s->rank, ckeys, cpages, nc, release, nrel, &ce);
+        int crc = s->durable
+                      ? kvp_meta_confirm(s->ns, s->rank, ckeys, cpages, nc, release, nrel, &ce)
+                      : kvp_meta_confirm_async(s->ns, s->rank, ckeys, cpages, nc, release, nrel,
+                                               &ticket, &ce);
         if (crc) {
             /* All or nothing: nothing was confirmed. Give the pages back
              * (best effort: a lease would reclaim them anyway). */

@@ -31,6 +31,7 @@
 
 static char tmpdir[256];
 static const char *remote; /* KVP_TEST_META, or NULL: embedded */
+static int durable = 1;    /* opts.durable of the stores opened */
 
 /* ---- the fault hook: counts bytes written, fails writes in [fail_lo, fail_hi) */
 static _Atomic uint64_t written_bytes;
@@ -78,6 +79,7 @@ open_store(struct kvp_store **s, const char *name, uint64_t pages, uint32_t rank
     o.rank = rank;
     o.meta = meta;
     o.meta_handle = handle;
+    o.durable = durable;
     if (remote) {
         o.meta = remote;
         o.meta_handle = NULL;
@@ -253,10 +255,10 @@ static void test_hits_not_rewritten(void)
     kvp_store_close(s);
 }
 
-static void test_failed_write(void)
+static void test_failed_write(const char *name)
 {
     struct kvp_store *s;
-    if (open_store(&s, "fail", 16, 0, "mem:", NULL, 4)) {
+    if (open_store(&s, name, 16, 0, "mem:", NULL, 4)) {
         CHECK(0);
         return;
     }
@@ -531,8 +533,13 @@ int main(void)
     char loc[512];
     snprintf(loc, sizeof loc, "file:%s/rt.meta.d", tmpdir);
     test_round_trip("rt_c", loc, 8);
+    durable = 0; /* puts that wait for neither the file's nor the metadata's sync */
+    snprintf(loc, sizeof loc, "file:%s/rt.meta.nd", tmpdir);
+    test_round_trip("rt_d", loc, 8);
+    test_failed_write("fail_nd");
+    durable = 1;
     test_hits_not_rewritten();
-    test_failed_write();
+    test_failed_write("fail");
     test_missing_middle();
     test_eviction();
     test_two_ranks();
