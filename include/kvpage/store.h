@@ -161,6 +161,11 @@ KVP_API int64_t kvp_store_exists(struct kvp_store *s, const struct kvp_str *keys
 KVP_API int kvp_store_delete(struct kvp_store *s, const struct kvp_str *keys, size_t n,
                              struct kvp_error *err);
 
+/* Forgets every key of this rank and frees all its pages (its reservations
+ * too: a put running meanwhile fails to confirm). Returns 0 or a negative
+ * errno. */
+KVP_API int kvp_store_clear(struct kvp_store *s, struct kvp_error *err);
+
 /* Fills *st (st->stats_size set by the caller; a smaller size gets the fields
  * that fit). Returns 0 or a negative errno (the metadata's). */
 KVP_API int kvp_store_stats(struct kvp_store *s, struct kvp_store_stats *st, struct kvp_error *err);

@@ -573,6 +573,13 @@ KVP_API int kvp_store_delete(struct kvp_store *s, const struct kvp_str *keys, si
     return kvp_meta_delete(s->ns, s->rank, keys, n, err);
 }
 
+KVP_API int kvp_store_clear(struct kvp_store *s, struct kvp_error *err)
+{
+    if (!s)
+        return arg_err(err, "%s is NULL", "store");
+    return kvp_meta_clear(s->ns, s->rank, err);
+}
+
 struct stats_find {
     struct kvp_store *s;
     struct kvp_store_stats *st;

@@ -216,6 +216,12 @@ static void test_round_trip(const char *name, const char *meta, uint32_t entries
     CHECK_EQ(st.held, 39);
     CHECK_EQ(st.free, 25);
     CHECK(meta_ok(s));
+    CHECK_EQ(kvp_store_clear(s, NULL), 0);
+    CHECK_EQ(kvp_store_exists(s, k, 3, ex, NULL), 0);
+    CHECK(!ex[1]);
+    get_stats(s, &st);
+    CHECK_EQ(st.held, 0);
+    CHECK_EQ(st.free, 64);
     kvp_store_close(s);
 }
 

@@ -1,0 +1,51 @@
+"""Buffers to (address, length): anything with the buffer protocol
+(bytearray, memoryview, numpy arrays, mmap) and CPU torch tensors, by data
+pointer and byte size. A buffer that is not contiguous, or not writable where
+bytes are read into it, is refused with a message saying so."""
+import ctypes
+
+
+def _torch_tensor(obj):
+    t = type(obj)
+    return t.__module__.split(".", 1)[0] == "torch" and hasattr(obj, "data_ptr")
+
+
+def address(obj, writable, what):
+    """(address, nbytes, keepalive) of obj. what names it in messages
+    ("buffer 3 of PageFile.read")."""
+    if _torch_tensor(obj):
+        if obj.device.type != "cpu":
+            raise ValueError(f"{what} is a {obj.device.type} tensor: kvpage moves host memory; "
+                             "copy it to the CPU (kvpage.compat.Hf3fsClient stages CUDA tensors)")
+        if not obj.is_contiguous():
+            raise ValueError(f"{what} is a non-contiguous tensor (shape {tuple(obj.shape)}, "
+                             f"stride {tuple(obj.stride())}): pass .contiguous() or a view "
+                             "of whole pages")
+        return obj.data_ptr(), obj.numel() * obj.element_size(), obj
+    ai = getattr(obj, "__array_interface__", None)
+    if ai is not None and hasattr(obj, "flags"):  # numpy: no copy, no from_buffer
+        if not obj.flags.c_contiguous:
+            raise ValueError(f"{what} is a non-contiguous array (strides {obj.strides})")
+        if writable and not obj.flags.writeable:
+            raise ValueError(f"{what} is read-only, but bytes are read into it")
+        return ai["data"][0], obj.nbytes, obj
+    if isinstance(obj, bytes):
+        if writable:
+            raise ValueError(f"{what} is bytes (read-only), but bytes are read into it")
+        return ctypes.cast(ctypes.c_char_p(obj), ctypes.c_void_p).value or 0, len(obj), obj
+    try:
+        mv = memoryview(obj)
+    except TypeError:
+        raise TypeError(f"{what} is a {type(obj).__name__}: kvpage takes a buffer (bytearray, "
+                        "memoryview, numpy array) or a CPU torch tensor") from None
+    if not mv.c_contiguous:
+        raise ValueError(f"{what} is a non-contiguous buffer")
+    if mv.nbytes == 0:
+        return 0, 0, mv
+    if mv.readonly:
+        if writable:
+            raise ValueError(f"{what} is read-only, but bytes are read into it")
+        copy = (ctypes.c_char * mv.nbytes).from_buffer_copy(mv)
+        return ctypes.addressof(copy), mv.nbytes, copy
+    c = (ctypes.c_char * mv.nbytes).from_buffer(mv.cast("B"))
+    return ctypes.addressof(c), mv.nbytes, (c, mv)

@@ -1,0 +1,163 @@
+"""Finding libkvpage.so and declaring its functions for ctypes.
+
+The library is found, in this order, at
+  1. $KVPAGE_LIB (a path to libkvpage.so or libkvpage.so.0),
+  2. an installed copy (the dynamic loader's search path: `make install`
+     puts it in PREFIX/lib; /usr/local/lib needs `ldconfig` once),
+  3. the build tree of a source checkout (../../build/libkvpage.so beside
+     this package's source).
+When none loads, ImportError names every path tried and why each failed.
+
+Every call goes through ctypes.CDLL, which releases the GIL for the length
+of the C call: page I/O and requests to a metadata server never block the
+other Python threads.
+"""
+import ctypes
+import os
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _candidates():
+    env = os.environ.get("KVPAGE_LIB")
+    if env:
+        yield env, "$KVPAGE_LIB"
+    yield "libkvpage.so.0", "the dynamic loader's search path"
+    root = os.path.dirname(os.path.dirname(_HERE))
+    for d in ("build", "build-release"):
+        yield os.path.join(root, d, "libkvpage.so"), "the build tree"
+
+
+def _load():
+    tried = []
+    for path, where in _candidates():
+        try:
+            return ctypes.CDLL(path), path
+        except OSError as e:
+            tried.append(f"  {path} ({where}): {e}")
+    raise ImportError("kvpage: cannot load libkvpage.so; tried:\n" + "\n".join(tried) +
+                      "\nSet KVPAGE_LIB to the library's path, install it (make install; then "
+                      "ldconfig), or build it (make build).")
+
+
+lib, path = _load()
+
+c_int, c_int32, c_uint32, c_int64, c_uint64 = (ctypes.c_int, ctypes.c_int32, ctypes.c_uint32,
+                                              ctypes.c_int64, ctypes.c_uint64)
+c_size_t, c_void_p, c_char_p = ctypes.c_size_t, ctypes.c_void_p, ctypes.c_char_p
+P = ctypes.POINTER
+
+
+class Error(ctypes.Structure):
+    _fields_ = [("code", c_int), ("rule", c_int), ("index", c_int64), ("value", c_int64),
+                ("limit", c_int64), ("msg", ctypes.c_char * 256)]
+
+
+class PagefileOpts(ctypes.Structure):
+    _fields_ = [("opts_size", c_size_t), ("size", c_uint64), ("bytes_per_page", c_uint64),
+                ("entries", c_uint32), ("flags", c_uint32), ("backend", c_int32),
+                ("threads", c_uint32), ("queues", c_uint32), ("mode", c_uint32),
+                ("chunk_bytes", c_uint64)]
+
+
+class PagefileOp(ctypes.Structure):
+    _fields_ = [("offset", c_int64), ("buf", c_void_p), ("size", c_uint64)]
+
+
+class MetaOpts(ctypes.Structure):
+    _fields_ = [("opts_size", c_size_t), ("lease_ms", c_uint64), ("read_grace_ms", c_uint64),
+                ("clock", c_void_p), ("clock_arg", c_void_p), ("data_dir", c_char_p),
+                ("fsync", c_int), ("snapshot_bytes", c_uint64), ("readonly", c_int),
+                ("log", c_void_p), ("log_arg", c_void_p), ("snapshot_mode", c_int),
+                ("connect_timeout_ms", c_uint32), ("timeout_ms", c_uint32),
+                ("retries", c_uint32), ("token", c_char_p)]
+
+
+class StoreOpts(ctypes.Structure):
+    _fields_ = [("opts_size", c_size_t), ("path", c_char_p), ("file_size", c_uint64),
+                ("bytes_per_page", c_uint64), ("entries", c_uint32),
+                ("pagefile", P(PagefileOpts)), ("rank", c_uint32), ("deployment", c_char_p),
+                ("pool", c_char_p), ("meta", c_char_p), ("meta_opts", P(MetaOpts)),
+                ("meta_handle", c_void_p), ("per_rank", c_int), ("durable", c_int),
+                ("threads", c_uint32)]
+
+
+class Str(ctypes.Structure):
+    _fields_ = [("ptr", c_void_p), ("len", c_size_t)]
+
+
+class StoreBuf(ctypes.Structure):
+    _fields_ = [("base", c_void_p), ("len", c_uint64)]
+
+
+STATS_FIELDS = ("num_pages", "free", "reserved", "held", "keys", "hits", "misses",
+                "allocations", "evictions", "puts", "gets", "stored", "already", "put_failed",
+                "read", "missing", "get_failed", "bytes_written", "bytes_read")
+
+
+class StoreStats(ctypes.Structure):
+    _fields_ = [("stats_size", c_size_t)] + [(f, c_uint64) for f in STATS_FIELDS]
+
+
+def _fn(name, restype, *argtypes):
+    f = getattr(lib, name)
+    f.restype = restype
+    f.argtypes = list(argtypes)
+    return f
+
+
+E = P(Error)
+strerror = _fn("kvp_strerror", c_char_p, c_int)
+
+pagefile_opts_init = _fn("kvp_pagefile_opts_init", None, P(PagefileOpts))
+pagefile_open = _fn("kvp_pagefile_open", c_int, c_char_p, P(PagefileOpts), P(c_void_p), E)
+pagefile_read = _fn("kvp_pagefile_read", c_int, c_void_p, P(PagefileOp), c_size_t, P(c_int64), E)
+pagefile_write = _fn("kvp_pagefile_write", c_int, c_void_p, P(PagefileOp), c_size_t, P(c_int64),
+                     E)
+pagefile_flush = _fn("kvp_pagefile_flush", c_int, c_void_p, E)
+pagefile_close = _fn("kvp_pagefile_close", None, c_void_p)
+pagefile_path = _fn("kvp_pagefile_path", c_char_p, c_void_p)
+pagefile_size = _fn("kvp_pagefile_size", c_uint64, c_void_p)
+pagefile_file_size = _fn("kvp_pagefile_file_size", c_uint64, c_void_p)
+pagefile_bytes_per_page = _fn("kvp_pagefile_bytes_per_page", c_uint64, c_void_p)
+pagefile_entries = _fn("kvp_pagefile_entries", c_uint32, c_void_p)
+pagefile_flags = _fn("kvp_pagefile_flags", c_uint32, c_void_p)
+pagefile_backend = _fn("kvp_pagefile_backend", c_int, c_void_p, c_int)
+pagefile_backend_name = _fn("kvp_pagefile_backend_name", c_char_p, c_int)
+pagefile_backend_note = _fn("kvp_pagefile_backend_note", c_char_p, c_void_p)
+pagefile_threads = _fn("kvp_pagefile_threads", c_uint32, c_void_p)
+pagefile_queues = _fn("kvp_pagefile_queues", c_uint32, c_void_p)
+pagefile_mem_align = _fn("kvp_pagefile_direct_mem_align", c_uint32, c_void_p)
+pagefile_offset_align = _fn("kvp_pagefile_direct_offset_align", c_uint32, c_void_p)
+
+meta_opts_init = _fn("kvp_meta_opts_init", None, P(MetaOpts))
+store_opts_init = _fn("kvp_store_opts_init", None, P(StoreOpts))
+store_open = _fn("kvp_store_open", c_int, P(StoreOpts), P(c_void_p), E)
+store_close = _fn("kvp_store_close", None, c_void_p)
+store_put = _fn("kvp_store_put", c_int, c_void_p, P(Str), P(StoreBuf), c_size_t, P(c_int64), E)
+store_get = _fn("kvp_store_get", c_int64, c_void_p, P(Str), P(StoreBuf), c_size_t, P(c_int64), E)
+store_exists = _fn("kvp_store_exists", c_int64, c_void_p, P(Str), c_size_t,
+                   P(ctypes.c_uint8), E)
+store_delete = _fn("kvp_store_delete", c_int, c_void_p, P(Str), c_size_t, E)
+store_clear = _fn("kvp_store_clear", c_int, c_void_p, E)
+store_stats = _fn("kvp_store_stats", c_int, c_void_p, P(StoreStats), E)
+store_rank = _fn("kvp_store_rank", c_uint32, c_void_p)
+store_num_pages = _fn("kvp_store_num_pages", c_uint64, c_void_p)
+store_bytes_per_page = _fn("kvp_store_bytes_per_page", c_uint64, c_void_p)
+store_location = _fn("kvp_store_location", c_char_p, c_void_p)
+
+page_keys = _fn("kvp_page_keys", c_int, P(c_uint32), c_size_t, c_size_t, c_char_p, c_char_p,
+                c_size_t, c_void_p, c_size_t, P(c_size_t), E)
+PAGE_KEY_LEN = 64
+
+
+def check_layouts():
+    """The C library's idea of each options struct's size, against ctypes'
+    (a mismatch means these declarations are out of date)."""
+    out = {}
+    for cls, init in ((PagefileOpts, pagefile_opts_init), (MetaOpts, meta_opts_init),
+                      (StoreOpts, store_opts_init)):
+        buf = (ctypes.c_char * 4096)()
+        init(ctypes.cast(buf, P(cls)))
+        out[cls.__name__] = (c_size_t.from_buffer(buf).value, ctypes.sizeof(cls))
+    return out

@@ -1,0 +1,146 @@
+"""kvpage.compat.Hf3fsClient: a drop-in for the page-I/O client of vLLM's
+HF3FS connector and SGLang's HiCache hf3fs backend, over kvpage.PageFile.
+
+What differs from theirs: a bad batch raises ValueError whose message starts
+with "Hf3fsClient.check Failed" and then says which operation broke which
+rule with which values, and the client stays open (theirs closes itself);
+every rule is checked on every operation (theirs uses all() where any() was
+meant); results are matched to their operations; an empty batch is valid.
+Several clients on one file and one client shared by many threads are safe
+(kvp_pagefile is thread-safe; each client has its own file descriptor).
+
+CUDA tensors (vLLM passes them, with a CUDA event for writes) are staged
+through pinned host memory with torch's own copies, after waiting for the
+event. No GPU was available where this was written: that path is untested.
+"""
+import threading
+
+from kvpage.errors import KvpageValueError
+from kvpage.pagefile import PageFile
+
+_PREFIX = "Hf3fsClient.check Failed"
+
+
+def _is_tensor(t):
+    return type(t).__module__.split(".", 1)[0] == "torch" and hasattr(t, "data_ptr")
+
+
+def _nbytes(t):
+    if _is_tensor(t):
+        return t.numel() * t.element_size()
+    nb = getattr(t, "nbytes", None)
+    if nb is not None:
+        return nb
+    return memoryview(t).nbytes
+
+
+class Hf3fsClient:
+    """Hf3fsClient(path, size, bytes_per_page, entries[, client_timeout])."""
+
+    def __init__(self, path, size, bytes_per_page, entries, client_timeout=None):
+        # client_timeout (SGLang's fifth argument) bounds a 3FS ring wait; local
+        # and FUSE I/O here has no such wait, so it is accepted and unused.
+        self.path, self.size = path, int(size)
+        self.bytes_per_page, self.entries = int(bytes_per_page), int(entries)
+        self.client_timeout = client_timeout
+        self._pf = PageFile(path, self.size, self.bytes_per_page, self.entries, create=True)
+        self._stage_lock = threading.Lock()
+        self._stage = []  # pinned host buffers for CUDA tensors, reused
+
+    def check(self, offsets, tensors):
+        """Raises ValueError("Hf3fsClient.check Failed: ...") naming the first
+        rule the batch breaks; the client stays usable."""
+        n = len(offsets)
+        if n > self.entries:
+            raise ValueError(f"{_PREFIX}: {n} operations, more than entries = {self.entries}")
+        if len(tensors) != n:
+            raise ValueError(f"{_PREFIX}: {n} offsets but {len(tensors)} tensors")
+        for i in range(n):
+            off, t = offsets[i], tensors[i]
+            size = _nbytes(t)
+            if off < 0 or off + size > self.size:
+                raise ValueError(f"{_PREFIX}: operation {i}: offset {off} + size {size} is "
+                                 f"outside the file of {self.size} bytes")
+            if size > self.bytes_per_page:
+                raise ValueError(f"{_PREFIX}: operation {i}: size {size} exceeds "
+                                 f"bytes_per_page {self.bytes_per_page}")
+            if _is_tensor(t) and not t.is_contiguous():
+                raise ValueError(f"{_PREFIX}: operation {i}: the tensor is not contiguous "
+                                 f"(shape {tuple(t.shape)}, stride {tuple(t.stride())})")
+
+    def _host(self, tensors, fill):
+        """CUDA tensors -> pinned host tensors (copied in when fill)."""
+        import torch
+        if not torch.cuda.is_available():
+            raise ValueError(f"{_PREFIX}: a {tensors[0].device} tensor, but this torch has no "
+                             "CUDA support: pass CPU tensors")
+        with self._stage_lock:
+            stage = self._stage.pop() if self._stage else []
+        while len(stage) < len(tensors):
+            stage.append(torch.empty(self.bytes_per_page, dtype=torch.uint8, pin_memory=True))
+        host = []
+        for i, t in enumerate(tensors):
+            h = stage[i][: _nbytes(t)].view(t.dtype).view(t.shape)
+            if fill:
+                h.copy_(t)
+            host.append(h)
+        return stage, host
+
+    def _unstage(self, stage):
+        with self._stage_lock:
+            self._stage.append(stage)
+
+    def _run(self, fn, offsets, tensors):
+        try:
+            return fn(offsets, tensors)
+        except KvpageValueError as e:
+            raise ValueError(f"{_PREFIX}: {e.strerror.split(': ', 1)[-1]}") from e
+
+    def batch_read(self, offsets, tensors):
+        """Reads each tensor's bytes at its offset. Returns the bytes read per
+        operation, or a negative errno for one that failed."""
+        cuda = [t for t in tensors if _is_tensor(t) and t.device.type != "cpu"]
+        if not cuda:
+            return self._run(self._pf.read, offsets, tensors)
+        self.check(offsets, tensors)
+        stage, host = self._host(tensors, False)
+        try:
+            res = self._run(self._pf.read, offsets, host)
+            for t, h, r in zip(tensors, host, res):
+                if r == _nbytes(t):
+                    t.copy_(h)
+            return res
+        finally:
+            self._unstage(stage)
+
+    def batch_write(self, offsets, tensors, event=None):
+        """Writes each tensor at its offset (after event, a CUDA event vLLM
+        passes, has completed). Returns the bytes written per operation, or a
+        negative errno for one that failed."""
+        cuda = [t for t in tensors if _is_tensor(t) and t.device.type != "cpu"]
+        if event is not None and hasattr(event, "synchronize"):
+            event.synchronize()
+        if not cuda:
+            return self._run(self._pf.write, offsets, tensors)
+        self.check(offsets, tensors)
+        stage, host = self._host(tensors, True)
+        try:
+            return self._run(self._pf.write, offsets, host)
+        finally:
+            self._unstage(stage)
+
+    def get_size(self):
+        return self.size
+
+    def flush(self):
+        self._pf.flush()
+
+    def close(self):
+        """Closes the file; a second close does nothing."""
+        self._pf.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,36 @@
+"""kvpage's exceptions: every failure the library reports, with what it
+says (which operation, which rule, which values)."""
+import errno as _errno
+
+RULES = ("none", "rank_not_init", "rank_range", "num_pages", "resize_held", "key",
+         "confirm_page", "release_page", "held_by_other", "namespace", "too_many", "io",
+         "offset", "size", "align", "arg")
+
+
+class KvpageError(OSError):
+    """A call of libkvpage failed. .errno is the positive errno, .code the
+    library's negative one; .op the call ("PageFile.read", ...); .rule the
+    broken rule's name (see kvpage/error.h); .index, .value, .limit the
+    element, the offending value and its bound (-1 / 0 when not about one)."""
+
+    def __init__(self, op, code, msg, rule="none", index=-1, value=0, limit=0):
+        super().__init__(-code, f"{op}: {msg}" if msg else f"{op}: {_errno.errorcode.get(-code, code)}")
+        self.op, self.code, self.rule = op, code, rule
+        self.index, self.value, self.limit = index, value, limit
+
+
+class KvpageValueError(KvpageError, ValueError):
+    """A bad argument (-EINVAL): nothing was done."""
+
+
+def from_c(op, code, err):
+    """The exception for a C call's negative return and its struct kvp_error."""
+    from kvpage import _lib
+    msg = bytes(err.msg).split(b"\0", 1)[0].decode(errors="replace") if err is not None else ""
+    if not msg:
+        msg = _lib.strerror(code).decode(errors="replace")
+    rule = RULES[err.rule] if err is not None and 0 <= err.rule < len(RULES) else "none"
+    cls = KvpageValueError if code == -_errno.EINVAL else KvpageError
+    if err is None:
+        return cls(op, code, msg)
+    return cls(op, code, msg, rule, err.index, err.value, err.limit)

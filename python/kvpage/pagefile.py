@@ -1,0 +1,209 @@
+"""kvpage.PageFile: batched page I/O on one storage file (kvpage/pagefile.h)."""
+import ctypes
+import errno
+import threading
+
+from kvpage import _lib
+from kvpage._buffers import address
+from kvpage.errors import KvpageError, KvpageValueError, from_c
+
+_BACKENDS = {"auto": 0, "psync": 1, "uring": 2}
+_FLAGS = {"create": 0x1, "direct": 0x2, "aligned": 0x4, "exact_size": 0x8, "readonly": 0x10}
+
+
+def _ops(op, offsets, buffers, writable):
+    """A ctypes array of struct kvp_pagefile_op for a batch, and what keeps its
+    buffers alive."""
+    try:
+        n = len(offsets)
+    except TypeError:
+        raise TypeError(f"{op}: offsets must be a sequence of ints") from None
+    if len(buffers) != n:
+        raise KvpageValueError(op, -errno.EINVAL,
+                               f"{n} offsets but {len(buffers)} buffers: one buffer per offset",
+                               "arg", -1, len(buffers), n)
+    arr = (_lib.PagefileOp * max(n, 1))()
+    keep = []
+    for i in range(n):
+        a, nbytes, k = address(buffers[i], writable, f"buffer {i} of {op}")
+        keep.append(k)
+        try:
+            arr[i].offset = int(offsets[i])
+        except (TypeError, ValueError, OverflowError):
+            raise KvpageValueError(op, -errno.EINVAL, f"offset {i} ({offsets[i]!r}) is not an "
+                                   "integer", "offset", i) from None
+        arr[i].buf = a
+        arr[i].size = nbytes
+    return arr, n, keep
+
+
+class PageFile:
+    """One storage file of pages of at most bytes_per_page bytes, moved in
+    batches of at most entries operations (offset, buffer). Thread-safe: any
+    number of threads may call read, write and flush on one PageFile."""
+
+    def __init__(self, path, size, bytes_per_page, entries=8, *, create=True, direct=False,
+                 aligned=False, exact_size=False, readonly=False, backend="auto", threads=0,
+                 queues=0, mode=0o644):
+        if backend not in _BACKENDS:
+            raise KvpageValueError("PageFile", -errno.EINVAL,
+                                   f"backend {backend!r} is not one of {sorted(_BACKENDS)}", "arg")
+        o = _lib.PagefileOpts()
+        _lib.pagefile_opts_init(ctypes.byref(o))
+        o.size, o.bytes_per_page, o.entries = int(size), int(bytes_per_page), int(entries)
+        for name, on in (("create", create), ("direct", direct), ("aligned", aligned),
+                         ("exact_size", exact_size), ("readonly", readonly)):
+            if on:
+                o.flags |= _FLAGS[name]
+        o.backend, o.threads, o.queues, o.mode = _BACKENDS[backend], threads, queues, mode
+        h = ctypes.c_void_p()
+        err = _lib.Error()
+        rc = _lib.pagefile_open(str(path).encode(), ctypes.byref(o), ctypes.byref(h),
+                                ctypes.byref(err))
+        if rc:
+            raise from_c("PageFile", rc, err)
+        self._h = h
+        self._lock = threading.Lock()  # only for close against the others
+        self._users = 0
+        self._closing = False
+        self._idle = threading.Condition(self._lock)
+
+    # -- the handle, held while a call runs so that close waits for it
+    def _enter(self, op):
+        with self._lock:
+            if self._h is None or self._closing:
+                raise KvpageError(op, -errno.EBADF, "the page file is closed", "arg")
+            self._users += 1
+            return self._h
+
+    def _leave(self):
+        with self._lock:
+            self._users -= 1
+            if self._users == 0:
+                self._idle.notify_all()
+
+    def _batch(self, op, fn, offsets, buffers, writable):
+        arr, n, keep = _ops(op, offsets, buffers, writable)
+        res = (ctypes.c_int64 * max(n, 1))()
+        err = _lib.Error()
+        h = self._enter(op)
+        try:
+            rc = fn(h, arr, n, res, ctypes.byref(err))
+        finally:
+            self._leave()
+        del keep
+        if rc == -errno.EINVAL:
+            raise from_c(op, rc, err)
+        if rc and err.rule != 11:  # not KVP_RULE_IO: a whole-batch failure
+            raise from_c(op, rc, err)
+        return list(res[:n])
+
+    def read(self, offsets, buffers):
+        """Reads len(buffers[i]) bytes at offsets[i] into buffers[i]. Returns
+        the bytes read per operation (a negative errno for one that failed).
+        A batch breaking a rule raises KvpageValueError and does nothing."""
+        return self._batch("PageFile.read", _lib.pagefile_read, offsets, buffers, True)
+
+    def write(self, offsets, buffers):
+        """Writes buffers[i] at offsets[i]. Returns the bytes written per
+        operation (a negative errno for one that failed)."""
+        return self._batch("PageFile.write", _lib.pagefile_write, offsets, buffers, False)
+
+    def flush(self):
+        """fsync: every completed write becomes durable."""
+        err = _lib.Error()
+        h = self._enter("PageFile.flush")
+        try:
+            rc = _lib.pagefile_flush(h, ctypes.byref(err))
+        finally:
+            self._leave()
+        if rc:
+            raise from_c("PageFile.flush", rc, err)
+
+    def close(self):
+        """Waits for the calls running, then closes. A second close does nothing."""
+        with self._lock:
+            if self._h is None or self._closing:
+                return
+            self._closing = True
+            while self._users:
+                self._idle.wait()
+            h, self._h = self._h, None
+        _lib.pagefile_close(h)
+
+    @property
+    def closed(self):
+        return self._h is None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _get(self, fn, *args):
+        h = self._enter("PageFile")
+        try:
+            return fn(h, *args)
+        finally:
+            self._leave()
+
+    @property
+    def path(self):
+        return self._get(_lib.pagefile_path).decode()
+
+    @property
+    def size(self):
+        return self._get(_lib.pagefile_size)
+
+    @property
+    def file_size(self):
+        return self._get(_lib.pagefile_file_size)
+
+    @property
+    def bytes_per_page(self):
+        return self._get(_lib.pagefile_bytes_per_page)
+
+    @property
+    def entries(self):
+        return self._get(_lib.pagefile_entries)
+
+    @property
+    def flags(self):
+        return self._get(_lib.pagefile_flags)
+
+    def backend(self, write=False):
+        """"psync" or "uring": what serves reads (write=False) or writes."""
+        return _lib.pagefile_backend_name(self._get(_lib.pagefile_backend, int(bool(write)))).decode()
+
+    @property
+    def backend_note(self):
+        return self._get(_lib.pagefile_backend_note).decode()
+
+    @property
+    def threads(self):
+        return self._get(_lib.pagefile_threads)
+
+    @property
+    def queues(self):
+        return self._get(_lib.pagefile_queues)
+
+    @property
+    def direct_mem_align(self):
+        return self._get(_lib.pagefile_mem_align)
+
+    @property
+    def direct_offset_align(self):
+        return self._get(_lib.pagefile_offset_align)
+
+    def __repr__(self):
+        if self._h is None:
+            return "<kvpage.PageFile closed>"
+        return (f"<kvpage.PageFile {self.path!r} size={self.size} "
+                f"bytes_per_page={self.bytes_per_page} entries={self.entries}>")

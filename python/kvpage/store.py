@@ -1,0 +1,241 @@
+"""kvpage.Store: put and get pages by key on one rank's file (kvpage/store.h)."""
+import ctypes
+import errno
+import os
+import threading
+
+from kvpage import _lib
+from kvpage._buffers import address
+from kvpage.errors import KvpageError, KvpageValueError, from_c
+
+STORED = 1   # put: written and confirmed by this call
+ALREADY = 0  # put: the key was there already; not rewritten
+
+
+def _key_bytes(op, k, i):
+    if isinstance(k, str):
+        return k.encode()
+    if isinstance(k, (bytes, bytearray, memoryview)):
+        return bytes(k)
+    raise TypeError(f"{op}: key {i} is a {type(k).__name__}, not str or bytes")
+
+
+def _keys(op, keys):
+    if isinstance(keys, (str, bytes)):
+        raise TypeError(f"{op}: keys must be a list of keys, not one {type(keys).__name__}")
+    kb = [_key_bytes(op, k, i) for i, k in enumerate(keys)]
+    arr = (_lib.Str * max(len(kb), 1))()
+    for i, b in enumerate(kb):
+        arr[i].ptr = ctypes.cast(ctypes.c_char_p(b), ctypes.c_void_p).value
+        arr[i].len = len(b)
+    return arr, len(kb), kb
+
+
+class Store:
+    """One rank of one namespace: the rank's storage file and where its
+    metadata lives (meta: a data directory, default PATH.meta; "mem:";
+    "http://HOST:PORT[/ns/NAME]" for a kvpage serve). Thread-safe."""
+
+    def __init__(self, path, file_size=0, bytes_per_page=None, entries=8, *, rank=0, meta=None,
+                 deployment=None, pool=None, per_rank=False, durable=True, threads=4,
+                 timeout_ms=0, connect_timeout_ms=0, retries=None, token=None):
+        if not bytes_per_page:
+            raise KvpageValueError("Store", -errno.EINVAL, "bytes_per_page is required", "arg")
+        o = _lib.StoreOpts()
+        _lib.store_opts_init(ctypes.byref(o))
+        mo = _lib.MetaOpts()
+        _lib.meta_opts_init(ctypes.byref(mo))
+        self._strings = []
+
+        def s(v):
+            if v is None:
+                return None
+            b = os.fsencode(v) if isinstance(v, os.PathLike) else (v.encode() if isinstance(v, str) else bytes(v))
+            self._strings.append(b)
+            return b
+
+        o.path = s(os.fspath(path))
+        o.file_size, o.bytes_per_page, o.entries = int(file_size), int(bytes_per_page), int(entries)
+        o.rank = int(rank)
+        o.deployment, o.pool = s(deployment), s(pool)
+        if meta is not None and not isinstance(meta, str):
+            meta = os.fspath(meta)
+        if meta is not None and "://" not in meta and not meta.startswith(("mem:", "file:")):
+            meta = "file:" + meta  # a directory
+        o.meta = s(meta)
+        o.per_rank, o.durable, o.threads = int(bool(per_rank)), int(bool(durable)), int(threads)
+        if timeout_ms:
+            mo.timeout_ms = int(timeout_ms)
+        if connect_timeout_ms:
+            mo.connect_timeout_ms = int(connect_timeout_ms)
+        if retries is not None:
+            mo.retries = int(retries)
+        tok = token if token is not None else os.environ.get("KVPAGE_TOKEN")
+        mo.token = s(tok)
+        o.meta_opts = ctypes.pointer(mo)
+        self._mo = mo
+        h = ctypes.c_void_p()
+        err = _lib.Error()
+        rc = _lib.store_open(ctypes.byref(o), ctypes.byref(h), ctypes.byref(err))
+        if rc:
+            raise from_c("Store", rc, err)
+        self._h = h
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._users = 0
+        self._closing = False
+        self.rank = _lib.store_rank(h)
+        self.num_pages = _lib.store_num_pages(h)
+        self.bytes_per_page = _lib.store_bytes_per_page(h)
+        self.location = _lib.store_location(h).decode()
+
+    def _enter(self, op):
+        with self._lock:
+            if self._h is None or self._closing:
+                raise KvpageError(op, -errno.EBADF, "the store is closed", "arg")
+            self._users += 1
+            return self._h
+
+    def _leave(self):
+        with self._lock:
+            self._users -= 1
+            if self._users == 0:
+                self._idle.notify_all()
+
+    def _bufs(self, op, buffers, n, writable):
+        if len(buffers) != n:
+            raise KvpageValueError(op, -errno.EINVAL,
+                                   f"{n} keys but {len(buffers)} buffers: one buffer per key",
+                                   "arg", -1, len(buffers), n)
+        arr = (_lib.StoreBuf * max(n, 1))()
+        keep = []
+        for i in range(n):
+            a, nbytes, k = address(buffers[i], writable, f"buffer {i} of {op}")
+            arr[i].base, arr[i].len = a, nbytes
+            keep.append(k)
+        return arr, keep
+
+    def put(self, keys, buffers):
+        """Stores buffers[i] under keys[i]. Returns a result per key:
+        kvpage.STORED (1), kvpage.ALREADY (0: the key was there, not
+        rewritten) or a negative errno (-ENOSPC: no page could be had; the
+        write's error). Bad arguments raise KvpageValueError and change
+        nothing; a failure of the whole call (the metadata) raises KvpageError."""
+        karr, n, kb = _keys("Store.put", keys)
+        barr, keep = self._bufs("Store.put", buffers, n, False)
+        res = (ctypes.c_int64 * max(n, 1))()
+        err = _lib.Error()
+        h = self._enter("Store.put")
+        try:
+            rc = _lib.store_put(h, karr, barr, n, res, ctypes.byref(err))
+        finally:
+            self._leave()
+        del keep, kb
+        if rc == -errno.EINVAL or (rc < 0 and err.index < 0):
+            raise from_c("Store.put", rc, err)
+        return list(res[:n])
+
+    def get(self, keys, buffers):
+        """Loads the pages of keys[i] into buffers[i]. Returns (lead, results):
+        lead is the number of leading keys read in full, results[i] the bytes
+        read, -ENOENT (the key is not there: its buffer is untouched) or the
+        read's negative errno."""
+        karr, n, kb = _keys("Store.get", keys)
+        barr, keep = self._bufs("Store.get", buffers, n, True)
+        res = (ctypes.c_int64 * max(n, 1))()
+        err = _lib.Error()
+        h = self._enter("Store.get")
+        try:
+            lead = _lib.store_get(h, karr, barr, n, res, ctypes.byref(err))
+        finally:
+            self._leave()
+        del keep, kb
+        if lead < 0:
+            raise from_c("Store.get", lead, err)
+        return lead, list(res[:n])
+
+    def exists(self, keys):
+        """Returns (lead, flags): flags[i] is True where keys[i] is there; lead
+        the number of leading keys that are."""
+        karr, n, kb = _keys("Store.exists", keys)
+        out = (ctypes.c_uint8 * max(n, 1))()
+        err = _lib.Error()
+        h = self._enter("Store.exists")
+        try:
+            lead = _lib.store_exists(h, karr, n, out, ctypes.byref(err))
+        finally:
+            self._leave()
+        if lead < 0:
+            raise from_c("Store.exists", lead, err)
+        return lead, [bool(v) for v in out[:n]]
+
+    def delete(self, keys):
+        """Forgets keys on this rank (unknown keys are ignored)."""
+        karr, n, kb = _keys("Store.delete", keys)
+        err = _lib.Error()
+        h = self._enter("Store.delete")
+        try:
+            rc = _lib.store_delete(h, karr, n, ctypes.byref(err))
+        finally:
+            self._leave()
+        if rc:
+            raise from_c("Store.delete", rc, err)
+
+    def clear(self):
+        """Forgets every key of this rank; all its pages become free."""
+        err = _lib.Error()
+        h = self._enter("Store.clear")
+        try:
+            rc = _lib.store_clear(h, ctypes.byref(err))
+        finally:
+            self._leave()
+        if rc:
+            raise from_c("Store.clear", rc, err)
+
+    def stats(self):
+        """The rank's pages (num_pages, free, reserved, held, keys, hits,
+        misses, allocations, evictions) and this handle's calls (puts, gets,
+        stored, already, put_failed, read, missing, get_failed,
+        bytes_written, bytes_read), as a dict."""
+        st = _lib.StoreStats()
+        st.stats_size = ctypes.sizeof(st)
+        err = _lib.Error()
+        h = self._enter("Store.stats")
+        try:
+            rc = _lib.store_stats(h, ctypes.byref(st), ctypes.byref(err))
+        finally:
+            self._leave()
+        if rc:
+            raise from_c("Store.stats", rc, err)
+        return {f: getattr(st, f) for f in _lib.STATS_FIELDS}
+
+    def close(self):
+        """Waits for the calls running, then closes. A second close does nothing."""
+        with self._lock:
+            if self._h is None or self._closing:
+                return
+            self._closing = True
+            while self._users:
+                self._idle.wait()
+            h, self._h = self._h, None
+        _lib.store_close(h)
+
+    @property
+    def closed(self):
+        return self._h is None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        state = "closed" if self._h is None else f"{self.num_pages} pages of {self.bytes_per_page} bytes"
+        return f"<kvpage.Store rank {self.rank} at {self.location}: {state}>"
