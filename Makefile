@@ -9,7 +9,7 @@ PREFIX     ?= /usr/local
 CMAKE_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo $(if $(KVP_WERROR),-DKVP_WERROR=ON)
 
 .PHONY: all deps build asan tsan run install test unit install-test unit-asan unit-tsan \
-        integration integration-tsan clean format format-check
+        integration integration-tsan python-test clean format format-check
 
 all: build
 
@@ -83,7 +83,21 @@ integration-tsan: tsan
 	  KVPAGE_BIN=$(CURDIR)/$(TSAN_BUILD)/kvpage KVPAGE_LIB=$(CURDIR)/$(TSAN_BUILD)/libkvpage.so \
 	  $(PYTHON) -m pytest -q -p no:cacheprovider $(TSAN_INTEGRATION)
 
-test: unit install-test unit-asan integration unit-tsan integration-tsan
+# The Python package (python/kvpage) against the build tree's library, then
+# against the ASan one (the sanitizer runtime preloaded into Python; Python's
+# own allocations are not leak-checked). tests/python/test_install.py also
+# pip-installs the package into a venv (release run only).
+ASAN_RT = $(shell gcc -print-file-name=libasan.so)
+python-test: build asan
+	@echo "python tests: release build"
+	@KVPAGE_BIN=$(CURDIR)/$(BUILD)/kvpage KVPAGE_LIB=$(CURDIR)/$(BUILD)/libkvpage.so \
+	  $(PYTHON) -m pytest -q -p no:cacheprovider tests/python
+	@echo "python tests: AddressSanitizer + UndefinedBehaviorSanitizer build"
+	@LD_PRELOAD=$(ASAN_RT) ASAN_OPTIONS=detect_leaks=0 \
+	  KVPAGE_BIN=$(CURDIR)/$(ASAN_BUILD)/kvpage KVPAGE_LIB=$(CURDIR)/$(ASAN_BUILD)/libkvpage.so \
+	  $(PYTHON) -m pytest -q -p no:cacheprovider tests/python
+
+test: unit install-test unit-asan integration python-test unit-tsan integration-tsan
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)

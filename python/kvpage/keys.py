@@ -18,9 +18,10 @@ def page_keys(tokens, page_size, parent=None, salt=b""):
         arr = (ctypes.c_uint32 * max(n, 1))(*tokens)
     except (TypeError, OverflowError) as e:
         raise ValueError(f"page_keys: token ids must be integers in 0 .. 2^32-1 ({e})") from None
-    if any(t < 0 for t in tokens):
-        i = next(i for i, t in enumerate(tokens) if t < 0)
-        raise ValueError(f"page_keys: token {i} is {tokens[i]}, below 0")
+    for i, t in enumerate(tokens):
+        if not 0 <= t <= 0xFFFFFFFF:
+            raise ValueError(f"page_keys: token {i} is {t}, " +
+                             ("below 0" if t < 0 else "above 2^32-1"))
     if isinstance(salt, str):
         salt = salt.encode()
     if isinstance(parent, bytes):

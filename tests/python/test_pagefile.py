@@ -1,0 +1,124 @@
+"""kvpage.PageFile from Python: round trips with every kind of buffer, the
+rules of a batch with their messages, the handle staying usable, close twice,
+many threads on one handle."""
+import errno
+import os
+import threading
+
+import numpy as np
+import pytest
+
+import kvpage
+
+torch = pytest.importorskip("torch")
+
+BPP = 64 * 1024
+SIZE = 64 * BPP
+
+
+@pytest.fixture
+def pf(tmp_path):
+    with kvpage.PageFile(tmp_path / "pages", SIZE, BPP, entries=8) as f:
+        yield f
+
+
+def test_layouts_match_the_library():
+    from kvpage import _lib
+    for name, (c, py) in _lib.check_layouts().items():
+        assert c == py, f"{name}: C says {c} bytes, ctypes {py}"
+
+
+@pytest.mark.parametrize("kind", ["bytearray", "memoryview", "numpy", "torch", "bytes-write"])
+def test_round_trip(pf, kind):
+    data = os.urandom(BPP)
+    if kind == "bytearray":
+        src, dst = bytearray(data), bytearray(BPP)
+    elif kind == "memoryview":
+        src, dst = memoryview(bytearray(data)), memoryview(bytearray(BPP))
+    elif kind == "numpy":
+        src = np.frombuffer(data, dtype=np.float32).copy()
+        dst = np.zeros(BPP // 4, dtype=np.float32)
+    elif kind == "torch":
+        src = torch.frombuffer(bytearray(data), dtype=torch.bfloat16).clone()
+        dst = torch.zeros(BPP // 2, dtype=torch.bfloat16)
+    else:
+        src, dst = data, bytearray(BPP)
+    assert pf.write([3 * BPP], [src]) == [BPP]
+    assert pf.read([3 * BPP], [dst]) == [BPP]
+    got = dst.view(torch.uint8).numpy() if kind == "torch" else dst
+    assert bytes(memoryview(got).cast("B")) == data
+
+
+def test_getters(pf, tmp_path):
+    assert pf.path == str(tmp_path / "pages")
+    assert (pf.size, pf.bytes_per_page, pf.entries) == (SIZE, BPP, 8)
+    assert pf.backend() in ("psync", "uring") and pf.backend(write=True) in ("psync", "uring")
+    assert isinstance(pf.backend_note, str) and pf.file_size >= SIZE
+
+
+@pytest.mark.parametrize("offsets,sizes,rule,needle", [
+    ([0] * 9, [BPP] * 9, "too_many", "9"),
+    ([SIZE], [BPP], "offset", "exceeds"),
+    ([-BPP], [BPP], "offset", ""),
+    ([SIZE - BPP // 2], [BPP], "offset", "exceeds"),
+    ([0], [BPP + 1], "size", str(BPP)),
+])
+def test_batch_rules(pf, offsets, sizes, rule, needle):
+    bufs = [bytearray(s) for s in sizes]
+    with pytest.raises(kvpage.KvpageValueError) as ei:
+        pf.read(offsets, bufs)
+    e = ei.value
+    assert e.rule == rule and e.errno == errno.EINVAL and e.op == "PageFile.read"
+    assert needle in str(e)
+    assert isinstance(e, ValueError)
+    # the handle stays usable
+    assert pf.write([0], [bytearray(b"x" * BPP)]) == [BPP]
+
+
+def test_bad_buffers(pf):
+    with pytest.raises(ValueError, match="read-only"):
+        pf.read([0], [b"x" * 10])
+    with pytest.raises(ValueError, match="non-contiguous"):
+        pf.read([0], [np.zeros((64, 64), dtype=np.uint8)[:, ::2]])
+    with pytest.raises(ValueError, match="non-contiguous tensor"):
+        pf.write([0], [torch.zeros(64, 64).t()])
+    with pytest.raises(TypeError, match="takes a buffer"):
+        pf.write([0], [12345])
+    with pytest.raises(kvpage.KvpageValueError, match="2 offsets but 1 buffers"):
+        pf.write([0, BPP], [bytearray(4)])
+
+
+def test_close_twice_then_calls_fail(tmp_path):
+    f = kvpage.PageFile(tmp_path / "p", SIZE, BPP)
+    f.close()
+    f.close()
+    assert f.closed
+    with pytest.raises(kvpage.KvpageError, match="closed"):
+        f.read([0], [bytearray(4)])
+
+
+def test_missing_file_error_names_it(tmp_path):
+    with pytest.raises(kvpage.KvpageError) as ei:
+        kvpage.PageFile(tmp_path / "no" / "such", 0, BPP, create=False)
+    assert ei.value.errno in (errno.ENOENT, errno.EINVAL)
+    assert "PageFile" in str(ei.value)
+
+
+def test_threads_share_one_handle(pf):
+    errors = []
+
+    def work(t):
+        rng = np.random.default_rng(t)
+        for i in range(40):
+            page = (t * 8 + i % 8) % 64
+            data = rng.integers(0, 255, BPP, dtype=np.uint8)
+            out = np.zeros(BPP, dtype=np.uint8)
+            if pf.write([page * BPP], [data]) != [BPP] or pf.read([page * BPP], [out]) != [BPP]:
+                errors.append("short")
+            elif not (data == out).all():
+                errors.append(f"thread {t} page {page} differs")
+
+    th = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    [t.start() for t in th]
+    [t.join() for t in th]
+    assert errors == []
