@@ -1,0 +1,83 @@
+#!/usr/bin/python3
+"""kvpage.compat.Hf3fsClient from Python, on the workload of bench/io's
+bench_io and py_baseline.py: random batches of `batch` pages between random
+slots of a host pool (1 GiB per caller, so copies land in cold memory) and
+random pages of the file. CALLERS threads share one client, each with its own
+pool (as bench_io --callers).
+
+usage: compat_bench.py FILE BPP read|write SECONDS CALLERS [POOL_BYTES] [BATCH] [WARMUP]
+Prints one line of key=value pairs like bench_io.
+"""
+import mmap
+import os
+import random
+import sys
+import threading
+import time
+
+import numpy as np
+
+from kvpage.compat import Hf3fsClient
+
+
+def main():
+    path, bpp, rw = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    seconds, callers = float(sys.argv[4]), int(sys.argv[5])
+    pool_bytes = int(sys.argv[6]) if len(sys.argv) > 6 else 1 << 30
+    batch = int(sys.argv[7]) if len(sys.argv) > 7 else 8
+    warmup = float(sys.argv[8]) if len(sys.argv) > 8 else 1.0
+    size = os.stat(path).st_size
+    client = Hf3fsClient(path, size, bpp, batch)
+    pages, slots = size // bpp, pool_bytes // bpp
+    write = rw == "write"
+    pools = []
+    for _ in range(callers):
+        m = mmap.mmap(-1, pool_bytes)
+        if hasattr(mmap, "MADV_HUGEPAGE"):
+            m.madvise(mmap.MADV_HUGEPAGE)
+        a = np.frombuffer(m, dtype=np.uint8)
+        a[:] = 7
+        pools.append((m, a))
+    start = threading.Barrier(callers + 1)
+    stop = threading.Event()
+    counted = threading.Event()
+    totals = [0] * callers
+    errors = []
+
+    def caller(c):
+        rng = random.Random(12345 + c)
+        pool = pools[c][1]
+        views = [pool[s * bpp:(s + 1) * bpp] for s in range(slots)]
+        fn = client.batch_write if write else client.batch_read
+        start.wait()
+        n = 0
+        while not stop.is_set():
+            chosen = rng.sample(range(slots), batch)
+            offs = [rng.randrange(pages) * bpp for _ in range(batch)]
+            res = fn(offs, [views[s] for s in chosen])
+            if any(r != bpp for r in res):
+                errors.append(res)
+                return
+            if counted.is_set():
+                n += batch * bpp
+        totals[c] = n
+
+    th = [threading.Thread(target=caller, args=(c,)) for c in range(callers)]
+    [t.start() for t in th]
+    start.wait()
+    time.sleep(warmup)
+    counted.set()
+    t0 = time.monotonic()
+    time.sleep(seconds)
+    stop.set()
+    [t.join() for t in th]
+    dt = time.monotonic() - t0
+    client.close()
+    if errors:
+        sys.exit(f"compat_bench: a batch failed: {errors[0]}")
+    print(f"tool=compat rw={rw} bpp={bpp} batch={batch} callers={callers} seconds={dt:.2f} "
+          f"gbps={sum(totals) / dt / 1e9:.3f}")
+
+
+if __name__ == "__main__":
+    main()

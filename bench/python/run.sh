@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# bench/python/run.sh — issue 14's benchmark: kvpage from Python against C.
+#
+# Page I/O: random batches of 8 pages between random slots of a 1 GiB host
+# pool per caller and random pages of a 2 GiB file in the page cache
+# (buffered), reads and writes, 2 MiB and 256 KiB pages, for each of
+#   compat-1, compat-4  kvpage.compat.Hf3fsClient from Python, 1 thread and 4
+#                       threads sharing one client (bench/python/compat_bench.py)
+#   c-1, c-4            kvp_pagefile from C, 1 and 4 callers (bench/io/bench_io)
+#   py16                a plain Python pool of 16 threads doing os.preadv /
+#                       os.pwritev per page (bench/io/py_baseline.py)
+# interleaved, REPS times. Then kvpage.Store put/get from Python
+# (store_bench.py) against the C store (`kvpage bench store`), same batches.
+# Prints a markdown table of medians with the targets.
+#
+# Env: KVPAGE (build dir, default build), REPS (3), SECONDS_EACH (4),
+#      DIR (scratch directory, default a new one under /var/tmp), OUT (results
+#      directory, default bench/python/results/DATE), SKIP_IO (keep OUT's io.txt
+#      and run only the store part).
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+BUILD=${KVPAGE:-$REPO/build}
+REPS=${REPS:-3}
+SECS=${SECONDS_EACH:-4}
+OUT=${OUT:-$HERE/results/$(date -u +%Y-%m-%d-%H%M)}
+DIR=${DIR:-$(mktemp -d /var/tmp/kvpage-bench-python.XXXXXX)}
+PY=/usr/bin/python3
+mkdir -p "$OUT" "$DIR"
+trap '[ -n "${KEEP:-}" ] || rm -rf "$DIR"' EXIT
+export KVPAGE_LIB=$BUILD/libkvpage.so PYTHONPATH=$REPO/python
+
+"$REPO/bench/io/build.sh" "$DIR/bench_io" >/dev/null
+F=$DIR/pages
+head -c $((2 << 30)) /dev/zero >"$F"   # 2 GiB, written once: in the page cache
+
+echo "bench/python: $(nproc) cores, $(date -u '+%Y-%m-%d %H:%M UTC'), $BUILD" >&2
+[ -n "${SKIP_IO:-}" ] || : >"$OUT/io.txt"
+for rep in $(seq "$REPS"); do
+  [ -n "${SKIP_IO:-}" ] && break
+  for bpp in $((2 << 20)) $((256 << 10)); do
+    for rw in read write; do
+      for tool in compat-1 c-1 py16 compat-4 c-4; do
+        case $tool in
+          compat-*) line=$($PY "$HERE/compat_bench.py" "$F" $bpp $rw "$SECS" "${tool#compat-}") ;;
+          c-*) line=$("$DIR/bench_io" --file "$F" --size $((2 << 30)) --bpp $bpp --rw $rw \
+                       --batch 8 --callers "${tool#c-}" --seconds "$SECS") ;;
+          py16) line=$($PY "$REPO/bench/io/py_baseline.py" "$F" $bpp $rw 0 "$SECS") ;;
+        esac
+        echo "case=$tool rep=$rep $line" | tee -a "$OUT/io.txt" >&2
+      done
+    done
+  done
+done
+
+: >"$OUT/store.txt"
+for rep in $(seq "$REPS"); do
+  for bpp in $((2 << 20)) $((256 << 10)); do
+    line=$($PY "$HERE/store_bench.py" "$DIR" $bpp 128 16)
+    echo "case=py-store rep=$rep $line" | tee -a "$OUT/store.txt" >&2
+    json=$(cd "$DIR" && "$BUILD/kvpage" bench store --file "$DIR/c-store.pages" --page-size $bpp \
+             --batch 128 --rounds 16 --no-durable --json | tr -d '\n')
+    rm -rf "$DIR/c-store.pages" "$DIR/c-store.pages.meta"
+    gbs=$(echo "$json" | $PY -c 'import json, sys; j = json.load(sys.stdin); print("put_gbs=%.3f get_gbs=%.3f" % (j["store_put_gbs"], j["store_get_gbs"]))')
+    echo "case=c-store rep=$rep bpp=$bpp $gbs" \
+      | tee -a "$OUT/store.txt" >&2
+  done
+done
+$PY "$HERE/report.py" "$OUT" | tee "$OUT/summary.md"
