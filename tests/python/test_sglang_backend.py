@@ -5,19 +5,14 @@ set_from_flat_data_page): SGLang itself is not installed here."""
 import hashlib
 import importlib
 import os
-import sys
 import types
 
 import numpy as np
 import pytest
 import torch
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(_HERE, "..", "integration"))
-import kvpserver  # noqa: E402
-
-from kvpage.errors import KvpageError  # noqa: E402
-from kvpage.sglang import KvpageHiCacheStorage  # noqa: E402
+from kvpage.errors import KvpageError
+from kvpage.sglang import KvpageHiCacheStorage
 
 PS = 4           # tokens per page
 LAYERS, HEADS, DIM = 3, 2, 8
@@ -147,13 +142,6 @@ def written(tmp_path, pool, n, **kw):
     b = backend(tmp_path, pool, **kw)
     fill(pool, n)
     return b, keys(n), [raw(pool.page(p * PS)) for p in range(n)]
-
-
-@pytest.fixture
-def server(tmp_path):
-    srv = kvpserver.launch(tmp_path)
-    yield srv
-    kvpserver.finish(srv)
 
 
 def test_mha_page_first_zero_copy_round_trip(tmp_path):
