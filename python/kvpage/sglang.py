@@ -82,7 +82,10 @@ class KvpageHiCacheStorage(_Base):
     then register_mem_pool_host(pool) opens the store."""
 
     def __init__(self, storage_config=None, kwargs=None):
-        # The base class's __init__ takes nothing we have to give it.
+        try:  # SGLang's base class keeps nothing we must give it
+            super().__init__()
+        except TypeError:
+            pass
         cfg = dict(getattr(storage_config, "extra_config", None) or {})
         if kwargs:
             cfg.update({k: v for k, v in dict(kwargs).items() if k not in cfg})
