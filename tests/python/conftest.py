@@ -27,3 +27,12 @@ def start_server(tmp_path):
     yield start
     for srv in started:
         kvpserver.finish(srv)
+
+
+@pytest.fixture
+def server(tmp_path):
+    """One kvpage serve with default flags (in memory)."""
+    import kvpserver
+    srv = kvpserver.launch(tmp_path)
+    yield srv
+    kvpserver.finish(srv)

@@ -1,0 +1,323 @@
+"""kvpage.sglang: an SGLang HiCache L3 storage backend over kvpage.Store,
+loaded by SGLang's dynamic backend without changing SGLang:
+
+  --hicache-storage-backend dynamic
+  --hicache-storage-backend-extra-config '{"backend_name": "kvpage",
+      "module_path": "kvpage.sglang", "class_name": "KvpageHiCacheStorage",
+      "interface_v1": 1, "file_path_prefix": "/data/kvpage",
+      "file_size": 1099511627776, "metadata_url": "http://HOST:18000"}'
+
+When SGLang is installed the class subclasses its HiCacheStorage (the dynamic
+backend requires that); without SGLang it falls back to object, so that this
+module imports (and is tested) without SGLang.
+
+Its own keys in extra_config:
+  file_path_prefix  the storage file of rank R is f"{prefix}.{R}.bin" (required)
+  file_size         bytes per rank file (default 1 TiB, sparse)
+  entries           most pages per page-I/O batch (default 8)
+  metadata_url      http://HOST:PORT[/ns/NAME]: a kvpage serve that every rank
+                    of every instance shares. Absent: embedded metadata in a
+                    data directory beside the rank's file (metadata_dir,
+                    default FILE.meta), owned by this process.
+  metadata_dir      see above
+  durable           fdatasync pages before confirming them (default true)
+  threads           batches of one call run at once (default 4)
+
+Ranks. Each TP rank is one process with one kvpage.Store: its own file and
+its own metadata rank (tp_rank; with pipeline parallelism
+pp_rank * tp_size + tp_rank, since stages hold different layers). Every rank
+opens the same metadata_url. Keys count per rank (Store per_rank=True), as
+SGLang's hf3fs backend counts them: the controller combines the ranks' hit
+counts itself (the minimum over the TP group), so a rank must not wait for
+the other ranks' pages. Without metadata_url each rank has its own metadata
+directory, which works for MHA with any number of ranks on one machine (no
+sharing between machines or instances).
+
+MLA: every rank holds the whole latent, so all ranks use rank 0's file and
+metadata rank 0; only rank 0 writes (batch_set_v1 of another rank returns
+True per page without writing), all ranks read. Ranks other than 0 need rank
+0's metadata, so MLA with more than one rank requires metadata_url (and rank
+0's file reachable from every rank: one machine, or a shared file system).
+
+Page geometry (register_mem_pool_host), as SGLang's hf3fs backend computes it:
+layouts page_first and page_first_direct: zero copy, bytes_per_page =
+get_ksize_per_token() * page_size (MHA: K only; the page's K and V are two
+keys "{key}-k" and "{key}-v"; MLA: the whole latent, one key); layout
+layer_first: bytes_per_page = get_size_per_token() * page_size, pages go
+through flat host pages. The v0 interface (get/set with flat tensors) stores
+the same keys: a flat MHA page of a zero-copy layout is K then V, stored as
+"{key}-k" and "{key}-v", so v0 and v1 see each other's pages.
+
+What differs from SGLang's hf3fs backend: batch_set_v1 returns one result
+per page for MHA (SGLang's returns 2N); a page read lands in its own buffer
+(SGLang's shifts pages after a miss); nothing installs signal handlers.
+"""
+import errno
+import logging
+
+from kvpage.errors import KvpageError
+from kvpage.store import Store
+
+try:  # SGLang's dynamic backend requires a subclass of its HiCacheStorage
+    from sglang.srt.mem_cache.hicache_storage import HiCacheStorage as _Base
+except Exception:  # SGLang is not installed: the module still imports
+    _Base = object
+
+logger = logging.getLogger(__name__)
+
+ZERO_COPY_LAYOUTS = ("page_first", "page_first_direct")
+_TRUE = ("1", "true", "yes", "on")
+
+
+def _flag(v, default):
+    if v is None:
+        return default
+    if isinstance(v, str):
+        return v.strip().lower() in _TRUE
+    return bool(v)
+
+
+class KvpageHiCacheStorage(_Base):
+    """SGLang HiCacheStorage over kvpage.Store: cls(storage_config, kwargs),
+    then register_mem_pool_host(pool) opens the store."""
+
+    def __init__(self, storage_config=None, kwargs=None):
+        try:  # SGLang's base class keeps nothing we must give it
+            super().__init__()
+        except TypeError:
+            pass
+        cfg = dict(getattr(storage_config, "extra_config", None) or {})
+        if kwargs:
+            cfg.update({k: v for k, v in dict(kwargs).items() if k not in cfg})
+        self.storage_config = storage_config
+        self.config = cfg
+        self.tp_rank = int(getattr(storage_config, "tp_rank", 0) or 0)
+        self.tp_size = int(getattr(storage_config, "tp_size", 1) or 1)
+        pp_rank = int(getattr(storage_config, "pp_rank", 0) or 0)
+        pp_size = int(getattr(storage_config, "pp_size", 1) or 1)
+        self.is_mla = bool(getattr(storage_config, "is_mla_model", False))
+        self.prefix = cfg.get("file_path_prefix") or cfg.get("storage_path_prefix")
+        if not self.prefix:
+            raise ValueError("kvpage.sglang: extra_config needs \"file_path_prefix\": each rank's "
+                             "storage file is f\"{file_path_prefix}.{rank}.bin\"")
+        self.file_size = int(cfg.get("file_size", 1 << 40))
+        self.entries = int(cfg.get("entries", 8))
+        self.threads = int(cfg.get("threads", 4))
+        self.durable = _flag(cfg.get("durable"), True)
+        self.metadata_url = cfg.get("metadata_url") or cfg.get("metadata_server_url") or None
+        self.metadata_dir = cfg.get("metadata_dir") or None
+        if self.metadata_url is not None and "://" not in str(self.metadata_url):
+            raise ValueError(f"kvpage.sglang: metadata_url {self.metadata_url!r} is not "
+                             "http://HOST:PORT[/ns/NAME]")
+        if self.is_mla and self.tp_size > 1 and self.metadata_url is None:
+            raise ValueError(
+                f"kvpage.sglang: MLA with tp_size {self.tp_size} needs \"metadata_url\" (a kvpage "
+                "serve): ranks other than 0 read rank 0's pages and must see rank 0's metadata, "
+                "and embedded metadata belongs to one process")
+        stage = pp_rank * self.tp_size if pp_size > 1 else 0  # stages hold other layers
+        if self.is_mla:  # one copy of the latent: the stage's first rank's file and rank
+            self.rank, self.writer = stage, self.tp_rank == 0
+        else:
+            self.rank, self.writer = stage + self.tp_rank, True
+        self.path = f"{self.prefix}.{self.rank}.bin"
+        self.mem_pool_host = None
+        self.store = None
+        self.zero_copy = False
+        self.split_kv = False
+        self.bytes_per_page = 0
+        self.page_size = 0
+        self._closed = False
+
+    # -- setup
+    def register_mem_pool_host(self, mem_pool_host):
+        """Computes bytes_per_page from the host pool (as SGLang's hf3fs
+        backend does) and opens the rank's store."""
+        if self._closed:
+            raise KvpageError("KvpageHiCacheStorage", -errno.EBADF, "the backend is closed", "arg")
+        if self.store is not None:
+            raise ValueError("kvpage.sglang: register_mem_pool_host was called already")
+        self.mem_pool_host = mem_pool_host
+        self.page_size = int(mem_pool_host.page_size)
+        layout = getattr(mem_pool_host, "layout", "layer_first")
+        self.zero_copy = layout in ZERO_COPY_LAYOUTS
+        self.split_kv = self.zero_copy and not self.is_mla
+        if self.zero_copy:
+            bpp = int(mem_pool_host.get_ksize_per_token()) * self.page_size
+        else:
+            bpp = int(mem_pool_host.get_size_per_token()) * self.page_size
+        if bpp <= 0:
+            raise ValueError(f"kvpage.sglang: the host pool gives {bpp} bytes per page "
+                             f"(layout {layout!r}, page_size {self.page_size})")
+        self.bytes_per_page = bpp
+        meta = self.metadata_url if self.metadata_url is not None else self.metadata_dir
+        self.store = Store(self.path, self.file_size, bpp, self.entries, rank=self.rank, meta=meta,
+                           per_rank=True, durable=self.durable, threads=self.threads)
+        logger.info("[Rank %d] kvpage HiCache storage: %s, %d pages of %d bytes, layout %s, "
+                    "%s, metadata %s", self.tp_rank, self.path, self.store.num_pages, bpp, layout,
+                    "MLA" if self.is_mla else "MHA", self.store.location)
+
+    def _store(self, op):
+        if self.store is None:
+            if self._closed:
+                raise KvpageError(op, -errno.EBADF, "the backend is closed", "arg")
+            raise KvpageError(op, -errno.EBADF, "register_mem_pool_host was not called", "arg")
+        return self.store
+
+    def _keys(self, keys):
+        if self.split_kv:
+            return [f"{k}{s}" for k in keys for s in ("-k", "-v")]
+        return list(keys)
+
+    def _page_starts(self, keys, host_indices):
+        n = len(host_indices) // self.page_size
+        if n != len(keys):
+            raise ValueError(f"kvpage.sglang: {len(keys)} keys but {len(host_indices)} host "
+                             f"indices ({n} pages of {self.page_size})")
+        return [int(host_indices[i * self.page_size]) for i in range(n)]
+
+    def _parts(self, page):
+        """The buffers one zero-copy host page view is stored as."""
+        if self.split_kv:
+            return [page[0], page[1]]
+        return [page]
+
+    def _flat_parts(self, flat):
+        """The buffers a flat page is stored as (MHA zero-copy layouts: K, V)."""
+        flat = flat.reshape(-1)
+        if self.split_kv:
+            h = flat.numel() // 2
+            return [flat[:h], flat[h:]]
+        return [flat]
+
+    @staticmethod
+    def _nbytes(t):
+        return t.numel() * t.element_size()
+
+    # -- the v1 interface: pages straight into and out of the host pool
+    def batch_get_v1(self, keys, host_indices, extra_info=None):
+        """Reads the pages of keys into the host pool at host_indices. One
+        bool per page (MHA zero copy: True when both K and V were read)."""
+        st = self._store("batch_get_v1")
+        if not keys:
+            return []
+        starts = self._page_starts(keys, host_indices)
+        pool = self.mem_pool_host
+        if self.zero_copy:
+            bufs = [b for s in starts for b in self._parts(pool.get_data_page(s, flat=False))]
+            _, res = st.get(self._keys(keys), bufs)
+            ok = [r == self._nbytes(b) for r, b in zip(res, bufs)]
+            if self.split_kv:
+                return [ok[2 * i] and ok[2 * i + 1] for i in range(len(keys))]
+            return ok
+        flats = [pool.get_dummy_flat_data_page() for _ in keys]
+        _, res = st.get(list(keys), [f.reshape(-1) for f in flats])
+        out = [False] * len(keys)
+        for i, (s, f, r) in enumerate(zip(starts, flats, res)):
+            if r != self._nbytes(f):
+                logger.debug("[Rank %d] kvpage get %s failed: %d", self.tp_rank, keys[i], r)
+                break  # the controller uses the leading run only
+            pool.set_from_flat_data_page(s, f)
+            out[i] = True
+        return out
+
+    def batch_set_v1(self, keys, host_indices, extra_info=None):
+        """Writes the host pool's pages at host_indices under keys. One bool
+        per page: True when stored or there already (MHA: both K and V)."""
+        st = self._store("batch_set_v1")
+        if not keys:
+            return []
+        starts = self._page_starts(keys, host_indices)
+        if not self.writer:
+            return [True] * len(keys)  # MLA: rank 0 writes the one copy
+        pool = self.mem_pool_host
+        if self.zero_copy:
+            bufs = [b for s in starts for b in self._parts(pool.get_data_page(s, flat=False))]
+            res = st.put(self._keys(keys), bufs)
+        else:
+            bufs = [pool.get_data_page(s, flat=True).reshape(-1) for s in starts]
+            res = st.put(list(keys), bufs)
+        ok = [r >= 0 for r in res]
+        if self.split_kv:
+            return [ok[2 * i] and ok[2 * i + 1] for i in range(len(keys))]
+        return ok
+
+    def batch_exists(self, keys, extra_info=None):
+        """The number of leading keys whose pages are there (on this rank)."""
+        st = self._store("batch_exists")
+        if not keys:
+            return 0
+        lead, _ = st.exists(self._keys(keys))
+        return lead // 2 if self.split_kv else lead
+
+    def exists(self, key):
+        return self.batch_exists([key]) == 1
+
+    # -- the v0 interface: flat tensors in and out
+    def batch_get(self, keys, target_locations=None, target_sizes=None):
+        """Reads each key's page into target_locations[i] (a flat host page;
+        None: a new one). Returns the tensors, None for a page not read."""
+        st = self._store("batch_get")
+        if not keys:
+            return []
+        pool = self.mem_pool_host
+        targets = list(target_locations) if target_locations is not None else \
+            [pool.get_dummy_flat_data_page() for _ in keys]
+        if len(targets) != len(keys):
+            raise ValueError(f"kvpage.sglang: {len(keys)} keys but {len(targets)} targets")
+        bufs = [b for t in targets for b in self._flat_parts(t)]
+        _, res = st.get(self._keys(keys), bufs)
+        ok = [r == self._nbytes(b) for r, b in zip(res, bufs)]
+        per = 2 if self.split_kv else 1
+        return [t if all(ok[per * i:per * i + per]) else None for i, t in enumerate(targets)]
+
+    def get(self, key, target_location=None, target_sizes=None):
+        return self.batch_get([key], None if target_location is None else [target_location])[0]
+
+    def batch_set(self, keys, values=None, target_locations=None, target_sizes=None):
+        """Stores values[i] (flat pages) under keys[i]. True when all are
+        stored or there already."""
+        st = self._store("batch_set")
+        if not keys:
+            return True
+        if values is None or len(values) != len(keys):
+            raise ValueError(f"kvpage.sglang: {len(keys)} keys but "
+                             f"{0 if values is None else len(values)} values")
+        if not self.writer:
+            return True
+        bufs = [b for v in values for b in self._flat_parts(v.contiguous())]
+        return all(r >= 0 for r in st.put(self._keys(keys), bufs))
+
+    def set(self, key, value=None, target_location=None, target_sizes=None):
+        return self.batch_set([key], [value])
+
+    def delete(self, key):
+        if self.writer:
+            self._store("delete").delete(self._keys([key]))
+
+    # -- the rest
+    def clear(self):
+        """Forgets every key of this rank (MLA: only rank 0 clears the one copy)."""
+        st = self._store("clear")
+        if self.writer:
+            st.clear()
+
+    def get_stats(self):
+        """The store's figures (kvpage.Store.stats) as a dict, with the rank and
+        geometry; None before register_mem_pool_host or after close."""
+        if self.store is None:
+            return None
+        s = self.store.stats()
+        s.update(rank=self.rank, tp_rank=self.tp_rank, bytes_per_page=self.bytes_per_page,
+                 location=self.store.location)
+        return s
+
+    def close(self):
+        """Closes the store; a second close does nothing."""
+        self._closed = True
+        st, self.store = self.store, None
+        if st is not None:
+            st.close()
+
+    def __repr__(self):
+        return (f"<KvpageHiCacheStorage rank {self.rank} (tp {self.tp_rank}/{self.tp_size}"
+                f"{', MLA' if self.is_mla else ''}) {self.path}>")
