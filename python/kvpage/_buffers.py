@@ -4,6 +4,15 @@ pointer and byte size. A buffer that is not contiguous, or not writable where
 bytes are read into it, is refused with a message saying so."""
 import ctypes
 
+try:  # numpy is optional; its arrays get a fast path
+    from numpy import ndarray as _ndarray
+except ImportError:  # pragma: no cover
+    _ndarray = None
+
+
+_char_at = ctypes.c_char.from_buffer
+_addressof = ctypes.addressof
+
 
 def _torch_tensor(obj):
     t = type(obj)
@@ -13,6 +22,17 @@ def _torch_tensor(obj):
 def address(obj, writable, what):
     """(address, nbytes, keepalive) of obj. what names it in messages
     ("buffer 3 of PageFile.read")."""
+    if type(obj) is _ndarray:  # the common case, made cheap (obj.ctypes costs 2 us)
+        fl = obj.flags
+        if fl.c_contiguous:
+            nb = obj.nbytes
+            if nb == 0:
+                return 0, 0, obj
+            if fl.writeable:
+                c = _char_at(obj)
+                return _addressof(c), nb, c
+            if not writable:
+                return obj.ctypes.data, nb, obj
     if _torch_tensor(obj):
         if obj.device.type != "cpu":
             raise ValueError(f"{what} is a {obj.device.type} tensor: kvpage moves host memory; "

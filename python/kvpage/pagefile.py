@@ -13,7 +13,9 @@ _FLAGS = {"create": 0x1, "direct": 0x2, "aligned": 0x4, "exact_size": 0x8, "read
 
 def _ops(op, offsets, buffers, writable):
     """A ctypes array of struct kvp_pagefile_op for a batch, and what keeps its
-    buffers alive."""
+    buffers alive. (The structs are three 64-bit words each, filled in one
+    go from a list: per-field ctypes assignments cost more than the I/O of a
+    small page.)"""
     try:
         n = len(offsets)
     except TypeError:
@@ -22,19 +24,24 @@ def _ops(op, offsets, buffers, writable):
         raise KvpageValueError(op, -errno.EINVAL,
                                f"{n} offsets but {len(buffers)} buffers: one buffer per offset",
                                "arg", -1, len(buffers), n)
-    arr = (_lib.PagefileOp * max(n, 1))()
+    words = [0] * (3 * n)
     keep = []
     for i in range(n):
         a, nbytes, k = address(buffers[i], writable, f"buffer {i} of {op}")
         keep.append(k)
-        try:
-            arr[i].offset = int(offsets[i])
-        except (TypeError, ValueError, OverflowError):
-            raise KvpageValueError(op, -errno.EINVAL, f"offset {i} ({offsets[i]!r}) is not an "
-                                   "integer", "offset", i) from None
-        arr[i].buf = a
-        arr[i].size = nbytes
-    return arr, n, keep
+        off = offsets[i]
+        if type(off) is not int:
+            try:
+                off = int(off)
+            except (TypeError, ValueError):
+                raise KvpageValueError(op, -errno.EINVAL, f"offset {i} ({offsets[i]!r}) is not "
+                                       "an integer", "offset", i) from None
+        if not -(1 << 63) <= off < (1 << 63):
+            raise KvpageValueError(op, -errno.EINVAL, f"offset {i} ({off}) is out of range",
+                                   "offset", i)
+        words[3 * i], words[3 * i + 1], words[3 * i + 2] = off, a, nbytes
+    flat = (ctypes.c_int64 * max(3 * n, 3))(*words) if n else (ctypes.c_int64 * 3)()
+    return ctypes.cast(flat, ctypes.POINTER(_lib.PagefileOp)), n, (keep, flat)
 
 
 class PageFile:

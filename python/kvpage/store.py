@@ -21,14 +21,21 @@ def _key_bytes(op, k, i):
 
 
 def _keys(op, keys):
+    """struct kvp_str[] of the keys (pointer and length words, filled in one go)."""
     if isinstance(keys, (str, bytes)):
         raise TypeError(f"{op}: keys must be a list of keys, not one {type(keys).__name__}")
-    kb = [_key_bytes(op, k, i) for i, k in enumerate(keys)]
-    arr = (_lib.Str * max(len(kb), 1))()
+    kb = [k.encode() if type(k) is str else _key_bytes(op, k, i) for i, k in enumerate(keys)]
+    n = len(kb)
+    words = [0] * (2 * n)
     for i, b in enumerate(kb):
-        arr[i].ptr = ctypes.cast(ctypes.c_char_p(b), ctypes.c_void_p).value
-        arr[i].len = len(b)
-    return arr, len(kb), kb
+        words[2 * i] = _addr_of_bytes(b)
+        words[2 * i + 1] = len(b)
+    flat = (ctypes.c_uint64 * max(2 * n, 2))(*words)
+    return ctypes.cast(flat, ctypes.POINTER(_lib.Str)), n, (kb, flat)
+
+
+def _addr_of_bytes(b):
+    return ctypes.cast(ctypes.c_char_p(b), ctypes.c_void_p).value or 0
 
 
 class Store:
@@ -107,13 +114,14 @@ class Store:
             raise KvpageValueError(op, -errno.EINVAL,
                                    f"{n} keys but {len(buffers)} buffers: one buffer per key",
                                    "arg", -1, len(buffers), n)
-        arr = (_lib.StoreBuf * max(n, 1))()
+        words = [0] * (2 * n)
         keep = []
         for i in range(n):
             a, nbytes, k = address(buffers[i], writable, f"buffer {i} of {op}")
-            arr[i].base, arr[i].len = a, nbytes
+            words[2 * i], words[2 * i + 1] = a, nbytes
             keep.append(k)
-        return arr, keep
+        flat = (ctypes.c_uint64 * max(2 * n, 2))(*words)
+        return ctypes.cast(flat, ctypes.POINTER(_lib.StoreBuf)), (keep, flat)
 
     def put(self, keys, buffers):
         """Stores buffers[i] under keys[i]. Returns a result per key:
