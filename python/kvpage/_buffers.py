@@ -19,9 +19,9 @@ def _torch_tensor(obj):
     return t.__module__.split(".", 1)[0] == "torch" and hasattr(obj, "data_ptr")
 
 
-def address(obj, writable, what):
-    """(address, nbytes, keepalive) of obj. what names it in messages
-    ("buffer 3 of PageFile.read")."""
+def address(obj, writable, what, index=None):
+    """(address, nbytes, keepalive) of obj. what names it in messages: with
+    index, "buffer INDEX of WHAT" (formatted only when there is an error)."""
     if type(obj) is _ndarray:  # the common case, made cheap (obj.ctypes costs 2 us)
         fl = obj.flags
         if fl.c_contiguous:
@@ -33,6 +33,8 @@ def address(obj, writable, what):
                 return _addressof(c), nb, c
             if not writable:
                 return obj.ctypes.data, nb, obj
+    if index is not None:
+        what = f"buffer {index} of {what}"
     if _torch_tensor(obj):
         if obj.device.type != "cpu":
             raise ValueError(f"{what} is a {obj.device.type} tensor: kvpage moves host memory; "

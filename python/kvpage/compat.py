@@ -21,6 +21,17 @@ from kvpage.pagefile import PageFile
 _PREFIX = "Hf3fsClient.check Failed"
 
 
+try:
+    from numpy import ndarray as _ndarray
+except ImportError:  # pragma: no cover
+    _ndarray = None
+
+
+def _on_gpu(tensors):
+    """The tensors not in host memory (cheap for numpy arrays and CPU tensors)."""
+    return [t for t in tensors if type(t) is not _ndarray and _is_tensor(t) and t.device.type != "cpu"]
+
+
 def _is_tensor(t):
     return type(t).__module__.split(".", 1)[0] == "torch" and hasattr(t, "data_ptr")
 
@@ -99,8 +110,7 @@ class Hf3fsClient:
     def batch_read(self, offsets, tensors):
         """Reads each tensor's bytes at its offset. Returns the bytes read per
         operation, or a negative errno for one that failed."""
-        cuda = [t for t in tensors if _is_tensor(t) and t.device.type != "cpu"]
-        if not cuda:
+        if not _on_gpu(tensors):
             return self._run(self._pf.read, offsets, tensors)
         self.check(offsets, tensors)
         stage, host = self._host(tensors, False)
@@ -117,10 +127,9 @@ class Hf3fsClient:
         """Writes each tensor at its offset (after event, a CUDA event vLLM
         passes, has completed). Returns the bytes written per operation, or a
         negative errno for one that failed."""
-        cuda = [t for t in tensors if _is_tensor(t) and t.device.type != "cpu"]
         if event is not None and hasattr(event, "synchronize"):
             event.synchronize()
-        if not cuda:
+        if not _on_gpu(tensors):
             return self._run(self._pf.write, offsets, tensors)
         self.check(offsets, tensors)
         stage, host = self._host(tensors, True)

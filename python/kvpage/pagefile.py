@@ -27,7 +27,7 @@ def _ops(op, offsets, buffers, writable):
     words = [0] * (3 * n)
     keep = []
     for i in range(n):
-        a, nbytes, k = address(buffers[i], writable, f"buffer {i} of {op}")
+        a, nbytes, k = address(buffers[i], writable, op, i)
         keep.append(k)
         off = offsets[i]
         if type(off) is not int:
@@ -95,15 +95,12 @@ class PageFile:
         err = _lib.Error()
         h = self._enter(op)
         try:
-            rc = fn(h, arr, n, res, ctypes.byref(err))
+            rc = fn(h, arr, n, res, err)
         finally:
             self._leave()
-        del keep
-        if rc == -errno.EINVAL:
+        if rc and (rc == -errno.EINVAL or err.rule != 11):  # 11: KVP_RULE_IO, per operation
             raise from_c(op, rc, err)
-        if rc and err.rule != 11:  # not KVP_RULE_IO: a whole-batch failure
-            raise from_c(op, rc, err)
-        return list(res[:n])
+        return res[:n]
 
     def read(self, offsets, buffers):
         """Reads len(buffers[i]) bytes at offsets[i] into buffers[i]. Returns

@@ -117,7 +117,7 @@ class Store:
         words = [0] * (2 * n)
         keep = []
         for i in range(n):
-            a, nbytes, k = address(buffers[i], writable, f"buffer {i} of {op}")
+            a, nbytes, k = address(buffers[i], writable, op, i)
             words[2 * i], words[2 * i + 1] = a, nbytes
             keep.append(k)
         flat = (ctypes.c_uint64 * max(2 * n, 2))(*words)
