@@ -1,11 +1,11 @@
 """kvpage.PageFile: batched page I/O on one storage file (kvpage/pagefile.h)."""
 import ctypes
 import errno
-import threading
 
 from kvpage import _lib
 from kvpage._buffers import address
-from kvpage.errors import KvpageError, KvpageValueError, from_c
+from kvpage._handle import Handle
+from kvpage.errors import KvpageValueError, from_c
 
 _BACKENDS = {"auto": 0, "psync": 1, "uring": 2}
 _FLAGS = {"create": 0x1, "direct": 0x2, "aligned": 0x4, "exact_size": 0x8, "readonly": 0x10}
@@ -44,7 +44,7 @@ def _ops(op, offsets, buffers, writable):
     return ctypes.cast(flat, ctypes.POINTER(_lib.PagefileOp)), n, (keep, flat)
 
 
-class PageFile:
+class PageFile(Handle):
     """One storage file of pages of at most bytes_per_page bytes, moved in
     batches of at most entries operations (offset, buffer). Thread-safe: any
     number of threads may call read, write and flush on one PageFile."""
@@ -69,35 +69,13 @@ class PageFile:
                                 ctypes.byref(err))
         if rc:
             raise from_c("PageFile", rc, err)
-        self._h = h
-        self._lock = threading.Lock()  # only for close against the others
-        self._users = 0
-        self._closing = False
-        self._idle = threading.Condition(self._lock)
-
-    # -- the handle, held while a call runs so that close waits for it
-    def _enter(self, op):
-        with self._lock:
-            if self._h is None or self._closing:
-                raise KvpageError(op, -errno.EBADF, "the page file is closed", "arg")
-            self._users += 1
-            return self._h
-
-    def _leave(self):
-        with self._lock:
-            self._users -= 1
-            if self._users == 0:
-                self._idle.notify_all()
+        super().__init__(h, _lib.pagefile_close)
 
     def _batch(self, op, fn, offsets, buffers, writable):
         arr, n, keep = _ops(op, offsets, buffers, writable)
         res = (ctypes.c_int64 * max(n, 1))()
         err = _lib.Error()
-        h = self._enter(op)
-        try:
-            rc = fn(h, arr, n, res, err)
-        finally:
-            self._leave()
+        rc = self._call(op, fn, arr, n, res, err)
         if rc and (rc == -errno.EINVAL or err.rule != 11):  # 11: KVP_RULE_IO, per operation
             raise from_c(op, rc, err)
         return res[:n]
@@ -116,47 +94,12 @@ class PageFile:
     def flush(self):
         """fsync: every completed write becomes durable."""
         err = _lib.Error()
-        h = self._enter("PageFile.flush")
-        try:
-            rc = _lib.pagefile_flush(h, ctypes.byref(err))
-        finally:
-            self._leave()
+        rc = self._call("PageFile.flush", _lib.pagefile_flush, ctypes.byref(err))
         if rc:
             raise from_c("PageFile.flush", rc, err)
 
-    def close(self):
-        """Waits for the calls running, then closes. A second close does nothing."""
-        with self._lock:
-            if self._h is None or self._closing:
-                return
-            self._closing = True
-            while self._users:
-                self._idle.wait()
-            h, self._h = self._h, None
-        _lib.pagefile_close(h)
-
-    @property
-    def closed(self):
-        return self._h is None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
     def _get(self, fn, *args):
-        h = self._enter("PageFile")
-        try:
-            return fn(h, *args)
-        finally:
-            self._leave()
+        return self._call("PageFile", fn, *args)
 
     @property
     def path(self):

@@ -2,11 +2,11 @@
 import ctypes
 import errno
 import os
-import threading
 
 from kvpage import _lib
 from kvpage._buffers import address
-from kvpage.errors import KvpageError, KvpageValueError, from_c
+from kvpage._handle import Handle
+from kvpage.errors import KvpageValueError, from_c
 
 STORED = 1   # put: written and confirmed by this call
 ALREADY = 0  # put: the key was there already; not rewritten
@@ -38,10 +38,12 @@ def _addr_of_bytes(b):
     return ctypes.cast(ctypes.c_char_p(b), ctypes.c_void_p).value or 0
 
 
-class Store:
+class Store(Handle):
     """One rank of one namespace: the rank's storage file and where its
     metadata lives (meta: a data directory, default PATH.meta; "mem:";
     "http://HOST:PORT[/ns/NAME]" for a kvpage serve). Thread-safe."""
+
+    _noun = "store"
 
     def __init__(self, path, file_size=0, bytes_per_page=None, entries=8, *, rank=0, meta=None,
                  deployment=None, pool=None, per_rank=False, durable=True, threads=4,
@@ -86,28 +88,11 @@ class Store:
         rc = _lib.store_open(ctypes.byref(o), ctypes.byref(h), ctypes.byref(err))
         if rc:
             raise from_c("Store", rc, err)
-        self._h = h
-        self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
-        self._users = 0
-        self._closing = False
+        super().__init__(h, _lib.store_close)
         self.rank = _lib.store_rank(h)
         self.num_pages = _lib.store_num_pages(h)
         self.bytes_per_page = _lib.store_bytes_per_page(h)
         self.location = _lib.store_location(h).decode()
-
-    def _enter(self, op):
-        with self._lock:
-            if self._h is None or self._closing:
-                raise KvpageError(op, -errno.EBADF, "the store is closed", "arg")
-            self._users += 1
-            return self._h
-
-    def _leave(self):
-        with self._lock:
-            self._users -= 1
-            if self._users == 0:
-                self._idle.notify_all()
 
     def _bufs(self, op, buffers, n, writable):
         if len(buffers) != n:
@@ -133,11 +118,7 @@ class Store:
         barr, keep = self._bufs("Store.put", buffers, n, False)
         res = (ctypes.c_int64 * max(n, 1))()
         err = _lib.Error()
-        h = self._enter("Store.put")
-        try:
-            rc = _lib.store_put(h, karr, barr, n, res, ctypes.byref(err))
-        finally:
-            self._leave()
+        rc = self._call("Store.put", _lib.store_put, karr, barr, n, res, ctypes.byref(err))
         del keep, kb
         if rc == -errno.EINVAL or (rc < 0 and err.index < 0):
             raise from_c("Store.put", rc, err)
@@ -152,11 +133,7 @@ class Store:
         barr, keep = self._bufs("Store.get", buffers, n, True)
         res = (ctypes.c_int64 * max(n, 1))()
         err = _lib.Error()
-        h = self._enter("Store.get")
-        try:
-            lead = _lib.store_get(h, karr, barr, n, res, ctypes.byref(err))
-        finally:
-            self._leave()
+        lead = self._call("Store.get", _lib.store_get, karr, barr, n, res, ctypes.byref(err))
         del keep, kb
         if lead < 0:
             raise from_c("Store.get", lead, err)
@@ -168,11 +145,7 @@ class Store:
         karr, n, kb = _keys("Store.exists", keys)
         out = (ctypes.c_uint8 * max(n, 1))()
         err = _lib.Error()
-        h = self._enter("Store.exists")
-        try:
-            lead = _lib.store_exists(h, karr, n, out, ctypes.byref(err))
-        finally:
-            self._leave()
+        lead = self._call("Store.exists", _lib.store_exists, karr, n, out, ctypes.byref(err))
         if lead < 0:
             raise from_c("Store.exists", lead, err)
         return lead, [bool(v) for v in out[:n]]
@@ -181,22 +154,14 @@ class Store:
         """Forgets keys on this rank (unknown keys are ignored)."""
         karr, n, kb = _keys("Store.delete", keys)
         err = _lib.Error()
-        h = self._enter("Store.delete")
-        try:
-            rc = _lib.store_delete(h, karr, n, ctypes.byref(err))
-        finally:
-            self._leave()
+        rc = self._call("Store.delete", _lib.store_delete, karr, n, ctypes.byref(err))
         if rc:
             raise from_c("Store.delete", rc, err)
 
     def clear(self):
         """Forgets every key of this rank; all its pages become free."""
         err = _lib.Error()
-        h = self._enter("Store.clear")
-        try:
-            rc = _lib.store_clear(h, ctypes.byref(err))
-        finally:
-            self._leave()
+        rc = self._call("Store.clear", _lib.store_clear, ctypes.byref(err))
         if rc:
             raise from_c("Store.clear", rc, err)
 
@@ -208,41 +173,10 @@ class Store:
         st = _lib.StoreStats()
         st.stats_size = ctypes.sizeof(st)
         err = _lib.Error()
-        h = self._enter("Store.stats")
-        try:
-            rc = _lib.store_stats(h, ctypes.byref(st), ctypes.byref(err))
-        finally:
-            self._leave()
+        rc = self._call("Store.stats", _lib.store_stats, ctypes.byref(st), ctypes.byref(err))
         if rc:
             raise from_c("Store.stats", rc, err)
         return {f: getattr(st, f) for f in _lib.STATS_FIELDS}
-
-    def close(self):
-        """Waits for the calls running, then closes. A second close does nothing."""
-        with self._lock:
-            if self._h is None or self._closing:
-                return
-            self._closing = True
-            while self._users:
-                self._idle.wait()
-            h, self._h = self._h, None
-        _lib.store_close(h)
-
-    @property
-    def closed(self):
-        return self._h is None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def __repr__(self):
         state = "closed" if self._h is None else f"{self.num_pages} pages of {self.bytes_per_page} bytes"
