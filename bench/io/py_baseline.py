@@ -25,8 +25,10 @@ def main():
     fd = os.open(path, flags)
     size = os.fstat(fd).st_size
     pages, slots = size // bpp, pool_bytes // bpp
-    # An anonymous mapping is page aligned, as O_DIRECT needs; huge pages as in bench_io.
-    pool = mmap.mmap(-1, pool_bytes)
+    # An anonymous mapping is page aligned, as O_DIRECT needs; huge pages as in
+    # bench_io. It must be private: a shared anonymous mapping is shmem, which
+    # gets no transparent huge pages (shmem_enabled=never on Debian 12).
+    pool = mmap.mmap(-1, pool_bytes, flags=mmap.MAP_PRIVATE)
     if hasattr(mmap, "MADV_HUGEPAGE"):
         pool.madvise(mmap.MADV_HUGEPAGE)
     view = memoryview(pool)

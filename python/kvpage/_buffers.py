@@ -19,6 +19,30 @@ def _torch_tensor(obj):
     return t.__module__.split(".", 1)[0] == "torch" and hasattr(obj, "data_ptr")
 
 
+def addresses(buffers, writable, what):
+    """(addrs, nbytes, keepalive) of a batch of buffers: two lists and what
+    keeps the memory alive. The common case, a writable C-contiguous numpy
+    array, costs one ctypes call each (from_buffer refuses a non-contiguous
+    or read-only array, which then takes address()'s path and its messages)."""
+    addrs, sizes, keep = [], [], []
+    for i, b in enumerate(buffers):
+        if type(b) is _ndarray:
+            try:
+                c = _char_at(b)
+            except (TypeError, ValueError, BufferError):
+                pass
+            else:
+                addrs.append(_addressof(c))
+                sizes.append(b.nbytes)
+                keep.append(c)
+                continue
+        a, nb, k = address(b, writable, what, i)
+        addrs.append(a)
+        sizes.append(nb)
+        keep.append(k)
+    return addrs, sizes, keep
+
+
 def address(obj, writable, what, index=None):
     """(address, nbytes, keepalive) of obj. what names it in messages: with
     index, "buffer INDEX of WHAT" (formatted only when there is an error)."""

@@ -1,9 +1,10 @@
 """kvpage.PageFile: batched page I/O on one storage file (kvpage/pagefile.h)."""
 import ctypes
+from array import array
 import errno
 
 from kvpage import _lib
-from kvpage._buffers import address
+from kvpage._buffers import addresses
 from kvpage._handle import Handle
 from kvpage.errors import KvpageValueError, from_c
 
@@ -11,10 +12,14 @@ _BACKENDS = {"auto": 0, "psync": 1, "uring": 2}
 _FLAGS = {"create": 0x1, "direct": 0x2, "aligned": 0x4, "exact_size": 0x8, "readonly": 0x10}
 
 
+_I64 = (-(1 << 63), (1 << 63) - 1)
+_OP_P = ctypes.POINTER(_lib.PagefileOp)
+
+
 def _ops(op, offsets, buffers, writable):
     """A ctypes array of struct kvp_pagefile_op for a batch, and what keeps its
     buffers alive. (The structs are three 64-bit words each, filled in one
-    go from a list: per-field ctypes assignments cost more than the I/O of a
+    go from lists: per-field ctypes assignments cost more than the I/O of a
     small page.)"""
     try:
         n = len(offsets)
@@ -24,24 +29,30 @@ def _ops(op, offsets, buffers, writable):
         raise KvpageValueError(op, -errno.EINVAL,
                                f"{n} offsets but {len(buffers)} buffers: one buffer per offset",
                                "arg", -1, len(buffers), n)
+    if not n:
+        return ctypes.cast((ctypes.c_int64 * 3)(), ctypes.POINTER(_lib.PagefileOp)), 0, None
+    addrs, sizes, keep = addresses(buffers, writable, op)
+    offs = offsets if type(offsets) is list else list(offsets)
+    if not all(type(o) is int for o in offs):
+        offs = [_offset(op, i, o) for i, o in enumerate(offs)]
+    if min(offs) < _I64[0] or max(offs) > _I64[1]:
+        i = next(i for i, o in enumerate(offs) if not _I64[0] <= o <= _I64[1])
+        raise KvpageValueError(op, -errno.EINVAL, f"offset {i} ({offs[i]}) is out of range",
+                               "offset", i)
     words = [0] * (3 * n)
-    keep = []
-    for i in range(n):
-        a, nbytes, k = address(buffers[i], writable, op, i)
-        keep.append(k)
-        off = offsets[i]
-        if type(off) is not int:
-            try:
-                off = int(off)
-            except (TypeError, ValueError):
-                raise KvpageValueError(op, -errno.EINVAL, f"offset {i} ({offsets[i]!r}) is not "
-                                       "an integer", "offset", i) from None
-        if not -(1 << 63) <= off < (1 << 63):
-            raise KvpageValueError(op, -errno.EINVAL, f"offset {i} ({off}) is out of range",
-                                   "offset", i)
-        words[3 * i], words[3 * i + 1], words[3 * i + 2] = off, a, nbytes
-    flat = (ctypes.c_int64 * max(3 * n, 3))(*words) if n else (ctypes.c_int64 * 3)()
-    return ctypes.cast(flat, ctypes.POINTER(_lib.PagefileOp)), n, (keep, flat)
+    words[0::3], words[1::3], words[2::3] = offs, addrs, sizes
+    flat = array("q", words)
+    return ctypes.cast(flat.buffer_info()[0], _OP_P), n, (keep, flat)
+
+
+def _offset(op, i, off):
+    if type(off) is int:
+        return off
+    try:
+        return int(off)
+    except (TypeError, ValueError):
+        raise KvpageValueError(op, -errno.EINVAL, f"offset {i} ({off!r}) is not an integer",
+                               "offset", i) from None
 
 
 class PageFile(Handle):

@@ -2,9 +2,11 @@
 import ctypes
 import errno
 import os
+from array import array
+from itertools import accumulate
 
 from kvpage import _lib
-from kvpage._buffers import address
+from kvpage._buffers import addresses
 from kvpage._handle import Handle
 from kvpage.errors import KvpageValueError, from_c
 
@@ -21,17 +23,25 @@ def _key_bytes(op, k, i):
 
 
 def _keys(op, keys):
-    """struct kvp_str[] of the keys (pointer and length words, filled in one go)."""
+    """struct kvp_str[] of the keys (pointer and length words, filled in one
+    go, all pointing into one bytes object of the keys end to end)."""
     if isinstance(keys, (str, bytes)):
         raise TypeError(f"{op}: keys must be a list of keys, not one {type(keys).__name__}")
-    kb = [k.encode() if type(k) is str else _key_bytes(op, k, i) for i, k in enumerate(keys)]
+    try:
+        kb = [k.encode() for k in keys]
+    except AttributeError:  # not all str
+        kb = [k.encode() if type(k) is str else _key_bytes(op, k, i) for i, k in enumerate(keys)]
     n = len(kb)
+    if not n:
+        return ctypes.cast((ctypes.c_uint64 * 2)(), ctypes.POINTER(_lib.Str)), 0, None
+    blob = b"".join(kb)
+    base = _addr_of_bytes(blob)
+    lens = list(map(len, kb))
+    starts = list(accumulate(lens, initial=base))
     words = [0] * (2 * n)
-    for i, b in enumerate(kb):
-        words[2 * i] = _addr_of_bytes(b)
-        words[2 * i + 1] = len(b)
-    flat = (ctypes.c_uint64 * max(2 * n, 2))(*words)
-    return ctypes.cast(flat, ctypes.POINTER(_lib.Str)), n, (kb, flat)
+    words[0::2], words[1::2] = starts[:n], lens
+    flat = array("Q", words)
+    return ctypes.cast(flat.buffer_info()[0], ctypes.POINTER(_lib.Str)), n, (blob, flat)
 
 
 def _addr_of_bytes(b):
@@ -99,14 +109,13 @@ class Store(Handle):
             raise KvpageValueError(op, -errno.EINVAL,
                                    f"{n} keys but {len(buffers)} buffers: one buffer per key",
                                    "arg", -1, len(buffers), n)
+        if not n:
+            return ctypes.cast((ctypes.c_uint64 * 2)(), ctypes.POINTER(_lib.StoreBuf)), None
+        addrs, sizes, keep = addresses(buffers, writable, op)
         words = [0] * (2 * n)
-        keep = []
-        for i in range(n):
-            a, nbytes, k = address(buffers[i], writable, op, i)
-            words[2 * i], words[2 * i + 1] = a, nbytes
-            keep.append(k)
-        flat = (ctypes.c_uint64 * max(2 * n, 2))(*words)
-        return ctypes.cast(flat, ctypes.POINTER(_lib.StoreBuf)), (keep, flat)
+        words[0::2], words[1::2] = addrs, sizes
+        flat = array("Q", words)
+        return ctypes.cast(flat.buffer_info()[0], ctypes.POINTER(_lib.StoreBuf)), (keep, flat)
 
     def put(self, keys, buffers):
         """Stores buffers[i] under keys[i]. Returns a result per key:
