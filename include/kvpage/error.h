@@ -36,6 +36,10 @@ enum kvp_rule {
     KVP_RULE_SIZE,          /* pagefile: size beyond bytes_per_page */
     KVP_RULE_ALIGN,         /* pagefile: alignment required and not met */
     KVP_RULE_ARG,           /* any other invalid argument */
+    KVP_RULE_UNAVAILABLE,   /* a remote metadata store (redis://) could not be reached or
+                               failed the call; msg names it and the cause. Refused before
+                               it was sent: nothing changed; lost after: it may have taken
+                               effect (every call but allocate is safe to repeat) */
 };
 
 /* Filled by validating functions on failure. Zero-initialize before use. */
