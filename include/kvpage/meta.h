@@ -158,9 +158,26 @@ KVP_API void kvp_meta_opts_init(struct kvp_meta_opts *opts);
  *                        failed connection is -ECONNREFUSED, a timeout
  *                        -ETIMEDOUT; err->msg names the route and carries
  *                        the server's detail.
- *   "https://...", "redis://..."
- *                        TLS, a Redis/Valkey server: not implemented yet
- *                        (-EOPNOTSUPP, saying so)
+ *   "redis://[USER[:PASSWORD]@]HOST:PORT[/DB][?prefix=NAME]",
+ *   "redis://H1:P1,H2:P2,..." (the seed nodes of a Redis Cluster)
+ *                        the state in Redis, shared by every process that
+ *                        opens it (prefix, default "kvp", separates
+ *                        deployments of kvpage in one Redis). Password and
+ *                        user from the URL, else from KVPAGE_REDIS_PASSWORD
+ *                        and KVPAGE_REDIS_USER. The same rules and errors as
+ *                        the in-process engine; each rank's operation is
+ *                        atomic in Redis, what spans ranks (rank < 0,
+ *                        complete_only, nranks, stats) is not. Changes are
+ *                        durable as Redis's AOF settings make them (tickets
+ *                        stay 0); opts->connect_timeout_ms and timeout_ms
+ *                        bound each command; opts->clock is not used (Redis's
+ *                        TIME is). Redis unreachable or failing: a negative
+ *                        errno (-ECONNREFUSED, -ETIMEDOUT, -ECONNRESET, -EIO,
+ *                        -ENOSPC for Redis's maxmemory) with rule
+ *                        KVP_RULE_UNAVAILABLE; later calls reconnect.
+ *                        kvp_meta_snapshot is -EOPNOTSUPP.
+ *   "https://...", "rediss://..."
+ *                        TLS: not implemented yet (-EOPNOTSUPP, saying so)
  * An unknown scheme is -EINVAL, err naming it and the schemes there are.
  * Otherwise as kvp_meta_open; err (may be NULL) says what failed.
  */

@@ -80,6 +80,21 @@ struct kvp__meta_ops {
 extern const struct kvp__meta_ops kvp__local_ops;
 /* A remote kvpage serve (src/client/http.c): http://HOST:PORT[/ns/NAME]. */
 extern const struct kvp__meta_ops kvp__http_ops;
+/* A Redis server or Redis Cluster (src/meta/redis.c):
+ * redis://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...][/DB][?prefix=NAME]. */
+extern const struct kvp__meta_ops kvp__redis_ops;
+
+/*
+ * What the Redis behind a redis:// handle promises for changes it has
+ * acknowledged, from CONFIG GET on each master (the weakest wins): 2
+ * (appendonly yes, appendfsync always: nothing acknowledged is lost when
+ * Redis restarts), 1 (appendfsync everysec: up to about a second), 0 (no AOF,
+ * or appendfsync no: everything since the last RDB save), -1 unknown (CONFIG
+ * disabled or renamed, or Redis unreachable). buf (may be NULL) gets a text
+ * such as "appendonly yes, appendfsync everysec". -EINVAL for a handle of
+ * another backend.
+ */
+int kvp__redis_durability(struct kvp_meta *m, char *buf, size_t len);
 
 /*
  * Adds a scheme (without ':') served by ops, for tests; at most a few, not

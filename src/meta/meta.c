@@ -95,6 +95,7 @@ static struct scheme schemes[8] = {
     {"mem", &kvp__local_ops},
     {"file", &kvp__local_ops},
     {"http", &kvp__http_ops},
+    {"redis", &kvp__redis_ops},
 };
 
 int kvp__meta_register(const char *scheme, const struct kvp__meta_ops *ops)
@@ -190,10 +191,11 @@ KVP_API int kvp_meta_open_at(const char *location, const struct kvp_meta_opts *o
                          "(kvpage serve speaks plain HTTP; put TLS in a proxy beside it)");
             return -EOPNOTSUPP;
         }
-        if (slen == 5 && !strncmp(scheme, "redis", 5)) {
+        if (slen == 6 && !strncmp(scheme, "rediss", 6)) {
             kvp__set_err(err, -EOPNOTSUPP, KVP_RULE_ARG, -1, 0, 0,
-                         "metadata location scheme '%.*s:' is not implemented yet (known: %s)",
-                         (int)slen, scheme, known);
+                         "metadata location scheme 'rediss:' (Redis over TLS) is not implemented "
+                         "yet (known: %s)",
+                         known);
             return -EOPNOTSUPP;
         }
         kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, 0, 0,

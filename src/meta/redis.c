@@ -1,0 +1,1389 @@
+/*
+ * The redis:// backend (kvp__redis_ops): the metadata state machine of
+ * protocol.md §1 kept in Redis (or a Redis Cluster), with the semantics,
+ * return codes and messages of the in-process engine (src/meta/local.c).
+ *
+ * Every operation on one rank is one Lua script (src/meta/redis_lua.h) over
+ * keys that share the rank's hash tag, PREFIX:{DEP/HEXPOOL/RANK}:..., so
+ * Redis runs it atomically and a cluster keeps the rank on one shard: any
+ * number of kvpage processes may share one store. The pool is any bytes but
+ * NUL, so it is hex-encoded inside the tag.
+ *
+ * Per namespace, PREFIX:{DEP/HEXPOOL}:ranks (HASH rank -> num_pages) lists
+ * its initialized ranks; init_rank writes it after the rank's own script.
+ * PREFIX:{PREFIX}:namespaces (ZSET, scored by creation number) lists the
+ * namespaces. What spans ranks (exists with rank < 0, lookup with
+ * complete_only, delete and clear of every rank, nranks, stats, the limit
+ * of 65535 ranks) is computed here by asking each rank's slot in turn: it
+ * is NOT atomic across ranks (each rank's part is), as no script may touch
+ * two slots of a cluster.
+ *
+ * Durability is Redis's: a change is acknowledged once Redis answered it,
+ * tickets stay 0 (kvp__redis_durability tells what Redis's AOF settings
+ * promise). Failures to reach Redis are negative errnos with
+ * KVP_RULE_UNAVAILABLE (src/meta/redis_conn.c).
+ */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "meta/backend.h"
+#include "meta/redis_conn.h"
+#include "meta/redis_lua.h"
+
+#define set_err kvp__set_err
+
+#define MAX_RANKS_PER_NS 65535 /* as the in-process engine's */
+#define MAX_PREFIX 64
+/* Eviction skips at most this many HELD pages in their read grace per
+ * request before it gives up (-1), so that one allocation never scans a
+ * huge LRU whose every page was just read. */
+#define EVICT_SCAN_MAX 4096
+
+/* Script replies: the first element (redis_lua.h). */
+enum { ST_OK = 0, ST_NOT_INIT, ST_RESIZE_HELD, ST_CONFIRM, ST_RELEASE, ST_HELD_OTHER, ST_BROKEN };
+
+enum {
+    SC_INIT,
+    SC_ALLOCATE,
+    SC_CONFIRM,
+    SC_EXISTS,
+    SC_LOOKUP,
+    SC_DELETE,
+    SC_CLEAR,
+    SC_STATS,
+    SC_CHECK,
+    SC_NS_CREATE,
+    SC_RANK_COUNT,
+    SC_COUNT
+};
+
+static const char *const script_body[SC_COUNT] = {
+    [SC_INIT] = KVP_LUA_INIT,
+    [SC_ALLOCATE] = KVP_LUA_ALLOCATE,
+    [SC_CONFIRM] = KVP_LUA_CONFIRM,
+    [SC_EXISTS] = KVP_LUA_EXISTS,
+    [SC_LOOKUP] = KVP_LUA_LOOKUP,
+    [SC_DELETE] = KVP_LUA_DELETE,
+    [SC_CLEAR] = KVP_LUA_CLEAR,
+    [SC_STATS] = KVP_LUA_STATS,
+    [SC_CHECK] = KVP_LUA_CHECK,
+    [SC_NS_CREATE] = KVP_LUA_NS_CREATE,
+    /* KEYS: a namespace's rank list. ARGV: rank. {listed, ranks listed}. */
+    [SC_RANK_COUNT] = "#!lua flags=no-writes\n"
+                      "return {redis.call('HEXISTS', KEYS[1], ARGV[1]), "
+                      "redis.call('HLEN', KEYS[1])}\n",
+};
+
+struct rns {
+    struct kvp_ns pub; /* first: a cast converts */
+    struct rmeta *m;
+    char *dep, *pool;
+    char *tag; /* DEP/HEXPOOL */
+    size_t taglen;
+    char *ranks_key; /* PREFIX:{DEP/HEXPOOL}:ranks */
+    struct rns *next;
+};
+
+struct rmeta {
+    struct kvp__rconn *c;
+    struct kvp_meta *front;
+    char prefix[MAX_PREFIX + 1];
+    char loc[256]; /* the seeds (never the password), for messages */
+    uint64_t lease_ms, grace_ms;
+    struct kvp__rscript scripts[SC_COUNT];
+    pthread_mutex_t lock; /* guards nss */
+    struct rns *nss;
+};
+
+/* ---------------------------------------------------------------- the location */
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* The percent-decoded copy of s[0..n), or NULL (bad escape or no memory). */
+static char *pct_decode(const char *s, size_t n)
+{
+    char *o = malloc(n + 1), *w = o;
+    if (!o)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '%') {
+            int a = i + 2 < n ? hexval(s[i + 1]) : -1;
+            int b = i + 2 < n ? hexval(s[i + 2]) : -1;
+            if (a < 0 || b < 0 || (a == 0 && b == 0)) { /* no NUL inside a credential */
+                free(o);
+                return NULL;
+            }
+            *w++ = (char)(a * 16 + b);
+            i += 2;
+        } else {
+            *w++ = s[i];
+        }
+    }
+    *w = '\0';
+    return o;
+}
+
+static int bad_url(struct kvp_error *err, const char *what)
+{
+    set_err(err, -EINVAL, KVP_RULE_ARG, -1, 0, 0,
+            "redis location: %s (redis://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...][/DB]"
+            "[?prefix=NAME])",
+            what);
+    return -EINVAL;
+}
+
+static int prefix_valid(const char *s, size_t n)
+{
+    if (n == 0 || n > MAX_PREFIX)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+/* Parses where (the location after "redis:") into cfg and prefix. */
+static int parse_url(const char *where, struct kvp__rcfg *cfg, char *prefix, struct kvp_error *err)
+{
+    char msg[160];
+    memset(cfg, 0, sizeof *cfg);
+    strcpy(prefix, "kvp");
+    if (strncmp(where, "//", 2))
+        return bad_url(err, "must start with redis://");
+    const char *s = where + 2;
+    const char *q = strchr(s, '?');
+    const char *end = q ? q : s + strlen(s);
+    const char *slash = memchr(s, '/', (size_t)(end - s));
+    const char *auth_end = slash ? slash : end;
+    /* USER[:PASSWORD]@: up to the last '@' before the path */
+    const char *at = NULL;
+    for (const char *p = s; p < auth_end; p++)
+        if (*p == '@')
+            at = p;
+    int rc = -EINVAL;
+    const char *hosts = s;
+    if (at) {
+        const char *colon = memchr(s, ':', (size_t)(at - s));
+        size_t ul = colon ? (size_t)(colon - s) : (size_t)(at - s);
+        if (ul && !(cfg->user = pct_decode(s, ul))) {
+            rc = bad_url(err, "the user has a bad %-escape");
+            goto fail;
+        }
+        if (colon && !(cfg->pass = pct_decode(colon + 1, (size_t)(at - colon - 1)))) {
+            rc = bad_url(err, "the password has a bad %-escape");
+            goto fail;
+        }
+        hosts = at + 1;
+    }
+    if (hosts == auth_end) {
+        rc = bad_url(err, "names no HOST:PORT");
+        goto fail;
+    }
+    for (const char *h = hosts; h < auth_end;) {
+        const char *comma = memchr(h, ',', (size_t)(auth_end - h));
+        const char *he = comma ? comma : auth_end;
+        const char *hs = h, *hend, *colon;
+        if (*h == '[') { /* [IPv6]:PORT */
+            const char *rb = memchr(h, ']', (size_t)(he - h));
+            if (!rb) {
+                rc = bad_url(err, "an IPv6 address lacks its ']'");
+                goto fail;
+            }
+            hs = h + 1;
+            hend = rb;
+            colon = rb + 1 < he && rb[1] == ':' ? rb + 1 : NULL;
+            if (rb + 1 < he && !colon) {
+                rc = bad_url(err, "junk after an IPv6 address");
+                goto fail;
+            }
+        } else {
+            colon = NULL;
+            for (const char *p = h; p < he; p++)
+                if (*p == ':')
+                    colon = p;
+            hend = colon ? colon : he;
+        }
+        if (hend == hs) {
+            snprintf(msg, sizeof msg, "host %zu is empty", cfg->nseeds + 1);
+            rc = bad_url(err, msg);
+            goto fail;
+        }
+        long port = 6379;
+        if (colon) {
+            char *pe;
+            port = strtol(colon + 1, &pe, 10);
+            if (colon + 1 == he || pe != he || port < 1 || port > 65535) {
+                snprintf(msg, sizeof msg, "port '%.*s' is not a number in 1..65535",
+                         (int)(he - colon - 1 > 16 ? 16 : he - colon - 1), colon + 1);
+                rc = bad_url(err, msg);
+                goto fail;
+            }
+        }
+        if (cfg->nseeds == KVP_REDIS_MAX_SEEDS) {
+            snprintf(msg, sizeof msg, "more than %d seed nodes", KVP_REDIS_MAX_SEEDS);
+            rc = bad_url(err, msg);
+            goto fail;
+        }
+        if (!(cfg->host[cfg->nseeds] = strndup(hs, (size_t)(hend - hs)))) {
+            rc = -ENOMEM;
+            set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+            goto fail;
+        }
+        cfg->port[cfg->nseeds++] = (int)port;
+        if (comma && comma + 1 == auth_end) {
+            rc = bad_url(err, "ends with a ','");
+            goto fail;
+        }
+        h = comma ? comma + 1 : auth_end;
+    }
+    if (slash && slash + 1 < end) {
+        char *pe;
+        long db = strtol(slash + 1, &pe, 10);
+        if (pe != end || db < 0 || db > INT_MAX || slash[1] < '0' || slash[1] > '9') {
+            snprintf(msg, sizeof msg, "database '%.*s' is not a number",
+                     (int)(end - slash - 1 > 16 ? 16 : end - slash - 1), slash + 1);
+            rc = bad_url(err, msg);
+            goto fail;
+        }
+        cfg->db = (int)db;
+        if (db && cfg->nseeds > 1) {
+            rc = bad_url(err, "a Redis Cluster has only database 0");
+            goto fail;
+        }
+    }
+    for (const char *p = q ? q + 1 : NULL; p && *p;) {
+        const char *amp = strchr(p, '&');
+        size_t l = amp ? (size_t)(amp - p) : strlen(p);
+        if (l > 7 && !strncmp(p, "prefix=", 7)) {
+            if (!prefix_valid(p + 7, l - 7)) {
+                rc = bad_url(err, "prefix must be 1..64 characters of [A-Za-z0-9._-]");
+                goto fail;
+            }
+            memcpy(prefix, p + 7, l - 7);
+            prefix[l - 7] = '\0';
+        } else {
+            snprintf(msg, sizeof msg, "unknown parameter '%.*s' (known: prefix)",
+                     (int)(l > 32 ? 32 : l), p);
+            rc = bad_url(err, msg);
+            goto fail;
+        }
+        p = amp ? amp + 1 : NULL;
+    }
+    /* Credentials from the environment when the location has none. */
+    const char *env;
+    if (!at && (env = getenv("KVPAGE_REDIS_USER")) && *env && !(cfg->user = strdup(env)))
+        goto nomem;
+    if (!cfg->pass && (env = getenv("KVPAGE_REDIS_PASSWORD")) && *env && !(cfg->pass = strdup(env)))
+        goto nomem;
+    return 0;
+nomem:
+    rc = -ENOMEM;
+    set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+fail:
+    free(cfg->user);
+    free(cfg->pass);
+    for (size_t i = 0; i < cfg->nseeds; i++)
+        free(cfg->host[i]);
+    memset(cfg, 0, sizeof *cfg);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- keys and scripts */
+
+#define KEY_MAX 520 /* PREFIX:{DEP/HEXPOOL/RANK}:field */
+#define NRKEYS 8
+
+static const char *const rank_fields[NRKEYS] = {"m",   "free",  "res", "rs",
+                                                "lru", "grace", "k2p", "p2k"};
+
+struct rkeys {
+    char k[NRKEYS][KEY_MAX];
+    size_t len[NRKEYS];
+    int slot;
+};
+
+static void rank_keys(const struct rns *ns, uint32_t rank, struct rkeys *k)
+{
+    char tag[KEY_MAX];
+    int tl = snprintf(tag, sizeof tag, "%s/%u", ns->tag, rank);
+    k->slot = (int)kvp__redis_slot(tag, (size_t)tl);
+    for (int i = 0; i < NRKEYS; i++)
+        k->len[i] =
+            (size_t)snprintf(k->k[i], KEY_MAX, "%s:{%s}:%s", ns->m->prefix, tag, rank_fields[i]);
+}
+
+/* The slot of a key's hash tag (the text between its first '{' and '}'). */
+static int key_slot(const char *key)
+{
+    const char *a = strchr(key, '{'), *b = a ? strchr(a + 1, '}') : NULL;
+    return b ? (int)kvp__redis_slot(a + 1, (size_t)(b - a - 1))
+             : (int)kvp__redis_slot(key, strlen(key));
+}
+
+static int unexpected(struct rmeta *m, const char *what, struct kvp_error *err)
+{
+    set_err(err, -EIO, KVP_RULE_UNAVAILABLE, -1, 0, 0, "redis %.120s: unexpected answer to %s",
+            m->loc, what);
+    return -EIO;
+}
+
+/*
+ * Runs script sc with nkeys keys (of one slot) and nargs arguments. *out: an
+ * array whose first element is an integer status, with at least min
+ * elements when that status is ST_OK.
+ */
+static int run_script(struct rmeta *m, int sc, int slot, int idempotent, int nkeys,
+                      const char *const *keys, const size_t *klens, size_t nargs,
+                      const char *const *args, const size_t *alens, size_t min, redisReply **out,
+                      struct kvp_error *err)
+{
+    *out = NULL;
+    size_t argc = 3 + (size_t)nkeys + nargs;
+    if (argc > INT_MAX) {
+        set_err(err, -E2BIG, KVP_RULE_TOO_MANY, -1, (int64_t)nargs, INT_MAX - 20,
+                "too many arguments for one Redis command");
+        return -E2BIG;
+    }
+    const char **argv = malloc(argc * sizeof *argv);
+    size_t *lens = malloc(argc * sizeof *lens);
+    if (!argv || !lens) {
+        free(argv);
+        free(lens);
+        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        return -ENOMEM;
+    }
+    char nk[12];
+    snprintf(nk, sizeof nk, "%d", nkeys);
+    argv[0] = "EVALSHA", lens[0] = 7;
+    argv[1] = "", lens[1] = 0; /* the SHA, filled in by kvp__rconn_cmd */
+    argv[2] = nk, lens[2] = strlen(nk);
+    for (int i = 0; i < nkeys; i++)
+        argv[3 + i] = keys[i], lens[3 + i] = klens[i];
+    for (size_t i = 0; i < nargs; i++)
+        argv[3 + (size_t)nkeys + i] = args[i], lens[3 + (size_t)nkeys + i] = alens[i];
+    redisReply *r;
+    int rc =
+        kvp__rconn_cmd(m->c, slot, &m->scripts[sc], idempotent, (int)argc, argv, lens, &r, err);
+    free(argv);
+    free(lens);
+    if (rc)
+        return rc;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER ||
+        (r->element[0]->integer == ST_OK && r->elements < min)) {
+        freeReplyObject(r);
+        return unexpected(m, "a script", err);
+    }
+    *out = r;
+    return 0;
+}
+
+static int run_rank(struct rns *ns, uint32_t rank, int sc, int idempotent, size_t nargs,
+                    const char *const *args, const size_t *alens, size_t min, redisReply **out,
+                    struct kvp_error *err)
+{
+    struct rkeys k;
+    rank_keys(ns, rank, &k);
+    const char *keys[NRKEYS];
+    for (int i = 0; i < NRKEYS; i++)
+        keys[i] = k.k[i];
+    return run_script(ns->m, sc, k.slot, idempotent, NRKEYS, keys, k.len, nargs, args, alens, min,
+                      out, err);
+}
+
+static int64_t rint_at(const redisReply *r, size_t i)
+{
+    return i < r->elements && r->element[i]->type == REDIS_REPLY_INTEGER ? r->element[i]->integer
+                                                                         : INT64_MIN;
+}
+
+static int not_init(uint32_t rank, struct kvp_error *err)
+{
+    set_err(err, -ENOENT, KVP_RULE_RANK_NOT_INIT, -1, rank, 0, "Rank %u not initialized", rank);
+    return -ENOENT;
+}
+
+/* Arguments of a script call: fixed ones, then the keys of a request. */
+struct args {
+    const char **v;
+    size_t *len;
+    size_t n;
+    char (*num)[24]; /* numbers formatted here */
+    size_t nnum;
+};
+
+static int args_init(struct args *a, size_t cap, size_t nnum, struct kvp_error *err)
+{
+    a->n = a->nnum = 0;
+    a->v = malloc((cap ? cap : 1) * sizeof *a->v);
+    a->len = malloc((cap ? cap : 1) * sizeof *a->len);
+    a->num = malloc((nnum ? nnum : 1) * sizeof *a->num);
+    if (!a->v || !a->len || !a->num) {
+        free(a->v);
+        free(a->len);
+        free(a->num);
+        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+static void args_free(struct args *a)
+{
+    free(a->v);
+    free(a->len);
+    free(a->num);
+}
+
+static void arg_str(struct args *a, const char *s, size_t len)
+{
+    a->v[a->n] = s;
+    a->len[a->n++] = len;
+}
+
+static void arg_int(struct args *a, long long x)
+{
+    int l = snprintf(a->num[a->nnum], sizeof a->num[0], "%lld", x);
+    arg_str(a, a->num[a->nnum++], (size_t)l);
+}
+
+static void arg_keys(struct args *a, const struct kvp_str *keys, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        arg_str(a, keys[i].ptr, keys[i].len);
+}
+
+/* ---------------------------------------------------------------- namespaces */
+
+static char *hex_of(const char *s, size_t n)
+{
+    static const char digits[] = "0123456789abcdef";
+    char *o = malloc(2 * n + 1);
+    if (!o)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        o[2 * i] = digits[(uint8_t)s[i] >> 4];
+        o[2 * i + 1] = digits[(uint8_t)s[i] & 15];
+    }
+    o[2 * n] = '\0';
+    return o;
+}
+
+static void ns_free(struct rns *ns)
+{
+    if (!ns)
+        return;
+    free(ns->dep);
+    free(ns->pool);
+    free(ns->tag);
+    free(ns->ranks_key);
+    free(ns);
+}
+
+static struct rns *ns_new(struct rmeta *m, const char *dep, size_t dlen, const char *pool,
+                          size_t plen)
+{
+    struct rns *ns = calloc(1, sizeof *ns);
+    char *hex = hex_of(pool, plen);
+    if (!ns || !hex)
+        goto fail;
+    ns->m = m;
+    ns->pub.meta = m->front;
+    ns->dep = strndup(dep, dlen);
+    ns->pool = strndup(pool, plen);
+    ns->taglen = dlen + 1 + 2 * plen;
+    ns->tag = malloc(ns->taglen + 1);
+    ns->ranks_key = malloc(strlen(m->prefix) + ns->taglen + 16);
+    if (!ns->dep || !ns->pool || !ns->tag || !ns->ranks_key)
+        goto fail;
+    sprintf(ns->tag, "%.*s/%s", (int)dlen, dep, hex);
+    sprintf(ns->ranks_key, "%s:{%s}:ranks", m->prefix, ns->tag);
+    free(hex);
+    return ns;
+fail:
+    free(hex);
+    ns_free(ns);
+    return NULL;
+}
+
+static struct rns *ns_cached(struct rmeta *m, const char *dep, size_t dlen, const char *pool,
+                             size_t plen)
+{
+    pthread_mutex_lock(&m->lock);
+    struct rns *ns = m->nss;
+    for (; ns; ns = ns->next)
+        if (strlen(ns->dep) == dlen && !memcmp(ns->dep, dep, dlen) && strlen(ns->pool) == plen &&
+            !memcmp(ns->pool, pool, plen))
+            break;
+    pthread_mutex_unlock(&m->lock);
+    return ns;
+}
+
+static void nslist_keys(struct rmeta *m, char *list, char *seq, size_t len)
+{
+    snprintf(list, len, "%s:{%s}:namespaces", m->prefix, m->prefix);
+    snprintf(seq, len, "%s:{%s}:nsseq", m->prefix, m->prefix);
+}
+
+static int rd_ns(struct kvp_meta *front, const char *deployment, size_t dlen, const char *pool,
+                 size_t plen, int create, struct kvp_ns **out, uint64_t *ticket,
+                 struct kvp_error *err)
+{
+    struct rmeta *m = front->be;
+    *out = NULL;
+    struct rns *ns = ns_cached(m, deployment, dlen, pool, plen);
+    if (ns) {
+        *out = &ns->pub;
+        return 0;
+    }
+    if (!(ns = ns_new(m, deployment, dlen, pool, plen))) {
+        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        return -ENOMEM;
+    }
+    char list[MAX_PREFIX * 2 + 32], seq[MAX_PREFIX * 2 + 32];
+    nslist_keys(m, list, seq, sizeof list);
+    redisReply *r = NULL;
+    int rc;
+    if (create) {
+        const char *keys[2] = {list, seq};
+        size_t kl[2] = {strlen(list), strlen(seq)};
+        const char *a[1] = {ns->tag};
+        size_t al[1] = {ns->taglen};
+        /* run_script wants an array reply; this one answers 0 or 1 */
+        size_t argc = 6;
+        const char *argv[6] = {"EVALSHA", "", "2", keys[0], keys[1], a[0]};
+        size_t lens[6] = {7, 0, 1, kl[0], kl[1], al[0]};
+        rc = kvp__rconn_cmd(m->c, key_slot(list), &m->scripts[SC_NS_CREATE], 1, (int)argc, argv,
+                            lens, &r, err);
+        if (!rc && r->type != REDIS_REPLY_INTEGER)
+            rc = unexpected(m, "the namespace script", err);
+    } else {
+        const char *argv[3] = {"ZSCORE", list, ns->tag};
+        size_t lens[3] = {6, strlen(list), ns->taglen};
+        rc = kvp__rconn_cmd(m->c, key_slot(list), NULL, 1, 3, argv, lens, &r, err);
+        if (!rc && r->type == REDIS_REPLY_NIL)
+            rc = -ENOENT;
+    }
+    if (r)
+        freeReplyObject(r);
+    if (rc) {
+        ns_free(ns);
+        return rc;
+    }
+    /* Another thread may have found it meanwhile: keep the first. */
+    pthread_mutex_lock(&m->lock);
+    struct rns *o = m->nss;
+    for (; o; o = o->next)
+        if (!strcmp(o->tag, ns->tag))
+            break;
+    if (o) {
+        ns_free(ns);
+        ns = o;
+    } else {
+        ns->next = m->nss;
+        m->nss = ns;
+    }
+    pthread_mutex_unlock(&m->lock);
+    *out = &ns->pub;
+    return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The namespace's listed ranks, ascending, and their num_pages (np may be NULL). */
+static int list_ranks(struct rmeta *m, const char *ranks_key, uint32_t **ranks, uint32_t **np,
+                      size_t *n, struct kvp_error *err)
+{
+    *ranks = NULL;
+    *n = 0;
+    if (np)
+        *np = NULL;
+    const char *argv[2] = {"HGETALL", ranks_key};
+    size_t lens[2] = {7, strlen(ranks_key)};
+    redisReply *r;
+    int rc = kvp__rconn_cmd(m->c, key_slot(ranks_key), NULL, 1, 2, argv, lens, &r, err);
+    if (rc)
+        return rc;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements % 2) {
+        freeReplyObject(r);
+        return unexpected(m, "HGETALL", err);
+    }
+    size_t k = r->elements / 2;
+    uint64_t *pairs = malloc((k ? k : 1) * sizeof *pairs);
+    uint32_t *rk = malloc((k ? k : 1) * sizeof *rk);
+    uint32_t *pg = malloc((k ? k : 1) * sizeof *pg);
+    if (!pairs || !rk || !pg) {
+        free(pairs);
+        free(rk);
+        free(pg);
+        freeReplyObject(r);
+        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < k; i++) {
+        const redisReply *a = r->element[2 * i], *b = r->element[2 * i + 1];
+        uint64_t id = a->type == REDIS_REPLY_STRING ? strtoull(a->str, NULL, 10) : 0;
+        uint64_t pages = b->type == REDIS_REPLY_STRING ? strtoull(b->str, NULL, 10) : 0;
+        pairs[i] = (id & 0xffffffffu) << 32 | (pages & 0xffffffffu);
+    }
+    freeReplyObject(r);
+    qsort(pairs, k, sizeof *pairs, cmp_u64);
+    for (size_t i = 0; i < k; i++) {
+        rk[i] = (uint32_t)(pairs[i] >> 32);
+        pg[i] = (uint32_t)pairs[i];
+    }
+    free(pairs);
+    *ranks = rk;
+    *n = k;
+    if (np)
+        *np = pg;
+    else
+        free(pg);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- operations */
+
+static int rd_init_rank(struct kvp_ns *pub, uint32_t rank, uint32_t num_pages, uint64_t *ticket,
+                        struct kvp_error *err)
+{
+    struct rns *ns = (struct rns *)pub;
+    struct rmeta *m = ns->m;
+    (void)ticket;
+    /* The limit on ranks counts the namespace's list: not atomic with other
+     * processes initializing ranks at the same moment (it may overshoot by
+     * as many as race). */
+    char rk[12];
+    snprintf(rk, sizeof rk, "%u", rank);
+    const char *keys[1] = {ns->ranks_key};
+    size_t kl[1] = {strlen(ns->ranks_key)};
+    const char *a[1] = {rk};
+    size_t al[1] = {strlen(rk)};
+    redisReply *r;
+    int rc =
+        run_script(m, SC_RANK_COUNT, key_slot(ns->ranks_key), 1, 1, keys, kl, 1, a, al, 2, &r, err);
+    if (rc)
+        return rc;
+    int listed = r->element[0]->integer != 0;
+    int64_t count = rint_at(r, 1);
+    freeReplyObject(r);
+    if (!listed && count >= MAX_RANKS_PER_NS) {
+        set_err(err, -ENOSPC, KVP_RULE_TOO_MANY, -1, count, MAX_RANKS_PER_NS,
+                "too many ranks in this namespace (limit %d)", MAX_RANKS_PER_NS);
+        return -ENOSPC;
+    }
+    char np[12];
+    snprintf(np, sizeof np, "%u", num_pages);
+    const char *ia[1] = {np};
+    size_t il[1] = {strlen(np)};
+    if ((rc = run_rank(ns, rank, SC_INIT, 1, 1, ia, il, 1, &r, err)) != 0)
+        return rc;
+    int64_t st = r->element[0]->integer, old = rint_at(r, 1);
+    freeReplyObject(r);
+    if (st == ST_RESIZE_HELD) {
+        set_err(err, -EEXIST, KVP_RULE_RESIZE_HELD, -1, old, (int64_t)num_pages,
+                "Rank %u already initialized with %lld pages; refusing to change to %u "
+                "pages while it holds data",
+                rank, (long long)old, num_pages);
+        return -EEXIST;
+    }
+    if (st != ST_OK)
+        return unexpected(m, "the init script", err);
+    /* Listed after the rank exists (also repairs a list that missed it). */
+    const char *argv[4] = {"HSET", ns->ranks_key, rk, np};
+    size_t lens[4] = {4, kl[0], strlen(rk), strlen(np)};
+    if ((rc = kvp__rconn_cmd(m->c, key_slot(ns->ranks_key), NULL, 1, 4, argv, lens, &r, err)))
+        return rc;
+    freeReplyObject(r);
+    return 0;
+}
+
+static int rd_allocate(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *keys, size_t n,
+                       int64_t *pages, uint8_t *existed, uint64_t *ticket, struct kvp_error *err)
+{
+    struct rns *ns = (struct rns *)pub;
+    (void)ticket;
+    struct args a;
+    int rc;
+    if ((rc = args_init(&a, 2 + n, 2, err)) != 0)
+        return rc;
+    arg_int(&a, (long long)(ns->m->lease_ms > INT64_MAX / 2 ? INT64_MAX / 2 : ns->m->lease_ms));
+    arg_int(&a, EVICT_SCAN_MAX);
+    arg_keys(&a, keys, n);
+    redisReply *r;
+    /* Not repeated after a lost connection: it may have handed out pages. */
+    rc = run_rank(ns, rank, SC_ALLOCATE, 0, a.n, a.v, a.len, 1 + 2 * n, &r, err);
+    args_free(&a);
+    if (rc)
+        return rc;
+    if (r->element[0]->integer == ST_NOT_INIT) {
+        freeReplyObject(r);
+        return not_init(rank, err);
+    }
+    for (size_t i = 0; i < n; i++) {
+        pages[i] = rint_at(r, 1 + i);
+        if (existed)
+            existed[i] = rint_at(r, 1 + n + i) == 1;
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+/* The index of the first confirmation (in page, then index order) whose page
+ * another confirmation of the request gives to a different key, or -1: as
+ * the in-process engine finds it. Pages outside [0, 2^31) fail the range
+ * check first, so they do not matter here. */
+static int64_t dup_confirmation(const struct kvp_str *keys, const int64_t *pages, size_t n,
+                                int *nomem)
+{
+    *nomem = 0;
+    if (n < 2)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        if (pages[i] < 0 || pages[i] > (int64_t)KVP_MAX_PAGES)
+            return -1;
+    uint64_t *order = malloc(n * sizeof *order);
+    if (!order) {
+        *nomem = 1;
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        order[i] = (uint64_t)pages[i] << 32 | i;
+    qsort(order, n, sizeof *order, cmp_u64);
+    int64_t found = -1;
+    for (size_t j = 1; j < n && found < 0; j++) {
+        size_t x = order[j - 1] & 0xffffffffu, y = order[j] & 0xffffffffu;
+        if (pages[x] == pages[y] &&
+            (keys[x].len != keys[y].len || memcmp(keys[x].ptr, keys[y].ptr, keys[x].len)))
+            found = (int64_t)y;
+    }
+    free(order);
+    return found;
+}
+
+static int rd_confirm(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *keys,
+                      const int64_t *pages, size_t n, const int64_t *release, size_t nrel,
+                      uint64_t *ticket, struct kvp_error *err)
+{
+    struct rns *ns = (struct rns *)pub;
+    (void)ticket;
+    int nomem;
+    int64_t dup = dup_confirmation(keys, pages, n, &nomem);
+    if (nomem) {
+        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        return -ENOMEM;
+    }
+    struct args a;
+    int rc;
+    if ((rc = args_init(&a, 3 + 2 * n + nrel, 3 + n + nrel, err)) != 0)
+        return rc;
+    arg_int(&a, (long long)n);
+    arg_int(&a, (long long)nrel);
+    arg_int(&a, dup);
+    arg_keys(&a, keys, n);
+    for (size_t i = 0; i < n; i++)
+        arg_int(&a, pages[i]);
+    for (size_t i = 0; i < nrel; i++)
+        arg_int(&a, release[i]);
+    redisReply *r;
+    rc = run_rank(ns, rank, SC_CONFIRM, 1, a.n, a.v, a.len, 1, &r, err);
+    args_free(&a);
+    if (rc)
+        return rc;
+    int64_t st = r->element[0]->integer, i = rint_at(r, 1), np = rint_at(r, 2);
+    freeReplyObject(r);
+    switch (st) {
+    case ST_OK:
+        return 0;
+    case ST_NOT_INIT:
+        return not_init(rank, err);
+    case ST_CONFIRM:
+        if (i < 0 || (size_t)i >= n)
+            break;
+        set_err(err, -EINVAL, KVP_RULE_CONFIRM_PAGE, i, pages[i], np,
+                "confirmation %zu: page %lld is outside [0, %u)", (size_t)i, (long long)pages[i],
+                (unsigned)np);
+        return -EINVAL;
+    case ST_RELEASE:
+        if (i < 0 || (size_t)i >= nrel)
+            break;
+        set_err(err, -EINVAL, KVP_RULE_RELEASE_PAGE, i, release[i], np,
+                "release %zu: page %lld is outside [0, %u)", (size_t)i, (long long)release[i],
+                (unsigned)np);
+        return -EINVAL;
+    case ST_HELD_OTHER:
+        if (i < 0 || (size_t)i >= n)
+            break;
+        set_err(err, -EEXIST, KVP_RULE_HELD_BY_OTHER, i, pages[i], 0,
+                "page %lld on rank %u holds another key", (long long)pages[i], rank);
+        return -EEXIST;
+    }
+    return unexpected(ns->m, "the confirm script", err);
+}
+
+/* held[i] &= (keys[i] holds a page on rank), for one rank, by HMGET. */
+static int held_on(struct rns *ns, uint32_t rank, const struct kvp_str *keys, size_t n,
+                   uint8_t *held, struct kvp_error *err)
+{
+    struct rkeys k;
+    rank_keys(ns, rank, &k);
+    struct args a;
+    int rc;
+    if ((rc = args_init(&a, 2 + n, 0, err)) != 0)
+        return rc;
+    arg_str(&a, "HMGET", 5);
+    arg_str(&a, k.k[6], k.len[6]); /* k2p */
+    arg_keys(&a, keys, n);
+    redisReply *r;
+    if (a.n > INT_MAX)
+        rc = -E2BIG, set_err(err, rc, KVP_RULE_TOO_MANY, -1, (int64_t)n, INT_MAX - 2,
+                             "too many keys for one Redis command");
+    else
+        rc = kvp__rconn_cmd(ns->m->c, k.slot, NULL, 1, (int)a.n, a.v, a.len, &r, err);
+    args_free(&a);
+    if (rc)
+        return rc;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != n) {
+        freeReplyObject(r);
+        return unexpected(ns->m, "HMGET", err);
+    }
+    for (size_t i = 0; i < n; i++)
+        held[i] &= r->element[i]->type != REDIS_REPLY_NIL;
+    freeReplyObject(r);
+    return 0;
+}
+
+/*
+ * out[i] = keys[i] holds a page on every listed rank of the namespace but
+ * `except` (-1: none); *nranks: how many are listed. Asks the ranks one after
+ * another: not atomic across ranks.
+ */
+static int held_elsewhere(struct rns *ns, int64_t except, const struct kvp_str *keys, size_t n,
+                          uint8_t *out, size_t *nranks, struct kvp_error *err)
+{
+    uint32_t *ranks;
+    size_t nr;
+    int rc = list_ranks(ns->m, ns->ranks_key, &ranks, NULL, &nr, err);
+    if (rc)
+        return rc;
+    memset(out, 1, n);
+    for (size_t j = 0; j < nr && !rc; j++)
+        if ((int64_t)ranks[j] != except)
+            rc = held_on(ns, ranks[j], keys, n, out, err);
+    free(ranks);
+    *nranks = nr;
+    return rc;
+}
+
+static int rd_exists(struct kvp_ns *pub, int64_t rank, const struct kvp_str *keys, size_t n,
+                     uint8_t *out, struct kvp_error *err)
+{
+    struct rns *ns = (struct rns *)pub;
+    if (rank < 0) {
+        size_t nr;
+        int rc = held_elsewhere(ns, -1, keys, n, out, &nr, err);
+        if (!rc && !nr)
+            memset(out, 0, n);
+        return rc;
+    }
+    struct args a;
+    int rc;
+    if ((rc = args_init(&a, n, 0, err)) != 0)
+        return rc;
+    arg_keys(&a, keys, n);
+    redisReply *r;
+    rc = run_rank(ns, (uint32_t)rank, SC_EXISTS, 1, a.n, a.v, a.len, 1 + n, &r, err);
+    args_free(&a);
+    if (rc)
+        return rc;
+    if (r->element[0]->integer == ST_NOT_INIT) {
+        freeReplyObject(r);
+        return not_init((uint32_t)rank, err);
+    }
+    for (size_t i = 0; i < n; i++)
+        out[i] = rint_at(r, 1 + i) == 1;
+    freeReplyObject(r);
+    return 0;
+}
+
+static int rd_lookup(struct kvp_ns *pub, uint32_t rank, int complete_only,
+                     const struct kvp_str *keys, size_t n, int64_t *pages, struct kvp_error *err)
+{
+    struct rns *ns = (struct rns *)pub;
+    char *flags = malloc(n + 1);
+    if (!flags) {
+        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        return -ENOMEM;
+    }
+    int rc = 0;
+    memset(flags, '1', n);
+    if (complete_only && n) {
+        /* Completeness on the other ranks, asked before this rank's script:
+         * not atomic across ranks. */
+        uint8_t *held = malloc(n);
+        size_t nr;
+        if (!held) {
+            rc = -ENOMEM;
+            set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        } else if ((rc = held_elsewhere(ns, rank, keys, n, held, &nr, err)) == 0) {
+            for (size_t i = 0; i < n; i++)
+                flags[i] = held[i] ? '1' : '0';
+        }
+        free(held);
+    }
+    struct args a;
+    if (rc || (rc = args_init(&a, 3 + n, 1, err)) != 0) {
+        free(flags);
+        return rc;
+    }
+    arg_int(&a, (long long)(ns->m->grace_ms > INT64_MAX / 2 ? INT64_MAX / 2 : ns->m->grace_ms));
+    arg_str(&a, complete_only ? "1" : "0", 1);
+    arg_str(&a, flags, n);
+    arg_keys(&a, keys, n);
+    redisReply *r;
+    rc = run_rank(ns, rank, SC_LOOKUP, 1, a.n, a.v, a.len, 1 + n, &r, err);
+    args_free(&a);
+    free(flags);
+    if (rc)
+        return rc;
+    if (r->element[0]->integer == ST_NOT_INIT) {
+        freeReplyObject(r);
+        return not_init(rank, err);
+    }
+    for (size_t i = 0; i < n; i++)
+        pages[i] = rint_at(r, 1 + i);
+    freeReplyObject(r);
+    return 0;
+}
+
+/* Runs a delete or clear script on one rank; ST_NOT_INIT as *missing. */
+static int rank_op(struct rns *ns, uint32_t rank, int sc, const struct kvp_str *keys, size_t n,
+                   int *missing, struct kvp_error *err)
+{
+    struct args a;
+    int rc;
+    if ((rc = args_init(&a, n, 0, err)) != 0)
+        return rc;
+    arg_keys(&a, keys, n);
+    redisReply *r;
+    rc = run_rank(ns, rank, sc, 1, a.n, a.v, a.len, 1, &r, err);
+    args_free(&a);
+    if (rc)
+        return rc;
+    *missing = r->element[0]->integer == ST_NOT_INIT;
+    freeReplyObject(r);
+    return 0;
+}
+
+/* A delete or clear of one rank, or (rank < 0) of every listed rank, one
+ * after another: not atomic across ranks. */
+static int each_rank_op(struct rns *ns, int64_t rank, int sc, const struct kvp_str *keys, size_t n,
+                        struct kvp_error *err)
+{
+    int missing = 0, rc;
+    if (rank >= 0) {
+        if ((rc = rank_op(ns, (uint32_t)rank, sc, keys, n, &missing, err)) != 0)
+            return rc;
+        return missing ? not_init((uint32_t)rank, err) : 0;
+    }
+    uint32_t *ranks;
+    size_t nr;
+    if ((rc = list_ranks(ns->m, ns->ranks_key, &ranks, NULL, &nr, err)) != 0)
+        return rc;
+    for (size_t j = 0; j < nr && !rc; j++)
+        rc = rank_op(ns, ranks[j], sc, keys, n, &missing, err);
+    free(ranks);
+    return rc;
+}
+
+static int rd_delete(struct kvp_ns *pub, int64_t rank, const struct kvp_str *keys, size_t n,
+                     uint64_t *ticket, struct kvp_error *err)
+{
+    (void)ticket;
+    return each_rank_op((struct rns *)pub, rank, SC_DELETE, keys, n, err);
+}
+
+static int rd_clear(struct kvp_ns *pub, int64_t rank, uint64_t *ticket, struct kvp_error *err)
+{
+    (void)ticket;
+    return each_rank_op((struct rns *)pub, rank, SC_CLEAR, NULL, 0, err);
+}
+
+static size_t rd_nranks(struct kvp_ns *pub)
+{
+    struct rns *ns = (struct rns *)pub;
+    const char *argv[2] = {"HLEN", ns->ranks_key};
+    size_t lens[2] = {4, strlen(ns->ranks_key)};
+    redisReply *r;
+    if (kvp__rconn_cmd(ns->m->c, key_slot(ns->ranks_key), NULL, 1, 2, argv, lens, &r, NULL))
+        return 0; /* the interface has no error here */
+    size_t n = r->type == REDIS_REPLY_INTEGER && r->integer > 0 ? (size_t)r->integer : 0;
+    freeReplyObject(r);
+    return n;
+}
+
+/* ---------------------------------------------------------------- stats and checks */
+
+/* The namespaces in creation order, as names DEP/HEXPOOL (a reply to free). */
+static int list_namespaces(struct rmeta *m, redisReply **out, struct kvp_error *err)
+{
+    char list[MAX_PREFIX * 2 + 32], seq[MAX_PREFIX * 2 + 32];
+    nslist_keys(m, list, seq, sizeof list);
+    const char *argv[4] = {"ZRANGE", list, "0", "-1"};
+    size_t lens[4] = {6, strlen(list), 1, 2};
+    int rc = kvp__rconn_cmd(m->c, key_slot(list), NULL, 1, 4, argv, lens, out, err);
+    if (rc)
+        return rc;
+    if ((*out)->type != REDIS_REPLY_ARRAY) {
+        freeReplyObject(*out);
+        return unexpected(m, "ZRANGE", err);
+    }
+    return 0;
+}
+
+/* The handle of a listed namespace (created in the cache when missing). */
+static struct rns *ns_of_name(struct rmeta *m, const char *name, size_t len)
+{
+    const char *slash = memchr(name, '/', len);
+    if (!slash || (len - (size_t)(slash - name) - 1) % 2)
+        return NULL;
+    size_t dl = (size_t)(slash - name), pl = (len - dl - 1) / 2;
+    char *pool = malloc(pl ? pl : 1);
+    if (!pool)
+        return NULL;
+    for (size_t i = 0; i < pl; i++) {
+        int a = hexval(slash[1 + 2 * i]), b = hexval(slash[2 + 2 * i]);
+        if (a < 0 || b < 0) {
+            free(pool);
+            return NULL;
+        }
+        pool[i] = (char)(a * 16 + b);
+    }
+    struct kvp_ns *out = NULL;
+    struct kvp_error e = {0};
+    if (!kvp_deployment_valid(name, dl) || !kvp_pool_valid(pool, pl) ||
+        rd_ns(m->front, name, dl, pool, pl, 0, &out, NULL, &e) != 0)
+        out = NULL;
+    free(pool);
+    return (struct rns *)out;
+}
+
+static int rd_stats(struct kvp_meta *front, kvp_meta_stats_fn fn, void *arg)
+{
+    struct rmeta *m = front->be;
+    redisReply *names;
+    int rc = list_namespaces(m, &names, NULL);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < names->elements && !rc; i++) {
+        const redisReply *nm = names->element[i];
+        struct rns *ns = nm->type == REDIS_REPLY_STRING ? ns_of_name(m, nm->str, nm->len) : NULL;
+        if (!ns)
+            continue;
+        uint32_t *ranks;
+        size_t nr;
+        if ((rc = list_ranks(m, ns->ranks_key, &ranks, NULL, &nr, NULL)) != 0)
+            break;
+        struct kvp_rank_stats *st = calloc(nr ? nr : 1, sizeof *st);
+        if (!st) {
+            free(ranks);
+            rc = -ENOMEM;
+            break;
+        }
+        size_t k = 0;
+        for (size_t j = 0; j < nr && !rc; j++) {
+            redisReply *r;
+            if ((rc = run_rank(ns, ranks[j], SC_STATS, 1, 0, NULL, NULL, 11, &r, NULL)) != 0)
+                break;
+            if (r->element[0]->integer == ST_OK) {
+                struct kvp_rank_stats *s = &st[k++];
+                uint64_t v[10];
+                for (size_t x = 0; x < 10; x++) {
+                    int64_t y = rint_at(r, 1 + x);
+                    v[x] = y > 0 ? (uint64_t)y : 0;
+                }
+                s->rank = ranks[j];
+                s->num_pages = v[0];
+                s->free = v[1];
+                s->reserved = v[2];
+                s->held = s->keys = v[3];
+                s->hits = v[4];
+                s->misses = v[5];
+                s->allocations = v[6];
+                s->evictions = v[7];
+                s->expired_reservations = v[8];
+                s->release_of_held_page = v[9];
+            }
+            freeReplyObject(r);
+        }
+        free(ranks);
+        if (!rc)
+            rc = fn(ns->dep, ns->pool, st, k, arg);
+        free(st);
+    }
+    freeReplyObject(names);
+    return rc;
+}
+
+static int rd_check(struct kvp_meta *front, struct kvp_error *err)
+{
+    struct rmeta *m = front->be;
+    redisReply *names;
+    int rc = list_namespaces(m, &names, err);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < names->elements && !rc; i++) {
+        const redisReply *nm = names->element[i];
+        struct rns *ns = nm->type == REDIS_REPLY_STRING ? ns_of_name(m, nm->str, nm->len) : NULL;
+        if (!ns) {
+            rc = -EUCLEAN;
+            set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "namespace list has a bad name '%.*s'",
+                    nm->type == REDIS_REPLY_STRING ? (int)(nm->len > 64 ? 64 : nm->len) : 0,
+                    nm->type == REDIS_REPLY_STRING ? nm->str : "");
+            break;
+        }
+        uint32_t *ranks, *np;
+        size_t nr;
+        if ((rc = list_ranks(m, ns->ranks_key, &ranks, &np, &nr, err)) != 0)
+            break;
+        for (size_t j = 0; j < nr && !rc; j++) {
+            redisReply *r;
+            if ((rc = run_rank(ns, ranks[j], SC_CHECK, 1, 0, NULL, NULL, 2, &r, err)) != 0)
+                break;
+            int64_t st = r->element[0]->integer;
+            if (st == ST_NOT_INIT) {
+                rc = -EUCLEAN;
+                set_err(err, rc, KVP_RULE_NONE, -1, 0, 0,
+                        "namespace %s/%s rank %u: listed but not initialized", ns->dep, ns->pool,
+                        ranks[j]);
+            } else if (st == ST_BROKEN) {
+                const redisReply *w = r->elements > 1 ? r->element[1] : NULL;
+                rc = -EUCLEAN;
+                set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "namespace %s/%s rank %u: %.*s", ns->dep,
+                        ns->pool, ranks[j], w && w->type == REDIS_REPLY_STRING ? (int)w->len : 0,
+                        w && w->type == REDIS_REPLY_STRING ? w->str : "");
+            } else if (st == ST_OK && rint_at(r, 1) != np[j]) {
+                rc = -EUCLEAN;
+                set_err(err, rc, KVP_RULE_NONE, -1, 0, 0,
+                        "namespace %s/%s rank %u: listed with %u pages but has %lld", ns->dep,
+                        ns->pool, ranks[j], np[j], (long long)rint_at(r, 1));
+            }
+            freeReplyObject(r);
+        }
+        free(ranks);
+        free(np);
+    }
+    freeReplyObject(names);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- the backend */
+
+static int rd_wait(struct kvp_meta *front, uint64_t ticket, struct kvp_error *err)
+{
+    (void)front;
+    (void)ticket;
+    (void)err;
+    return 0; /* acknowledged by Redis means done: tickets stay 0 */
+}
+
+static int rd_when_durable(struct kvp_meta *front, uint64_t ticket, kvp_meta_durable_fn fn,
+                           void *arg)
+{
+    (void)front;
+    (void)ticket;
+    (void)fn;
+    (void)arg;
+    return 1; /* durable already (as far as Redis is): fn is not called */
+}
+
+static int rd_values(struct kvp_meta *front, kvp_meta_value_fn fn, void *arg)
+{
+    struct rmeta *m = front->be;
+    struct kvp__rconn_stats s;
+    kvp__rconn_stats(m->c, &s);
+    const struct kvp_meta_value v[] = {
+        {"redis", "connects", "kvpage_redis_connects_total", "Connections opened to Redis nodes.",
+         KVP_VALUE_COUNTER, 0, s.connects, NULL, NULL},
+        {"redis", "failures", "kvpage_redis_failures_total",
+         "Connections to Redis nodes that failed or were lost.", KVP_VALUE_COUNTER, 0, s.failures,
+         NULL, NULL},
+        {"redis", "redirects", "kvpage_redis_redirects_total",
+         "MOVED and ASK redirections followed.", KVP_VALUE_COUNTER, 0, s.redirects, NULL, NULL},
+        {"redis", "script_loads", "kvpage_redis_script_loads_total",
+         "Scripts loaded into Redis nodes (SCRIPT LOAD).", KVP_VALUE_COUNTER, 0, s.script_loads,
+         NULL, NULL},
+        {"redis", "nodes", "kvpage_redis_nodes", "Redis nodes known (seeds and cluster nodes).",
+         KVP_VALUE_GAUGE, 0, s.nodes, NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
+        int rc = fn(&v[i], arg);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static int rd_health(struct kvp_meta *front, char *why, size_t len)
+{
+    struct rmeta *m = front->be;
+    return kvp__rconn_ping(m->c, why, len);
+}
+
+static int rd_snapshot(struct kvp_meta *front)
+{
+    (void)front;
+    return -EOPNOTSUPP; /* Redis writes its own RDB and AOF */
+}
+
+struct dur {
+    int level;
+    char text[160];
+    int nodes;
+};
+
+static const char *pair_value(const redisReply *r, const char *name)
+{
+    for (size_t i = 0; i + 1 < r->elements; i += 2)
+        if (r->element[i]->type == REDIS_REPLY_STRING && !strcmp(r->element[i]->str, name) &&
+            r->element[i + 1]->type == REDIS_REPLY_STRING)
+            return r->element[i + 1]->str;
+    return NULL;
+}
+
+static int dur_one(void *arg, const char *node, redisReply *reply, int rc,
+                   const struct kvp_error *err)
+{
+    struct dur *d = arg;
+    int level = -1;
+    char text[160];
+    const char *ao = NULL, *fs = NULL;
+    if (!rc && reply && reply->type == REDIS_REPLY_ARRAY) {
+        ao = pair_value(reply, "appendonly");
+        fs = pair_value(reply, "appendfsync");
+    }
+    if (ao && fs) {
+        if (strcmp(ao, "yes") || !strcmp(fs, "no"))
+            level = 0;
+        else if (!strcmp(fs, "always"))
+            level = 2;
+        else if (!strcmp(fs, "everysec"))
+            level = 1;
+        snprintf(text, sizeof text, "appendonly %.8s, appendfsync %.12s", ao, fs);
+    } else {
+        snprintf(text, sizeof text, "unknown (%.120s)",
+                 rc ? err->msg : "CONFIG GET is not available");
+    }
+    if (d->nodes++ == 0 || level < d->level) {
+        d->level = level;
+        snprintf(d->text, sizeof d->text, "%s", text);
+        if (d->nodes > 1)
+            snprintf(d->text + strlen(d->text), sizeof d->text - strlen(d->text), " on %s", node);
+    }
+    return 0;
+}
+
+int kvp__redis_durability(struct kvp_meta *front, char *buf, size_t len)
+{
+    if (!front || front->ops != &kvp__redis_ops || !front->be)
+        return -EINVAL;
+    struct rmeta *m = front->be;
+    struct dur d = {-1, "", 0};
+    const char *argv[3] = {"CONFIG", "GET", "append*"};
+    kvp__rconn_each_master(m->c, 3, argv, dur_one, &d);
+    if (buf && len)
+        snprintf(buf, len, "%s", d.nodes ? d.text : "unknown");
+    return d.level;
+}
+
+static void rd_close(struct kvp_meta *front)
+{
+    struct rmeta *m = front->be;
+    if (!m)
+        return;
+    kvp__rconn_close(m->c);
+    for (struct rns *ns = m->nss, *nx; ns; ns = nx) {
+        nx = ns->next;
+        ns_free(ns);
+    }
+    pthread_mutex_destroy(&m->lock);
+    free(m);
+    front->be = NULL;
+}
+
+static int rd_open(struct kvp_meta *front, const char *where, struct kvp_error *err)
+{
+    struct rmeta *m = calloc(1, sizeof *m);
+    if (!m) {
+        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        return -ENOMEM;
+    }
+    struct kvp__rcfg cfg;
+    int rc = parse_url(where ? where : "", &cfg, m->prefix, err);
+    if (rc) {
+        free(m);
+        return rc;
+    }
+    cfg.connect_timeout_ms = front->opts.connect_timeout_ms ? front->opts.connect_timeout_ms : 2000;
+    cfg.timeout_ms = front->opts.timeout_ms ? front->opts.timeout_ms : 10000;
+    /* For messages: the seeds, never the password. */
+    size_t o = 0;
+    for (size_t i = 0; i < cfg.nseeds && o < sizeof m->loc; i++)
+        o += (size_t)snprintf(m->loc + o, sizeof m->loc - o, "%s%s:%d", i ? "," : "", cfg.host[i],
+                              cfg.port[i]);
+    m->front = front;
+    m->lease_ms = front->opts.lease_ms;
+    m->grace_ms = front->opts.read_grace_ms;
+    for (int i = 0; i < SC_COUNT; i++)
+        m->scripts[i].body = script_body[i];
+    pthread_mutex_init(&m->lock, NULL);
+    if ((rc = kvp__rconn_open(&m->c, &cfg, err)) != 0) {
+        pthread_mutex_destroy(&m->lock);
+        free(m);
+        return rc;
+    }
+    front->be = m;
+    return 0;
+}
+
+const struct kvp__meta_ops kvp__redis_ops = {
+    .name = "redis",
+    .open = rd_open,
+    .close = rd_close,
+    .ns = rd_ns,
+    .init_rank = rd_init_rank,
+    .allocate = rd_allocate,
+    .confirm = rd_confirm,
+    .exists = rd_exists,
+    .lookup = rd_lookup,
+    .del = rd_delete,
+    .clear = rd_clear,
+    .nranks = rd_nranks,
+    .stats = rd_stats,
+    .check = rd_check,
+    .wait = rd_wait,
+    .when_durable = rd_when_durable,
+    .values = rd_values,
+    .health = rd_health,
+    .snapshot = rd_snapshot,
+};

@@ -1,0 +1,658 @@
+/*
+ * Connections to Redis for the redis:// backend (redis_conn.h).
+ *
+ * Each node keeps a few idle hiredis contexts behind its own mutex: a call
+ * takes one (or connects a new one), runs its command without any lock, and
+ * gives it back, so the server's worker threads run their calls to Redis in
+ * parallel. A context that failed is freed, never given back, and with it
+ * the node's other idle contexts: when one connection found the server gone
+ * (a restart), the others are dead too, and the next call connects afresh.
+ *
+ * A Redis Cluster: the slot map (slot -> node) comes from CLUSTER SLOTS and
+ * is corrected by every MOVED; ASK sends ASKING before the one command. The
+ * map is read again after a connection to a node failed, and each call
+ * tries a bounded number of times, so that no call waits much longer than
+ * its timeouts.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "meta/redis_conn.h"
+#include "util/error.h"
+
+#define MAX_NODES 64
+#define POOL_IDLE 8    /* idle contexts kept per node */
+#define MAX_ATTEMPTS 6 /* tries of one call (redirections, reloads, failovers) */
+#define NSLOTS 16384
+#define NO_NODE 0xff
+
+struct rnode {
+    char *host;
+    int port;
+    char name[80]; /* "host:port", for messages */
+    pthread_mutex_t lock;
+    redisContext *idle[POOL_IDLE];
+    int nidle;
+};
+
+struct kvp__rconn {
+    struct kvp__rcfg cfg;
+    int cluster;          /* slots are looked up in the map */
+    pthread_mutex_t lock; /* guards nodes (appended only), nnodes, slots and the SHAs */
+    struct rnode *nodes[MAX_NODES];
+    size_t nnodes;
+    uint8_t slots[NSLOTS]; /* node index, or NO_NODE */
+    atomic_uint_fast64_t connects, failures, redirects, script_loads;
+};
+
+/* ---------------------------------------------------------------- CRC16 (XMODEM) */
+
+static uint16_t crc16(const char *s, size_t n)
+{
+    uint16_t crc = 0;
+    for (size_t i = 0; i < n; i++) {
+        crc ^= (uint16_t)((uint8_t)s[i] << 8);
+        for (int b = 0; b < 8; b++)
+            crc = (uint16_t)(crc & 0x8000 ? (crc << 1) ^ 0x1021 : crc << 1);
+    }
+    return crc;
+}
+
+unsigned kvp__redis_slot(const char *tag, size_t len)
+{
+    return crc16(tag, len) & (NSLOTS - 1);
+}
+
+/* ---------------------------------------------------------------- nodes */
+
+/* The node host:port, added when new. Caller holds c->lock. NULL: table full. */
+static struct rnode *node_get_locked(struct kvp__rconn *c, const char *host, size_t hlen, int port,
+                                     size_t *index)
+{
+    for (size_t i = 0; i < c->nnodes; i++)
+        if (c->nodes[i]->port == port && strlen(c->nodes[i]->host) == hlen &&
+            !memcmp(c->nodes[i]->host, host, hlen)) {
+            if (index)
+                *index = i;
+            return c->nodes[i];
+        }
+    if (c->nnodes == MAX_NODES)
+        return NULL;
+    struct rnode *n = calloc(1, sizeof *n);
+    if (!n || !(n->host = strndup(host, hlen))) {
+        free(n);
+        return NULL;
+    }
+    n->port = port;
+    snprintf(n->name, sizeof n->name, "%.64s:%d", n->host, port);
+    pthread_mutex_init(&n->lock, NULL);
+    if (index)
+        *index = c->nnodes;
+    c->nodes[c->nnodes++] = n;
+    return n;
+}
+
+static void drop_idle(struct rnode *n)
+{
+    pthread_mutex_lock(&n->lock);
+    redisContext *idle[POOL_IDLE];
+    int k = n->nidle;
+    memcpy(idle, n->idle, sizeof idle);
+    n->nidle = 0;
+    pthread_mutex_unlock(&n->lock);
+    for (int i = 0; i < k; i++)
+        redisFree(idle[i]);
+}
+
+/* The failure of a context (no reply) as a negative errno and a message. */
+static int ctx_error(const struct kvp__rconn *c, const struct rnode *n, const redisContext *x,
+                     int saved_errno, struct kvp_error *err)
+{
+    int rc;
+    const char *why = x ? x->errstr : "cannot allocate a connection";
+    char buf[96];
+    if (!x) {
+        rc = -ENOMEM;
+    } else if (x->err == REDIS_ERR_EOF) {
+        rc = -ECONNRESET;
+        why = "the server closed the connection";
+    } else if (x->err == REDIS_ERR_IO) {
+        rc = saved_errno ? -saved_errno : -EIO;
+        if (rc == -EAGAIN || rc == -EWOULDBLOCK || rc == -EINPROGRESS) {
+            rc = -ETIMEDOUT;
+            snprintf(buf, sizeof buf, "no answer within %u ms", c->cfg.timeout_ms);
+            why = buf;
+        }
+    } else if (x->err == REDIS_ERR_OOM) {
+        rc = -ENOMEM;
+    } else {
+        rc = -EIO;
+        /* hiredis reports a failed name lookup or connect as OTHER */
+        if (strstr(why, "refused"))
+            rc = -ECONNREFUSED;
+        else if (strstr(why, "timed out"))
+            rc = -ETIMEDOUT;
+    }
+    kvp__set_err(err, rc, KVP_RULE_UNAVAILABLE, -1, 0, 0, "redis %s: %s", n->name, why);
+    return rc;
+}
+
+/* An error reply as a negative errno. */
+static int reply_error(const struct rnode *n, const redisReply *r, struct kvp_error *err)
+{
+    int rc = -EIO;
+    if (!strncmp(r->str, "OOM", 3))
+        rc = -ENOSPC;
+    else if (!strncmp(r->str, "NOAUTH", 6) || !strncmp(r->str, "WRONGPASS", 9) ||
+             !strncmp(r->str, "NOPERM", 6))
+        rc = -EACCES;
+    else if (!strncmp(r->str, "LOADING", 7) || !strncmp(r->str, "BUSY", 4) ||
+             !strncmp(r->str, "TRYAGAIN", 8) || !strncmp(r->str, "CLUSTERDOWN", 11))
+        rc = -EAGAIN;
+    kvp__set_err(err, rc, KVP_RULE_UNAVAILABLE, -1, 0, 0, "redis %s: %.200s", n->name, r->str);
+    return rc;
+}
+
+static struct timeval tv_ms(uint32_t ms)
+{
+    return (struct timeval){.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+}
+
+/* Runs a command on a context just set up; 0 or the error (err set). */
+static int setup_cmd(struct kvp__rconn *c, struct rnode *n, redisContext *x, int argc,
+                     const char **argv, struct kvp_error *err)
+{
+    errno = 0;
+    redisReply *r = redisCommandArgv(x, argc, argv, NULL);
+    if (!r)
+        return ctx_error(c, n, x, errno, err);
+    int rc = r->type == REDIS_REPLY_ERROR ? reply_error(n, r, err) : 0;
+    freeReplyObject(r);
+    return rc;
+}
+
+/* A new context to n: connected, authenticated, on the database. */
+static redisContext *node_connect(struct kvp__rconn *c, struct rnode *n, struct kvp_error *err,
+                                  int *rc)
+{
+    atomic_fetch_add(&c->connects, 1);
+    errno = 0;
+    redisContext *x = redisConnectWithTimeout(n->host, n->port, tv_ms(c->cfg.connect_timeout_ms));
+    if (!x || x->err) {
+        *rc = ctx_error(c, n, x, errno, err);
+        if (x)
+            redisFree(x);
+        return NULL;
+    }
+    if (redisSetTimeout(x, tv_ms(c->cfg.timeout_ms)) != REDIS_OK) {
+        *rc = ctx_error(c, n, x, errno, err);
+        redisFree(x);
+        return NULL;
+    }
+    redisEnableKeepAlive(x);
+    *rc = 0;
+    if (c->cfg.pass) {
+        const char *a[3] = {"AUTH", c->cfg.user ? c->cfg.user : c->cfg.pass, c->cfg.pass};
+        *rc = setup_cmd(c, n, x, c->cfg.user ? 3 : 2, a, err);
+    }
+    if (!*rc && c->cfg.db) {
+        char db[16];
+        snprintf(db, sizeof db, "%d", c->cfg.db);
+        const char *a[2] = {"SELECT", db};
+        *rc = setup_cmd(c, n, x, 2, a, err);
+    }
+    if (*rc) {
+        if (*rc == -EACCES)
+            kvp__set_err(err, *rc, KVP_RULE_UNAVAILABLE, -1, 0, 0,
+                         "redis %s: authentication failed (%.160s)", n->name, err ? err->msg : "");
+        redisFree(x);
+        return NULL;
+    }
+    return x;
+}
+
+static redisContext *node_take(struct kvp__rconn *c, struct rnode *n, int *fresh,
+                               struct kvp_error *err, int *rc)
+{
+    pthread_mutex_lock(&n->lock);
+    redisContext *x = n->nidle ? n->idle[--n->nidle] : NULL;
+    pthread_mutex_unlock(&n->lock);
+    *fresh = !x;
+    *rc = 0;
+    return x ? x : node_connect(c, n, err, rc);
+}
+
+static void node_put(struct rnode *n, redisContext *x)
+{
+    pthread_mutex_lock(&n->lock);
+    if (!x->err && n->nidle < POOL_IDLE) {
+        n->idle[n->nidle++] = x;
+        x = NULL;
+    }
+    pthread_mutex_unlock(&n->lock);
+    if (x)
+        redisFree(x);
+}
+
+/* ---------------------------------------------------------------- the slot map */
+
+/* Reads CLUSTER SLOTS from the first node that answers. 0, or the last error. */
+static int refresh_map(struct kvp__rconn *c, struct kvp_error *err)
+{
+    int rc = -EIO;
+    pthread_mutex_lock(&c->lock);
+    size_t nn = c->nnodes;
+    pthread_mutex_unlock(&c->lock);
+    for (size_t i = 0; i < nn; i++) {
+        pthread_mutex_lock(&c->lock);
+        struct rnode *n = c->nodes[i];
+        pthread_mutex_unlock(&c->lock);
+        int fresh;
+        redisContext *x = node_take(c, n, &fresh, err, &rc);
+        if (!x)
+            continue;
+        errno = 0;
+        redisReply *r = redisCommand(x, "CLUSTER SLOTS");
+        if (!r) {
+            rc = ctx_error(c, n, x, errno, err);
+            redisFree(x);
+            drop_idle(n);
+            continue;
+        }
+        if (r->type != REDIS_REPLY_ARRAY) {
+            rc = r->type == REDIS_REPLY_ERROR ? reply_error(n, r, err) : -EIO;
+            freeReplyObject(r);
+            node_put(n, x);
+            continue;
+        }
+        pthread_mutex_lock(&c->lock);
+        memset(c->slots, NO_NODE, sizeof c->slots);
+        for (size_t j = 0; j < r->elements; j++) {
+            redisReply *e = r->element[j];
+            if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
+                e->element[2]->type != REDIS_REPLY_ARRAY || e->element[2]->elements < 2)
+                continue;
+            redisReply *h = e->element[2]->element[0], *p = e->element[2]->element[1];
+            long long lo = e->element[0]->integer, hi = e->element[1]->integer;
+            /* An empty host is the node that answered. */
+            const char *host = h->type == REDIS_REPLY_STRING && h->len ? h->str : n->host;
+            size_t hl = h->type == REDIS_REPLY_STRING && h->len ? h->len : strlen(n->host);
+            size_t idx;
+            if (lo < 0 || hi >= NSLOTS || lo > hi || p->type != REDIS_REPLY_INTEGER ||
+                !node_get_locked(c, host, hl, (int)p->integer, &idx))
+                continue;
+            memset(c->slots + lo, (int)idx, (size_t)(hi - lo + 1));
+        }
+        c->cluster = 1;
+        pthread_mutex_unlock(&c->lock);
+        freeReplyObject(r);
+        node_put(n, x);
+        return 0;
+    }
+    return rc;
+}
+
+/* The node for slot: from the map in a cluster, else the first node. */
+static struct rnode *node_for(struct kvp__rconn *c, int slot)
+{
+    pthread_mutex_lock(&c->lock);
+    struct rnode *n = c->nodes[0];
+    if (c->cluster && slot >= 0 && c->slots[slot] != NO_NODE)
+        n = c->nodes[c->slots[slot]];
+    pthread_mutex_unlock(&c->lock);
+    return n;
+}
+
+/* "MOVED 3999 127.0.0.1:6381" / "ASK ...": the node named, added when new. */
+static struct rnode *redirect_target(struct kvp__rconn *c, const char *msg, int moved)
+{
+    const char *sp = strchr(msg, ' ');
+    const char *addr = sp ? strchr(sp + 1, ' ') : NULL;
+    if (!addr)
+        return NULL;
+    long slot = strtol(sp + 1, NULL, 10);
+    addr++;
+    const char *colon = strrchr(addr, ':');
+    if (!colon || slot < 0 || slot >= NSLOTS)
+        return NULL;
+    int port = atoi(colon + 1);
+    pthread_mutex_lock(&c->lock);
+    size_t idx;
+    struct rnode *n = node_get_locked(c, addr, (size_t)(colon - addr), port, &idx);
+    if (n && moved) {
+        c->cluster = 1;
+        c->slots[slot] = (uint8_t)idx;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return n;
+}
+
+/* ---------------------------------------------------------------- commands */
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static int load_script(struct kvp__rconn *c, struct rnode *n, redisContext *x,
+                       struct kvp__rscript *s, struct kvp_error *err)
+{
+    atomic_fetch_add(&c->script_loads, 1);
+    errno = 0;
+    redisReply *r = redisCommand(x, "SCRIPT LOAD %s", s->body);
+    if (!r)
+        return ctx_error(c, n, x, errno, err);
+    int rc = 0;
+    if (r->type == REDIS_REPLY_ERROR) {
+        rc = reply_error(n, r, err);
+    } else if (r->type != REDIS_REPLY_STRING || r->len != 40) {
+        rc = -EIO;
+        kvp__set_err(err, rc, KVP_RULE_UNAVAILABLE, -1, 0, 0,
+                     "redis %s: unexpected answer to SCRIPT LOAD", n->name);
+    } else {
+        pthread_mutex_lock(&c->lock);
+        memcpy(s->sha, r->str, 40);
+        s->sha[40] = '\0';
+        pthread_mutex_unlock(&c->lock);
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, int idempotent,
+                   int argc, const char **argv, const size_t *lens, redisReply **out,
+                   struct kvp_error *err)
+{
+    *out = NULL;
+    char sha[41];
+    size_t *l = (size_t *)lens; /* argv[1]'s length is ours to set for a script */
+    struct rnode *ask = NULL;
+    int rc = -EIO;
+    for (int attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+        struct rnode *n = ask ? ask : node_for(c, slot);
+        int fresh;
+        redisContext *x = node_take(c, n, &fresh, err, &rc);
+        if (!x) {
+            atomic_fetch_add(&c->failures, 1);
+            /* Nothing was sent. In a cluster another node may now serve the
+             * slot (a failover): read the map again and retry. */
+            if (c->cluster && rc != -EACCES && refresh_map(c, NULL) == 0 && attempt < 2)
+                continue;
+            return rc;
+        }
+        if (script) {
+            pthread_mutex_lock(&c->lock);
+            memcpy(sha, script->sha, sizeof sha);
+            pthread_mutex_unlock(&c->lock);
+            if (!sha[0]) {
+                if ((rc = load_script(c, n, x, script, err)) != 0) {
+                    node_put(n, x);
+                    return rc;
+                }
+                pthread_mutex_lock(&c->lock);
+                memcpy(sha, script->sha, sizeof sha);
+                pthread_mutex_unlock(&c->lock);
+            }
+            argv[1] = sha;
+            l[1] = 40;
+        }
+        int asking = 0;
+        if (ask) {
+            redisAppendCommand(x, "ASKING");
+            asking = 1;
+            ask = NULL;
+        }
+        errno = 0;
+        redisReply *r = redisCommandArgv(x, argc, argv, lens);
+        if (r && asking) { /* the ASKING's +OK came first */
+            freeReplyObject(r);
+            r = NULL;
+            if (redisGetReply(x, (void **)&r) != REDIS_OK)
+                r = NULL;
+        }
+        if (!r) {
+            int e = errno;
+            atomic_fetch_add(&c->failures, 1);
+            rc = ctx_error(c, n, x, e, err);
+            redisFree(x);
+            drop_idle(n); /* its siblings are likely dead too */
+            if (c->cluster)
+                refresh_map(c, NULL);
+            /* A pooled connection found dead (the server restarted): the
+             * command may not have reached it, and an idempotent one is
+             * safe to send again anyway. A timeout is not repeated. */
+            if (!fresh && idempotent && rc != -ETIMEDOUT)
+                continue;
+            return rc;
+        }
+        if (r->type == REDIS_REPLY_ERROR) {
+            if (!strncmp(r->str, "MOVED ", 6) || !strncmp(r->str, "ASK ", 4)) {
+                int moved = r->str[0] == 'M';
+                struct rnode *t = redirect_target(c, r->str, moved);
+                atomic_fetch_add(&c->redirects, 1);
+                rc = reply_error(n, r, err);
+                freeReplyObject(r);
+                node_put(n, x);
+                if (!t)
+                    return rc;
+                if (!moved)
+                    ask = t;
+                continue;
+            }
+            if (script && !strncmp(r->str, "NOSCRIPT", 8)) {
+                freeReplyObject(r);
+                rc = load_script(c, n, x, script, err);
+                node_put(n, x);
+                if (rc)
+                    return rc;
+                continue;
+            }
+            rc = reply_error(n, r, err);
+            freeReplyObject(r);
+            node_put(n, x);
+            if (rc == -EAGAIN && attempt + 1 < MAX_ATTEMPTS) {
+                if (c->cluster)
+                    refresh_map(c, NULL);
+                sleep_ms(20L << attempt); /* a failover or a loading node: shortly */
+                continue;
+            }
+            return rc;
+        }
+        node_put(n, x);
+        *out = r;
+        return 0;
+    }
+    if (rc == 0)
+        rc = -EIO;
+    kvp__set_err(err, rc, KVP_RULE_UNAVAILABLE, -1, 0, 0,
+                 "redis: gave up after %d attempts (redirections or failovers): %.160s",
+                 MAX_ATTEMPTS, err ? err->msg : "");
+    return rc;
+}
+
+/* The masters: the nodes the slot map names (the first node outside a cluster). */
+static size_t masters(struct kvp__rconn *c, struct rnode **out)
+{
+    size_t k = 0;
+    pthread_mutex_lock(&c->lock);
+    if (!c->cluster) {
+        out[k++] = c->nodes[0];
+    } else {
+        uint8_t seen[MAX_NODES] = {0};
+        for (size_t s = 0; s < NSLOTS; s++)
+            if (c->slots[s] != NO_NODE && !seen[c->slots[s]]) {
+                seen[c->slots[s]] = 1;
+                out[k++] = c->nodes[c->slots[s]];
+            }
+        if (!k)
+            out[k++] = c->nodes[0];
+    }
+    pthread_mutex_unlock(&c->lock);
+    return k;
+}
+
+int kvp__rconn_each_master(struct kvp__rconn *c, int argc, const char **argv, kvp__rnode_fn fn,
+                           void *arg)
+{
+    struct rnode *ms[MAX_NODES];
+    size_t k = masters(c, ms);
+    for (size_t i = 0; i < k; i++) {
+        struct kvp_error e = {0};
+        int fresh, rc;
+        redisReply *r = NULL;
+        redisContext *x = node_take(c, ms[i], &fresh, &e, &rc);
+        if (x) {
+            errno = 0;
+            r = redisCommandArgv(x, argc, argv, NULL);
+            if (!r) {
+                rc = ctx_error(c, ms[i], x, errno, &e);
+                redisFree(x);
+                drop_idle(ms[i]);
+            } else {
+                if (r->type == REDIS_REPLY_ERROR)
+                    rc = reply_error(ms[i], r, &e);
+                node_put(ms[i], x);
+            }
+        }
+        int stop = fn(arg, ms[i]->name, rc ? NULL : r, rc, &e);
+        if (r)
+            freeReplyObject(r);
+        if (stop)
+            return stop;
+    }
+    return 0;
+}
+
+struct ping_arg {
+    char *why;
+    size_t len;
+    int rc;
+};
+
+static int ping_one(void *arg, const char *node, redisReply *reply, int rc,
+                    const struct kvp_error *err)
+{
+    struct ping_arg *a = arg;
+    (void)node;
+    (void)reply;
+    if (rc && !a->rc) {
+        a->rc = rc;
+        if (a->why && a->len)
+            snprintf(a->why, a->len, "%s", err->msg);
+    }
+    return 0;
+}
+
+int kvp__rconn_ping(struct kvp__rconn *c, char *why, size_t len)
+{
+    struct ping_arg a = {why, len, 0};
+    const char *argv[1] = {"PING"};
+    kvp__rconn_each_master(c, 1, argv, ping_one, &a);
+    return a.rc;
+}
+
+void kvp__rconn_stats(struct kvp__rconn *c, struct kvp__rconn_stats *s)
+{
+    s->connects = atomic_load(&c->connects);
+    s->failures = atomic_load(&c->failures);
+    s->redirects = atomic_load(&c->redirects);
+    s->script_loads = atomic_load(&c->script_loads);
+    pthread_mutex_lock(&c->lock);
+    s->nodes = c->nnodes;
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* ---------------------------------------------------------------- lifetime */
+
+static void cfg_free(struct kvp__rcfg *cfg)
+{
+    free(cfg->user);
+    free(cfg->pass);
+    for (size_t i = 0; i < cfg->nseeds; i++)
+        free(cfg->host[i]);
+    memset(cfg, 0, sizeof *cfg);
+}
+
+int kvp__rconn_open(struct kvp__rconn **out, struct kvp__rcfg *cfg, struct kvp_error *err)
+{
+    *out = NULL;
+    struct kvp__rconn *c = calloc(1, sizeof *c);
+    if (!c) {
+        cfg_free(cfg);
+        kvp__set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        return -ENOMEM;
+    }
+    c->cfg = *cfg;
+    memset(cfg, 0, sizeof *cfg);
+    pthread_mutex_init(&c->lock, NULL);
+    memset(c->slots, NO_NODE, sizeof c->slots);
+    for (size_t i = 0; i < c->cfg.nseeds; i++)
+        if (!node_get_locked(c, c->cfg.host[i], strlen(c->cfg.host[i]), c->cfg.port[i], NULL)) {
+            kvp__rconn_close(c);
+            kvp__set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+            return -ENOMEM;
+        }
+    /* One round trip to a seed: it answers (or says why not), and tells
+     * whether it is a cluster node. */
+    int rc = -EIO;
+    for (size_t i = 0; i < c->nnodes; i++) {
+        struct rnode *n = c->nodes[i];
+        int fresh;
+        redisContext *x = node_take(c, n, &fresh, err, &rc);
+        if (!x)
+            continue;
+        errno = 0;
+        redisReply *r = redisCommand(x, "INFO cluster");
+        if (!r) {
+            rc = ctx_error(c, n, x, errno, err);
+            redisFree(x);
+            continue;
+        }
+        int cl = r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_enabled:1");
+        rc = r->type == REDIS_REPLY_ERROR ? reply_error(n, r, err) : 0;
+        freeReplyObject(r);
+        node_put(n, x);
+        if (rc)
+            continue;
+        if (cl || c->cfg.nseeds > 1) {
+            if (c->cfg.db) {
+                kvp__rconn_close(c);
+                kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, 0, 0,
+                             "redis location: a Redis Cluster has only database 0");
+                return -EINVAL;
+            }
+            if ((rc = refresh_map(c, err)) != 0)
+                continue;
+        }
+        break;
+    }
+    if (rc) {
+        kvp__rconn_close(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+void kvp__rconn_close(struct kvp__rconn *c)
+{
+    if (!c)
+        return;
+    for (size_t i = 0; i < c->nnodes; i++) {
+        struct rnode *n = c->nodes[i];
+        for (int j = 0; j < n->nidle; j++)
+            redisFree(n->idle[j]);
+        pthread_mutex_destroy(&n->lock);
+        free(n->host);
+        free(n);
+    }
+    pthread_mutex_destroy(&c->lock);
+    cfg_free(&c->cfg);
+    free(c);
+}

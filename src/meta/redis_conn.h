@@ -1,0 +1,74 @@
+/*
+ * The connection layer of the redis:// backend (src/meta/redis.c): a small
+ * pool of hiredis contexts per Redis node, the slot map of a Redis Cluster
+ * with its MOVED and ASK redirections, scripts run by SHA, and the mapping of
+ * every failure to a negative errno with KVP_RULE_UNAVAILABLE. Internal.
+ */
+#ifndef KVP_META_REDIS_CONN_H
+#define KVP_META_REDIS_CONN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <hiredis/hiredis.h>
+#include "kvpage/error.h"
+
+#define KVP_REDIS_MAX_SEEDS 16
+
+struct kvp__rcfg {
+    char *user, *pass; /* NULL: no AUTH */
+    int db;
+    uint32_t connect_timeout_ms, timeout_ms;
+    size_t nseeds;
+    char *host[KVP_REDIS_MAX_SEEDS];
+    int port[KVP_REDIS_MAX_SEEDS];
+};
+
+/* A Lua script, run with EVALSHA; its SHA is learnt from SCRIPT LOAD. */
+struct kvp__rscript {
+    const char *body;
+    char sha[41]; /* "" until loaded once (guarded by the connection's lock) */
+};
+
+struct kvp__rconn;
+
+/* Connects to a seed (with several seeds, or when a seed is a cluster node,
+ * also reads the slot map). Takes over cfg's strings. 0, or a negative errno
+ * with err (KVP_RULE_UNAVAILABLE). */
+int kvp__rconn_open(struct kvp__rconn **out, struct kvp__rcfg *cfg, struct kvp_error *err);
+void kvp__rconn_close(struct kvp__rconn *c);
+
+/* The cluster slot of a hash tag's contents (CRC16 mod 16384). */
+unsigned kvp__redis_slot(const char *tag, size_t len);
+
+/*
+ * Runs one command on the node that serves slot (-1: any node), following
+ * redirections. With script, argv is EVALSHA with argv[1] a placeholder for
+ * the SHA, which is filled in (and the script loaded on NOSCRIPT).
+ * idempotent: the command may be repeated on a fresh connection after a
+ * pooled one turned out to be dead. *out: the reply (free with
+ * freeReplyObject), never an error reply. 0, or a negative errno with err
+ * (KVP_RULE_UNAVAILABLE, msg naming the node and the cause).
+ */
+int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, int idempotent,
+                   int argc, const char **argv, const size_t *lens, redisReply **out,
+                   struct kvp_error *err);
+
+/* Calls fn for each node that serves slots (the single node outside a
+ * cluster) with a reply of the command, or the error. Stops at fn's non-zero
+ * return, which it returns. */
+typedef int (*kvp__rnode_fn)(void *arg, const char *node, redisReply *reply, int rc,
+                             const struct kvp_error *err);
+int kvp__rconn_each_master(struct kvp__rconn *c, int argc, const char **argv, kvp__rnode_fn fn,
+                           void *arg);
+
+/* Pings every master: 0, or the first failure with why (may be NULL). */
+int kvp__rconn_ping(struct kvp__rconn *c, char *why, size_t len);
+
+/* Figures of the connection layer for kvp_meta_values. */
+struct kvp__rconn_stats {
+    uint64_t connects, failures, redirects, script_loads;
+    uint64_t nodes;
+};
+void kvp__rconn_stats(struct kvp__rconn *c, struct kvp__rconn_stats *s);
+
+#endif
