@@ -285,7 +285,11 @@ static void test_locations(void)
     CHECK_EQ(kvp_meta_open_at("http:", NULL, &m, &err), -EINVAL);
     CHECK_EQ(kvp_meta_open_at("https://127.0.0.1:18000", NULL, &m, &err), -EOPNOTSUPP);
     CHECK(strstr(err.msg, "'https:'") && strstr(err.msg, "not implemented"));
-    CHECK_EQ(kvp_meta_open_at("redis://127.0.0.1:6379", NULL, &m, &err), -EOPNOTSUPP);
+    /* redis: is a backend (test_meta_redis.c); TLS to Redis is not. */
+    CHECK_EQ(kvp_meta_open_at("rediss://127.0.0.1:6379", NULL, &m, &err), -EOPNOTSUPP);
+    CHECK(strstr(err.msg, "'rediss:'") && strstr(err.msg, "not implemented"));
+    CHECK_EQ(kvp_meta_open_at("redis:127.0.0.1", NULL, &m, &err), -EINVAL);
+    CHECK(strstr(err.msg, "redis://") != NULL);
     CHECK_EQ(kvp_meta_open_at("file:", NULL, &m, &err), -EINVAL);
     CHECK(strstr(err.msg, "no directory") != NULL);
     struct kvp_meta_opts o;

@@ -1,0 +1,1101 @@
+/*
+ * The redis:// backend (src/meta/redis.c) against real Redis servers that
+ * this test starts on free loopback ports (and kills, also when a check
+ * fails):
+ *
+ *   - a differential run: one long random sequence of operations against
+ *     mem: and against redis://, comparing every return code, every field
+ *     of every error, every output, the stats and the invariant check after
+ *     each step (lease long and read grace 0, so that time does not matter);
+ *   - read grace and lease expiry, which do depend on time;
+ *   - a rank of 2^31-1 pages costs nothing; two handles are one store;
+ *     threads of two handles never hand one page to two keys; Redis killed
+ *     and restarted; bad locations; kvp__redis_durability;
+ *   - a three-master Redis Cluster: the protocol flows, a shorter
+ *     differential run over ranks on different shards, and a slot moved to
+ *     another master (MOVED).
+ *
+ *   test_meta_redis [steps] [seed]     (defaults: 3000 steps, seed 1)
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <fcntl.h>
+#include <hiredis/hiredis.h>
+
+#include "check.h"
+#include "kvpage/meta.h"
+#include "meta/backend.h"
+#include "meta/redis_conn.h"
+
+/* ---------------------------------------------------------------- Redis servers */
+
+#define MAX_SERVERS 8
+
+struct server {
+    pid_t pid;
+    int port;
+    char conf[64]; /* extra arguments, kept for a restart */
+};
+
+static struct server servers[MAX_SERVERS];
+static char tmpdir[64];
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* A loopback port nobody listens on (and, for a cluster node, its bus port +10000). */
+static int free_port(int cluster)
+{
+    for (int tries = 0; tries < 100; tries++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t l = sizeof a;
+        if (fd < 0)
+            return -1;
+        if (bind(fd, (struct sockaddr *)&a, sizeof a) ||
+            getsockname(fd, (struct sockaddr *)&a, &l)) {
+            close(fd);
+            continue;
+        }
+        close(fd);
+        int port = ntohs(a.sin_port);
+        if (!cluster)
+            return port;
+        if (port > 55000)
+            continue;
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        a.sin_port = htons((uint16_t)(port + 10000));
+        int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+        close(fd);
+        if (ok)
+            return port;
+    }
+    return -1;
+}
+
+static redisContext *raw_connect(int port)
+{
+    struct timeval tv = {1, 0};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+    if (c && c->err) {
+        redisFree(c);
+        return NULL;
+    }
+    if (c)
+        redisSetTimeout(c, (struct timeval){5, 0});
+    return c;
+}
+
+/* Runs a command on the server at port; its reply as text (integers too) in
+ * out, or "" on failure. Returns 0, or -1. */
+static int raw(int port, char *out, size_t len, const char *fmt, ...)
+{
+    redisContext *c = raw_connect(port);
+    if (out && len)
+        out[0] = '\0';
+    if (!c)
+        return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    int rc = -1;
+    if (r) {
+        rc = r->type == REDIS_REPLY_ERROR ? -1 : 0;
+        if (out && len) {
+            if (r->type == REDIS_REPLY_INTEGER)
+                snprintf(out, len, "%lld", r->integer);
+            else if (r->str)
+                snprintf(out, len, "%s", r->str);
+            else if (r->type == REDIS_REPLY_ARRAY)
+                snprintf(out, len, "%zu", r->elements);
+        }
+        freeReplyObject(r);
+    }
+    redisFree(c);
+    return rc;
+}
+
+static int server_up(int port)
+{
+    char buf[16];
+    return raw(port, buf, sizeof buf, "PING") == 0 && !strcmp(buf, "PONG");
+}
+
+/* Starts redis-server on port (0: a free one) in slot i; 0 or -1. */
+static int server_start(int i, int port, const char *extra)
+{
+    for (int tries = 0; tries < 5; tries++) {
+        int p = port ? port : free_port(extra && strstr(extra, "cluster") != NULL);
+        char ps[16], dir[128];
+        snprintf(ps, sizeof ps, "%d", p);
+        snprintf(dir, sizeof dir, "%s", tmpdir);
+        pid_t pid = fork();
+        if (pid == 0) {
+            int fd = open("/dev/null", O_RDWR);
+            dup2(fd, 1);
+            dup2(fd, 2);
+            char conf[128];
+            snprintf(conf, sizeof conf, "%s/nodes-%d.conf", tmpdir, p);
+            char dbf[64];
+            snprintf(dbf, sizeof dbf, "dump-%d.rdb", p);
+            char aof[64];
+            snprintf(aof, sizeof aof, "aof-%d", p);
+            if (extra && strstr(extra, "cluster"))
+                execlp("redis-server", "redis-server", "--port", ps, "--bind", "127.0.0.1",
+                       "--save", "", "--appendonly", "no", "--dir", dir, "--dbfilename", dbf,
+                       "--appenddirname", aof, "--cluster-enabled", "yes", "--cluster-config-file",
+                       conf, "--cluster-node-timeout", "5000", NULL);
+            else
+                execlp("redis-server", "redis-server", "--port", ps, "--bind", "127.0.0.1",
+                       "--save", "", "--appendonly", "no", "--dir", dir, "--dbfilename", dbf,
+                       "--appenddirname", aof, NULL);
+            _exit(127);
+        }
+        if (pid < 0)
+            return -1;
+        for (int w = 0; w < 100; w++) {
+            if (server_up(p)) {
+                servers[i].pid = pid;
+                servers[i].port = p;
+                snprintf(servers[i].conf, sizeof servers[i].conf, "%s", extra ? extra : "");
+                return 0;
+            }
+            int st;
+            if (waitpid(pid, &st, WNOHANG) == pid)
+                break; /* it died: the port was taken meanwhile */
+            sleep_ms(50);
+        }
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        if (port)
+            sleep_ms(200);
+    }
+    return -1;
+}
+
+static void server_kill(int i)
+{
+    if (servers[i].pid > 0) {
+        kill(servers[i].pid, SIGKILL);
+        waitpid(servers[i].pid, NULL, 0);
+        servers[i].pid = 0;
+    }
+}
+
+static void kill_all(void)
+{
+    for (int i = 0; i < MAX_SERVERS; i++)
+        server_kill(i);
+    if (tmpdir[0]) {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", tmpdir);
+        tmpdir[0] = '\0';
+    }
+}
+
+static void on_signal(int sig)
+{
+    for (int i = 0; i < MAX_SERVERS; i++)
+        if (servers[i].pid > 0)
+            kill(servers[i].pid, SIGKILL);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+static struct kvp_str K(const char *s) {
+    return (struct kvp_str){s, strlen(s)};
+}
+
+static struct kvp_ns *
+ns_of(struct kvp_meta *m, const char *dep, const char *pool, size_t plen)
+{
+    struct kvp_ns *ns = NULL;
+    struct kvp_error e = {0};
+    if (kvp_meta_ns(m, dep, strlen(dep), pool, plen, 1, &ns, &e))
+        fprintf(stderr, "ns: %s\n", e.msg);
+    return ns;
+}
+
+static void invariants(struct kvp_meta *m)
+{
+    struct kvp_error e = {0};
+    int rc = kvp_meta_check(m, &e);
+    if (rc)
+        fprintf(stderr, "invariant: %s\n", e.msg);
+    CHECK_EQ(rc, 0);
+}
+
+static struct kvp_meta *open_redis(const char *loc, uint64_t lease, uint64_t grace)
+{
+    struct kvp_meta_opts o;
+    kvp_meta_opts_init(&o);
+    o.lease_ms = lease;
+    o.read_grace_ms = grace;
+    o.timeout_ms = 2000;
+    o.connect_timeout_ms = 1000;
+    struct kvp_meta *m = NULL;
+    struct kvp_error e = {0};
+    if (kvp_meta_open_at(loc, &o, &m, &e))
+        fprintf(stderr, "open %s: %s\n", loc, e.msg);
+    return m;
+}
+
+static int64_t put(struct kvp_ns *ns, uint32_t rank, const char *key)
+{
+    struct kvp_str k = K(key);
+    int64_t p;
+    struct kvp_error e = {0};
+    if (kvp_meta_allocate(ns, rank, &k, 1, &p, NULL, &e) != 0 || p < 0)
+        return -1;
+    if (kvp_meta_confirm(ns, rank, &k, &p, 1, NULL, 0, &e) != 0)
+        return -1;
+    return p;
+}
+
+/* ---------------------------------------------------------------- the differential run */
+
+static uint64_t rng = 1;
+static uint32_t rnd(uint32_t n)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng % n);
+}
+
+#define DKEYS 20
+#define DNS 3
+#define DRANKS 5
+static char dkeys[DKEYS][16];
+static const uint32_t drank_ids[DRANKS] = {0, 1, 2, 7, 1000};
+
+struct last_alloc { /* per namespace and rank: the last allocation's keys and pages */
+    int key[8];
+    int64_t page[8];
+    int n;
+};
+
+struct stats_copy {
+    char text[8192];
+    size_t len;
+};
+
+static int stats_fn(const char *dep, const char *pool, const struct kvp_rank_stats *r, size_t n,
+                    void *arg)
+{
+    struct stats_copy *s = arg;
+    s->len += (size_t)snprintf(s->text + s->len, sizeof s->text - s->len, "[%s|", dep);
+    for (const char *p = pool; *p && s->len < sizeof s->text - 4; p++)
+        s->len +=
+            (size_t)snprintf(s->text + s->len, sizeof s->text - s->len, "%02x", (unsigned char)*p);
+    for (size_t i = 0; i < n && s->len < sizeof s->text - 200; i++)
+        s->len += (size_t)snprintf(
+            s->text + s->len, sizeof s->text - s->len,
+            " r%u np%llu f%llu rs%llu h%llu k%llu hit%llu mis%llu al%llu ev%llu ex%llu rh%llu",
+            r[i].rank, (unsigned long long)r[i].num_pages, (unsigned long long)r[i].free,
+            (unsigned long long)r[i].reserved, (unsigned long long)r[i].held,
+            (unsigned long long)r[i].keys, (unsigned long long)r[i].hits,
+            (unsigned long long)r[i].misses, (unsigned long long)r[i].allocations,
+            (unsigned long long)r[i].evictions, (unsigned long long)r[i].expired_reservations,
+            (unsigned long long)r[i].release_of_held_page);
+    if (s->len < sizeof s->text - 2)
+        s->text[s->len++] = ']';
+    s->text[s->len] = '\0';
+    return 0;
+}
+
+static int diff_failed;
+
+static void same_err(int step, const char *what, int rc1, const struct kvp_error *e1, int rc2,
+                     const struct kvp_error *e2)
+{
+    int same = rc1 == rc2 && (rc1 == 0 || (e1->code == e2->code && e1->rule == e2->rule &&
+                                           e1->index == e2->index && e1->value == e2->value &&
+                                           e1->limit == e2->limit && !strcmp(e1->msg, e2->msg)));
+    CHECK(same);
+    if (!same && diff_failed++ < 10)
+        fprintf(stderr,
+                "step %d %s: mem rc %d rule %d i %lld v %lld l %lld '%s' / redis rc %d rule %d "
+                "i %lld v %lld l %lld '%s'\n",
+                step, what, rc1, e1->rule, (long long)e1->index, (long long)e1->value,
+                (long long)e1->limit, e1->msg, rc2, e2->rule, (long long)e2->index,
+                (long long)e2->value, (long long)e2->limit, e2->msg);
+}
+
+static void same_i64(int step, const char *what, const int64_t *a, const int64_t *b, size_t n)
+{
+    int same = !n || !memcmp(a, b, n * sizeof *a);
+    CHECK(same);
+    if (!same && diff_failed++ < 10) {
+        fprintf(stderr, "step %d %s:", step, what);
+        for (size_t i = 0; i < n; i++)
+            fprintf(stderr, " %lld/%lld", (long long)a[i], (long long)b[i]);
+        fprintf(stderr, "\n");
+    }
+}
+
+static void same_u8(int step, const char *what, const uint8_t *a, const uint8_t *b, size_t n)
+{
+    int same = !n || !memcmp(a, b, n);
+    CHECK(same);
+    if (!same && diff_failed++ < 10) {
+        fprintf(stderr, "step %d %s:", step, what);
+        for (size_t i = 0; i < n; i++)
+            fprintf(stderr, " %d/%d", a[i], b[i]);
+        fprintf(stderr, "\n");
+    }
+}
+
+/* Runs steps random operations on mem: and on the redis location, comparing. */
+static void differential(const char *loc, int steps, uint64_t seed)
+{
+    rng = seed;
+    struct kvp_meta_opts o;
+    kvp_meta_opts_init(&o);
+    o.lease_ms = 3600 * 1000;
+    o.read_grace_ms = 0;
+    struct kvp_meta *mm = NULL, *rm = open_redis(loc, o.lease_ms, 0);
+    CHECK_EQ(kvp_meta_open_at("mem:", &o, &mm, NULL), 0);
+    CHECK(rm != NULL);
+    if (!mm || !rm) {
+        kvp_meta_close(mm);
+        kvp_meta_close(rm);
+        return;
+    }
+    static const char *const pools[DNS] = {"p0", "pool/with:{braces}", "\xff\xfe bytes"};
+    static const char *const deps[DNS] = {"d", "d", "dep-2.x"};
+    struct kvp_ns *mns[DNS], *rns[DNS];
+    struct last_alloc last[DNS][DRANKS];
+    memset(last, 0, sizeof last);
+    for (int i = 0; i < DNS; i++) {
+        mns[i] = ns_of(mm, deps[i], pools[i], strlen(pools[i]));
+        rns[i] = ns_of(rm, deps[i], pools[i], strlen(pools[i]));
+        CHECK(mns[i] && rns[i]);
+        if (!mns[i] || !rns[i])
+            goto out;
+    }
+    for (int i = 0; i < DKEYS; i++)
+        snprintf(dkeys[i], sizeof dkeys[i], "key-%d", i);
+    for (int step = 0; step < steps && diff_failed < 10; step++) {
+        int x = (int)rnd(DNS), ri = (int)rnd(DRANKS);
+        uint32_t rank = drank_ids[ri];
+        struct kvp_ns *a = mns[x], *b = rns[x];
+        struct kvp_error e1 = {0}, e2 = {0};
+        int rc1 = 0, rc2 = 0;
+        uint32_t op = rnd(100);
+        struct kvp_str keys[8];
+        int kidx[8];
+        size_t n = 1 + rnd(6);
+        for (size_t i = 0; i < n; i++) {
+            /* a few keys often, so that hits, duplicates and evictions happen */
+            kidx[i] = (int)(rnd(3) ? rnd(8) : rnd(DKEYS));
+            keys[i] = K(dkeys[kidx[i]]);
+        }
+        if (op < 8) {
+            uint64_t np = 1 + rnd(6);
+            rc1 = kvp_meta_init_rank(a, rank, np, &e1);
+            rc2 = kvp_meta_init_rank(b, rank, np, &e2);
+            same_err(step, "init", rc1, &e1, rc2, &e2);
+        } else if (op < 35) {
+            int64_t p1[8], p2[8];
+            uint8_t x1[8], x2[8];
+            rc1 = kvp_meta_allocate(a, rank, keys, n, p1, x1, &e1);
+            rc2 = kvp_meta_allocate(b, rank, keys, n, p2, x2, &e2);
+            same_err(step, "allocate", rc1, &e1, rc2, &e2);
+            if (!rc1 && !rc2) {
+                same_i64(step, "allocate pages", p1, p2, n);
+                same_u8(step, "allocate existed", x1, x2, n);
+                struct last_alloc *l = &last[x][ri];
+                l->n = (int)n;
+                for (size_t i = 0; i < n; i++)
+                    l->key[i] = kidx[i], l->page[i] = p1[i];
+            }
+        } else if (op < 60) {
+            struct last_alloc *l = &last[x][ri];
+            int64_t pages[8], rel[8];
+            size_t nc = 0, nr = 0;
+            for (int i = 0; i < l->n; i++) {
+                uint32_t what = rnd(10);
+                if (what < 6 && l->page[i] >= 0) {
+                    keys[nc] = K(dkeys[l->key[i]]);
+                    pages[nc++] = l->page[i];
+                } else if (what < 8 && l->page[i] >= 0) {
+                    rel[nr++] = l->page[i];
+                }
+            }
+            uint32_t twist = rnd(12);
+            if (twist == 0 && nc < 8) { /* a page of another key, or out of range */
+                keys[nc] = K(dkeys[rnd(DKEYS)]);
+                pages[nc++] = (int64_t)rnd(8) - (rnd(4) == 0 ? 3 : 0);
+            } else if (twist == 1 && nr < 8) {
+                rel[nr++] = (int64_t)rnd(9) - 1;
+            } else if (twist == 2 && nc > 0 && nc < 8) { /* one page for two keys */
+                keys[nc] = K(dkeys[rnd(DKEYS)]);
+                pages[nc] = pages[0];
+                nc++;
+            } else if (twist == 3 && nc < 8) {
+                keys[nc] = K(dkeys[rnd(DKEYS)]);
+                pages[nc++] = rnd(2) ? INT64_MAX : 2147483647;
+            }
+            rc1 = kvp_meta_confirm(a, rank, keys, pages, nc, rel, nr, &e1);
+            rc2 = kvp_meta_confirm(b, rank, keys, pages, nc, rel, nr, &e2);
+            same_err(step, "confirm", rc1, &e1, rc2, &e2);
+            if (rnd(3) == 0)
+                l->n = 0;
+        } else if (op < 72) {
+            int64_t r = rnd(3) ? (int64_t)rank : -1;
+            uint8_t x1[8], x2[8];
+            rc1 = kvp_meta_exists(a, r, keys, n, x1, &e1);
+            rc2 = kvp_meta_exists(b, r, keys, n, x2, &e2);
+            same_err(step, "exists", rc1, &e1, rc2, &e2);
+            if (!rc1 && !rc2)
+                same_u8(step, "exists out", x1, x2, n);
+        } else if (op < 87) {
+            int co = (int)rnd(2);
+            int64_t p1[8], p2[8];
+            rc1 = kvp_meta_lookup(a, rank, co, keys, n, p1, &e1);
+            rc2 = kvp_meta_lookup(b, rank, co, keys, n, p2, &e2);
+            same_err(step, "lookup", rc1, &e1, rc2, &e2);
+            if (!rc1 && !rc2)
+                same_i64(step, "lookup pages", p1, p2, n);
+        } else if (op < 96) {
+            int64_t r = rnd(2) ? (int64_t)rank : -1;
+            rc1 = kvp_meta_delete(a, r, keys, n, &e1);
+            rc2 = kvp_meta_delete(b, r, keys, n, &e2);
+            same_err(step, "delete", rc1, &e1, rc2, &e2);
+        } else {
+            int64_t r = rnd(3) ? (int64_t)rank : -1;
+            rc1 = kvp_meta_clear(a, r, &e1);
+            rc2 = kvp_meta_clear(b, r, &e2);
+            same_err(step, "clear", rc1, &e1, rc2, &e2);
+        }
+        CHECK_EQ(kvp_meta_nranks(a), kvp_meta_nranks(b));
+        static struct stats_copy s1, s2;
+        s1.len = s2.len = 0;
+        s1.text[0] = s2.text[0] = '\0';
+        CHECK_EQ(kvp_meta_stats(mm, stats_fn, &s1), 0);
+        CHECK_EQ(kvp_meta_stats(rm, stats_fn, &s2), 0);
+        int same = !strcmp(s1.text, s2.text);
+        CHECK(same);
+        if (!same && diff_failed++ < 10)
+            fprintf(stderr, "step %d stats:\n mem   %s\n redis %s\n", step, s1.text, s2.text);
+        invariants(mm);
+        invariants(rm);
+    }
+out:
+    kvp_meta_close(mm);
+    kvp_meta_close(rm);
+}
+
+/* ---------------------------------------------------------------- time: grace and lease */
+
+static void grace_and_lease(struct kvp_meta *m, const char *what)
+{
+    struct kvp_ns *ns = ns_of(m, "time", what, strlen(what));
+    CHECK(ns != NULL);
+    if (!ns)
+        return;
+    CHECK_EQ(kvp_meta_init_rank(ns, 0, 2, NULL), 0);
+    CHECK_EQ(put(ns, 0, "k1"), 0);
+    CHECK_EQ(put(ns, 0, "k2"), 1);
+    struct kvp_str k1 = K("k1"), k2 = K("k2"), k3 = K("k3"), k4 = K("k4");
+    int64_t p;
+    uint8_t ex;
+    CHECK_EQ(kvp_meta_lookup(ns, 0, 0, &k1, 1, &p, NULL), 0); /* k1 in grace */
+    CHECK_EQ(p, 0);
+    CHECK_EQ(kvp_meta_allocate(ns, 0, &k2, 1, &p, &ex, NULL), 0); /* a hit: k1 is the LRU tail */
+    CHECK_EQ(ex, 1);
+    CHECK_EQ(kvp_meta_allocate(ns, 0, &k3, 1, &p, &ex, NULL), 0);
+    CHECK_EQ(p, 1); /* k2 evicted: k1, older, is in its grace */
+    CHECK_EQ(kvp_meta_allocate(ns, 0, &k4, 1, &p, NULL, NULL), 0);
+    CHECK_EQ(p, -1); /* k1 in grace, k3's page reserved */
+    sleep_ms(700);
+    CHECK_EQ(kvp_meta_allocate(ns, 0, &k4, 1, &p, NULL, NULL), 0);
+    CHECK_EQ(p, 0); /* the grace is over */
+    /* Leases: k3's and k4's reservations run out. */
+    sleep_ms(1300);
+    struct kvp_str k5 = K("k5");
+    CHECK_EQ(kvp_meta_allocate(ns, 0, &k5, 1, &p, NULL, NULL), 0);
+    CHECK_EQ(p, 0); /* most recently freed: k4's page 0 expired after k3's page 1 */
+    struct stats_copy s = {.len = 0};
+    CHECK_EQ(kvp_meta_stats(m, stats_fn, &s), 0);
+    CHECK(strstr(s.text, " ex2 ") != NULL);
+    if (!strstr(s.text, " ex2 "))
+        fprintf(stderr, "%s stats: %s\n", what, s.text);
+    invariants(m);
+}
+
+/* ---------------------------------------------------------------- threads */
+
+#define THREADS 4
+#define TKEYS 200
+
+struct worker {
+    struct kvp_ns *ns;
+    int id;
+    int fails;
+};
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    char names[8][32];
+    struct kvp_str keys[8];
+    for (int it = 0; it < 150; it++) {
+        for (int i = 0; i < 8; i++) {
+            snprintf(names[i], sizeof names[i], "t-%d", (it * 8 + i + w->id * 3) % TKEYS);
+            keys[i] = K(names[i]);
+        }
+        int64_t pages[8];
+        uint8_t ex[8];
+        struct kvp_error e = {0};
+        if (kvp_meta_allocate(w->ns, 0, keys, 8, pages, ex, &e)) {
+            w->fails++;
+            continue;
+        }
+        struct kvp_str ck[8];
+        int64_t cp[8];
+        size_t nc = 0;
+        for (int i = 0; i < 8; i++)
+            if (pages[i] >= 0 && !ex[i])
+                ck[nc] = keys[i], cp[nc++] = pages[i];
+        int rc = kvp_meta_confirm(w->ns, 0, ck, cp, nc, NULL, 0, &e);
+        /* Another thread's eviction may give a page to a key of its own
+         * before this confirmation: that is the only refusal there may be. */
+        if (rc && rc != -EEXIST)
+            w->fails++;
+    }
+    return NULL;
+}
+
+static void threads_test(const char *loc)
+{
+    struct kvp_meta *m1 = open_redis(loc, 60000, 0), *m2 = open_redis(loc, 60000, 0);
+    CHECK(m1 && m2);
+    if (!m1 || !m2) {
+        kvp_meta_close(m1);
+        kvp_meta_close(m2);
+        return;
+    }
+    struct kvp_ns *n1 = ns_of(m1, "thr", "p", 1), *n2 = ns_of(m2, "thr", "p", 1);
+    CHECK_EQ(kvp_meta_init_rank(n1, 0, 64, NULL), 0);
+    CHECK_EQ(kvp_meta_init_rank(n2, 0, 64, NULL), 0);
+    pthread_t t[THREADS];
+    struct worker w[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        w[i] = (struct worker){i % 2 ? n2 : n1, i, 0};
+        pthread_create(&t[i], NULL, worker_main, &w[i]);
+    }
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(t[i], NULL);
+        CHECK_EQ(w[i].fails, 0);
+    }
+    invariants(m1);
+    /* Every held page has one key: the pages of all keys are distinct. */
+    char seen[64] = {0};
+    int dup = 0, held = 0;
+    for (int k = 0; k < TKEYS; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "t-%d", k);
+        struct kvp_str key = K(name);
+        int64_t p;
+        uint8_t e1, e2;
+        CHECK_EQ(kvp_meta_lookup(n2, 0, 0, &key, 1, &p, NULL), 0);
+        CHECK_EQ(kvp_meta_exists(n1, 0, &key, 1, &e1, NULL), 0);
+        CHECK_EQ(kvp_meta_exists(n2, -1, &key, 1, &e2, NULL), 0);
+        CHECK_EQ(e1, p >= 0);
+        CHECK_EQ(e2, p >= 0);
+        if (p >= 0 && p < 64) {
+            dup += seen[p]++;
+            held++;
+        }
+    }
+    CHECK_EQ(dup, 0);
+    CHECK(held > 0);
+    kvp_meta_close(m1);
+    kvp_meta_close(m2);
+}
+
+/* ---------------------------------------------------------------- single server */
+
+static void bad_locations(void)
+{
+    static const char *const bad[][2] = {
+        {"redis:127.0.0.1:6379", "redis://"},
+        {"redis://", "no HOST:PORT"},
+        {"redis://127.0.0.1:abc", "port 'abc'"},
+        {"redis://127.0.0.1:0", "port '0'"},
+        {"redis://127.0.0.1:70000", "port '70000'"},
+        {"redis://:6379", "host 1 is empty"},
+        {"redis://127.0.0.1:6379/x", "database 'x'"},
+        {"redis://127.0.0.1:6379/-1", "database '-1'"},
+        {"redis://127.0.0.1:6379?prefix=bad{x}", "prefix"},
+        {"redis://127.0.0.1:6379?prefix=", "unknown parameter"},
+        {"redis://127.0.0.1:6379?size=1", "unknown parameter 'size=1'"},
+        {"redis://a:1,b:2/3", "only database 0"},
+        {"redis://a:1,", "ends with a ','"},
+        {"redis://u:p%zz@127.0.0.1:1", "password has a bad"},
+        {"redis://[::1:6379", "IPv6"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        struct kvp_meta *m = NULL;
+        struct kvp_error e = {0};
+        int rc = kvp_meta_open_at(bad[i][0], NULL, &m, &e);
+        CHECK_EQ(rc, -EINVAL);
+        CHECK(m == NULL);
+        CHECK(strstr(e.msg, bad[i][1]) != NULL);
+        if (!strstr(e.msg, bad[i][1]))
+            fprintf(stderr, "%s: '%s'\n", bad[i][0], e.msg);
+    }
+}
+
+static void durability(int port, struct kvp_meta *m)
+{
+    char buf[128], out[64];
+    CHECK_EQ(kvp__redis_durability(m, buf, sizeof buf), 0);
+    CHECK(strstr(buf, "appendonly no") != NULL);
+    CHECK_EQ(raw(port, out, sizeof out, "CONFIG SET appendonly yes"), 0);
+    CHECK_EQ(raw(port, out, sizeof out, "CONFIG SET appendfsync everysec"), 0);
+    CHECK_EQ(kvp__redis_durability(m, buf, sizeof buf), 1);
+    CHECK(!strcmp(buf, "appendonly yes, appendfsync everysec"));
+    CHECK_EQ(raw(port, out, sizeof out, "CONFIG SET appendfsync always"), 0);
+    CHECK_EQ(kvp__redis_durability(m, buf, sizeof buf), 2);
+    CHECK_EQ(raw(port, out, sizeof out, "CONFIG SET appendfsync no"), 0);
+    CHECK_EQ(kvp__redis_durability(m, buf, sizeof buf), 0);
+    CHECK_EQ(raw(port, out, sizeof out, "CONFIG SET appendonly no"), 0);
+    CHECK_EQ(raw(port, out, sizeof out, "CONFIG SET appendfsync everysec"), 0);
+    CHECK_EQ(kvp__redis_durability(m, buf, sizeof buf), 0);
+    /* Not a redis handle: refused, no crash. */
+    struct kvp_meta *mm = NULL;
+    CHECK_EQ(kvp_meta_open_at("mem:", NULL, &mm, NULL), 0);
+    CHECK_EQ(kvp__redis_durability(mm, buf, sizeof buf), -EINVAL);
+    CHECK_EQ(kvp__redis_durability(NULL, buf, sizeof buf), -EINVAL);
+    kvp_meta_close(mm);
+}
+
+static void big_rank(int port, const char *loc)
+{
+    char out[64];
+    CHECK_EQ(raw(port, out, sizeof out, "FLUSHALL"), 0);
+    struct kvp_meta *m = open_redis(loc, 60000, 0);
+    CHECK(m != NULL);
+    if (!m)
+        return;
+    struct kvp_ns *ns = ns_of(m, "big", "p", 1);
+    CHECK_EQ(kvp_meta_init_rank(ns, 3, 2147483647ull, NULL), 0);
+    CHECK_EQ(put(ns, 3, "a"), 0);
+    CHECK_EQ(put(ns, 3, "b"), 1);
+    struct kvp_str k = K("c");
+    int64_t p = 2147483646;
+    CHECK_EQ(kvp_meta_confirm(ns, 3, &k, &p, 1, NULL, 0, NULL), 0); /* the last page, directly */
+    CHECK_EQ(raw(port, out, sizeof out, "DBSIZE"), 0);
+    CHECK(atoi(out) <= 12);
+    redisContext *c = raw_connect(port);
+    redisReply *r = c ? redisCommand(c, "INFO memory") : NULL;
+    const char *u = r && r->str ? strstr(r->str, "used_memory_dataset:") : NULL;
+    long long used = u ? atoll(u + strlen("used_memory_dataset:")) : -1;
+    CHECK(used >= 0 && used < 1000000);
+    if (r)
+        freeReplyObject(r);
+    if (c)
+        redisFree(c);
+    invariants(m);
+    kvp_meta_close(m);
+}
+
+static void two_handles(const char *loc)
+{
+    struct kvp_meta *a = open_redis(loc, 60000, 0), *b = open_redis(loc, 60000, 0);
+    CHECK(a && b);
+    if (!a || !b) {
+        kvp_meta_close(a);
+        kvp_meta_close(b);
+        return;
+    }
+    struct kvp_ns *na = ns_of(a, "two", "p", 1), *nb = NULL;
+    CHECK_EQ(kvp_meta_ns(b, "two", 3, "p", 1, 0, &nb, NULL), 0); /* made by the other */
+    CHECK_EQ(kvp_meta_ns(b, "two", 3, "q", 1, 0, &nb, NULL), -ENOENT);
+    CHECK_EQ(kvp_meta_ns(b, "two", 3, "p", 1, 0, &nb, NULL), 0);
+    CHECK_EQ(kvp_meta_init_rank(na, 0, 8, NULL), 0);
+    CHECK_EQ(kvp_meta_init_rank(nb, 1, 8, NULL), 0);
+    CHECK_EQ(kvp_meta_nranks(na), 2);
+    struct kvp_str k = K("shared");
+    int64_t p0, p1, q;
+    CHECK_EQ(kvp_meta_allocate(na, 0, &k, 1, &p0, NULL, NULL), 0);
+    CHECK_EQ(kvp_meta_confirm(na, 0, &k, &p0, 1, NULL, 0, NULL), 0);
+    uint8_t ex = 9;
+    CHECK_EQ(kvp_meta_exists(nb, -1, &k, 1, &ex, NULL), 0);
+    CHECK_EQ(ex, 0); /* not on rank 1 yet */
+    CHECK_EQ(kvp_meta_lookup(nb, 0, 1, &k, 1, &q, NULL), 0);
+    CHECK_EQ(q, -1); /* incomplete */
+    CHECK_EQ(kvp_meta_allocate(nb, 1, &k, 1, &p1, NULL, NULL), 0);
+    CHECK_EQ(kvp_meta_confirm(nb, 1, &k, &p1, 1, NULL, 0, NULL), 0);
+    CHECK_EQ(kvp_meta_exists(na, -1, &k, 1, &ex, NULL), 0);
+    CHECK_EQ(ex, 1);
+    CHECK_EQ(kvp_meta_lookup(nb, 0, 1, &k, 1, &q, NULL), 0);
+    CHECK_EQ(q, p0);
+    /* A confirmation of that page for another key through the other handle. */
+    struct kvp_str o = K("other");
+    struct kvp_error e = {0};
+    CHECK_EQ(kvp_meta_confirm(nb, 0, &o, &p0, 1, NULL, 0, &e), -EEXIST);
+    CHECK_EQ(e.rule, KVP_RULE_HELD_BY_OTHER);
+    CHECK_EQ(kvp_meta_delete(nb, -1, &k, 1, NULL), 0);
+    CHECK_EQ(kvp_meta_lookup(na, 0, 0, &k, 1, &q, NULL), 0);
+    CHECK_EQ(q, -1);
+    /* The other figures of the backend. */
+    char why[128] = "x";
+    CHECK_EQ(kvp_meta_health(a, why, sizeof why), 0);
+    CHECK_EQ(kvp_meta_snapshot(a), -EOPNOTSUPP);
+    uint64_t t = 0;
+    CHECK_EQ(kvp_meta_clear_async(na, -1, &t, NULL), 0);
+    CHECK_EQ(t, 0);
+    invariants(a);
+    kvp_meta_close(a);
+    kvp_meta_close(b);
+}
+
+static void restart_test(int i)
+{
+    int port = servers[i].port;
+    char loc[64];
+    snprintf(loc, sizeof loc, "redis://127.0.0.1:%d?prefix=restart", port);
+    struct kvp_meta *m = open_redis(loc, 60000, 0);
+    CHECK(m != NULL);
+    if (!m)
+        return;
+    struct kvp_ns *ns = ns_of(m, "rs", "p", 1);
+    CHECK_EQ(kvp_meta_init_rank(ns, 0, 4, NULL), 0);
+    CHECK_EQ(put(ns, 0, "a"), 0);
+    server_kill(i);
+    struct kvp_str k = K("a");
+    int64_t p;
+    struct kvp_error e = {0};
+    uint64_t t0 = mono_ms();
+    int rc = kvp_meta_lookup(ns, 0, 0, &k, 1, &p, &e);
+    CHECK(rc == -ECONNREFUSED || rc == -ECONNRESET);
+    CHECK_EQ(e.rule, KVP_RULE_UNAVAILABLE);
+    char want[48];
+    snprintf(want, sizeof want, "redis 127.0.0.1:%d: ", port);
+    CHECK(strstr(e.msg, want) != NULL);
+    memset(&e, 0, sizeof e);
+    CHECK_EQ(kvp_meta_allocate(ns, 0, &k, 1, &p, NULL, &e), -ECONNREFUSED);
+    CHECK_EQ(e.rule, KVP_RULE_UNAVAILABLE);
+    CHECK(strstr(e.msg, "Connection refused") != NULL);
+    CHECK(mono_ms() - t0 < 3000);
+    char why[160] = "";
+    CHECK(kvp_meta_health(m, why, sizeof why) < 0);
+    CHECK(strstr(why, want) != NULL);
+    /* Opening while it is down fails the same way. */
+    struct kvp_meta *m2 = NULL;
+    memset(&e, 0, sizeof e);
+    CHECK_EQ(kvp_meta_open_at(loc, NULL, &m2, &e), -ECONNREFUSED);
+    CHECK_EQ(e.rule, KVP_RULE_UNAVAILABLE);
+    /* Back (empty: no persistence), on the same port: the same handle works again. */
+    CHECK_EQ(server_start(i, port, NULL), 0);
+    CHECK_EQ(kvp_meta_lookup(ns, 0, 0, &k, 1, &p, &e), -ENOENT); /* the rank is gone */
+    CHECK_EQ(e.rule, KVP_RULE_RANK_NOT_INIT);
+    CHECK_EQ(kvp_meta_init_rank(ns, 0, 4, NULL), 0);
+    CHECK_EQ(put(ns, 0, "a"), 0);
+    CHECK_EQ(kvp_meta_health(m, why, sizeof why), 0);
+    /* A server that answers nothing: a timeout, not a hang. */
+    kill(servers[i].pid, SIGSTOP);
+    t0 = mono_ms();
+    memset(&e, 0, sizeof e);
+    rc = kvp_meta_lookup(ns, 0, 0, &k, 1, &p, &e);
+    uint64_t took = mono_ms() - t0;
+    CHECK_EQ(rc, -ETIMEDOUT);
+    CHECK_EQ(e.rule, KVP_RULE_UNAVAILABLE);
+    CHECK(took >= 1500 && took < 4500);
+    kill(servers[i].pid, SIGCONT);
+    memset(&e, 0, sizeof e);
+    CHECK_EQ(kvp_meta_lookup(ns, 0, 0, &k, 1, &p, &e), 0);
+    CHECK_EQ(p, 0);
+    /* Out of memory in Redis: -ENOSPC. */
+    char out[64];
+    CHECK_EQ(raw(port, out, sizeof out, "CONFIG SET maxmemory 1"), 0);
+    struct kvp_str nk = K("new");
+    memset(&e, 0, sizeof e);
+    CHECK_EQ(kvp_meta_allocate(ns, 0, &nk, 1, &p, NULL, &e), -ENOSPC);
+    CHECK_EQ(e.rule, KVP_RULE_UNAVAILABLE);
+    CHECK_EQ(raw(port, out, sizeof out, "CONFIG SET maxmemory 0"), 0);
+    invariants(m);
+    kvp_meta_close(m);
+}
+
+static void auth_test(int port)
+{
+    char out[64], loc[96];
+    CHECK_EQ(raw(port, out, sizeof out, "ACL SETUSER kvu on >s3cret ~* &* +@all"), 0);
+    snprintf(loc, sizeof loc, "redis://kvu:s3cret@127.0.0.1:%d/2?prefix=auth", port);
+    struct kvp_meta *m = open_redis(loc, 60000, 0);
+    CHECK(m != NULL);
+    struct kvp_ns *ns = m ? ns_of(m, "a", "p", 1) : NULL;
+    CHECK(ns && kvp_meta_init_rank(ns, 0, 2, NULL) == 0);
+    CHECK_EQ(raw(port, out, sizeof out, "SELECT 2"), 0); /* (each raw() is a new connection) */
+    kvp_meta_close(m);
+    snprintf(loc, sizeof loc, "redis://kvu:wrong@127.0.0.1:%d", port);
+    struct kvp_error e = {0};
+    m = NULL;
+    CHECK_EQ(kvp_meta_open_at(loc, NULL, &m, &e), -EACCES);
+    CHECK_EQ(e.rule, KVP_RULE_UNAVAILABLE);
+    CHECK(strstr(e.msg, "authentication failed") != NULL);
+    /* From the environment. */
+    setenv("KVPAGE_REDIS_USER", "kvu", 1);
+    setenv("KVPAGE_REDIS_PASSWORD", "s3cret", 1);
+    snprintf(loc, sizeof loc, "redis://127.0.0.1:%d/2?prefix=auth", port);
+    m = open_redis(loc, 60000, 0);
+    CHECK(m != NULL);
+    ns = m ? ns_of(m, "a", "p", 1) : NULL;
+    CHECK(ns && kvp_meta_nranks(ns) == 1); /* database 2, as above */
+    kvp_meta_close(m);
+    unsetenv("KVPAGE_REDIS_USER");
+    unsetenv("KVPAGE_REDIS_PASSWORD");
+    CHECK_EQ(raw(port, out, sizeof out, "ACL DELUSER kvu"), 0);
+}
+
+static void single_server(int steps, uint64_t seed)
+{
+    if (server_start(0, 0, NULL)) {
+        CHECK(!"redis-server did not start");
+        return;
+    }
+    int port = servers[0].port;
+    char loc[64];
+    uint64_t t0 = mono_ms();
+    snprintf(loc, sizeof loc, "redis://127.0.0.1:%d?prefix=diff", port);
+    differential(loc, steps, seed);
+    printf("differential, one server: %d steps in %llu ms\n", steps,
+           (unsigned long long)(mono_ms() - t0));
+    bad_locations();
+    snprintf(loc, sizeof loc, "redis://127.0.0.1:%d?prefix=time", port);
+    struct kvp_meta *rm = open_redis(loc, 1000, 500), *mm = NULL;
+    struct kvp_meta_opts o;
+    kvp_meta_opts_init(&o);
+    o.lease_ms = 1000;
+    o.read_grace_ms = 500;
+    CHECK_EQ(kvp_meta_open_at("mem:", &o, &mm, NULL), 0);
+    if (rm)
+        grace_and_lease(rm, "redis");
+    grace_and_lease(mm, "mem");
+    if (rm)
+        durability(port, rm);
+    kvp_meta_close(rm);
+    kvp_meta_close(mm);
+    snprintf(loc, sizeof loc, "redis://127.0.0.1:%d", port);
+    two_handles(loc);
+    threads_test(loc);
+    auth_test(port);
+    big_rank(port, loc);
+    restart_test(0);
+    server_kill(0);
+}
+
+/* ---------------------------------------------------------------- a cluster */
+
+static void node_id(int port, char *id, size_t len)
+{
+    raw(port, id, len, "CLUSTER MYID");
+}
+
+static int cluster_ok(int port)
+{
+    char buf[4096];
+    redisContext *c = raw_connect(port);
+    redisReply *r = c ? redisCommand(c, "CLUSTER INFO") : NULL;
+    snprintf(buf, sizeof buf, "%s", r && r->str ? r->str : "");
+    if (r)
+        freeReplyObject(r);
+    if (c)
+        redisFree(c);
+    return strstr(buf, "cluster_state:ok") != NULL;
+}
+
+/* Moves slot from the node at src to the node at dst with its keys. */
+static int move_slot(int slot, int src, int dst, int others[], int nothers)
+{
+    char sid[64], did[64], out[64];
+    node_id(src, sid, sizeof sid);
+    node_id(dst, did, sizeof did);
+    if (raw(dst, out, sizeof out, "CLUSTER SETSLOT %d IMPORTING %s", slot, sid) ||
+        raw(src, out, sizeof out, "CLUSTER SETSLOT %d MIGRATING %s", slot, did))
+        return -1;
+    redisContext *c = raw_connect(src);
+    redisReply *r = c ? redisCommand(c, "CLUSTER GETKEYSINSLOT %d 1000", slot) : NULL;
+    for (size_t i = 0; r && i < r->elements; i++) {
+        redisReply *m = redisCommand(c, "MIGRATE 127.0.0.1 %d %b 0 5000", dst, r->element[i]->str,
+                                     r->element[i]->len);
+        if (!m || m->type == REDIS_REPLY_ERROR)
+            fprintf(stderr, "MIGRATE: %s\n", m ? m->str : "no reply");
+        if (m)
+            freeReplyObject(m);
+    }
+    if (r)
+        freeReplyObject(r);
+    if (c)
+        redisFree(c);
+    int rc = raw(dst, out, sizeof out, "CLUSTER SETSLOT %d NODE %s", slot, did);
+    rc |= raw(src, out, sizeof out, "CLUSTER SETSLOT %d NODE %s", slot, did);
+    for (int i = 0; i < nothers; i++)
+        rc |= raw(others[i], out, sizeof out, "CLUSTER SETSLOT %d NODE %s", slot, did);
+    return rc;
+}
+
+/* The port of the master serving slot, or -1. */
+static int owner_of(int slot, const int *ports, int n)
+{
+    for (int i = 0; i < n; i++) {
+        redisContext *c = raw_connect(ports[i]);
+        redisReply *r = c ? redisCommand(c, "CLUSTER COUNTKEYSINSLOT %d", slot) : NULL;
+        redisReply *s = c ? redisCommand(c, "CLUSTER SLOTS") : NULL;
+        int port = -1;
+        for (size_t j = 0; s && s->type == REDIS_REPLY_ARRAY && j < s->elements; j++) {
+            redisReply *e = s->element[j];
+            if (e->element[0]->integer <= slot && slot <= e->element[1]->integer)
+                port = (int)e->element[2]->element[1]->integer;
+        }
+        if (r)
+            freeReplyObject(r);
+        if (s)
+            freeReplyObject(s);
+        if (c)
+            redisFree(c);
+        if (port > 0)
+            return port;
+    }
+    return -1;
+}
+
+static int redirects_fn(const struct kvp_meta_value *v, void *arg)
+{
+    if (!strcmp(v->key, "redirects"))
+        *(uint64_t *)arg = v->value;
+    return 0;
+}
+
+static void cluster(int steps, uint64_t seed)
+{
+    int ports[3];
+    for (int i = 0; i < 3; i++) {
+        if (server_start(1 + i, 0, "cluster")) {
+            CHECK(!"cluster node did not start");
+            return;
+        }
+        ports[i] = servers[1 + i].port;
+    }
+    char cmd[256];
+    snprintf(cmd, sizeof cmd,
+             "redis-cli --cluster create 127.0.0.1:%d 127.0.0.1:%d 127.0.0.1:%d "
+             "--cluster-replicas 0 --cluster-yes >/dev/null 2>&1",
+             ports[0], ports[1], ports[2]);
+    CHECK_EQ(system(cmd), 0);
+    uint64_t t0 = mono_ms();
+    int ok = 0;
+    while (!ok && mono_ms() - t0 < 20000) {
+        ok = cluster_ok(ports[0]) && cluster_ok(ports[1]) && cluster_ok(ports[2]);
+        if (!ok)
+            sleep_ms(100);
+    }
+    CHECK(ok);
+    if (!ok)
+        return;
+    printf("cluster ready in %llu ms\n", (unsigned long long)(mono_ms() - t0));
+    char loc[128];
+    snprintf(loc, sizeof loc, "redis://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d?prefix=cl", ports[0],
+             ports[1], ports[2]);
+    t0 = mono_ms();
+    differential(loc, steps, seed + 1);
+    printf("differential, cluster: %d steps in %llu ms\n", steps,
+           (unsigned long long)(mono_ms() - t0));
+    /* The ranks landed on more than one shard. */
+    int used = 0;
+    for (int i = 0; i < 3; i++) {
+        char out[32];
+        raw(ports[i], out, sizeof out, "DBSIZE");
+        used += atoi(out) > 0;
+    }
+    CHECK(used >= 2);
+    snprintf(loc, sizeof loc, "redis://127.0.0.1:%d,127.0.0.1:%d", ports[0], ports[1]);
+    two_handles(loc);
+    threads_test(loc);
+    /* MOVED: the slot of a rank in use goes to another master. */
+    struct kvp_meta *m = open_redis(loc, 60000, 0);
+    CHECK(m != NULL);
+    if (!m)
+        return;
+    struct kvp_ns *ns = ns_of(m, "mv", "p", 1);
+    CHECK_EQ(kvp_meta_init_rank(ns, 0, 8, NULL), 0);
+    CHECK_EQ(put(ns, 0, "a"), 0);
+    CHECK_EQ(put(ns, 0, "b"), 1);
+    char tag[64];
+    snprintf(tag, sizeof tag, "mv/%02x/0", 'p');
+    int slot = (int)kvp__redis_slot(tag, strlen(tag));
+    char ks[32];
+    CHECK_EQ(raw(ports[0], ks, sizeof ks, "CLUSTER KEYSLOT cl:{%s}:m", tag), 0);
+    CHECK_EQ(atoi(ks), slot);
+    int src = owner_of(slot, ports, 3), dst = src == ports[0] ? ports[1] : ports[0];
+    int third = ports[0] + ports[1] + ports[2] - src - dst;
+    CHECK(src > 0);
+    CHECK_EQ(move_slot(slot, src, dst, &third, 1), 0);
+    CHECK_EQ(owner_of(slot, ports, 3), dst);
+    struct kvp_str keys[2] = {K("a"), K("b")};
+    int64_t pages[2];
+    struct kvp_error e = {0};
+    CHECK_EQ(kvp_meta_lookup(ns, 0, 0, keys, 2, pages, &e), 0);
+    CHECK_EQ(pages[0], 0);
+    CHECK_EQ(pages[1], 1);
+    CHECK_EQ(put(ns, 0, "c"), 2);
+    uint64_t redirects = 0;
+    CHECK_EQ(kvp_meta_values(m, redirects_fn, &redirects), 0);
+    CHECK(redirects >= 1);
+    invariants(m);
+    kvp_meta_close(m);
+}
+
+int main(int argc, char **argv)
+{
+    int steps = argc > 1 ? atoi(argv[1]) : 3000;
+    uint64_t seed = argc > 2 ? strtoull(argv[2], NULL, 10) : 1;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/kvp-redis-XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    atexit(kill_all);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGABRT, on_signal);
+    signal(SIGSEGV, on_signal);
+    signal(SIGPIPE, SIG_IGN);
+    uint64_t t0 = mono_ms();
+    single_server(steps, seed);
+    cluster(steps / 3, seed);
+    kill_all();
+    printf("test_meta_redis: %llu ms\n", (unsigned long long)(mono_ms() - t0));
+    return check_report();
+}
