@@ -841,42 +841,110 @@ static int rd_confirm(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *k
     return unexpected(ns->m, "the confirm script", err);
 }
 
-/* held[i] &= (keys[i] holds a page on rank), for one rank, by HMGET. */
-static int held_on(struct rns *ns, uint32_t rank, const struct kvp_str *keys, size_t n,
-                   uint8_t *held, struct kvp_error *err)
+/*
+ * Ranks of one namespace asked together: one command per rank, pipelined
+ * (kvp__rconn_multi), a chunk of ranks at a time. sc >= 0: that script with
+ * args; SC_HMGET: HMGET of the args (keys) in the rank's key -> page map.
+ * fn gets each rank's reply (checked as run_script checks it, min elements)
+ * and frees nothing; a non-zero return stops.
+ */
+#define SC_HMGET (-1)
+#define BATCH_RANKS 256
+
+typedef int (*rank_reply_fn)(void *arg, size_t j, redisReply *r, struct kvp_error *err);
+
+static int ranks_batch(struct rns *ns, const uint32_t *ranks, size_t nr, int sc, size_t nargs,
+                       const char *const *args, const size_t *alens, size_t min, rank_reply_fn fn,
+                       void *arg, struct kvp_error *err)
 {
-    struct rkeys k;
-    rank_keys(ns, rank, &k);
-    struct args a;
-    int rc;
-    if ((rc = args_init(&a, 2 + n, 0, err)) != 0)
-        return rc;
-    arg_str(&a, "HMGET", 5);
-    arg_str(&a, k.k[6], k.len[6]); /* k2p */
-    arg_keys(&a, keys, n);
-    redisReply *r;
-    if (a.n > INT_MAX)
-        rc = -E2BIG, set_err(err, rc, KVP_RULE_TOO_MANY, -1, (int64_t)n, INT_MAX - 2,
-                             "too many keys for one Redis command");
-    else
-        rc = kvp__rconn_cmd(ns->m->c, k.slot, NULL, 1, (int)a.n, a.v, a.len, &r, err);
-    args_free(&a);
-    if (rc)
-        return rc;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != n) {
-        freeReplyObject(r);
-        return unexpected(ns->m, "HMGET", err);
+    struct rmeta *m = ns->m;
+    size_t klen = strlen(m->prefix) + ns->taglen + 32;
+    size_t argc = sc == SC_HMGET ? 2 + nargs : 3 + NRKEYS + nargs;
+    if (argc > INT_MAX) {
+        set_err(err, -E2BIG, KVP_RULE_TOO_MANY, -1, (int64_t)nargs, INT_MAX - 20,
+                "too many arguments for one Redis command");
+        return -E2BIG;
     }
-    for (size_t i = 0; i < n; i++)
-        held[i] &= r->element[i]->type != REDIS_REPLY_NIL;
-    freeReplyObject(r);
+    struct kvp__rcmd *cmds = calloc(BATCH_RANKS, sizeof *cmds);
+    char *kbuf = malloc(BATCH_RANKS * NRKEYS * klen);
+    const char **argv = malloc(BATCH_RANKS * argc * sizeof *argv);
+    size_t *lens = malloc(BATCH_RANKS * argc * sizeof *lens);
+    int rc = 0;
+    if (!cmds || !kbuf || !argv || !lens) {
+        rc = -ENOMEM;
+        set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+    }
+    for (size_t base = 0; !rc && base < nr; base += BATCH_RANKS) {
+        size_t c = nr - base < BATCH_RANKS ? nr - base : BATCH_RANKS;
+        for (size_t j = 0; j < c; j++) {
+            const char **v = argv + j * argc;
+            size_t *l = lens + j * argc, o = 0;
+            char tag[KEY_MAX];
+            int tl = snprintf(tag, sizeof tag, "%s/%u", ns->tag, ranks[base + j]);
+            char *kb = kbuf + j * NRKEYS * klen;
+            if (sc == SC_HMGET) {
+                v[o] = "HMGET", l[o++] = 5;
+                v[o] = kb,
+                l[o++] = (size_t)snprintf(kb, klen, "%s:{%s}:%s", m->prefix, tag, rank_fields[6]);
+            } else {
+                v[o] = "EVALSHA", l[o++] = 7;
+                v[o] = "", l[o++] = 0;
+                v[o] = "8", l[o++] = 1;
+                for (int f = 0; f < NRKEYS; f++)
+                    v[o] = kb + f * klen,
+                    l[o++] = (size_t)snprintf(kb + f * klen, klen, "%s:{%s}:%s", m->prefix, tag,
+                                              rank_fields[f]);
+            }
+            for (size_t a = 0; a < nargs; a++)
+                v[o] = args[a], l[o++] = alens[a];
+            cmds[j] = (struct kvp__rcmd){.slot = (int)kvp__redis_slot(tag, (size_t)tl),
+                                         .script = sc == SC_HMGET ? NULL : &m->scripts[sc],
+                                         .argc = (int)argc,
+                                         .argv = v,
+                                         .lens = l};
+        }
+        rc = kvp__rconn_multi(m->c, cmds, c, err);
+        for (size_t j = 0; j < c; j++) {
+            redisReply *r = cmds[j].reply;
+            int bad = sc == SC_HMGET
+                          ? r && (r->type != REDIS_REPLY_ARRAY || r->elements != nargs)
+                          : r && (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+                                  r->element[0]->type != REDIS_REPLY_INTEGER ||
+                                  (r->element[0]->integer == ST_OK && r->elements < min));
+            if (!rc && bad)
+                rc = unexpected(m, sc == SC_HMGET ? "HMGET" : "a script", err);
+            if (!rc && r)
+                rc = fn(arg, base + j, r, err);
+            if (r)
+                freeReplyObject(r);
+        }
+    }
+    free(cmds);
+    free(kbuf);
+    free(argv);
+    free(lens);
+    return rc;
+}
+
+struct held_arg {
+    uint8_t *held;
+    size_t n;
+};
+
+static int held_reply(void *arg, size_t j, redisReply *r, struct kvp_error *err)
+{
+    struct held_arg *h = arg;
+    (void)j;
+    (void)err;
+    for (size_t i = 0; i < h->n; i++)
+        h->held[i] &= r->element[i]->type != REDIS_REPLY_NIL;
     return 0;
 }
 
 /*
  * out[i] = keys[i] holds a page on every listed rank of the namespace but
- * `except` (-1: none); *nranks: how many are listed. Asks the ranks one after
- * another: not atomic across ranks.
+ * `except` (-1: none); *nranks: how many are listed. The ranks are asked
+ * together but each on its own: not atomic across ranks.
  */
 static int held_elsewhere(struct rns *ns, int64_t except, const struct kvp_str *keys, size_t n,
                           uint8_t *out, size_t *nranks, struct kvp_error *err)
@@ -886,12 +954,20 @@ static int held_elsewhere(struct rns *ns, int64_t except, const struct kvp_str *
     int rc = list_ranks(ns->m, ns->ranks_key, &ranks, NULL, &nr, err);
     if (rc)
         return rc;
-    memset(out, 1, n);
-    for (size_t j = 0; j < nr && !rc; j++)
-        if ((int64_t)ranks[j] != except)
-            rc = held_on(ns, ranks[j], keys, n, out, err);
-    free(ranks);
     *nranks = nr;
+    memset(out, 1, n);
+    size_t k = 0;
+    for (size_t j = 0; j < nr; j++)
+        if ((int64_t)ranks[j] != except)
+            ranks[k++] = ranks[j];
+    struct args a;
+    if (k && n && (rc = args_init(&a, n, 0, err)) == 0) {
+        arg_keys(&a, keys, n);
+        struct held_arg h = {out, n};
+        rc = ranks_batch(ns, ranks, k, SC_HMGET, a.n, a.v, a.len, 0, held_reply, &h, err);
+        args_free(&a);
+    }
+    free(ranks);
     return rc;
 }
 
@@ -995,8 +1071,17 @@ static int rank_op(struct rns *ns, uint32_t rank, int sc, const struct kvp_str *
     return 0;
 }
 
-/* A delete or clear of one rank, or (rank < 0) of every listed rank, one
- * after another: not atomic across ranks. */
+static int ignore_reply(void *arg, size_t j, redisReply *r, struct kvp_error *err)
+{
+    (void)arg;
+    (void)j;
+    (void)r;
+    (void)err;
+    return 0; /* a rank listed but gone (ST_NOT_INIT) has nothing to delete */
+}
+
+/* A delete or clear of one rank, or (rank < 0) of every listed rank, sent
+ * together: each rank's part is atomic, the whole is not. */
 static int each_rank_op(struct rns *ns, int64_t rank, int sc, const struct kvp_str *keys, size_t n,
                         struct kvp_error *err)
 {
@@ -1010,8 +1095,12 @@ static int each_rank_op(struct rns *ns, int64_t rank, int sc, const struct kvp_s
     size_t nr;
     if ((rc = list_ranks(ns->m, ns->ranks_key, &ranks, NULL, &nr, err)) != 0)
         return rc;
-    for (size_t j = 0; j < nr && !rc; j++)
-        rc = rank_op(ns, ranks[j], sc, keys, n, &missing, err);
+    struct args a;
+    if (nr && (rc = args_init(&a, n, 0, err)) == 0) {
+        arg_keys(&a, keys, n);
+        rc = ranks_batch(ns, ranks, nr, sc, a.n, a.v, a.len, 1, ignore_reply, NULL, err);
+        args_free(&a);
+    }
     free(ranks);
     return rc;
 }
@@ -1088,6 +1177,40 @@ static struct rns *ns_of_name(struct rmeta *m, const char *name, size_t len)
     return (struct rns *)out;
 }
 
+struct stats_arg {
+    const uint32_t *ranks;
+    struct kvp_rank_stats *st;
+    size_t k;
+};
+
+static int stats_reply(void *arg, size_t j, redisReply *r, struct kvp_error *err)
+{
+    struct stats_arg *a = arg;
+    (void)err;
+    if (r->element[0]->integer != ST_OK)
+        return 0; /* listed but gone meanwhile */
+    struct kvp_rank_stats *s = &a->st[a->k++];
+    uint64_t v[10];
+    for (size_t x = 0; x < 10; x++) {
+        int64_t y = rint_at(r, 1 + x);
+        v[x] = y > 0 ? (uint64_t)y : 0;
+    }
+    s->rank = a->ranks[j];
+    s->num_pages = v[0];
+    s->free = v[1];
+    s->reserved = v[2];
+    s->held = s->keys = v[3];
+    s->hits = v[4];
+    s->misses = v[5];
+    s->allocations = v[6];
+    s->evictions = v[7];
+    s->expired_reservations = v[8];
+    s->release_of_held_page = v[9];
+    return 0;
+}
+
+/* Each rank's figures are one script's (consistent); a namespace's ranks are
+ * asked together, not atomically. */
 static int rd_stats(struct kvp_meta *front, kvp_meta_stats_fn fn, void *arg)
 {
     struct rmeta *m = front->be;
@@ -1104,47 +1227,54 @@ static int rd_stats(struct kvp_meta *front, kvp_meta_stats_fn fn, void *arg)
         size_t nr;
         if ((rc = list_ranks(m, ns->ranks_key, &ranks, NULL, &nr, NULL)) != 0)
             break;
-        struct kvp_rank_stats *st = calloc(nr ? nr : 1, sizeof *st);
-        if (!st) {
-            free(ranks);
+        struct stats_arg a = {ranks, calloc(nr ? nr : 1, sizeof *a.st), 0};
+        if (!a.st)
             rc = -ENOMEM;
-            break;
-        }
-        size_t k = 0;
-        for (size_t j = 0; j < nr && !rc; j++) {
-            redisReply *r;
-            if ((rc = run_rank(ns, ranks[j], SC_STATS, 1, 0, NULL, NULL, 11, &r, NULL)) != 0)
-                break;
-            if (r->element[0]->integer == ST_OK) {
-                struct kvp_rank_stats *s = &st[k++];
-                uint64_t v[10];
-                for (size_t x = 0; x < 10; x++) {
-                    int64_t y = rint_at(r, 1 + x);
-                    v[x] = y > 0 ? (uint64_t)y : 0;
-                }
-                s->rank = ranks[j];
-                s->num_pages = v[0];
-                s->free = v[1];
-                s->reserved = v[2];
-                s->held = s->keys = v[3];
-                s->hits = v[4];
-                s->misses = v[5];
-                s->allocations = v[6];
-                s->evictions = v[7];
-                s->expired_reservations = v[8];
-                s->release_of_held_page = v[9];
-            }
-            freeReplyObject(r);
-        }
+        else if (nr)
+            rc = ranks_batch(ns, ranks, nr, SC_STATS, 0, NULL, NULL, 11, stats_reply, &a, NULL);
         free(ranks);
         if (!rc)
-            rc = fn(ns->dep, ns->pool, st, k, arg);
-        free(st);
+            rc = fn(ns->dep, ns->pool, a.st, a.k, arg);
+        free(a.st);
     }
     freeReplyObject(names);
     return rc;
 }
 
+struct check_arg {
+    struct rns *ns;
+    const uint32_t *ranks, *np;
+};
+
+static int check_reply(void *arg, size_t j, redisReply *r, struct kvp_error *err)
+{
+    struct check_arg *a = arg;
+    struct rns *ns = a->ns;
+    int64_t st = r->element[0]->integer;
+    if (st == ST_NOT_INIT) {
+        set_err(err, -EUCLEAN, KVP_RULE_NONE, -1, 0, 0,
+                "namespace %s/%s rank %u: listed but not initialized", ns->dep, ns->pool,
+                a->ranks[j]);
+        return -EUCLEAN;
+    }
+    if (st == ST_BROKEN) {
+        const redisReply *w = r->elements > 1 ? r->element[1] : NULL;
+        int ok = w && w->type == REDIS_REPLY_STRING;
+        set_err(err, -EUCLEAN, KVP_RULE_NONE, -1, 0, 0, "namespace %s/%s rank %u: %.*s", ns->dep,
+                ns->pool, a->ranks[j], ok ? (int)w->len : 0, ok ? w->str : "");
+        return -EUCLEAN;
+    }
+    if (st != ST_OK || rint_at(r, 1) != a->np[j]) {
+        set_err(err, -EUCLEAN, KVP_RULE_NONE, -1, 0, 0,
+                "namespace %s/%s rank %u: listed with %u pages but has %lld", ns->dep, ns->pool,
+                a->ranks[j], a->np[j], (long long)rint_at(r, 1));
+        return -EUCLEAN;
+    }
+    return 0;
+}
+
+/* The invariants of each rank, each checked by one script (atomic); the
+ * namespaces and their rank lists are read first, not atomically with them. */
 static int rd_check(struct kvp_meta *front, struct kvp_error *err)
 {
     struct rmeta *m = front->be;
@@ -1166,30 +1296,9 @@ static int rd_check(struct kvp_meta *front, struct kvp_error *err)
         size_t nr;
         if ((rc = list_ranks(m, ns->ranks_key, &ranks, &np, &nr, err)) != 0)
             break;
-        for (size_t j = 0; j < nr && !rc; j++) {
-            redisReply *r;
-            if ((rc = run_rank(ns, ranks[j], SC_CHECK, 1, 0, NULL, NULL, 2, &r, err)) != 0)
-                break;
-            int64_t st = r->element[0]->integer;
-            if (st == ST_NOT_INIT) {
-                rc = -EUCLEAN;
-                set_err(err, rc, KVP_RULE_NONE, -1, 0, 0,
-                        "namespace %s/%s rank %u: listed but not initialized", ns->dep, ns->pool,
-                        ranks[j]);
-            } else if (st == ST_BROKEN) {
-                const redisReply *w = r->elements > 1 ? r->element[1] : NULL;
-                rc = -EUCLEAN;
-                set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "namespace %s/%s rank %u: %.*s", ns->dep,
-                        ns->pool, ranks[j], w && w->type == REDIS_REPLY_STRING ? (int)w->len : 0,
-                        w && w->type == REDIS_REPLY_STRING ? w->str : "");
-            } else if (st == ST_OK && rint_at(r, 1) != np[j]) {
-                rc = -EUCLEAN;
-                set_err(err, rc, KVP_RULE_NONE, -1, 0, 0,
-                        "namespace %s/%s rank %u: listed with %u pages but has %lld", ns->dep,
-                        ns->pool, ranks[j], np[j], (long long)rint_at(r, 1));
-            }
-            freeReplyObject(r);
-        }
+        struct check_arg a = {ns, ranks, np};
+        if (nr)
+            rc = ranks_batch(ns, ranks, nr, SC_CHECK, 0, NULL, NULL, 2, check_reply, &a, err);
         free(ranks);
         free(np);
     }

@@ -476,6 +476,82 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
     return rc;
 }
 
+int kvp__rconn_multi(struct kvp__rconn *c, struct kvp__rcmd *cmds, size_t n, struct kvp_error *err)
+{
+    uint8_t *nidx = malloc(n ? n : 1);     /* each command's place in nodes[] below */
+    uint8_t *state = calloc(n ? n : 1, 1); /* 1 sent, 2 answered */
+    char(*sha)[41] = malloc((n ? n : 1) * sizeof *sha);
+    struct rnode *nodes[MAX_NODES];
+    size_t nn = 0;
+    for (size_t i = 0; nidx && i < n; i++) {
+        cmds[i].reply = NULL;
+        cmds[i].rc = 0;
+        struct rnode *nd = node_for(c, cmds[i].slot);
+        size_t d = 0;
+        while (d < nn && nodes[d] != nd)
+            d++;
+        if (d == nn)
+            nodes[nn++] = nd;
+        nidx[i] = (uint8_t)d;
+    }
+    for (size_t d = 0; nidx && state && sha && d < nn; d++) {
+        int fresh, rc;
+        redisContext *x = node_take(c, nodes[d], &fresh, NULL, &rc);
+        if (!x)
+            continue; /* its commands run alone below, which reports why */
+        for (size_t j = 0; j < n; j++) {
+            if (nidx[j] != d)
+                continue;
+            if (cmds[j].script) {
+                pthread_mutex_lock(&c->lock);
+                memcpy(sha[j], cmds[j].script->sha, sizeof sha[j]);
+                pthread_mutex_unlock(&c->lock);
+                if (!sha[j][0])
+                    continue; /* loaded by kvp__rconn_cmd below */
+                cmds[j].argv[1] = sha[j];
+                cmds[j].lens[1] = 40;
+            }
+            if (redisAppendCommandArgv(x, cmds[j].argc, cmds[j].argv, cmds[j].lens) == REDIS_OK)
+                state[j] = 1;
+        }
+        for (size_t j = 0; j < n && x; j++) {
+            if (nidx[j] != d || state[j] != 1)
+                continue;
+            redisReply *r = NULL;
+            if (redisGetReply(x, (void **)&r) != REDIS_OK || !r) {
+                atomic_fetch_add(&c->failures, 1);
+                redisFree(x);
+                x = NULL;
+                drop_idle(nodes[d]);
+                break;
+            }
+            if (r->type == REDIS_REPLY_ERROR) {
+                freeReplyObject(r); /* MOVED, NOSCRIPT, ...: alone below */
+            } else {
+                cmds[j].reply = r;
+                state[j] = 2;
+            }
+        }
+        if (x)
+            node_put(nodes[d], x);
+    }
+    int first = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!state || state[i] != 2) /* not sent, failed or refused: alone, with redirections */
+            cmds[i].rc = kvp__rconn_cmd(c, cmds[i].slot, cmds[i].script, 1, cmds[i].argc,
+                                        cmds[i].argv, cmds[i].lens, &cmds[i].reply, &cmds[i].err);
+        if (cmds[i].rc && !first) {
+            first = cmds[i].rc;
+            if (err)
+                *err = cmds[i].err;
+        }
+    }
+    free(sha);
+    free(nidx);
+    free(state);
+    return first;
+}
+
 /* The masters: the nodes the slot map names (the first node outside a cluster). */
 static size_t masters(struct kvp__rconn *c, struct rnode **out)
 {

@@ -53,6 +53,28 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
                    int argc, const char **argv, const size_t *lens, redisReply **out,
                    struct kvp_error *err);
 
+/* One command of kvp__rconn_multi: as kvp__rconn_cmd's arguments, and its
+ * result (reply or rc with err). */
+struct kvp__rcmd {
+    int slot;
+    struct kvp__rscript *script;
+    int argc;
+    const char **argv;
+    size_t *lens;
+    redisReply *reply;
+    int rc;
+    struct kvp_error err;
+};
+
+/*
+ * Runs n idempotent commands, pipelined: those for one node go out on one
+ * connection together and their replies are read after. A command that
+ * meets a redirection, an unloaded script or a failed connection is run
+ * again alone by kvp__rconn_cmd. Returns the first command's failure (its
+ * err copied to err), or 0; every reply is the caller's to free.
+ */
+int kvp__rconn_multi(struct kvp__rconn *c, struct kvp__rcmd *cmds, size_t n, struct kvp_error *err);
+
 /* Calls fn for each node that serves slots (the single node outside a
  * cluster) with a reply of the command, or the error. Stops at fn's non-zero
  * return, which it returns. */
