@@ -541,6 +541,24 @@ static void nslist_keys(struct rmeta *m, char *list, char *seq, size_t len)
     snprintf(seq, len, "%s:{%s}:nsseq", m->prefix, m->prefix);
 }
 
+/* Lists the namespace (no change when it is listed already). */
+static int ns_register(struct rmeta *m, struct rns *ns, struct kvp_error *err)
+{
+    char list[MAX_PREFIX * 2 + 32], seq[MAX_PREFIX * 2 + 32];
+    nslist_keys(m, list, seq, sizeof list);
+    const char *argv[6] = {"EVALSHA", "", "2", list, seq, ns->tag};
+    size_t lens[6] = {7, 0, 1, strlen(list), strlen(seq), ns->taglen};
+    redisReply *r;
+    int rc =
+        kvp__rconn_cmd(m->c, key_slot(list), &m->scripts[SC_NS_CREATE], 1, 6, argv, lens, &r, err);
+    if (rc)
+        return rc;
+    if (r->type != REDIS_REPLY_INTEGER)
+        rc = unexpected(m, "the namespace script", err);
+    freeReplyObject(r);
+    return rc;
+}
+
 static int rd_ns(struct kvp_meta *front, const char *deployment, size_t dlen, const char *pool,
                  size_t plen, int create, struct kvp_ns **out, uint64_t *ticket,
                  struct kvp_error *err)
@@ -561,18 +579,7 @@ static int rd_ns(struct kvp_meta *front, const char *deployment, size_t dlen, co
     redisReply *r = NULL;
     int rc;
     if (create) {
-        const char *keys[2] = {list, seq};
-        size_t kl[2] = {strlen(list), strlen(seq)};
-        const char *a[1] = {ns->tag};
-        size_t al[1] = {ns->taglen};
-        /* run_script wants an array reply; this one answers 0 or 1 */
-        size_t argc = 6;
-        const char *argv[6] = {"EVALSHA", "", "2", keys[0], keys[1], a[0]};
-        size_t lens[6] = {7, 0, 1, kl[0], kl[1], al[0]};
-        rc = kvp__rconn_cmd(m->c, key_slot(list), &m->scripts[SC_NS_CREATE], 1, (int)argc, argv,
-                            lens, &r, err);
-        if (!rc && r->type != REDIS_REPLY_INTEGER)
-            rc = unexpected(m, "the namespace script", err);
+        rc = ns_register(m, ns, err);
     } else {
         const char *argv[3] = {"ZSCORE", list, ns->tag};
         size_t lens[3] = {6, strlen(list), ns->taglen};
@@ -709,13 +716,15 @@ static int rd_init_rank(struct kvp_ns *pub, uint32_t rank, uint32_t num_pages, u
     }
     if (st != ST_OK)
         return unexpected(m, "the init script", err);
-    /* Listed after the rank exists (also repairs a list that missed it). */
+    /* Listed after the rank exists (also repairs a list that missed it),
+     * and the namespace too: a Redis that lost its data (restarted without
+     * persistence) forgot it while this handle still holds it. */
     const char *argv[4] = {"HSET", ns->ranks_key, rk, np};
     size_t lens[4] = {4, kl[0], strlen(rk), strlen(np)};
     if ((rc = kvp__rconn_cmd(m->c, key_slot(ns->ranks_key), NULL, 1, 4, argv, lens, &r, err)))
         return rc;
     freeReplyObject(r);
-    return 0;
+    return ns_register(m, ns, err);
 }
 
 static int rd_allocate(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *keys, size_t n,

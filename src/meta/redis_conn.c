@@ -42,7 +42,7 @@ struct rnode {
 
 struct kvp__rconn {
     struct kvp__rcfg cfg;
-    int cluster;          /* slots are looked up in the map */
+    atomic_int cluster;   /* slots are looked up in the map (read without the lock) */
     pthread_mutex_t lock; /* guards nodes (appended only), nnodes, slots and the SHAs */
     struct rnode *nodes[MAX_NODES];
     size_t nnodes;

@@ -860,6 +860,9 @@ static void restart_test(int i)
     CHECK_EQ(kvp_meta_init_rank(ns, 0, 4, NULL), 0);
     CHECK_EQ(put(ns, 0, "a"), 0);
     CHECK_EQ(kvp_meta_health(m, why, sizeof why), 0);
+    static struct stats_copy sc;
+    CHECK_EQ(kvp_meta_stats(m, stats_fn, &sc), 0);
+    CHECK(strstr(sc.text, "[rs|70 r0 np4 f3 rs0 h1") != NULL); /* listed again by init_rank */
     /* A server that answers nothing: a timeout, not a hang. */
     kill(servers[i].pid, SIGSTOP);
     t0 = mono_ms();
