@@ -9,7 +9,7 @@ PREFIX     ?= /usr/local
 CMAKE_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo $(if $(KVP_WERROR),-DKVP_WERROR=ON)
 
 .PHONY: all deps build asan tsan run install test unit install-test unit-asan unit-tsan \
-        integration integration-tsan python-test clean format format-check
+        integration integration-redis integration-tsan python-test clean format format-check
 
 all: build
 
@@ -68,6 +68,19 @@ integration: build asan
 	@KVPAGE_BIN=$(CURDIR)/$(ASAN_BUILD)/kvpage KVPAGE_LIB=$(CURDIR)/$(ASAN_BUILD)/libkvpage.so \
 	  $(PYTHON) -m pytest -q -p no:cacheprovider tests/integration
 
+# The same suite with every server's state in Redis (tests/integration/
+# redisfix.py starts one redis-server on a free port; tests about the
+# in-process backend's data directory are skipped), release and ASan builds.
+integration-redis: build asan
+	@echo "integration tests, state in Redis: release build"
+	@KVPAGE_TEST_BACKEND=redis KVPAGE_BIN=$(CURDIR)/$(BUILD)/kvpage \
+	  KVPAGE_LIB=$(CURDIR)/$(BUILD)/libkvpage.so \
+	  $(PYTHON) -m pytest -q -p no:cacheprovider tests/integration
+	@echo "integration tests, state in Redis: AddressSanitizer + UndefinedBehaviorSanitizer build"
+	@KVPAGE_TEST_BACKEND=redis KVPAGE_BIN=$(CURDIR)/$(ASAN_BUILD)/kvpage \
+	  KVPAGE_LIB=$(CURDIR)/$(ASAN_BUILD)/libkvpage.so \
+	  $(PYTHON) -m pytest -q -p no:cacheprovider tests/integration
+
 # The integration tests in which the server runs threads against each other
 # (HTTP workers, the log's flusher and parked replies, snapshots, the body
 # worker and the connection counters), against
@@ -76,7 +89,7 @@ TSAN_INTEGRATION = tests/integration/test_concurrency.py tests/integration/test_
   tests/integration/test_hostile.py::test_probe_while_hostile \
   tests/integration/test_hostile.py::test_big_valid_request_off_the_loop \
   tests/integration/test_hostile.py::test_body_memory_budget \
-  tests/integration/test_store_remote.py
+  tests/integration/test_store_remote.py tests/integration/test_redis.py
 integration-tsan: tsan
 	@echo "integration tests: ThreadSanitizer build ($(notdir $(TSAN_INTEGRATION)))"
 	@TSAN_OPTIONS=$(KVP_TSAN_OPTIONS) \
@@ -97,7 +110,8 @@ python-test: build asan
 	  KVPAGE_BIN=$(CURDIR)/$(ASAN_BUILD)/kvpage KVPAGE_LIB=$(CURDIR)/$(ASAN_BUILD)/libkvpage.so \
 	  $(PYTHON) -m pytest -q -p no:cacheprovider tests/python
 
-test: unit install-test unit-asan integration python-test unit-tsan integration-tsan
+test: unit install-test unit-asan integration integration-redis python-test unit-tsan \
+      integration-tsan
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)

@@ -1340,6 +1340,8 @@ static int rd_values(struct kvp_meta *front, kvp_meta_value_fn fn, void *arg)
     struct rmeta *m = front->be;
     struct kvp__rconn_stats s;
     kvp__rconn_stats(m->c, &s);
+    char how[160];
+    int level = kvp__redis_durability(front, how, sizeof how);
     const struct kvp_meta_value v[] = {
         {"redis", "connects", "kvpage_redis_connects_total", "Connections opened to Redis nodes.",
          KVP_VALUE_COUNTER, 0, s.connects, NULL, NULL},
@@ -1353,6 +1355,13 @@ static int rd_values(struct kvp_meta *front, kvp_meta_value_fn fn, void *arg)
          NULL, NULL},
         {"redis", "nodes", "kvpage_redis_nodes", "Redis nodes known (seeds and cluster nodes).",
          KVP_VALUE_GAUGE, 0, s.nodes, NULL, NULL},
+        /* kvpage serve reads this one at start to warn (the binary links
+         * only the public API, so not kvp__redis_durability). */
+        {"redis", "durability", "kvpage_redis_durability",
+         "What the Redis masters' persistence promises for an acknowledged change, the least of "
+         "them: 3 appendfsync always (survives a restart), 2 everysec (up to about a second "
+         "lost), 1 no AOF (everything since the last snapshot lost), 0 unknown.",
+         KVP_VALUE_GAUGE, 0, (uint64_t)(level + 1), "settings", how},
     };
     for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
         int rc = fn(&v[i], arg);

@@ -343,10 +343,18 @@ int kvp__parse_confirm(struct kvp_ctx *c, json_t *conf, const char *field, size_
     return 0;
 }
 
+void kvp__reply_unavailable(struct kvp_ctx *c, const struct kvp_error *err)
+{
+    kvp__reply_error(c, 503, "Service unavailable: %s; retry later",
+                     err->msg[0] ? err->msg : kvp_strerror(err->code));
+}
+
 void kvp__confirm_error(struct kvp_ctx *c, int rc, const struct kvp_error *err, const char *field,
                         uint32_t rank)
 {
-    if (rc == -EINVAL && err->rule == KVP_RULE_CONFIRM_PAGE) {
+    if (err->rule == KVP_RULE_UNAVAILABLE) {
+        kvp__reply_unavailable(c, err);
+    } else if (rc == -EINVAL && err->rule == KVP_RULE_CONFIRM_PAGE) {
         kvp__reply_error(c, 400, "Confirmation failed: %s[%lld] page %lld is outside [0, %lld)",
                          field, (long long)err->index, (long long)err->value,
                          (long long)err->limit);
@@ -374,7 +382,9 @@ void kvp__confirm_error(struct kvp_ctx *c, int rc, const struct kvp_error *err, 
 
 void kvp__meta_error(struct kvp_ctx *c, int rc, const struct kvp_error *err, const char *field)
 {
-    if (rc == -EINVAL && err->rule == KVP_RULE_KEY) {
+    if (err->rule == KVP_RULE_UNAVAILABLE) {
+        kvp__reply_unavailable(c, err);
+    } else if (rc == -EINVAL && err->rule == KVP_RULE_KEY) {
         const char *why = err->value == 0                ? "is empty"
                           : err->value > KVP_MAX_KEY_LEN ? "is longer than 1024 bytes"
                                                          : "contains a NUL byte";
@@ -399,7 +409,9 @@ int kvp__find_ns(struct kvp_ctx *c, const char *pool, size_t plen, int create, s
     int rc = kvp_meta_ns(c->srv->meta, c->dep, c->dlen, pool, plen, create, ns, &err);
     if (rc == 0 || rc == -ENOENT)
         return rc;
-    if (rc == -EINVAL)
+    if (err.rule == KVP_RULE_UNAVAILABLE)
+        kvp__reply_unavailable(c, &err);
+    else if (rc == -EINVAL)
         kvp__reply_error(c, 400, "Invalid namespace");
     else if (err.rule == KVP_RULE_IO)
         kvp__reply_log_error(c->rep, rc, err.msg, 0);

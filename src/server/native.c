@@ -1,4 +1,6 @@
 /* Native routes (protocol.md §4): GET /healthz, /metrics, /v1/stats. */
+#include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "server/server.h"
@@ -37,6 +39,13 @@ void kvp__native_handle(struct kvp_ctx *c, int route)
         kvp__reply_error(c, 404, "Not Found");
         return;
     }
-    if (rc)
+    if (rc == -ECONNREFUSED || rc == -ETIMEDOUT || rc == -ECONNRESET || rc == -EHOSTUNREACH ||
+        rc == -ENOTCONN || rc == -EPIPE || rc == -EIO) {
+        /* The figures come from a remote store (redis://) that did not answer. */
+        struct kvp_error err = {.code = rc, .rule = KVP_RULE_UNAVAILABLE};
+        snprintf(err.msg, sizeof err.msg, "cannot read the statistics: %s", kvp_strerror(rc));
+        kvp__reply_unavailable(c, &err);
+    } else if (rc) {
         kvp__reply_internal(c, rc, "statistics");
+    }
 }

@@ -258,6 +258,9 @@ void kvp__confirm_error(struct kvp_ctx *c, int rc, const struct kvp_error *err, 
  * name field), -EEXIST → 409, KVP_RULE_IO (the log cannot take the change)
  * → 507 / 503, else 500. */
 void kvp__meta_error(struct kvp_ctx *c, int rc, const struct kvp_error *err, const char *field);
+/* 503 "Service unavailable: {err->msg}; retry later": a remote metadata
+ * store (KVP_RULE_UNAVAILABLE) did not answer. */
+void kvp__reply_unavailable(struct kvp_ctx *c, const struct kvp_error *err);
 /* Writes head, then v[0..n) as JSON bools or p[0..n) as page-or-null, then "]}". */
 void kvp__write_bools(struct kvp_buf *b, const char *head, const uint8_t *v, size_t n);
 void kvp__write_pages(struct kvp_buf *b, const char *head, const int64_t *p, size_t n);

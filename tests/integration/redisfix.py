@@ -1,0 +1,165 @@
+"""redis-server for the tests: started on a free loopback port (never a
+fixed one), in a directory of its own, stopped at the end.
+
+`KVPAGE_TEST_BACKEND=redis` makes kvpserver.launch run every server of the
+integration suite on one session-wide Redis (each server under a key prefix
+of its own, so tests do not see each other's state).
+"""
+import atexit
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+
+BACKEND = os.environ.get("KVPAGE_TEST_BACKEND", "local")
+REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
+REDIS_CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
+
+
+def _free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ping(port, timeout=0.5):
+    """True when a Redis on port answers PING (a raw RESP exchange: no
+    client library needed)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+class Redis:
+    """One redis-server. args: extra configuration, e.g.
+    ["--appendonly", "yes", "--appendfsync", "always"]."""
+
+    def __init__(self, args=(), directory=None):
+        self.args = list(args)
+        self.dir = directory or tempfile.mkdtemp(prefix="kvpage-redis-")
+        self._own_dir = directory is None
+        self.proc = None
+        self.port = None
+        self.log = os.path.join(self.dir, "redis.log")
+
+    def start(self, port=None, tries=5):
+        """Starts it (on port, or a free one) and waits until it answers."""
+        for _ in range(tries if port is None else 1):
+            p = port or _free_port()
+            cmd = [REDIS_SERVER, "--port", str(p), "--bind", "127.0.0.1", "--save", "",
+                   "--dir", self.dir, "--logfile", self.log, "--daemonize", "no",
+                   "--protected-mode", "no"] + self.args
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                if _ping(p):
+                    self.port = p
+                    return self
+                time.sleep(0.02)
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait()
+        raise RuntimeError(f"redis-server did not start; its log:\n{self.tail()}")
+
+    def url(self, prefix=None, db=0):
+        q = f"?prefix={prefix}" if prefix else ""
+        return f"redis://127.0.0.1:{self.port}/{db}{q}"
+
+    def cli(self, *args):
+        """redis-cli against it; its output as text."""
+        r = subprocess.run([REDIS_CLI, "-h", "127.0.0.1", "-p", str(self.port)] + list(args),
+                           capture_output=True, text=True, timeout=30)
+        if r.returncode:
+            raise RuntimeError(f"redis-cli {' '.join(args)}: {r.stderr or r.stdout}")
+        return r.stdout.strip()
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def kill(self):
+        self.stop(signal.SIGKILL)
+
+    def restart(self):
+        """Stops it and starts it again on the same port (and directory)."""
+        self.stop()
+        self.start(self.port)
+
+    def close(self):
+        self.kill()
+        if self._own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def tail(self, limit=4000):
+        try:
+            with open(self.log, errors="replace") as f:
+                return f.read()[-limit:]
+        except OSError:
+            return ""
+
+
+_SESSION = None
+
+
+def session_redis():
+    """The Redis shared by every server of a KVPAGE_TEST_BACKEND=redis run."""
+    global _SESSION
+    if _SESSION is None:
+        _SESSION = Redis().start()
+        atexit.register(_SESSION.close)
+    return _SESSION
+
+
+def fresh_location():
+    """A location on the session's Redis that no server has used."""
+    return session_redis().url(prefix="t" + uuid.uuid4().hex[:16])
+
+
+class Cluster:
+    """A Redis Cluster of `masters` masters (no replicas) on free loopback
+    ports, created with redis-cli --cluster create."""
+
+    def __init__(self, masters=3):
+        self.dir = tempfile.mkdtemp(prefix="kvpage-redis-cluster-")
+        self.nodes = []
+        for i in range(masters):
+            d = os.path.join(self.dir, f"n{i}")
+            os.makedirs(d)
+            self.nodes.append(Redis(["--cluster-enabled", "yes", "--cluster-config-file",
+                                     os.path.join(d, "nodes.conf"), "--appendonly", "no"], d))
+
+    def start(self):
+        for n in self.nodes:
+            n.start()
+        addrs = [f"127.0.0.1:{n.port}" for n in self.nodes]
+        subprocess.run([REDIS_CLI, "--cluster", "create"] + addrs +
+                       ["--cluster-replicas", "0", "--cluster-yes"],
+                       capture_output=True, text=True, timeout=60, check=True)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if all("cluster_state:ok" in n.cli("cluster", "info") for n in self.nodes):
+                return self
+            time.sleep(0.1)
+        raise RuntimeError("the cluster did not reach cluster_state:ok")
+
+    def url(self, prefix=None):
+        q = f"?prefix={prefix}" if prefix else ""
+        return "redis://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes) + q
+
+    def close(self):
+        for n in self.nodes:
+            n.close()
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,0 +1,257 @@
+"""kvpage serve --meta redis://: many servers over one Redis (issue 15).
+
+Each test starts its own redis-server (or a three-master Redis Cluster) on
+free loopback ports (tests/integration/redisfix.py) and real `kvpage serve`
+processes on it. The suite as a whole also runs against Redis with
+KVPAGE_TEST_BACKEND=redis (make integration-redis); these are the cases that
+need several servers, a Redis that dies, or a cluster.
+"""
+import signal
+import threading
+import time
+
+import pytest
+import requests
+
+from kvpserver import launch, require_bin
+from kvptest import counts, expect, invariants, session
+import redisfix
+
+
+@pytest.fixture
+def redis():
+    r = redisfix.Redis().start()
+    yield r
+    r.close()
+
+
+def _keys(tag, n):
+    return [f"{tag}-{i:05d}" for i in range(n)]
+
+
+def test_two_servers_answer_as_one(redis, start_server):
+    loc = redis.url(prefix="two")
+    a, b = start_server("--meta", loc).client(), start_server("--meta", loc).client()
+    a.v_init(0, 64)
+    a.v_init(1, 64)
+    b.v_init(0, 64)  # the same again through the other: no change
+    keys = _keys("k", 10)
+    pages0 = a.v_write(0, keys)
+    assert b.v_exists(keys) == [False] * 10  # rank 1 holds none yet: not complete
+    b.v_write(1, keys)
+    assert a.v_exists(keys) == [True] * 10
+    assert b.v_loc(0, keys) == pages0
+    # The SGLang dialect, another pool, through both.
+    a.s_init(0, 32, ns="extra")
+    sp = a.s_write(0, keys[:4], ns="extra")
+    assert b.s_get(0, keys[:4] + ["nope"], ns="extra") == sp + [None]
+    b.s_delete(0, keys[:2], ns="extra")
+    assert a.s_get(0, keys[:4], ns="extra") == [None, None] + sp[2:]
+    for c in (a, b):
+        st = invariants(c.get("/v1/stats").json())
+        assert counts(st, 0) == (64, 54, 0, 10)
+        assert counts(st, 0, pool="extra") == (32, 30, 0, 2)
+
+
+def test_concurrent_allocations_through_two_servers_never_share_a_page(redis, start_server):
+    loc = redis.url(prefix="conc")
+    servers = [start_server("--meta", loc), start_server("--meta", loc)]
+    servers[0].client().v_init(0, 1000)
+    got, errors = {}, []
+    lock = threading.Lock()
+
+    def worker(t):
+        try:
+            c = servers[t % 2].client()
+            for j in range(10):
+                ks = _keys(f"t{t}-b{j}", 10)
+                pages = c.v_alloc(0, ks)
+                with lock:
+                    got.update(zip(ks, pages))
+                c.v_confirm(0, list(zip(ks, pages)))
+        except Exception as e:  # reported below
+            errors.append(repr(e))
+
+    th = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+    [t.start() for t in th]
+    [t.join() for t in th]
+    assert not errors, errors
+    assert len(got) == 800 and min(got.values()) >= 0
+    assert len(set(got.values())) == 800, "one page handed to two keys"
+    for s in servers:
+        st = invariants(s.stats())
+        assert counts(st, 0) == (1000, 200, 0, 800)
+    assert servers[1].client().v_loc(0, list(got)) == list(got.values())
+
+
+def test_sigkill_of_one_server_loses_nothing_acknowledged(tmp_path, redis, start_server):
+    loc = redis.url(prefix="kill")
+    a, b = launch(tmp_path, ["--meta", loc]), start_server("--meta", loc)  # a is killed
+    b.client().v_init(0, 100000)
+    acked, stop = [], threading.Event()
+
+    def writer():
+        c = a.client()
+        i = 0
+        while not stop.is_set():
+            ks = _keys(f"w{i}", 8)
+            i += 1
+            try:
+                c.v_write(0, ks)
+            except (requests.RequestException, AssertionError):
+                return  # the server is gone
+            acked.extend(ks)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    time.sleep(0.7)
+    a.stop(signal.SIGKILL)
+    a.assert_no_sanitizer_report()
+    stop.set()
+    t.join()
+    assert len(acked) > 8
+    cb = b.client()
+    assert all(cb.v_exists(acked)), "an acknowledged key is gone"
+    more = _keys("after", 8)
+    cb.v_write(0, more)
+    assert cb.v_exists(acked + more) == [True] * (len(acked) + len(more))
+    invariants(b.stats())
+
+
+def test_redis_restart_with_aof_always_loses_nothing_acknowledged(start_server):
+    r = redisfix.Redis(["--appendonly", "yes", "--appendfsync", "always"]).start()
+    try:
+        srv = start_server("--meta", r.url(prefix="aof"))
+        c = srv.client()
+        c.v_init(0, 256)
+        keys = _keys("a", 100)
+        pages = c.v_write(0, keys)
+        r.kill()  # SIGKILL: only what appendfsync always wrote survives
+        r.start(r.port)
+        deadline = time.monotonic() + 20
+        while True:  # the server reconnects by itself
+            resp = c.post("/keys/get_locations", {"rank": 0, "keys": keys})
+            if resp.status_code == 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        expect(resp, 200)
+        assert resp.json()["locations"] == pages
+        assert "can be lost" not in srv.stderr()
+        invariants(srv.stats())
+    finally:
+        r.close()
+
+
+def test_redis_stopped_gives_503_with_the_cause_then_recovers(redis, start_server):
+    srv = start_server("--meta", redis.url(prefix="down"))
+    c = srv.client()
+    c.v_init(0, 16)
+    c.v_write(0, ["x"])
+    redis.kill()
+    for path, body in (("/keys/batch_exists", {"keys": ["x"]}),
+                       ("/keys/batch_allocate", {"rank": 0, "keys": [["y", ""]]}),
+                       ("/keys/get_locations", {"rank": 0, "keys": ["x"]}),
+                       ("/0/exists", {"keys": ["x"]}),
+                       ("/rank/1/initialize", {"num_pages": 4})):
+        t0 = time.monotonic()
+        resp = c.post(path, body)
+        assert time.monotonic() - t0 < 15, f"{path} hung"
+        expect(resp, 503)
+        detail = resp.json()["detail"]
+        assert detail.startswith("Service unavailable: "), detail
+        assert str(redis.port) in detail, detail  # names the node
+    resp = c.get("/v1/stats")
+    assert resp.status_code == 503, resp.text
+    assert c.get("/healthz").status_code == 200  # liveness: no restart loop
+    redis.start(redis.port)  # empty again: it had no persistence
+    deadline = time.monotonic() + 20
+    while c.post("/rank/0/initialize", {"num_pages": 16}).status_code != 200:
+        assert time.monotonic() < deadline, "no recovery after Redis came back"
+        time.sleep(0.1)
+    c.v_write(0, ["z"])
+    assert c.v_exists(["z"]) == [True]
+    invariants(srv.stats())
+
+
+def test_server_started_before_redis_waits_for_it(tmp_path, start_server):
+    port = redisfix._free_port()
+    r = redisfix.Redis()
+    timer = threading.Timer(1.5, r.start, args=(port,))
+    timer.start()
+    try:
+        srv = start_server("--meta", f"redis://127.0.0.1:{port}/0?prefix=late")
+        srv.client().v_init(0, 8)
+        assert "cannot reach" in srv.stderr()
+    finally:
+        timer.join()
+        r.close()
+
+
+@pytest.mark.parametrize("aof, warned", [
+    (["--appendonly", "no"], "everything since its last snapshot"),
+    (["--appendonly", "yes", "--appendfsync", "everysec"], "up to about a second"),
+    (["--appendonly", "yes", "--appendfsync", "always"], None),
+])
+def test_durability_settings_are_checked_at_start(aof, warned, start_server):
+    r = redisfix.Redis(aof).start()
+    try:
+        srv = start_server("--meta", r.url(prefix="dur"))
+        err = srv.stderr()
+        if warned:
+            assert warned in err and "--fsync batch asks for appendonly yes and appendfsync always" in err, err
+        else:
+            assert "can be lost" not in err and "appendfsync always" in err, err
+        # --fsync never asks for nothing: no warning
+        quiet = start_server("--meta", r.url(prefix="dur"), "--fsync", "never").stderr()
+        assert "can be lost" not in quiet, quiet
+    finally:
+        r.close()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--meta", "redis://127.0.0.1:1", "--data-dir", "x"], "--meta and --data-dir exclude each other"),
+    (["--meta", "file:/tmp/x"], "expected redis://"),
+])
+def test_bad_meta_flags_are_usage_errors(args, message):
+    import subprocess
+    p = subprocess.run([require_bin(), "serve", "--listen", "127.0.0.1:0"] + args,
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2, p.stderr
+    assert message in p.stderr, p.stderr
+
+
+def test_a_bad_redis_url_is_refused_at_start(tmp_path):
+    import subprocess
+    p = subprocess.run([require_bin(), "serve", "--listen", "127.0.0.1:0", "--meta",
+                        "redis://127.0.0.1:notaport"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1, p.stderr
+    assert "cannot open the state in redis://127.0.0.1:notaport" in p.stderr, p.stderr
+
+
+def test_redis_cluster_flows(start_server):
+    cl = redisfix.Cluster(3).start()
+    try:
+        a = start_server("--meta", cl.url(prefix="cl")).client()
+        b = start_server("--meta", cl.url(prefix="cl")).client()
+        # Ranks and pools spread over the shards (each rank is one slot).
+        for rank in range(6):
+            a.v_init(rank, 64)
+        keys = _keys("c", 20)
+        locs = {}
+        for rank in range(6):
+            locs[rank] = a.v_write(rank, keys)
+        assert b.v_exists(keys) == [True] * 20
+        for rank in range(6):
+            assert b.v_loc(rank, keys) == locs[rank]
+        for pool in ("p1", "p2", "p3", "p4"):
+            b.s_init(0, 16, ns=pool)
+            pages = b.s_write(0, keys[:5], ns=pool)
+            assert a.s_get(0, keys[:5], ns=pool) == pages
+        a.v_delete(keys[:10])
+        assert b.v_exists(keys) == [False] * 10 + [True] * 10
+        st = invariants(a.get("/v1/stats").json())
+        assert counts(st, 3) == (64, 54, 0, 10)
+        used = {n.port: int(n.cli("dbsize")) for n in cl.nodes}
+        assert sum(1 for v in used.values() if v) >= 2, f"every key on one shard: {used}"
+    finally:
+        cl.close()
