@@ -85,7 +85,11 @@ static void usage(FILE *out)
                  "                     both sides make one page-file call per batch)\n"
                  "  --no-durable       puts do not fdatasync before confirming (and the page\n"
                  "                     file alone does not flush)\n"
-                 "  --json             one JSON object on standard output\n");
+                 "  --json             one JSON object on standard output\n"
+                 "examples:\n"
+                 "  kvpage bench store --file /mnt/3fs/bench.pages --page-size 2M\n"
+                 "  kvpage bench store --meta http://10.0.0.5:18000 --page-size 64K --no-durable "
+                 "--json\n");
 }
 
 int kvp__cli_bench_store(int argc, char **argv)

@@ -24,7 +24,14 @@ static void usage(FILE *f)
             "  bench store [flags]        measure the store against the page file alone\n"
             "  inspect DIR                print what a data directory holds (no server needed)\n"
             "  fsck DIR                   check every invariant of a data directory; exit 1 on a\n"
-            "                             failure\n");
+            "                             failure\n"
+            "  help [COMMAND]             this, or the help of COMMAND (as COMMAND --help)\n"
+            "examples:\n"
+            "  kvpage serve --listen 0.0.0.0:18000 --data-dir /var/lib/kvpage\n"
+            "  kvpage serve --listen 0.0.0.0:18000 --meta redis://10.0.0.5:6379/0\n"
+            "  kvpage put --file /mnt/3fs/rank0 --file-size 64G --page-size 2M KEY data.bin\n"
+            "  kvpage get --file /mnt/3fs/rank0 --page-size 2M KEY out.bin\n"
+            "more: man kvpage\n");
 }
 
 struct logctx {
@@ -88,6 +95,18 @@ static void print_files(const char *dir)
 
 static int cmd_dir(const char *cmd, int argc, char **argv)
 {
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        printf("usage: kvpage %s DIR\n%s\nexample:\n  kvpage %s /var/lib/kvpage\n", cmd,
+               !strcmp(cmd, "inspect")
+                   ? "Prints what a data directory of kvpage serve holds (namespaces, ranks,\n"
+                     "pages, keys; log and snapshot sizes). Reads it without writing: safe\n"
+                     "beside a running server."
+                   : "Recovers a data directory of kvpage serve read-only and checks every\n"
+                     "invariant; exit status 1 with a report naming the file and offset when\n"
+                     "one fails, 0 when all hold.",
+               cmd);
+        return 0;
+    }
     if (argc != 2 || argv[1][0] == '-') {
         fprintf(stderr, "usage: kvpage %s DIR\n", cmd);
         return 2;
@@ -138,6 +157,16 @@ int main(int argc, char **argv)
     if (argc < 2) {
         usage(stderr);
         return 2;
+    }
+    if (!strcmp(argv[1], "help") && argc >= 3) {
+        /* kvpage help COMMAND [SUB]: COMMAND [SUB] --help */
+        char *args[5] = {argv[0], argv[2], NULL, NULL, NULL};
+        int n = 2;
+        if (argc >= 4)
+            args[n++] = argv[3];
+        args[n++] = "--help";
+        if (strcmp(argv[2], "help") != 0)
+            return main(n, args);
     }
     if (!strcmp(argv[1], "serve"))
         return kvp__serve_main(argc - 1, argv + 1);

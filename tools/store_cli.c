@@ -76,8 +76,9 @@ static const char *const FLAGS_HELP =
     "                     when the file is created\n"
     "  --page-size SIZE   bytes per page (required), e.g. 2M\n"
     "  --rank R           the rank (default 0)\n"
-    "  --meta DIR|URL     the metadata: a data directory (default: PATH.meta) or a\n"
-    "                     kvpage serve at http://HOST:PORT[/ns/NAME]\n"
+    "  --meta DIR|URL     the metadata: a data directory (default: PATH.meta), a\n"
+    "                     kvpage serve at http://HOST:PORT[/ns/NAME], or Redis at\n"
+    "                     redis://HOST:PORT[/DB] (as kvpage serve --meta)\n"
     "  --deployment NAME  (default: the URL's /ns/NAME, else default)\n"
     "  --pool NAME        (default: kv)\n"
     "  --timeout MS       the metadata server's request timeout (default 10000)\n"
@@ -310,6 +311,13 @@ static void store_usage(FILE *out, const char *cmd)
     fprintf(out, "flags:\n%s", FLAGS_HELP);
     fprintf(out, "exit status: 0 done, 1 a key is missing, 2 a bad flag, file or input "
                  "(nothing changed),\n3 the store failed.\n");
+    fprintf(out, "examples:\n"
+                 "  kvpage put --file /mnt/3fs/rank0 --file-size 64G --page-size 2M KEY data.bin\n"
+                 "  kvpage get --file /mnt/3fs/rank0 --page-size 2M KEY out.bin\n"
+                 "  kvpage exists --file /mnt/3fs/rank0 --page-size 2M --meta "
+                 "http://10.0.0.5:18000 K1 K2\n"
+                 "  kvpage delete --file /mnt/3fs/rank0 --page-size 2M --meta "
+                 "redis://10.0.0.5:6379/0 K1\n");
 }
 
 /* Reads all of fd, at most max bytes; *n the bytes read, 1 when there were more. */

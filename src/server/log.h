@@ -10,6 +10,9 @@ void kvp__log_set_level(int level);
 int kvp__log_level(void);
 /* Parses "error", "warn", "info", "debug"; returns the level or -1. */
 int kvp__log_parse_level(const char *s);
+/* 1: lines are JSON objects {"time", "level", "msg"} (--log-format json). */
+void kvp__log_set_json(int on);
+int kvp__log_json(void);
 /* Writes one line "2026-01-01T12:00:00.123Z LEVEL message\n" to stderr. */
 void kvp__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

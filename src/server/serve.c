@@ -19,7 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <stddef.h>
 #include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "server/serve.h"
@@ -193,6 +196,94 @@ struct serve {
     struct conn *jobs_head, *jobs_tail;
 };
 
+/*
+ * systemd's readiness protocol (sd_notify(3), Type=notify): one datagram to
+ * the socket named by $NOTIFY_SOCKET, a path or '@' for an abstract name.
+ * Without the variable (not run by systemd) it does nothing.
+ */
+static void notify_systemd(const char *msg)
+{
+    const char *path = getenv("NOTIFY_SOCKET");
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    size_t len = path ? strlen(path) : 0;
+    if (len < 2 || len >= sizeof sa.sun_path || (path[0] != '/' && path[0] != '@'))
+        return;
+    memcpy(sa.sun_path, path, len);
+    if (path[0] == '@')
+        sa.sun_path[0] = '\0';
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return;
+    if (sendto(fd, msg, strlen(msg), MSG_NOSIGNAL, (struct sockaddr *)&sa,
+               (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len)) < 0)
+        KVP_LOGW("cannot notify systemd at %s: %s", path, strerror(errno));
+    close(fd);
+}
+
+struct redis_durability {
+    int level; /* as the value kvpage_redis_durability: 3 always ... 0 unknown; -1 absent */
+    char how[160];
+};
+
+static int find_durability(const struct kvp_meta_value *v, void *arg)
+{
+    struct redis_durability *d = arg;
+    if (strcmp(v->section, "redis") != 0 || strcmp(v->key, "durability") != 0)
+        return 0;
+    d->level = (int)v->value;
+    snprintf(d->how, sizeof d->how, "%s", v->label_value ? v->label_value : "");
+    return 1;
+}
+
+/*
+ * Opens the state. A redis:// location that cannot be reached yet (Redis
+ * starting with the server, a failover) is retried for up to 30 s before
+ * the server gives up; once running, the backend reconnects by itself.
+ */
+static int open_meta(const char *loc, const struct kvp_meta_opts *mo, struct kvp_meta **meta,
+                     struct kvp_error *err)
+{
+    int remote = loc && strncmp(loc, "redis://", 8) == 0;
+    uint64_t give_up = kvp__mono_ns() + UINT64_C(30000000000), said = 0;
+    for (;;) {
+        memset(err, 0, sizeof *err);
+        int rc = kvp_meta_open_at(loc, mo, meta, err);
+        if (rc == 0 || !remote || err->rule != KVP_RULE_UNAVAILABLE || kvp__mono_ns() > give_up)
+            return rc;
+        if (kvp__mono_ns() >= said) {
+            KVP_LOGW("cannot reach %s yet (%s); retrying for up to 30 s", loc, err->msg);
+            said = kvp__mono_ns() + UINT64_C(5000000000);
+        }
+        struct timespec nap = {0, 250 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+    }
+}
+
+/* Says what Redis promises against what --fsync asks (protocol-notes:
+ * "Durability with Redis"). */
+static void durability_warning(struct kvp_meta *meta, const char *loc, int fsync_mode)
+{
+    struct redis_durability d = {-1, ""};
+    kvp_meta_values(meta, find_durability, &d);
+    int level = d.level - 1; /* 2 always, 1 everysec, 0 no AOF, -1 unknown */
+    const char *how = d.how;
+    KVP_LOGI("state in %s (%s)", loc, level == -1 ? "persistence settings unknown" : how);
+    if (fsync_mode == KVP_FSYNC_NEVER)
+        return;
+    if (level == -1)
+        KVP_LOGW("cannot read the persistence settings of %s (CONFIG GET refused): whether an "
+                 "acknowledged change survives a restart of Redis is unknown; --fsync %s asks "
+                 "for appendonly yes and appendfsync always",
+                 loc, fsync_mode == KVP_FSYNC_ALWAYS ? "always" : "batch");
+    else if (level < 2)
+        KVP_LOGW("%s has %s: an acknowledged change can be lost when Redis restarts (%s); "
+                 "--fsync %s asks for appendonly yes and appendfsync always",
+                 loc, how,
+                 level == 1 ? "up to about a second of changes"
+                            : "everything since its last snapshot",
+                 fsync_mode == KVP_FSYNC_ALWAYS ? "always" : "batch");
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -211,8 +302,9 @@ static void usage(FILE *f)
             "  --max-keys N           most keys in one request (default 1000000)\n"
             "  --max-body-memory N    memory all bodies over 1 MiB may take at once (default\n"
             "                         1G, at least --max-body); past it they get 503\n"
-            "  --threads N            HTTP worker threads (default 1; bodies over 1 MiB are\n"
-            "                         handled by one more thread, off the event loop)\n"
+            "  --threads N            HTTP worker threads (default 1, 8 with --meta redis://;\n"
+            "                         bodies over 1 MiB are handled by one more thread, off\n"
+            "                         the event loop)\n"
             "  --idle-timeout S       close a connection idle between requests for S seconds\n"
             "                         (default 60; 0: never)\n"
             "  --request-timeout S    drop a request whose headers or body stop arriving for S\n"
@@ -223,11 +315,21 @@ static void usage(FILE *f)
             "                         raised to its hard limit, less 64); more are closed at once\n"
             "  --data-dir DIR         state directory: write-ahead log and snapshots\n"
             "                         (default ./kvpage-data); 'none' keeps state in memory only\n"
+            "  --meta LOCATION        keep the state in Redis instead, shared by every server\n"
+            "                         given the same LOCATION: redis://[USER[:PASS]@]HOST:PORT\n"
+            "                         [/DB][?prefix=NAME], or redis://H1:P1,H2:P2,... for a\n"
+            "                         Redis Cluster (password also from $KVPAGE_REDIS_PASSWORD)\n"
             "  --fsync MODE           always, batch (default: group commit) or never\n"
             "  --snapshot-bytes N     write a snapshot once the log has grown by N bytes, or\n"
             "                         by the last snapshot's size if larger (default 64M)\n"
             "  --log-level LEVEL      error, warn, info (default) or debug\n"
-            "  --help                 show this help\n");
+            "  --log-format FORMAT    text (default) or json: one JSON object per line\n"
+            "  --help                 show this help\n"
+            "examples:\n"
+            "  kvpage serve --listen 0.0.0.0:18000 --data-dir /var/lib/kvpage --allow 10.0.0.0/8\n"
+            "  kvpage serve --listen 0.0.0.0:18000 --meta redis://10.0.0.5:6379/0\n"
+            "  KVPAGE_TOKEN=secret kvpage serve --data-dir none --threads 2\n"
+            "more: man kvpage, and the README\n");
 }
 
 static int bad_value(const char *flag, const char *value, const char *why)
@@ -849,9 +951,11 @@ int kvp__serve_main(int argc, char **argv)
         O_MAXKEYS,
         O_THREADS,
         O_DATADIR,
+        O_META,
         O_FSYNC,
         O_SNAPBYTES,
         O_LOGLEVEL,
+        O_LOGFORMAT,
         O_IDLE,
         O_REQTIME,
         O_CONNS_CLIENT,
@@ -869,9 +973,11 @@ int kvp__serve_main(int argc, char **argv)
         {"max-keys", required_argument, NULL, O_MAXKEYS},
         {"threads", required_argument, NULL, O_THREADS},
         {"data-dir", required_argument, NULL, O_DATADIR},
+        {"meta", required_argument, NULL, O_META},
         {"fsync", required_argument, NULL, O_FSYNC},
         {"snapshot-bytes", required_argument, NULL, O_SNAPBYTES},
         {"log-level", required_argument, NULL, O_LOGLEVEL},
+        {"log-format", required_argument, NULL, O_LOGFORMAT},
         {"idle-timeout", required_argument, NULL, O_IDLE},
         {"request-timeout", required_argument, NULL, O_REQTIME},
         {"max-conns-per-client", required_argument, NULL, O_CONNS_CLIENT},
@@ -883,6 +989,8 @@ int kvp__serve_main(int argc, char **argv)
     const char *listen_text = "127.0.0.1:18000";
     const char *token = getenv("KVPAGE_TOKEN");
     const char *data_dir = "./kvpage-data";
+    const char *meta_loc = NULL; /* --meta redis://... */
+    int data_dir_given = 0, threads_given = 0;
     uint64_t lease_ms = 120000, grace_ms = 5000, max_body = KVP_DEFAULT_MAX_BODY,
              max_keys = KVP_DEFAULT_MAX_KEYS, threads = 1, snapshot_bytes = 0;
     uint64_t idle_timeout = 60, request_timeout = 30, max_conns_client = 1024, max_conns = 0;
@@ -971,6 +1079,7 @@ int kvp__serve_main(int argc, char **argv)
                 goto out;
             }
             threads = n;
+            threads_given = 1;
             break;
         case O_DATADIR:
             if (!*v) {
@@ -978,6 +1087,16 @@ int kvp__serve_main(int argc, char **argv)
                 goto out;
             }
             data_dir = v;
+            data_dir_given = 1;
+            break;
+        case O_META:
+            if (strncmp(v, "redis://", 8) != 0) {
+                status = bad_value("--meta", v,
+                                   "expected redis://HOST:PORT[/DB] or redis://H1:P1,H2:P2,... "
+                                   "(a data directory goes in --data-dir)");
+                goto out;
+            }
+            meta_loc = v;
             break;
         case O_FSYNC:
             if (!strcmp(v, "always"))
@@ -1009,6 +1128,13 @@ int kvp__serve_main(int argc, char **argv)
             kvp__log_set_level(lvl);
             break;
         }
+        case O_LOGFORMAT:
+            if (strcmp(v, "text") && strcmp(v, "json")) {
+                status = bad_value("--log-format", v, "expected text or json");
+                goto out;
+            }
+            kvp__log_set_json(!strcmp(v, "json"));
+            break;
         case O_IDLE:
         case O_REQTIME:
             if (kvp__parse_size(v, 0, &n) || n > 86400 * 365) {
@@ -1055,6 +1181,16 @@ int kvp__serve_main(int argc, char **argv)
         usage(stderr);
         goto out;
     }
+    if (meta_loc && data_dir_given) {
+        fprintf(stderr, "kvpage serve: --meta and --data-dir exclude each other: the state is "
+                        "either in Redis or in a data directory\n");
+        goto out;
+    }
+    /* Every call to Redis waits for a round trip: more threads keep the
+     * server answering while some wait (a slow or unreachable Redis must not
+     * stall every client behind one request). */
+    if (meta_loc && !threads_given)
+        threads = 8;
     struct listen_addr la;
     if (parse_listen(listen_text, &la)) {
         status =
@@ -1089,8 +1225,13 @@ int kvp__serve_main(int argc, char **argv)
     kvp_meta_opts_init(&mo);
     mo.lease_ms = lease_ms;
     mo.read_grace_ms = grace_ms;
-    int persistent = strcmp(data_dir, "none") != 0;
+    int persistent = !meta_loc && strcmp(data_dir, "none") != 0;
     mo.data_dir = persistent ? data_dir : NULL;
+    if (meta_loc) {
+        /* A request waits for Redis at most this long before it gets 503. */
+        mo.connect_timeout_ms = 1000;
+        mo.timeout_ms = 2000;
+    }
     mo.fsync = fsync_mode;
     mo.snapshot_bytes = snapshot_bytes; /* 0: the library's default */
     /* Not the library's default (a thread): this process holds little but
@@ -1101,7 +1242,12 @@ int kvp__serve_main(int argc, char **argv)
     mo.log = meta_log;
     struct kvp_meta *meta = NULL;
     struct kvp_error merr = {0};
-    int rc = kvp_meta_open_at(persistent ? NULL : "mem:", &mo, &meta, &merr);
+    int rc = open_meta(meta_loc ? meta_loc : persistent ? NULL : "mem:", &mo, &meta, &merr);
+    if (rc && meta_loc) {
+        fprintf(stderr, "kvpage serve: cannot open the state in %s: %s\n", meta_loc,
+                merr.msg[0] ? merr.msg : kvp_strerror(rc));
+        goto out;
+    }
     if (rc) {
         /* meta has logged the details (file, offset, what is wrong). */
         if (rc == -EBUSY)
@@ -1129,7 +1275,7 @@ int kvp__serve_main(int argc, char **argv)
         .nallow = nallow,
         .max_body = (size_t)max_body,
         .max_keys = (size_t)max_keys,
-        .data_dir = data_dir,
+        .data_dir = meta_loc ? meta_loc : data_dir,
         .json_is_scratch = KVP_JSON_ARENA ? arena_holds_all : NULL,
     };
     kvp__server_init(&S->srv, meta, &cfg);
@@ -1197,7 +1343,9 @@ int kvp__serve_main(int argc, char **argv)
         if (di && di->port)
             port = di->port;
         static const char *const fsync_names[] = {"never", "batch", "always"};
-        if (!persistent)
+        if (meta_loc)
+            durability_warning(meta, meta_loc, fsync_mode);
+        else if (!persistent)
             KVP_LOGI("--data-dir none: state is in memory only");
         else
             KVP_LOGI("state in %s (write-ahead log, fsync %s)", data_dir, fsync_names[fsync_mode]);
@@ -1209,21 +1357,33 @@ int kvp__serve_main(int argc, char **argv)
         KVP_LOGI("connections: at most %" PRIu64 ", %" PRIu64
                  " per client address; idle timeout %" PRIu64 " s, request timeout %" PRIu64 " s",
                  max_conns, max_conns_client, idle_timeout, request_timeout);
-        printf("kvpage serve: listening on http://%s:%u\n"
-               "  vLLM:   \"hf3fs_metadata_server_url\": \"http://%s:%u\" in "
-               "kv_connector_extra_config\n"
-               "  SGLang: \"metadata_server_url\": \"http://%s:%u\" in the JSON file named by "
-               "SGLANG_HICACHE_HF3FS_CONFIG_PATH\n",
-               host, port, host, port, host, port);
+        if (kvp__log_json())
+            /* Every line a JSON object: the banner as a log line. */
+            KVP_LOGI("listening on http://%s:%u (vLLM: hf3fs_metadata_server_url, SGLang: "
+                     "metadata_server_url)",
+                     host, port);
+        else
+            printf("kvpage serve: listening on http://%s:%u\n"
+                   "  vLLM:   \"hf3fs_metadata_server_url\": \"http://%s:%u\" in "
+                   "kv_connector_extra_config\n"
+                   "  SGLang: \"metadata_server_url\": \"http://%s:%u\" in the JSON file named by "
+                   "SGLANG_HICACHE_HF3FS_CONFIG_PATH\n",
+                   host, port, host, port, host, port);
         fflush(stdout);
         if (!strcmp(host, "0.0.0.0") || !strcmp(host, "[::]"))
             KVP_LOGI("listening on every interface: give clients this machine's address instead "
                      "of %s",
                      host);
 
+        char status_text[160];
+        snprintf(status_text, sizeof status_text, "READY=1\nSTATUS=listening on http://%s:%u", host,
+                 port);
+        notify_systemd(status_text);
+
         int sig = 0;
         sigwait(&sigs, &sig);
         KVP_LOGI("%s received, shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        notify_systemd("STOPPING=1");
         /* Answer the replies parked on the log before stopping MHD: their
          * callbacks point at connections that MHD frees when it stops. */
         atomic_store(&g_stopping, 1);

@@ -32,6 +32,11 @@ for f in "$P/include/kvpage.h" "$lib/libkvpage.so.$version" "$lib/pkgconfig/kvpa
     [ -f "$f" ] || fail "install: $f is missing"
 done
 [ -x "$P/bin/kvpage" ] || fail "install: $P/bin/kvpage is missing or not executable"
+[ -s "$P/share/man/man1/kvpage.1" ] || fail "install: the man page share/man/man1/kvpage.1 is missing"
+MANWIDTH=80 man -l "$P/share/man/man1/kvpage.1" | grep -q "kvpage serve" ||
+    fail "install: man -l share/man/man1/kvpage.1 does not render"
+[ -s "$P/share/bash-completion/completions/kvpage" ] ||
+    fail "install: bash completion share/bash-completion/completions/kvpage is missing"
 for l in libkvpage.so libkvpage.so.0; do
     [ -L "$lib/$l" ] || fail "install: $lib/$l is not a symbolic link (the SONAME links)"
 done

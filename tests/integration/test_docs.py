@@ -1,0 +1,87 @@
+"""What a user reaches from the shell: `kvpage help COMMAND`, --help with
+examples on every subcommand, the man page kvpage(1) (built beside the
+binary from docs/kvpage.1.scd) and bash completion
+(contrib/bash-completion/kvpage), each checked against the flags the
+commands really take."""
+import os
+import re
+import subprocess
+
+import pytest
+
+from kvpserver import require_bin
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+COMPLETION = os.path.join(HERE, "..", "..", "contrib", "bash-completion", "kvpage")
+
+
+def run(*args):
+    return subprocess.run([require_bin()] + list(args), capture_output=True, text=True,
+                          timeout=30)
+
+
+def flags_of(help_text):
+    return sorted(set(re.findall(r"^\s+(--[a-z][a-z-]*)", help_text, re.M)))
+
+
+COMMANDS = [["serve"], ["put"], ["get"], ["exists"], ["delete"], ["bench", "store"],
+            ["inspect"], ["fsck"]]
+
+
+@pytest.mark.parametrize("cmd", COMMANDS, ids=" ".join)
+def test_help_of_every_command_has_examples(cmd):
+    p = run(*cmd, "--help")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("usage: kvpage " + " ".join(cmd)), p.stdout
+    assert "example" in p.stdout, p.stdout
+    h = run("help", *cmd)
+    assert h.returncode == 0 and h.stdout == p.stdout, (h.stdout, h.stderr)
+
+
+def test_top_level_help():
+    p = run("help")
+    assert p.returncode == 0
+    for c in ("serve", "put", "get", "exists", "delete", "bench", "inspect", "fsck", "help"):
+        assert f"  {c}" in p.stdout, c
+    assert run("nosuch").returncode == 2
+
+
+def _man_page():
+    page = os.path.join(os.path.dirname(require_bin()), "kvpage.1")
+    if not os.path.isfile(page):
+        pytest.fail(f"{page} not built (scdoc missing? scripts/install-deps)", pytrace=False)
+    return page
+
+
+def test_man_page_renders_without_warnings_and_names_every_flag():
+    env = dict(os.environ, MANWIDTH="80", LC_ALL="C.UTF-8")
+    p = subprocess.run(["man", "--warnings", "-l", _man_page()], capture_output=True, text=True,
+                       env=env, timeout=60)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    text = p.stdout
+    for section in ("NAME", "SYNOPSIS", "DESCRIPTION", "EXIT STATUS", "ENVIRONMENT", "EXAMPLES"):
+        assert section in text, section
+    serve_flags = flags_of(run("serve", "--help").stdout)
+    store_flags = flags_of(run("put", "--help").stdout)
+    missing = [f for f in serve_flags + store_flags if f not in text and f != "--help"]
+    assert not missing, f"flags not in the man page: {missing}"
+
+
+def _complete(*words):
+    line = " ".join(f"'{w}'" for w in words)
+    script = (f"source '{COMPLETION}'; COMP_WORDS=({line}); COMP_CWORD={len(words) - 1}; "
+              "_kvpage; printf '%s\\n' \"${COMPREPLY[@]}\"")
+    p = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    return set(p.stdout.split())
+
+
+def test_bash_completion_knows_every_command_and_flag():
+    assert {"serve", "put", "get", "bench", "help"} <= _complete("kvpage", "")
+    assert _complete("kvpage", "se") == {"serve"}
+    assert _complete("kvpage", "serve", "--fsync", "") == {"always", "batch", "never"}
+    for cmd, words in ((["serve"], ["kvpage", "serve"]), (["put"], ["kvpage", "put"]),
+                       (["bench", "store"], ["kvpage", "bench", "store"])):
+        offered = _complete(*words, "--")
+        missing = set(flags_of(run(*cmd, "--help").stdout)) - offered
+        assert not missing, f"kvpage {' '.join(cmd)}: flags not completed: {missing}"

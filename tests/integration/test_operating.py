@@ -1,0 +1,79 @@
+"""What operators' tools see: /metrics passes Prometheus's own checker
+(promtool check metrics) after traffic on every route, with HELP and TYPE on
+every series and latency histograms per route; --log-format json gives one
+JSON object per line."""
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from kvptest import Raw, expect
+
+
+def _traffic(srv):
+    c = srv.client()
+    c.v_init(0, 8)
+    c.v_write(0, ["a", "b"])
+    c.v_exists(["a", "zz"])
+    c.v_loc(0, ["a"])
+    c.v_delete(["b"])
+    c.v_clear()
+    c.s_init(1, 8)
+    c.s_write(1, ["s"])
+    c.s_exists(1, ["s"])
+    c.s_get(1, ["s"])
+    c.s_delete(1, ["s"])
+    c.s_clear(1)
+    expect(c.post("/keys/batch_exists", Raw(b"not json")), 400)
+    expect(c.post("/nope", {}), 404)
+    c.get("/healthz")
+    c.get("/v1/stats")
+    c.get("/metrics")
+
+
+def test_metrics_pass_promtool(start_server):
+    tool = shutil.which("promtool")
+    if not tool:
+        pytest.fail("promtool not found (scripts/install-deps installs prometheus)", pytrace=False)
+    srv = start_server()
+    _traffic(srv)
+    text = srv.client().get("/metrics").text
+    p = subprocess.run([tool, "check", "metrics"], input=text, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0 and not (p.stdout + p.stderr).strip(), p.stdout + p.stderr
+    names = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")}
+    helps = {line.split()[2] for line in text.splitlines() if line.startswith("# HELP")}
+    assert names == helps, names ^ helps
+    assert "kvpage_http_request_duration_seconds" in names
+    for route in ("/keys/batch_allocate", "/keys/confirm_write", "/keys/get_locations",
+                  "/{rank}/reserve_and_allocate_page_indices", "/{rank}/get_page_indices"):
+        assert f'kvpage_http_request_duration_seconds_bucket{{route="{route}"' in text, route
+    # ... and the checker does fail on a broken exposition.
+    bad = text.replace("# TYPE kvpage_http_requests_total counter\n", "")
+    bad += "kvpage_bad_total{a=\"1\"} 1\nkvpage_bad_total{a=\"1\"} 2\n"
+    p = subprocess.run([tool, "check", "metrics"], input=bad, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode != 0 or (p.stdout + p.stderr).strip()
+
+
+def test_log_format_json(start_server):
+    srv = start_server("--log-format", "json", "--log-level", "debug")
+    _traffic(srv)
+    srv.stop()
+    lines = [l for l in srv.stderr().splitlines() if l.strip()]
+    assert len(lines) >= 3, lines
+    for line in lines:
+        obj = json.loads(line)  # every line is one object
+        assert set(obj) == {"time", "level", "msg"}, obj
+        assert obj["level"] in ("error", "warn", "info", "debug"), obj
+        assert obj["time"].endswith("Z"), obj
+    assert any("listening" in json.loads(l)["msg"] or "shutting down" in json.loads(l)["msg"]
+               for l in lines)
+
+
+def test_log_format_bad_value(start_server):
+    from kvpserver import require_bin
+    p = subprocess.run([require_bin(), "serve", "--log-format", "xml"], capture_output=True,
+                       text=True, timeout=30)
+    assert p.returncode == 2 and "--log-format" in p.stderr and "text or json" in p.stderr
