@@ -15,6 +15,7 @@
  * its timeouts.
  */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -216,15 +217,36 @@ static redisContext *node_connect(struct kvp__rconn *c, struct rnode *n, struct 
     return x;
 }
 
+/* An idle connection has nothing to read: readable (the server closed it,
+ * as a restarted Redis has) or in error, it is dead. One poll, no wait. */
+static int idle_dead(const redisContext *x)
+{
+    struct pollfd p = {.fd = x->fd, .events = POLLIN};
+    return poll(&p, 1, 0) != 0;
+}
+
+/* A connection to n: an idle one that is alive, else a new one. *fresh: new.
+ * Finding the dead ones before a command is sent lets even an allocation
+ * (never repeated) go through after Redis restarted. */
 static redisContext *node_take(struct kvp__rconn *c, struct rnode *n, int *fresh,
                                struct kvp_error *err, int *rc)
 {
-    pthread_mutex_lock(&n->lock);
-    redisContext *x = n->nidle ? n->idle[--n->nidle] : NULL;
-    pthread_mutex_unlock(&n->lock);
-    *fresh = !x;
-    *rc = 0;
-    return x ? x : node_connect(c, n, err, rc);
+    for (;;) {
+        pthread_mutex_lock(&n->lock);
+        redisContext *x = n->nidle ? n->idle[--n->nidle] : NULL;
+        pthread_mutex_unlock(&n->lock);
+        *rc = 0;
+        if (!x) {
+            *fresh = 1;
+            return node_connect(c, n, err, rc);
+        }
+        if (!idle_dead(x)) {
+            *fresh = 0;
+            return x;
+        }
+        atomic_fetch_add(&c->failures, 1);
+        redisFree(x);
+    }
 }
 
 static void node_put(struct rnode *n, redisContext *x)

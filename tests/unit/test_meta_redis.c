@@ -909,6 +909,15 @@ static void restart_test(int i)
     static struct stats_copy sc;
     CHECK_EQ(kvp_meta_stats(m, stats_fn, &sc), 0);
     CHECK(strstr(sc.text, "[rs|70 r0 np4 f3 rs0 h1") != NULL); /* listed again by init_rank */
+    /* Killed and back between two calls: the pooled connections are dead,
+     * and an allocation (never repeated) still goes through. */
+    server_kill(i);
+    CHECK_EQ(server_start(i, port, NULL), 0);
+    memset(&e, 0, sizeof e);
+    CHECK_EQ(kvp_meta_allocate(ns, 0, &k, 1, &p, NULL, &e), -ENOENT);
+    CHECK_EQ(e.rule, KVP_RULE_RANK_NOT_INIT);
+    CHECK_EQ(kvp_meta_init_rank(ns, 0, 4, NULL), 0);
+    CHECK_EQ(put(ns, 0, "a"), 0);
     /* A server that answers nothing: a timeout, not a hang. */
     kill(servers[i].pid, SIGSTOP);
     t0 = mono_ms();
