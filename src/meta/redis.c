@@ -1482,6 +1482,18 @@ static int rd_open(struct kvp_meta *front, const char *where, struct kvp_error *
         return rc;
     }
     front->be = m;
+    /* What Redis promises for acknowledged changes, once at open, for the
+     * log (kvpage serve asks kvp__redis_durability and warns itself). */
+    if (front->opts.log) {
+        char d[160], line[512];
+        int level = kvp__redis_durability(front, d, sizeof d);
+        snprintf(line, sizeof line, "redis %s: %s (%s)", m->loc, d,
+                 level == 2   ? "acknowledged changes survive a restart of Redis"
+                 : level == 1 ? "up to about a second of acknowledged changes may be lost"
+                 : level == 0 ? "changes since the last RDB save may be lost"
+                              : "what a restart of Redis loses is unknown");
+        front->opts.log(front->opts.log_arg, level == 2 ? 2 : 1, line);
+    }
     return 0;
 }
 

@@ -716,9 +716,28 @@ static void bad_locations(void)
     }
 }
 
+static char logged[256];
+static void log_fn(void *arg, int level, const char *msg)
+{
+    (void)arg;
+    (void)level;
+    snprintf(logged, sizeof logged, "%s", msg);
+}
+
 static void durability(int port, struct kvp_meta *m)
 {
     char buf[128], out[64];
+    /* Said once at open, through opts.log. */
+    struct kvp_meta_opts o;
+    kvp_meta_opts_init(&o);
+    o.log = log_fn;
+    char loc[64];
+    snprintf(loc, sizeof loc, "redis://127.0.0.1:%d", port);
+    struct kvp_meta *lm = NULL;
+    CHECK_EQ(kvp_meta_open_at(loc, &o, &lm, NULL), 0);
+    CHECK(strstr(logged, "appendonly no, appendfsync everysec (changes since the last RDB save "
+                         "may be lost)") != NULL);
+    kvp_meta_close(lm);
     CHECK_EQ(kvp__redis_durability(m, buf, sizeof buf), 0);
     CHECK(strstr(buf, "appendonly no") != NULL);
     CHECK_EQ(raw(port, out, sizeof out, "CONFIG SET appendonly yes"), 0);
