@@ -874,17 +874,18 @@ static int ranks_batch(struct rns *ns, const uint32_t *ranks, size_t nr, int sc,
                 "too many arguments for one Redis command");
         return -E2BIG;
     }
-    struct kvp__rcmd *cmds = calloc(BATCH_RANKS, sizeof *cmds);
-    char *kbuf = malloc(BATCH_RANKS * NRKEYS * klen);
-    const char **argv = malloc(BATCH_RANKS * argc * sizeof *argv);
-    size_t *lens = malloc(BATCH_RANKS * argc * sizeof *lens);
+    size_t chunk = nr < BATCH_RANKS ? (nr ? nr : 1) : BATCH_RANKS;
+    struct kvp__rcmd *cmds = calloc(chunk, sizeof *cmds);
+    char *kbuf = malloc(chunk * NRKEYS * klen);
+    const char **argv = malloc(chunk * argc * sizeof *argv);
+    size_t *lens = malloc(chunk * argc * sizeof *lens);
     int rc = 0;
     if (!cmds || !kbuf || !argv || !lens) {
         rc = -ENOMEM;
         set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
     }
-    for (size_t base = 0; !rc && base < nr; base += BATCH_RANKS) {
-        size_t c = nr - base < BATCH_RANKS ? nr - base : BATCH_RANKS;
+    for (size_t base = 0; !rc && base < nr; base += chunk) {
+        size_t c = nr - base < chunk ? nr - base : chunk;
         for (size_t j = 0; j < c; j++) {
             const char **v = argv + j * argc;
             size_t *l = lens + j * argc, o = 0;
@@ -1490,6 +1491,18 @@ static int rd_open(struct kvp_meta *front, const char *where, struct kvp_error *
         return rc;
     }
     front->be = m;
+    /* What Redis promises for acknowledged changes, once at open, for the
+     * log (kvpage serve asks kvp__redis_durability and warns itself). */
+    if (front->opts.log) {
+        char d[160], line[512];
+        int level = kvp__redis_durability(front, d, sizeof d);
+        snprintf(line, sizeof line, "redis %s: %s (%s)", m->loc, d,
+                 level == 2   ? "acknowledged changes survive a restart of Redis"
+                 : level == 1 ? "up to about a second of acknowledged changes may be lost"
+                 : level == 0 ? "changes since the last RDB save may be lost"
+                              : "what a restart of Redis loses is unknown");
+        front->opts.log(front->opts.log_arg, level == 2 ? 2 : 1, line);
+    }
     return 0;
 }
 

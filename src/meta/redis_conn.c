@@ -15,6 +15,7 @@
  * its timeouts.
  */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -216,15 +217,36 @@ static redisContext *node_connect(struct kvp__rconn *c, struct rnode *n, struct 
     return x;
 }
 
+/* An idle connection has nothing to read: readable (the server closed it,
+ * as a restarted Redis has) or in error, it is dead. One poll, no wait. */
+static int idle_dead(const redisContext *x)
+{
+    struct pollfd p = {.fd = x->fd, .events = POLLIN};
+    return poll(&p, 1, 0) != 0;
+}
+
+/* A connection to n: an idle one that is alive, else a new one. *fresh: new.
+ * Finding the dead ones before a command is sent lets even an allocation
+ * (never repeated) go through after Redis restarted. */
 static redisContext *node_take(struct kvp__rconn *c, struct rnode *n, int *fresh,
                                struct kvp_error *err, int *rc)
 {
-    pthread_mutex_lock(&n->lock);
-    redisContext *x = n->nidle ? n->idle[--n->nidle] : NULL;
-    pthread_mutex_unlock(&n->lock);
-    *fresh = !x;
-    *rc = 0;
-    return x ? x : node_connect(c, n, err, rc);
+    for (;;) {
+        pthread_mutex_lock(&n->lock);
+        redisContext *x = n->nidle ? n->idle[--n->nidle] : NULL;
+        pthread_mutex_unlock(&n->lock);
+        *rc = 0;
+        if (!x) {
+            *fresh = 1;
+            return node_connect(c, n, err, rc);
+        }
+        if (!idle_dead(x)) {
+            *fresh = 0;
+            return x;
+        }
+        atomic_fetch_add(&c->failures, 1);
+        redisFree(x);
+    }
 }
 
 static void node_put(struct rnode *n, redisContext *x)
@@ -334,6 +356,13 @@ static struct rnode *redirect_target(struct kvp__rconn *c, const char *msg, int 
 
 /* ---------------------------------------------------------------- commands */
 
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
 static void sleep_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
@@ -374,7 +403,13 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
     size_t *l = (size_t *)lens; /* argv[1]'s length is ours to set for a script */
     struct rnode *ask = NULL;
     int rc = -EIO;
+    /* Repeats (redirections, failovers, reloads) start only within one
+     * connect and one command timeout of the call's start, so that a call
+     * never takes much longer than a single try could. */
+    uint64_t deadline = mono_ms() + c->cfg.connect_timeout_ms + c->cfg.timeout_ms;
     for (int attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+        if (attempt && mono_ms() >= deadline)
+            break;
         struct rnode *n = ask ? ask : node_for(c, slot);
         int fresh;
         redisContext *x = node_take(c, n, &fresh, err, &rc);
@@ -382,7 +417,8 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
             atomic_fetch_add(&c->failures, 1);
             /* Nothing was sent. In a cluster another node may now serve the
              * slot (a failover): read the map again and retry. */
-            if (c->cluster && rc != -EACCES && refresh_map(c, NULL) == 0 && attempt < 2)
+            if (c->cluster && rc != -EACCES && attempt < 2 && mono_ms() < deadline &&
+                refresh_map(c, NULL) == 0)
                 continue;
             return rc;
         }
@@ -422,7 +458,7 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
             rc = ctx_error(c, n, x, e, err);
             redisFree(x);
             drop_idle(n); /* its siblings are likely dead too */
-            if (c->cluster)
+            if (c->cluster && mono_ms() < deadline)
                 refresh_map(c, NULL);
             /* A pooled connection found dead (the server restarted): the
              * command may not have reached it, and an idempotent one is
@@ -457,7 +493,7 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
             freeReplyObject(r);
             node_put(n, x);
             if (rc == -EAGAIN && attempt + 1 < MAX_ATTEMPTS) {
-                if (c->cluster)
+                if (c->cluster && mono_ms() < deadline)
                     refresh_map(c, NULL);
                 sleep_ms(20L << attempt); /* a failover or a loading node: shortly */
                 continue;
@@ -470,9 +506,12 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
     }
     if (rc == 0)
         rc = -EIO;
-    kvp__set_err(err, rc, KVP_RULE_UNAVAILABLE, -1, 0, 0,
-                 "redis: gave up after %d attempts (redirections or failovers): %.160s",
-                 MAX_ATTEMPTS, err ? err->msg : "");
+    if (err) {
+        char last[sizeof err->msg];
+        snprintf(last, sizeof last, "%s", err->msg);
+        kvp__set_err(err, rc, KVP_RULE_UNAVAILABLE, -1, 0, 0, "%.200s (gave up after repeats)",
+                     last);
+    }
     return rc;
 }
 

@@ -42,7 +42,8 @@
     "  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"                         \
     "end\n"                                                                                        \
     "local st = nil\n"                                                                             \
-    "local cnt = {}\n" /* the rank's fields, or nil when it is not initialized */                  \
+    "local cnt = {}\n"                                                                             \
+    "-- the rank's fields, or nil when it is not initialized\n"                                    \
     "local function load()\n"                                                                      \
     "  local v = redis.call('HMGET', M, 'num_pages', 'hwm', 'clock', 'fseq', 'rseq')\n"            \
     "  if not v[1] then return nil end\n"                                                          \
@@ -51,7 +52,8 @@
     "  st.hwm0, st.clock0, st.fseq0, st.rseq0 = st.hwm, st.clock, st.fseq, st.rseq\n"              \
     "  return st\n"                                                                                \
     "end\n"                                                                                        \
-    "local function count(f, by) cnt[f] = (cnt[f] or 0) + by end\n" /* writes back what changed */ \
+    "local function count(f, by) cnt[f] = (cnt[f] or 0) + by end\n"                                \
+    "-- writes back what changed\n"                                                                \
     "local function store()\n"                                                                     \
     "  local a = {}\n"                                                                             \
     "  if st.hwm ~= st.hwm0 then a[#a+1] = 'hwm'; a[#a+1] = st.hwm end\n"                          \
@@ -62,17 +64,8 @@
     "  for f, by in pairs(cnt) do redis.call('HINCRBY', M, f, by) end\n"                           \
     "end\n"                                                                                        \
     "local function is_held(p) return redis.call('HEXISTS', P2K, p) == 1 end\n"                    \
-    "local function is_reserved(p) return redis.call('ZSCORE', RES, p) ~= false end\n" /* p,       \
-                                                                                          unlinked \
-                                                                                          from its \
-                                                                                          state,   \
-                                                                                          becomes  \
-                                                                                          FREE     \
-                                                                                          (the     \
-                                                                                          free set \
-                                                                                          only     \
-                                                                                          below    \
-                                                                                          hwm) */  \
+    "local function is_reserved(p) return redis.call('ZSCORE', RES, p) ~= false end\n"             \
+    "-- p, unlinked from its state, becomes FREE (the free set only below hwm)\n"                  \
     "local function to_free(p)\n"                                                                  \
     "  if p < st.hwm then st.fseq = st.fseq + 1; redis.call('ZADD', FREE, st.fseq, p) end\n"       \
     "end\n"                                                                                        \
@@ -86,7 +79,8 @@
     "  local key = redis.call('HGET', P2K, p)\n"                                                   \
     "  redis.call('HDEL', P2K, p); redis.call('HDEL', K2P, key)\n"                                 \
     "  redis.call('ZREM', LRU, p); redis.call('HDEL', GRACE, p)\n"                                 \
-    "end\n" /* expired reservations go back to FREE, oldest first */                               \
+    "end\n"                                                                                        \
+    "-- expired reservations go back to FREE, oldest first\n"                                      \
     "local function expire(now)\n"                                                                 \
     "  local ex = redis.call('ZRANGEBYSCORE', RES, '-inf', now, 'WITHSCORES')\n"                   \
     "  if #ex == 0 then return end\n"                                                              \
@@ -130,8 +124,8 @@
     "local n = #ARGV - 2\n"                                                                        \
     "local now = now_ms()\n"                                                                       \
     "expire(now)\n"                                                                                \
-    "local pages, existed, marked, seen = {}, {}, {}, {}\n" /* hits first, touched last to first:  \
-                                                               earlier keys end up more recent */  \
+    "local pages, existed, marked, seen = {}, {}, {}, {}\n"                                        \
+    "-- hits first, touched last to first: earlier keys end up more recent\n"                      \
     "local hits = 0\n"                                                                             \
     "for i = n, 1, -1 do\n"                                                                        \
     "  local p = redis.call('HGET', K2P, ARGV[i + 2])\n"                                           \
@@ -141,9 +135,9 @@
     "  else pages[i] = -2; existed[i] = 0 end\n"                                                   \
     "end\n"                                                                                        \
     "count('hits', hits)\n"                                                                        \
-    "local skip = 0\n" /* the least recent HELD page not in grace nor returned by this request:    \
-                        * pages skipped for their grace stay skipped for the rest of the request,  \
-                        * so the scan goes on where it stopped */                                  \
+    "local skip = 0\n"                                                                             \
+    "-- the least recent HELD page not in grace nor returned by this request; pages\n"             \
+    "-- skipped for their grace stay skipped for the rest of the request\n"                        \
     "local function evict()\n"                                                                     \
     "  while skip < scan_max do\n"                                                                 \
     "    local b = redis.call('ZRANGE', LRU, skip, skip + 63)\n"                                   \
@@ -222,8 +216,8 @@
     "  local p, key = ps[i], ARGV[3 + i]\n"                                                        \
     "  if not is_held(p) then\n"                                                                   \
     "    if is_reserved(p) then unreserve(p)\n"                                                    \
-    "    elseif p < st.hwm then redis.call('ZREM', FREE, p) end\n" /* the key's first confirmed    \
-                                                                      page wins */                 \
+    "    elseif p < st.hwm then redis.call('ZREM', FREE, p) end\n"                                 \
+    "-- the key's first confirmed page wins\n"                                                     \
     "    if redis.call('HEXISTS', K2P, key) == 1 then to_free(p) else hold(p, key) end\n"          \
     "  end\n"                                                                                      \
     "end\n"                                                                                        \

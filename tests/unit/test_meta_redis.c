@@ -293,7 +293,7 @@ static uint32_t rnd(uint32_t n)
 #define DKEYS 20
 #define DNS 3
 #define DRANKS 5
-static char dkeys[DKEYS][16];
+static char dkeys[DKEYS][KVP_MAX_KEY_LEN + 1];
 static const uint32_t drank_ids[DRANKS] = {0, 1, 2, 7, 1000};
 
 struct last_alloc { /* per namespace and rank: reservations not yet confirmed or released */
@@ -417,6 +417,10 @@ static void differential(const char *loc, int steps, uint64_t seed)
     }
     for (int i = 0; i < DKEYS; i++)
         snprintf(dkeys[i], sizeof dkeys[i], "key-%d", i);
+    /* Keys are bytes: braces (no hash tag of ours), high bytes, the longest. */
+    snprintf(dkeys[3], sizeof dkeys[3], "{k3}\xff\x01 \"%%s");
+    memset(dkeys[DKEYS - 1], 'L', KVP_MAX_KEY_LEN);
+    dkeys[DKEYS - 1][KVP_MAX_KEY_LEN] = '\0';
     for (int step = 0; step < steps && diff_failed < 10; step++) {
         int x = (int)rnd(DNS), ri = (int)rnd(DRANKS);
         uint32_t rank = drank_ids[ri];
@@ -712,9 +716,28 @@ static void bad_locations(void)
     }
 }
 
+static char logged[256];
+static void log_fn(void *arg, int level, const char *msg)
+{
+    (void)arg;
+    (void)level;
+    snprintf(logged, sizeof logged, "%s", msg);
+}
+
 static void durability(int port, struct kvp_meta *m)
 {
     char buf[128], out[64];
+    /* Said once at open, through opts.log. */
+    struct kvp_meta_opts o;
+    kvp_meta_opts_init(&o);
+    o.log = log_fn;
+    char loc[64];
+    snprintf(loc, sizeof loc, "redis://127.0.0.1:%d", port);
+    struct kvp_meta *lm = NULL;
+    CHECK_EQ(kvp_meta_open_at(loc, &o, &lm, NULL), 0);
+    CHECK(strstr(logged, "appendonly no, appendfsync everysec (changes since the last RDB save "
+                         "may be lost)") != NULL);
+    kvp_meta_close(lm);
     CHECK_EQ(kvp__redis_durability(m, buf, sizeof buf), 0);
     CHECK(strstr(buf, "appendonly no") != NULL);
     CHECK_EQ(raw(port, out, sizeof out, "CONFIG SET appendonly yes"), 0);
@@ -766,6 +789,13 @@ static void big_rank(int port, const char *loc)
     kvp_meta_close(m);
 }
 
+/* The port of a location's first node ("redis://H:P..." or "redis://H:P,..."). */
+static int port_of_loc(const char *loc)
+{
+    const char *c = strchr(loc + 8, ':');
+    return c ? atoi(c + 1) : -1;
+}
+
 static void two_handles(const char *loc)
 {
     struct kvp_meta *a = open_redis(loc, 60000, 0), *b = open_redis(loc, 60000, 0);
@@ -805,6 +835,41 @@ static void two_handles(const char *loc)
     CHECK_EQ(kvp_meta_delete(nb, -1, &k, 1, NULL), 0);
     CHECK_EQ(kvp_meta_lookup(na, 0, 0, &k, 1, &q, NULL), 0);
     CHECK_EQ(q, -1);
+    /* The limit on ranks, as the in-process engine's (the list filled by hand). */
+    redisContext *rc = strchr(loc, ',') ? NULL : raw_connect(port_of_loc(loc)); /* one server */
+    if (rc) {
+        size_t n = 2 + 2 * 65535;
+        const char **v = malloc(n * sizeof *v);
+        size_t *l = malloc(n * sizeof *l);
+        char(*num)[12] = malloc(65535 * sizeof *num);
+        char key[64];
+        snprintf(key, sizeof key, "%s:{two/%02x}:ranks", "kvp", 'p');
+        v[0] = "HSET", l[0] = 4, v[1] = key, l[1] = strlen(key);
+        for (int i = 0; i < 65535; i++) {
+            snprintf(num[i], sizeof num[i], "%d", 100 + i);
+            v[2 + 2 * i] = num[i], l[2 + 2 * i] = strlen(num[i]);
+            v[3 + 2 * i] = "1", l[3 + 2 * i] = 1;
+        }
+        redisReply *r = redisCommandArgv(rc, (int)n, v, l);
+        CHECK(r && r->type == REDIS_REPLY_INTEGER);
+        if (r)
+            freeReplyObject(r);
+        struct kvp_error te = {0};
+        CHECK_EQ(kvp_meta_init_rank(nb, 5, 8, &te), -ENOSPC);
+        CHECK_EQ(te.rule, KVP_RULE_TOO_MANY);
+        CHECK_EQ(te.value, 65535 + 2);
+        CHECK_EQ(te.limit, 65535);
+        CHECK(!strcmp(te.msg, "too many ranks in this namespace (limit 65535)"));
+        CHECK_EQ(kvp_meta_init_rank(nb, 1, 8, &te), 0); /* listed: no limit */
+        r = redisCommand(rc, "DEL %s", key);
+        if (r)
+            freeReplyObject(r);
+        redisFree(rc);
+        free(v);
+        free(l);
+        free(num);
+        r = NULL;
+    }
     /* The other figures of the backend. */
     char why[128] = "x";
     CHECK_EQ(kvp_meta_health(a, why, sizeof why), 0);
@@ -863,6 +928,15 @@ static void restart_test(int i)
     static struct stats_copy sc;
     CHECK_EQ(kvp_meta_stats(m, stats_fn, &sc), 0);
     CHECK(strstr(sc.text, "[rs|70 r0 np4 f3 rs0 h1") != NULL); /* listed again by init_rank */
+    /* Killed and back between two calls: the pooled connections are dead,
+     * and an allocation (never repeated) still goes through. */
+    server_kill(i);
+    CHECK_EQ(server_start(i, port, NULL), 0);
+    memset(&e, 0, sizeof e);
+    CHECK_EQ(kvp_meta_allocate(ns, 0, &k, 1, &p, NULL, &e), -ENOENT);
+    CHECK_EQ(e.rule, KVP_RULE_RANK_NOT_INIT);
+    CHECK_EQ(kvp_meta_init_rank(ns, 0, 4, NULL), 0);
+    CHECK_EQ(put(ns, 0, "a"), 0);
     /* A server that answers nothing: a timeout, not a hang. */
     kill(servers[i].pid, SIGSTOP);
     t0 = mono_ms();
