@@ -444,8 +444,19 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
             asking = 1;
             ask = NULL;
         }
+        /* A big batch is one script that Redis runs for about 10-30 us
+         * per argument here: the answer is waited for that long too (50 us
+         * an argument on top of the timeout), so that a valid request of
+         * many keys is not cut off (and then applied unacknowledged). */
+        uint32_t wait_ms = c->cfg.timeout_ms;
+        if (c->cfg.timeout_ms && argc > 1000) {
+            wait_ms = c->cfg.timeout_ms + (uint32_t)((uint64_t)argc * 50 / 1000);
+            redisSetTimeout(x, tv_ms(wait_ms));
+        }
         errno = 0;
         redisReply *r = redisCommandArgv(x, argc, argv, lens);
+        if (wait_ms != c->cfg.timeout_ms && r)
+            redisSetTimeout(x, tv_ms(c->cfg.timeout_ms));
         if (r && asking) { /* the ASKING's +OK came first */
             freeReplyObject(r);
             r = NULL;
