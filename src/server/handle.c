@@ -533,6 +533,7 @@ static const char *const route_names[KVP_ROUTE_COUNT] = {
     [KVP_ROUTE_VLLM_CLEAR] = "/clear",
     [KVP_ROUTE_VLLM_DELETE] = "/keys/delete",
     [KVP_ROUTE_SGL_INIT] = "/{rank}/initialize",
+    [KVP_ROUTE_STATUS] = "/",
     [KVP_ROUTE_SGL_EXISTS] = "/{rank}/exists",
     [KVP_ROUTE_SGL_RESERVE] = "/{rank}/reserve_and_allocate_page_indices",
     [KVP_ROUTE_SGL_CONFIRM] = "/{rank}/confirm_write",
@@ -628,6 +629,10 @@ static void match_route(const char *p, size_t n, int has_ns, struct match *m)
     memset(m, 0, sizeof *m);
     if (n == 0 || p[0] != '/')
         return;
+    if (n == 1) { /* "/" or "/ns/NAME/" */
+        m->route = KVP_ROUTE_STATUS, m->get = 1;
+        return;
+    }
     size_t i = 1;
     for (;;) {
         size_t j = i;
@@ -687,6 +692,7 @@ void kvp__server_init(struct kvp_server *srv, struct kvp_meta *meta,
     if (srv->cfg.token && !srv->cfg.token[0])
         srv->cfg.token = NULL;
     srv->token_len = srv->cfg.token ? strlen(srv->cfg.token) : 0;
+    srv->started_ns = kvp__mono_ns();
 }
 
 /* Longest decoded path (after a namespace prefix) that can name a route. */
@@ -780,7 +786,9 @@ static void dispatch(struct kvp_ctx *c)
     match_route(path, plen, has_ns, &m);
     c->rep->route = m.route;
 
-    if (srv->cfg.token && m.route != KVP_ROUTE_HEALTHZ && !token_ok(srv, req->authorization)) {
+    /* The status page holds no figures: it asks for the token itself. */
+    if (srv->cfg.token && m.route != KVP_ROUTE_HEALTHZ && m.route != KVP_ROUTE_STATUS &&
+        !token_ok(srv, req->authorization)) {
         c->rep->route = m.route;
         kvp__reply_error(c, 401, "Invalid or missing bearer token");
         c->rep->www_authenticate = "Bearer";
@@ -796,6 +804,10 @@ static void dispatch(struct kvp_ctx *c)
     if (!method_ok) {
         kvp__reply_error(c, 405, "Method Not Allowed");
         c->rep->allow = m.get ? "GET, HEAD" : "POST";
+        return;
+    }
+    if (m.get && m.route == KVP_ROUTE_STATUS && has_ns && !kvp_deployment_valid(c->dep, c->dlen)) {
+        kvp__reply_error(c, 400, "Invalid namespace");
         return;
     }
     if (m.get) {

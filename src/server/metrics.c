@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "server/server.h"
+#include "util/clock.h"
 
 static const int statuses[KVP_METRICS_NSTATUS - 1] = {200, 204, 400, 401, 403,
                                                       404, 405, 409, 413, 500};
@@ -365,7 +366,13 @@ static int stats_ns_fn(const char *dep, const char *pool, const struct kvp_rank_
 
 int kvp__metrics_stats_json(struct kvp_server *srv, struct kvp_buf *b)
 {
-    kvp__jw_lit(b, "{\"namespaces\": [");
+    kvp__jw_lit(b, "{\"server\": {\"version\": \"" KVP_VERSION "\", \"uptime_seconds\": ");
+    uint64_t up = kvp__mono_ns() - srv->started_ns;
+    kvp__buf_printf(b, "%llu.%03llu, \"state\": ", (unsigned long long)(up / 1000000000u),
+                    (unsigned long long)(up / 1000000u % 1000u));
+    kvp__jw_str(b, srv->cfg.state ? srv->cfg.state : "",
+                srv->cfg.state ? strlen(srv->cfg.state) : 0);
+    kvp__jw_lit(b, "}, \"namespaces\": [");
     int rc = kvp_meta_stats(srv->meta, stats_ns_fn, b);
     if (rc)
         return rc;

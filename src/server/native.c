@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "server/server.h"
+#include "server/status_page.h"
 
 void kvp__native_handle(struct kvp_ctx *c, int route)
 {
@@ -25,6 +26,12 @@ void kvp__native_handle(struct kvp_ctx *c, int route)
         }
         return;
     }
+    case KVP_ROUTE_STATUS:
+        r->status = 200;
+        r->content_type = "text/html; charset=utf-8";
+        kvp__buf_reset(&r->body);
+        kvp__buf_put(&r->body, kvp__status_html, sizeof kvp__status_html - 1);
+        return;
     case KVP_ROUTE_METRICS:
         r->status = 200;
         r->content_type = "text/plain; version=0.0.4; charset=utf-8";

@@ -1269,6 +1269,19 @@ int kvp__serve_main(int argc, char **argv)
         kvp_meta_close(meta);
         goto out;
     }
+    static const char *const fsync_text[] = {"never", "batch", "always"};
+    char state_text[4200];
+    if (meta_loc) {
+        struct redis_durability dur = {-1, ""};
+        kvp_meta_values(meta, find_durability, &dur);
+        snprintf(state_text, sizeof state_text, "Redis %s (%s)", meta_loc,
+                 dur.level > 0 ? dur.how : "persistence settings unknown");
+    } else if (persistent) {
+        snprintf(state_text, sizeof state_text, "data directory %s (write-ahead log, fsync %s)",
+                 data_dir, fsync_text[fsync_mode]);
+    } else {
+        snprintf(state_text, sizeof state_text, "memory only (--data-dir none)");
+    }
     struct kvp_server_config cfg = {
         .token = token,
         .allow = allow,
@@ -1276,6 +1289,7 @@ int kvp__serve_main(int argc, char **argv)
         .max_body = (size_t)max_body,
         .max_keys = (size_t)max_keys,
         .data_dir = meta_loc ? meta_loc : data_dir,
+        .state = state_text,
         .json_is_scratch = KVP_JSON_ARENA ? arena_holds_all : NULL,
     };
     kvp__server_init(&S->srv, meta, &cfg);

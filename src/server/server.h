@@ -36,6 +36,7 @@ struct kvp_server_config {
     size_t max_body;      /* bytes; 0 means the default (64 MiB) */
     size_t max_keys;      /* per list in one request; 0 means the default (1,000,000) */
     const char *data_dir; /* for the record (serve.c opens meta with it); may be NULL */
+    const char *state;    /* where the state is, for /v1/stats "server" (may be NULL) */
     /* When set and true after a request, the request body's JSON values live
      * in scratch memory the caller reclaims whole: they are not released one
      * by one (serve.c's arena; a tenth of the JSON time for a 64-key body). */
@@ -67,6 +68,7 @@ enum kvp_route {
     KVP_ROUTE_HEALTHZ,
     KVP_ROUTE_METRICS,
     KVP_ROUTE_STATS,
+    KVP_ROUTE_STATUS, /* GET / and /ns/NAME/: the status page */
     KVP_ROUTE_COUNT
 };
 
@@ -102,6 +104,7 @@ struct kvp_server {
     size_t token_len;
     struct kvp_metrics metrics;
     struct kvp_conn_stats conns;
+    uint64_t started_ns; /* kvp__mono_ns() at kvp__server_init, for the uptime */
 };
 
 /* Sets up srv over an open meta. cfg is copied (its strings and allow array

@@ -324,8 +324,11 @@ for text in ("abc", "1.5", "0x1", "1e3"):
 for path in ["/keys/batch%00exists", "/keys%2Fbatch_exists", "/nope", "/keys/nope", "/0/nope", "/rank/0/nope", "/rank/0", "/keys", "/0", "/ns/alpha/nope",
              "/ns/alpha/keys/nope", "/v1/nope", "/keys/batch_allocate/extra", "/ns"]:
     case(f"unknown-post{path}", path, {}, 404, NOT_FOUND)
-for path in ["/nope", "/", "/v2/stats", "/healthz/x"]:
+for path in ["/nope", "/v2/stats", "/healthz/x", "/ns/alpha"]:
     case(f"unknown-get{path}", path, None, 404, NOT_FOUND, method="GET")
+# "/" (and "/ns/NAME/") is the status page (GET only).
+case("status-post", "/", {}, 405, "Method Not Allowed")
+case("status-bad-ns", "/ns/a!b/", None, 400, "Invalid namespace", method="GET")
 for path in ["/keys/batch_allocate", "/keys/confirm_write", "/keys/batch_exists", "/keys/get_locations",
              "/keys/delete", "/clear", "/rank/0/initialize", "/0/initialize", "/0/exists",
              "/0/reserve_and_allocate_page_indices", "/0/confirm_write", "/0/delete_keys", "/0/clear",

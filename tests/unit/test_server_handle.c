@@ -69,7 +69,8 @@ static void test_routing(void)
     X("GET", "/healthz", NULL, 200, "ok");
     X("HEAD", "/healthz", NULL, 200, NULL);
     X("GET", "/nope", NULL, 404, D("Not Found"));
-    X("POST", "/", NULL, 404, D("Not Found"));
+    X("POST", "/", NULL, 405, D("Method Not Allowed")); /* GET /: the status page */
+    X("GET", "/ns/alpha/", NULL, 200, NULL);
     X("POST", "/keys/batch_exists/", NULL, 404, D("Not Found"));
     X("POST", "//keys/batch_exists", NULL, 404, D("Not Found"));
     X("POST", "/abc/exists", NULL, 404, D("Not Found"));
