@@ -1,4 +1,4 @@
-"""kvpage.Store from Python, embedded and on a real kvpage serve: put/get
+"""kvpage.Store from Python, embedded, on a real kvpage serve and on Redis: put/get
 round trips with numpy, bytearrays and CPU torch tensors, hits not rewritten,
 a missing key leaving its buffer untouched, exists, delete, clear, stats,
 errors as exceptions, reopen, threads."""
@@ -15,12 +15,15 @@ torch = pytest.importorskip("torch")
 BPP = 16 * 1024
 
 
-@pytest.fixture(params=["embedded", "remote"])
+@pytest.fixture(params=["embedded", "remote", "redis"])
 def store(request, tmp_path):
     meta = None
     if request.param == "remote":
         srv = request.getfixturevalue("start_server")("--data-dir", str(tmp_path / "srv"))
         meta = srv.url()
+    elif request.param == "redis":  # the metadata in Redis (redis-server on a free port)
+        import redisfix
+        meta = redisfix.fresh_location()
     s = kvpage.Store(tmp_path / "rank0.pages", 64 * BPP, BPP, meta=meta)
     yield s
     s.close()
