@@ -1492,7 +1492,8 @@ static int rd_open(struct kvp_meta *front, const char *where, struct kvp_error *
     }
     front->be = m;
     /* What Redis promises for acknowledged changes, once at open, for the
-     * log (kvpage serve asks kvp__redis_durability and warns itself). */
+     * log, as information: whether it is enough depends on what the caller
+     * asks (kvpage serve warns against its --fsync). */
     if (front->opts.log) {
         char d[160], line[512];
         int level = kvp__redis_durability(front, d, sizeof d);
@@ -1501,7 +1502,7 @@ static int rd_open(struct kvp_meta *front, const char *where, struct kvp_error *
                  : level == 1 ? "up to about a second of acknowledged changes may be lost"
                  : level == 0 ? "changes since the last RDB save may be lost"
                               : "what a restart of Redis loses is unknown");
-        front->opts.log(front->opts.log_arg, level == 2 ? 2 : 1, line);
+        front->opts.log(front->opts.log_arg, 2, line);
     }
     return 0;
 }

@@ -267,7 +267,6 @@ static void durability_warning(struct kvp_meta *meta, const char *loc, int fsync
     kvp_meta_values(meta, find_durability, &d);
     int level = d.level - 1; /* 2 always, 1 everysec, 0 no AOF, -1 unknown */
     const char *how = d.how;
-    KVP_LOGI("state in %s (%s)", loc, level == -1 ? "persistence settings unknown" : how);
     if (fsync_mode == KVP_FSYNC_NEVER)
         return;
     if (level == -1)
@@ -1263,6 +1262,9 @@ int kvp__serve_main(int argc, char **argv)
                     merr.msg[0] ? merr.msg : kvp_strerror(rc));
         goto out;
     }
+    /* Before the listener: by the time a client is answered, the log says it. */
+    if (meta_loc)
+        durability_warning(meta, meta_loc, fsync_mode);
     struct serve *S = calloc(1, sizeof *S);
     if (!S) {
         fprintf(stderr, "kvpage serve: out of memory\n");
@@ -1357,9 +1359,7 @@ int kvp__serve_main(int argc, char **argv)
         if (di && di->port)
             port = di->port;
         static const char *const fsync_names[] = {"never", "batch", "always"};
-        if (meta_loc)
-            durability_warning(meta, meta_loc, fsync_mode);
-        else if (!persistent)
+        if (!persistent && !meta_loc)
             KVP_LOGI("--data-dir none: state is in memory only");
         else
             KVP_LOGI("state in %s (write-ahead log, fsync %s)", data_dir, fsync_names[fsync_mode]);
