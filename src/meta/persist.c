@@ -86,6 +86,7 @@ struct kvp__persist {
     uint64_t last_snap;      /* LSN of the newest snapshot on disk */
     uint64_t last_snap_size; /* its size: the log may grow to this before the next */
     uint64_t snapshots, snapshot_failures;
+    uint64_t last_snap_unix; /* wall-clock second the last snapshot was adopted; 0: none yet */
 };
 
 static void plog(const struct kvp__local *m, int level, const char *fmt, ...)
@@ -766,6 +767,7 @@ static void adopt_snapshot(struct kvp__local *m, uint64_t lsn, uint64_t bytes)
     p->last_snap = lsn;
     p->last_snap_size = bytes;
     p->snapshots++;
+    p->last_snap_unix = (uint64_t)time(NULL);
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -1467,6 +1469,7 @@ int kvp__persist_values(struct kvp__local *m, kvp_meta_value_fn fn, void *arg)
     kvp__wal_fsync_stats(p->wal, &fsyncs, &fsync_ns);
     pthread_mutex_lock(&p->mu);
     uint64_t snapshots = p->snapshots, snapshot_failures = p->snapshot_failures;
+    uint64_t last_snap_unix = p->last_snap_unix;
     pthread_mutex_unlock(&p->mu);
     int refused = kvp__wal_status(p->wal, &failed, &refusals);
     char num[16];
@@ -1483,6 +1486,9 @@ int kvp__persist_values(struct kvp__local *m, kvp_meta_value_fn fn, void *arg)
          snapshots, NULL, NULL},
         {"wal", "snapshot_failures", "kvpage_snapshot_failures_total", "Snapshots that failed.",
          KVP_VALUE_COUNTER, 0, snapshot_failures, NULL, NULL},
+        {"wal", "last_snapshot_unix", "kvpage_last_snapshot_timestamp_seconds",
+         "Unix time of the last snapshot written since the start (0: none yet).", KVP_VALUE_GAUGE,
+         0, last_snap_unix, NULL, NULL},
         {"wal", "writable", "kvpage_wal_writable",
          "1 while the log takes changes; 0 while they are refused (errno: why).", KVP_VALUE_BOOL, 0,
          !refused, "errno", errno_name(refused, num, sizeof num)},
