@@ -97,6 +97,16 @@
     "local function clear_pages()\n"                                                               \
     "  redis.call('DEL', FREE, RES, RS, LRU, GRACE, K2P, P2K)\n"                                   \
     "  st.hwm = 0\n"                                                                               \
+    "end\n"                                                                                        \
+    "-- redis.call(cmd, key, list...) in pieces of at most 4000 arguments (the\n"                  \
+    "-- most Lua's unpack passes), the replies of the pieces end to end\n"                         \
+    "local function bulk(cmd, key, list)\n"                                                        \
+    "  local out, n = {}, #list\n"                                                                 \
+    "  for i = 1, n, 4000 do\n"                                                                    \
+    "    local r = redis.call(cmd, key, unpack(list, i, math.min(i + 3999, n)))\n"                 \
+    "    if type(r) == 'table' then for j = 1, #r do out[#out + 1] = r[j] end end\n"               \
+    "  end\n"                                                                                      \
+    "  return out\n"                                                                               \
     "end\n"
 
 /* ARGV: num_pages. {0} / {ST_RESIZE_HELD, old num_pages}. */
@@ -124,67 +134,94 @@
     "local n = #ARGV - 2\n"                                                                        \
     "local now = now_ms()\n"                                                                       \
     "expire(now)\n"                                                                                \
+    "local keys = {}\n"                                                                            \
+    "for i = 1, n do keys[i] = ARGV[i + 2] end\n"                                                  \
+    "local cur = bulk('HMGET', K2P, keys)\n"                                                       \
     "local pages, existed, marked, seen = {}, {}, {}, {}\n"                                        \
     "-- hits first, touched last to first: earlier keys end up more recent\n"                      \
-    "local hits = 0\n"                                                                             \
+    "local hits, lru = 0, {}\n"                                                                    \
     "for i = n, 1, -1 do\n"                                                                        \
-    "  local p = redis.call('HGET', K2P, ARGV[i + 2])\n"                                           \
+    "  local p = cur[i]\n"                                                                         \
     "  if p then\n"                                                                                \
     "    p = tonumber(p); pages[i] = p; existed[i] = 1\n"                                          \
-    "    touch(p); marked[p] = true; hits = hits + 1\n"                                            \
+    "    st.clock = st.clock + 1; lru[#lru + 1] = st.clock; lru[#lru + 1] = p\n"                   \
+    "    marked[p] = true; hits = hits + 1\n"                                                      \
     "  else pages[i] = -2; existed[i] = 0 end\n"                                                   \
     "end\n"                                                                                        \
+    "bulk('ZADD', LRU, lru)\n"                                                                     \
     "count('hits', hits)\n"                                                                        \
-    "local skip = 0\n"                                                                             \
-    "-- the least recent HELD page not in grace nor returned by this request; pages\n"             \
-    "-- skipped for their grace stay skipped for the rest of the request\n"                        \
-    "local function evict()\n"                                                                     \
-    "  while skip < scan_max do\n"                                                                 \
-    "    local b = redis.call('ZRANGE', LRU, skip, skip + 63)\n"                                   \
-    "    if #b == 0 then return nil end\n"                                                         \
-    "    for _, ps in ipairs(b) do\n"                                                              \
-    "      local p = tonumber(ps)\n"                                                               \
-    "      if marked[p] then return nil end\n"                                                     \
-    "      local g = redis.call('HGET', GRACE, ps)\n"                                              \
-    "      if g and tonumber(g) > now then\n"                                                      \
+    "-- the keys that need a page, in order; a key given again shares the first's\n"               \
+    "local want = {}\n"                                                                            \
+    "for i = 1, n do\n"                                                                            \
+    "  local key = keys[i]\n"                                                                      \
+    "  if not seen[key] then\n"                                                                    \
+    "    seen[key] = i\n"                                                                          \
+    "    if pages[i] == -2 then want[#want + 1] = i end\n"                                         \
+    "  end\n"                                                                                      \
+    "end\n"                                                                                        \
+    "local got = {}\n"                                                                             \
+    "-- FREE pages below hwm, the most recently freed first\n"                                     \
+    "if #want > 0 then\n"                                                                          \
+    "  local t = redis.call('ZPOPMAX', FREE, #want)\n"                                             \
+    "  for j = 1, #t, 2 do got[#got + 1] = tonumber(t[j]) end\n"                                   \
+    "end\n"                                                                                        \
+    "-- then pages never handed out, from hwm up (one confirmed without a\n"                       \
+    "-- reservation may be HELD there)\n"                                                          \
+    "while #got < #want and st.hwm < st.np do\n"                                                   \
+    "  local k = math.min(#want - #got + 16, st.np - st.hwm, 2000)\n"                              \
+    "  local cand = {}\n"                                                                          \
+    "  for j = 1, k do cand[j] = st.hwm + j - 1 end\n"                                             \
+    "  local h = redis.call('HMGET', P2K, unpack(cand))\n"                                         \
+    "  local r = redis.call('ZMSCORE', RES, unpack(cand))\n"                                       \
+    "  for j = 1, k do\n"                                                                          \
+    "    if #got >= #want then break end\n"                                                        \
+    "    st.hwm = cand[j] + 1\n"                                                                   \
+    "    if not h[j] and not r[j] then got[#got + 1] = cand[j] end\n"                              \
+    "  end\n"                                                                                      \
+    "end\n"                                                                                        \
+    "-- then the least recent HELD pages, not in their read grace nor returned by\n"               \
+    "-- this request; at most scan_max skipped for their grace\n"                                  \
+    "local evicted, ekeys = {}, {}\n"                                                              \
+    "if #got < #want and scan_max > 0 then\n"                                                      \
+    "  local off, skip, stop = 0, 0, false\n"                                                      \
+    "  while #got < #want and not stop do\n"                                                       \
+    "    local b = redis.call('ZRANGE', LRU, off, off + 63)\n"                                     \
+    "    if #b == 0 then break end\n"                                                              \
+    "    local g = redis.call('HMGET', GRACE, unpack(b))\n"                                        \
+    "    local ks = redis.call('HMGET', P2K, unpack(b))\n"                                         \
+    "    for j = 1, #b do\n"                                                                       \
+    "      if #got >= #want then break end\n"                                                      \
+    "      local p = tonumber(b[j])\n"                                                             \
+    "      if marked[p] then stop = true; break end\n"                                             \
+    "      off = off + 1\n"                                                                        \
+    "      if g[j] and tonumber(g[j]) > now then\n"                                                \
     "        skip = skip + 1\n"                                                                    \
-    "        if skip >= scan_max then return nil end\n"                                            \
+    "        if skip >= scan_max then stop = true; break end\n"                                    \
     "      else\n"                                                                                 \
-    "        unhold(p); count('evictions', 1); return p\n"                                         \
+    "        evicted[#evicted + 1] = p; got[#got + 1] = p\n"                                       \
+    "        if ks[j] then ekeys[#ekeys + 1] = ks[j] end\n"                                        \
     "      end\n"                                                                                  \
     "    end\n"                                                                                    \
     "  end\n"                                                                                      \
-    "  return nil\n"                                                                               \
     "end\n"                                                                                        \
-    "local function take_free()\n"                                                                 \
-    "  local t = redis.call('ZPOPMAX', FREE)\n"                                                    \
-    "  if #t > 0 then return tonumber(t[1]) end\n"                                                 \
-    "  while st.hwm < st.np do\n"                                                                  \
-    "    local p = st.hwm\n"                                                                       \
-    "    st.hwm = st.hwm + 1\n"                                                                    \
-    "    if not is_held(p) and not is_reserved(p) then return p end\n"                             \
-    "  end\n"                                                                                      \
-    "  return nil\n"                                                                               \
+    "if #evicted > 0 then\n"                                                                       \
+    "  bulk('HDEL', P2K, evicted); bulk('HDEL', K2P, ekeys)\n"                                     \
+    "  bulk('ZREM', LRU, evicted); bulk('HDEL', GRACE, evicted)\n"                                 \
+    "  count('evictions', #evicted)\n"                                                             \
     "end\n"                                                                                        \
-    "local misses, allocs = 0, 0\n"                                                                \
-    "for i = 1, n do\n"                                                                            \
-    "  local key = ARGV[i + 2]\n"                                                                  \
-    "  if pages[i] ~= -2 then\n"                                                                   \
-    "    if not seen[key] then seen[key] = i end\n"                                                \
-    "  elseif seen[key] then\n"                                                                    \
-    "    pages[i] = pages[seen[key]]\n"                                                            \
-    "  else\n"                                                                                     \
-    "    seen[key] = i\n"                                                                          \
-    "    misses = misses + 1\n"                                                                    \
-    "    local p = take_free() or evict()\n"                                                       \
-    "    if not p then pages[i] = -1 else\n"                                                       \
-    "      st.rseq = st.rseq + 1\n"                                                                \
-    "      redis.call('ZADD', RES, now + lease, p); redis.call('HSET', RS, p, st.rseq)\n"          \
-    "      marked[p] = true; allocs = allocs + 1; pages[i] = p\n"                                  \
-    "    end\n"                                                                                    \
-    "  end\n"                                                                                      \
+    "local res, rs, allocs = {}, {}, 0\n"                                                          \
+    "for j = 1, #want do\n"                                                                        \
+    "  local i, p = want[j], got[j]\n"                                                             \
+    "  if p then\n"                                                                                \
+    "    st.rseq = st.rseq + 1\n"                                                                  \
+    "    res[#res + 1] = now + lease; res[#res + 1] = p\n"                                         \
+    "    rs[#rs + 1] = p; rs[#rs + 1] = st.rseq\n"                                                 \
+    "    allocs = allocs + 1; pages[i] = p\n"                                                      \
+    "  else pages[i] = -1 end\n"                                                                   \
     "end\n"                                                                                        \
-    "count('misses', misses); count('allocations', allocs)\n"                                      \
+    "bulk('ZADD', RES, res); bulk('HSET', RS, rs)\n"                                               \
+    "for i = 1, n do if pages[i] == -2 then pages[i] = pages[seen[keys[i]]] end end\n"             \
+    "count('misses', #want); count('allocations', allocs)\n"                                       \
     "store()\n"                                                                                    \
     "local r = {0}\n"                                                                              \
     "for i = 1, n do r[i + 1] = pages[i] end\n"                                                    \
@@ -202,31 +239,63 @@
     "  if not p or p < 0 or p >= st.np or p ~= math.floor(p) then return nil end\n"                \
     "  return p\n"                                                                                 \
     "end\n"                                                                                        \
-    "local ps, rel = {}, {}\n"                                                                     \
+    "local ps, rel, keys = {}, {}, {}\n"                                                           \
     "for i = 1, n do ps[i] = page(ARGV[3 + n + i]); if not ps[i] then return {3, i - 1, st.np} "   \
     "end end\n"                                                                                    \
-    "for i = 1, nrel do rel[i] = page(ARGV[3 + 2 * n + i]); if not rel[i] then "                   \
-    "return {4, i - 1, st.np} end end\n"                                                           \
+    "for i = 1, nrel do rel[i] = page(ARGV[3 + 2 * n + i]); if not rel[i] then return {4, i - 1, " \
+    "st.np} end end\n"                                                                             \
+    "for i = 1, n do keys[i] = ARGV[3 + i] end\n"                                                  \
+    "local owner = bulk('HMGET', P2K, ps)\n"                                                       \
     "for i = 1, n do\n"                                                                            \
-    "  local o = redis.call('HGET', P2K, ps[i])\n"                                                 \
-    "  if o and o ~= ARGV[3 + i] then return {5, i - 1} end\n"                                     \
+    "  if owner[i] and owner[i] ~= keys[i] then return {5, i - 1} end\n"                           \
     "end\n"                                                                                        \
     "if dup >= 0 then return {5, dup} end\n"                                                       \
+    "-- what the pages and keys are before, then this request's changes on top\n"                  \
+    "local held, reserved, haskey = {}, {}, {}\n"                                                  \
+    "local resv, kpage = bulk('ZMSCORE', RES, ps), bulk('HMGET', K2P, keys)\n"                     \
     "for i = 1, n do\n"                                                                            \
-    "  local p, key = ps[i], ARGV[3 + i]\n"                                                        \
-    "  if not is_held(p) then\n"                                                                   \
-    "    if is_reserved(p) then unreserve(p)\n"                                                    \
-    "    elseif p < st.hwm then redis.call('ZREM', FREE, p) end\n"                                 \
-    "-- the key's first confirmed page wins\n"                                                     \
-    "    if redis.call('HEXISTS', K2P, key) == 1 then to_free(p) else hold(p, key) end\n"          \
+    "  if owner[i] then held[ps[i]] = true end\n"                                                  \
+    "  if resv[i] then reserved[ps[i]] = true end\n"                                               \
+    "  if kpage[i] then haskey[keys[i]] = true end\n"                                              \
+    "end\n"                                                                                        \
+    "local rres, rheld = bulk('ZMSCORE', RES, rel), bulk('HMGET', P2K, rel)\n"                     \
+    "for i = 1, nrel do\n"                                                                         \
+    "  if rres[i] then reserved[rel[i]] = true end\n"                                              \
+    "  if rheld[i] then held[rel[i]] = true end\n"                                                 \
+    "end\n"                                                                                        \
+    "local freeop, unres = {}, {} -- page -> its new free-set score, or false: taken out\n"        \
+    "local hp, hk, hg, lru = {}, {}, {}, {}\n"                                                     \
+    "local function to_free(p)\n"                                                                  \
+    "  if p < st.hwm then st.fseq = st.fseq + 1; freeop[p] = st.fseq end\n"                        \
+    "end\n"                                                                                        \
+    "for i = 1, n do\n"                                                                            \
+    "  local p, key = ps[i], keys[i]\n"                                                            \
+    "  if not held[p] then\n"                                                                      \
+    "    if reserved[p] then reserved[p] = nil; unres[#unres + 1] = p\n"                           \
+    "    elseif p < st.hwm then freeop[p] = false end\n"                                           \
+    "    -- the key's first confirmed page wins\n"                                                 \
+    "    if haskey[key] then to_free(p) else\n"                                                    \
+    "      held[p] = true; haskey[key] = true\n"                                                   \
+    "      hp[#hp + 1] = p; hp[#hp + 1] = key; hk[#hk + 1] = key; hk[#hk + 1] = p\n"               \
+    "      hg[#hg + 1] = p\n"                                                                      \
+    "      st.clock = st.clock + 1; lru[#lru + 1] = st.clock; lru[#lru + 1] = p\n"                 \
+    "    end\n"                                                                                    \
     "  end\n"                                                                                      \
     "end\n"                                                                                        \
     "local rh = 0\n"                                                                               \
     "for i = 1, nrel do\n"                                                                         \
     "  local p = rel[i]\n"                                                                         \
-    "  if is_reserved(p) then unreserve(p); to_free(p)\n"                                          \
-    "  elseif is_held(p) then rh = rh + 1 end\n"                                                   \
+    "  if reserved[p] then reserved[p] = nil; unres[#unres + 1] = p; to_free(p)\n"                 \
+    "  elseif held[p] then rh = rh + 1 end\n"                                                      \
     "end\n"                                                                                        \
+    "bulk('ZREM', RES, unres); bulk('HDEL', RS, unres)\n"                                          \
+    "local frem, fadd = {}, {}\n"                                                                  \
+    "for p, s in pairs(freeop) do\n"                                                               \
+    "  if s then fadd[#fadd + 1] = s; fadd[#fadd + 1] = p else frem[#frem + 1] = p end\n"          \
+    "end\n"                                                                                        \
+    "bulk('ZREM', FREE, frem); bulk('ZADD', FREE, fadd)\n"                                         \
+    "bulk('HSET', P2K, hp); bulk('HSET', K2P, hk); bulk('HDEL', GRACE, hg); bulk('ZADD', LRU, "    \
+    "lru)\n"                                                                                       \
     "count('release_held', rh)\n"                                                                  \
     "store()\n"                                                                                    \
     "return {0}\n"
@@ -235,8 +304,8 @@
 #define KVP_LUA_EXISTS                                                                             \
     "#!lua flags=no-writes\n" KVP_LUA_PRELUDE                                                      \
     "if redis.call('HEXISTS', M, 'num_pages') == 0 then return {1} end\n"                          \
-    "local r = {0}\n"                                                                              \
-    "for i = 1, #ARGV do r[i + 1] = redis.call('HEXISTS', K2P, ARGV[i]) end\n"                     \
+    "local v, r = bulk('HMGET', K2P, ARGV), {0}\n"                                                 \
+    "for i = 1, #ARGV do r[i + 1] = v[i] and 1 or 0 end\n"                                         \
     "return r\n"
 
 /* ARGV: grace_ms, complete_only, a string of '0'/'1' per key (held on every
@@ -246,17 +315,22 @@
     "local grace, complete, others = tonumber(ARGV[1]), ARGV[2] == '1', ARGV[3]\n"                 \
     "local n = #ARGV - 3\n"                                                                        \
     "local now = now_ms()\n"                                                                       \
+    "local keys = {}\n"                                                                            \
+    "for i = 1, n do keys[i] = ARGV[i + 3] end\n"                                                  \
+    "local v = bulk('HMGET', K2P, keys)\n"                                                         \
     "local r = {0}\n"                                                                              \
-    "local hits, misses = 0, 0\n"                                                                  \
+    "local hits, misses, lru, gset, gdel = 0, 0, {}, {}, {}\n"                                     \
     "for i = n, 1, -1 do\n"                                                                        \
-    "  local p = redis.call('HGET', K2P, ARGV[i + 3])\n"                                           \
+    "  local p = v[i]\n"                                                                           \
     "  if p and complete and string.byte(others, i) ~= 49 then p = nil end\n"                      \
     "  if not p then r[i + 1] = -1; misses = misses + 1 else\n"                                    \
-    "    p = tonumber(p); r[i + 1] = p; hits = hits + 1; touch(p)\n"                               \
-    "    if grace > 0 then redis.call('HSET', GRACE, p, now + grace)\n"                            \
-    "    else redis.call('HDEL', GRACE, p) end\n"                                                  \
+    "    p = tonumber(p); r[i + 1] = p; hits = hits + 1\n"                                         \
+    "    st.clock = st.clock + 1; lru[#lru + 1] = st.clock; lru[#lru + 1] = p\n"                   \
+    "    if grace > 0 then gset[#gset + 1] = p; gset[#gset + 1] = now + grace\n"                   \
+    "    else gdel[#gdel + 1] = p end\n"                                                           \
     "  end\n"                                                                                      \
     "end\n"                                                                                        \
+    "bulk('ZADD', LRU, lru); bulk('HSET', GRACE, gset); bulk('HDEL', GRACE, gdel)\n"               \
     "count('hits', hits); count('misses', misses)\n"                                               \
     "store()\n"                                                                                    \
     "return r\n"
@@ -264,10 +338,19 @@
 /* ARGV: keys. {0} / {ST_NOT_INIT}. */
 #define KVP_LUA_DELETE                                                                             \
     "#!lua flags=allow-oom\n" KVP_LUA_PRELUDE "if not load() then return {1} end\n"                \
+    "local v = bulk('HMGET', K2P, ARGV)\n"                                                         \
+    "local gone, dp, dk, fadd = {}, {}, {}, {}\n"                                                  \
     "for i = 1, #ARGV do\n"                                                                        \
-    "  local p = redis.call('HGET', K2P, ARGV[i])\n"                                               \
-    "  if p then p = tonumber(p); unhold(p); to_free(p) end\n"                                     \
+    "  local key, p = ARGV[i], v[i]\n"                                                             \
+    "  if p and not gone[key] then\n"                                                              \
+    "    gone[key] = true; p = tonumber(p); dp[#dp + 1] = p; dk[#dk + 1] = key\n"                  \
+    "    if p < st.hwm then st.fseq = st.fseq + 1; fadd[#fadd + 1] = st.fseq; fadd[#fadd + 1] = "  \
+    "p end\n"                                                                                      \
+    "  end\n"                                                                                      \
     "end\n"                                                                                        \
+    "bulk('HDEL', P2K, dp); bulk('HDEL', K2P, dk); bulk('ZREM', LRU, dp); bulk('HDEL', GRACE, "    \
+    "dp)\n"                                                                                        \
+    "bulk('ZADD', FREE, fadd)\n"                                                                   \
     "store()\n"                                                                                    \
     "return {0}\n"
 
