@@ -738,6 +738,12 @@ static void durability(int port, struct kvp_meta *m)
     CHECK(strstr(logged, "appendonly no, appendfsync everysec (changes since the last RDB save "
                          "may be lost)") != NULL);
     kvp_meta_close(lm);
+    CHECK_EQ(raw(port, out, sizeof out, "CONFIG SET maxmemory-policy allkeys-lru"), 0);
+    lm = NULL;
+    CHECK_EQ(kvp_meta_open_at(loc, &o, &lm, NULL), 0);
+    CHECK(strstr(logged, "maxmemory-policy allkeys-lru may evict") != NULL);
+    kvp_meta_close(lm);
+    CHECK_EQ(raw(port, out, sizeof out, "CONFIG SET maxmemory-policy noeviction"), 0);
     CHECK_EQ(kvp__redis_durability(m, buf, sizeof buf), 0);
     CHECK(strstr(buf, "appendonly no") != NULL);
     CHECK_EQ(raw(port, out, sizeof out, "CONFIG SET appendonly yes"), 0);
@@ -1180,6 +1186,16 @@ static void cluster(int steps, uint64_t seed)
         used += atoi(out) > 0;
     }
     CHECK(used >= 2);
+    /* A seed that is down: the next one answers, and gives the map. */
+    int dead = free_port(0);
+    snprintf(loc, sizeof loc, "redis://127.0.0.1:%d,127.0.0.1:%d?prefix=cl", dead, ports[2]);
+    struct kvp_meta *dm = open_redis(loc, 60000, 0);
+    CHECK(dm != NULL);
+    char why[128] = "";
+    CHECK(dm && kvp_meta_health(dm, why, sizeof why) == 0);
+    struct kvp_ns *dns = dm ? ns_of(dm, "d", "p0", 2) : NULL; /* of the differential run */
+    CHECK(dns && kvp_meta_nranks(dns) > 0);
+    kvp_meta_close(dm);
     snprintf(loc, sizeof loc, "redis://127.0.0.1:%d,127.0.0.1:%d", ports[0], ports[1]);
     two_handles(loc);
     threads_test(loc);
