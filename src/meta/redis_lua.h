@@ -52,7 +52,7 @@
     "  st.hwm0, st.clock0, st.fseq0, st.rseq0 = st.hwm, st.clock, st.fseq, st.rseq\n"              \
     "  return st\n"                                                                                \
     "end\n"                                                                                        \
-    "local function count(f, by) cnt[f] = (cnt[f] or 0) + by end\n"                                \
+    "local function count(f, by) if by ~= 0 then cnt[f] = (cnt[f] or 0) + by end end\n"            \
     "-- writes back what changed\n"                                                                \
     "local function store()\n"                                                                     \
     "  local a = {}\n"                                                                             \
