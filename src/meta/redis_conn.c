@@ -458,7 +458,10 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
             rc = ctx_error(c, n, x, e, err);
             redisFree(x);
             drop_idle(n); /* its siblings are likely dead too */
-            if (c->cluster && mono_ms() < deadline)
+            /* A lost connection may be a failover: read the map again. A
+             * timeout is a slow node, whose slots have not moved (and
+             * asking it again would wait as long once more). */
+            if (c->cluster && rc != -ETIMEDOUT && mono_ms() < deadline)
                 refresh_map(c, NULL);
             /* A pooled connection found dead (the server restarted): the
              * command may not have reached it, and an idempotent one is

@@ -1231,6 +1231,26 @@ static void cluster(int steps, uint64_t seed)
     CHECK_EQ(pages[0], 0);
     CHECK_EQ(pages[1], 1);
     CHECK_EQ(put(ns, 0, "c"), 2);
+    /* A master that stops answering: its ranks time out, the others' work. */
+    int other = -1;
+    for (uint32_t r = 1; r < 64 && other < 0; r++) {
+        snprintf(tag, sizeof tag, "mv/%02x/%u", 'p', r);
+        if (owner_of((int)kvp__redis_slot(tag, strlen(tag)), ports, 3) != dst)
+            other = (int)r;
+    }
+    CHECK(other > 0);
+    CHECK_EQ(kvp_meta_init_rank(ns, (uint32_t)other, 4, NULL), 0);
+    int di = ports[0] == dst ? 1 : ports[1] == dst ? 2 : 3;
+    kill(servers[di].pid, SIGSTOP);
+    uint64_t t1 = mono_ms();
+    memset(&e, 0, sizeof e);
+    CHECK_EQ(kvp_meta_lookup(ns, 0, 0, keys, 2, pages, &e), -ETIMEDOUT);
+    CHECK_EQ(e.rule, KVP_RULE_UNAVAILABLE);
+    CHECK(mono_ms() - t1 < 4500);
+    CHECK_EQ(put(ns, (uint32_t)other, "x"), 0);
+    kill(servers[di].pid, SIGCONT);
+    CHECK_EQ(kvp_meta_lookup(ns, 0, 0, keys, 2, pages, &e), 0);
+    CHECK_EQ(pages[1], 1);
     CHECK_EQ(kvp_meta_values(m, redirects_fn, &redirects), 0);
     CHECK(redirects > before); /* the MOVED */
     invariants(m);
