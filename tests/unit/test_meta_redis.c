@@ -1240,6 +1240,8 @@ static void cluster(int steps, uint64_t seed)
     }
     CHECK(other > 0);
     CHECK_EQ(kvp_meta_init_rank(ns, (uint32_t)other, 4, NULL), 0);
+    for (uint32_t r = 64; r < 80; r++)
+        CHECK_EQ(kvp_meta_init_rank(ns, r, 4, NULL), 0); /* some on the one stopped below */
     int di = ports[0] == dst ? 1 : ports[1] == dst ? 2 : 3;
     kill(servers[di].pid, SIGSTOP);
     uint64_t t1 = mono_ms();
@@ -1248,6 +1250,13 @@ static void cluster(int steps, uint64_t seed)
     CHECK_EQ(e.rule, KVP_RULE_UNAVAILABLE);
     CHECK(mono_ms() - t1 < 4500);
     CHECK_EQ(put(ns, (uint32_t)other, "x"), 0);
+    /* Across ranks (pipelined): one timeout, not one per rank. */
+    uint8_t exv[2];
+    t1 = mono_ms();
+    memset(&e, 0, sizeof e);
+    CHECK_EQ(kvp_meta_exists(ns, -1, keys, 2, exv, &e), -ETIMEDOUT);
+    CHECK_EQ(e.rule, KVP_RULE_UNAVAILABLE);
+    CHECK(mono_ms() - t1 < 4500);
     kill(servers[di].pid, SIGCONT);
     CHECK_EQ(kvp_meta_lookup(ns, 0, 0, keys, 2, pages, &e), 0);
     CHECK_EQ(pages[1], 1);
