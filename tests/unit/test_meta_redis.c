@@ -167,7 +167,7 @@ static int server_start(int i, int port, const char *extra)
                 execlp("redis-server", "redis-server", "--port", ps, "--bind", "127.0.0.1",
                        "--save", "", "--appendonly", "no", "--dir", dir, "--dbfilename", dbf,
                        "--appenddirname", aof, "--cluster-enabled", "yes", "--cluster-config-file",
-                       conf, "--cluster-node-timeout", "5000", NULL);
+                       conf, "--cluster-node-timeout", "30000", NULL);
             else
                 execlp("redis-server", "redis-server", "--port", ps, "--bind", "127.0.0.1",
                        "--save", "", "--appendonly", "no", "--dir", dir, "--dbfilename", dbf,
@@ -576,11 +576,11 @@ static void grace_and_lease(struct kvp_meta *m, const char *what)
     CHECK_EQ(p, 1); /* k2 evicted: k1, older, is in its grace */
     CHECK_EQ(kvp_meta_allocate(ns, 0, &k4, 1, &p, NULL, NULL), 0);
     CHECK_EQ(p, -1); /* k1 in grace, k3's page reserved */
-    sleep_ms(700);
+    sleep_ms(1100);
     CHECK_EQ(kvp_meta_allocate(ns, 0, &k4, 1, &p, NULL, NULL), 0);
     CHECK_EQ(p, 0); /* the grace is over */
     /* Leases: k3's and k4's reservations run out. */
-    sleep_ms(1300);
+    sleep_ms(2800);
     struct kvp_str k5 = K("k5");
     CHECK_EQ(kvp_meta_allocate(ns, 0, &k5, 1, &p, NULL, NULL), 0);
     CHECK_EQ(p, 0); /* most recently freed: k4's page 0 expired after k3's page 1 */
@@ -1014,11 +1014,11 @@ static void single_server(int steps, uint64_t seed)
            (unsigned long long)(mono_ms() - t0));
     bad_locations();
     snprintf(loc, sizeof loc, "redis://127.0.0.1:%d?prefix=time", port);
-    struct kvp_meta *rm = open_redis(loc, 1000, 500), *mm = NULL;
+    struct kvp_meta *rm = open_redis(loc, 2500, 1000), *mm = NULL;
     struct kvp_meta_opts o;
     kvp_meta_opts_init(&o);
-    o.lease_ms = 1000;
-    o.read_grace_ms = 500;
+    o.lease_ms = 2500;
+    o.read_grace_ms = 1000;
     CHECK_EQ(kvp_meta_open_at("mem:", &o, &mm, NULL), 0);
     if (rm)
         grace_and_lease(rm, "redis");
