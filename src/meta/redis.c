@@ -1444,6 +1444,33 @@ int kvp__redis_durability(struct kvp_meta *front, char *buf, size_t len)
     return d.level;
 }
 
+struct policy_arg {
+    struct rmeta *m;
+    struct kvp_meta *front;
+};
+
+/* An allkeys-* eviction policy lets Redis drop this store's keys at its
+ * maxmemory, which breaks its invariants (pages lost, keys pointing at pages
+ * that hold nothing): worth a warning. */
+static int policy_one(void *arg, const char *node, redisReply *reply, int rc,
+                      const struct kvp_error *err)
+{
+    struct policy_arg *a = arg;
+    (void)err;
+    const char *p = !rc && reply && reply->type == REDIS_REPLY_ARRAY
+                        ? pair_value(reply, "maxmemory-policy")
+                        : NULL;
+    if (p && !strncmp(p, "allkeys-", 8)) {
+        char line[256];
+        snprintf(line, sizeof line,
+                 "redis %s: maxmemory-policy %.32s may evict kvpage's keys and break its "
+                 "state: use noeviction (or a volatile-* policy)",
+                 node, p);
+        a->front->opts.log(a->front->opts.log_arg, 1, line);
+    }
+    return 0;
+}
+
 static void rd_close(struct kvp_meta *front)
 {
     struct rmeta *m = front->be;
@@ -1503,6 +1530,9 @@ static int rd_open(struct kvp_meta *front, const char *where, struct kvp_error *
                  : level == 0 ? "changes since the last RDB save may be lost"
                               : "what a restart of Redis loses is unknown");
         front->opts.log(front->opts.log_arg, 2, line);
+        const char *argv[3] = {"CONFIG", "GET", "maxmemory-policy"};
+        struct policy_arg pa = {m, front};
+        kvp__rconn_each_master(m->c, 3, argv, policy_one, &pa);
     }
     return 0;
 }

@@ -469,7 +469,10 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
             rc = ctx_error(c, n, x, e, err);
             redisFree(x);
             drop_idle(n); /* its siblings are likely dead too */
-            if (c->cluster && mono_ms() < deadline)
+            /* A lost connection may be a failover: read the map again. A
+             * timeout is a slow node, whose slots have not moved (and
+             * asking it again would wait as long once more). */
+            if (c->cluster && rc != -ETIMEDOUT && mono_ms() < deadline)
                 refresh_map(c, NULL);
             /* A pooled connection found dead (the server restarted): the
              * command may not have reached it, and an idempotent one is
@@ -528,10 +531,13 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
 
 int kvp__rconn_multi(struct kvp__rconn *c, struct kvp__rcmd *cmds, size_t n, struct kvp_error *err)
 {
-    uint8_t *nidx = malloc(n ? n : 1);     /* each command's place in nodes[] below */
-    uint8_t *state = calloc(n ? n : 1, 1); /* 1 sent, 2 answered */
+    uint8_t *nidx = malloc(n ? n : 1); /* each command's place in nodes[] below */
+    /* 0 to run alone, 1 sent, 2 answered, 3 failed (cmds[].rc, .err) */
+    uint8_t *state = calloc(n ? n : 1, 1);
     char(*sha)[41] = malloc((n ? n : 1) * sizeof *sha);
     struct rnode *nodes[MAX_NODES];
+    struct kvp_error down[MAX_NODES]; /* why a node could not be reached */
+    int down_rc[MAX_NODES] = {0};
     size_t nn = 0;
     for (size_t i = 0; nidx && i < n; i++) {
         cmds[i].reply = NULL;
@@ -544,11 +550,16 @@ int kvp__rconn_multi(struct kvp__rconn *c, struct kvp__rcmd *cmds, size_t n, str
             nodes[nn++] = nd;
         nidx[i] = (uint8_t)d;
     }
+    int any_down = 0;
     for (size_t d = 0; nidx && state && sha && d < nn; d++) {
-        int fresh, rc;
-        redisContext *x = node_take(c, nodes[d], &fresh, NULL, &rc);
-        if (!x)
-            continue; /* its commands run alone below, which reports why */
+        int fresh;
+        memset(&down[d], 0, sizeof down[d]);
+        redisContext *x = node_take(c, nodes[d], &fresh, &down[d], &down_rc[d]);
+        if (!x) {
+            atomic_fetch_add(&c->failures, 1);
+            any_down = 1;
+            continue;
+        }
         for (size_t j = 0; j < n; j++) {
             if (nidx[j] != d)
                 continue;
@@ -568,15 +579,27 @@ int kvp__rconn_multi(struct kvp__rconn *c, struct kvp__rcmd *cmds, size_t n, str
             if (nidx[j] != d || state[j] != 1)
                 continue;
             redisReply *r = NULL;
+            errno = 0;
             if (redisGetReply(x, (void **)&r) != REDIS_OK || !r) {
+                struct kvp_error e = {0};
+                int rc = ctx_error(c, nodes[d], x, errno, &e);
                 atomic_fetch_add(&c->failures, 1);
                 redisFree(x);
                 x = NULL;
                 drop_idle(nodes[d]);
+                /* A timeout is not repeated: the node's other commands
+                 * fail with it instead of waiting as long once more each. */
+                for (size_t k = j; rc == -ETIMEDOUT && k < n; k++)
+                    if (nidx[k] == d && state[k] == 1)
+                        state[k] = 3, cmds[k].rc = rc, cmds[k].err = e;
+                for (size_t k = j; k < n; k++)
+                    if (nidx[k] == d && state[k] == 1)
+                        state[k] = 0;
                 break;
             }
             if (r->type == REDIS_REPLY_ERROR) {
                 freeReplyObject(r); /* MOVED, NOSCRIPT, ...: alone below */
+                state[j] = 0;
             } else {
                 cmds[j].reply = r;
                 state[j] = 2;
@@ -585,9 +608,19 @@ int kvp__rconn_multi(struct kvp__rconn *c, struct kvp__rcmd *cmds, size_t n, str
         if (x)
             node_put(nodes[d], x);
     }
+    /* A node that could not be reached: in a cluster its slots may have
+     * moved (read the map once); the commands still meant for it fail with
+     * its error rather than each trying to connect again. */
+    if (any_down && c->cluster)
+        refresh_map(c, NULL);
+    for (size_t i = 0; any_down && i < n; i++) {
+        size_t d = nidx[i];
+        if (down_rc[d] && state[i] == 0 && node_for(c, cmds[i].slot) == nodes[d])
+            state[i] = 3, cmds[i].rc = down_rc[d], cmds[i].err = down[d];
+    }
     int first = 0;
     for (size_t i = 0; i < n; i++) {
-        if (!state || state[i] != 2) /* not sent, failed or refused: alone, with redirections */
+        if (!state || state[i] == 0 || (state[i] == 1)) /* alone, with redirections */
             cmds[i].rc = kvp__rconn_cmd(c, cmds[i].slot, cmds[i].script, 1, cmds[i].argc,
                                         cmds[i].argv, cmds[i].lens, &cmds[i].reply, &cmds[i].err);
         if (cmds[i].rc && !first) {

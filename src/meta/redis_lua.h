@@ -52,7 +52,7 @@
     "  st.hwm0, st.clock0, st.fseq0, st.rseq0 = st.hwm, st.clock, st.fseq, st.rseq\n"              \
     "  return st\n"                                                                                \
     "end\n"                                                                                        \
-    "local function count(f, by) cnt[f] = (cnt[f] or 0) + by end\n"                                \
+    "local function count(f, by) if by ~= 0 then cnt[f] = (cnt[f] or 0) + by end end\n"            \
     "-- writes back what changed\n"                                                                \
     "local function store()\n"                                                                     \
     "  local a = {}\n"                                                                             \
@@ -73,7 +73,7 @@
     "local function touch(p) st.clock = st.clock + 1; redis.call('ZADD', LRU, st.clock, p) end\n"  \
     "local function hold(p, key)\n"                                                                \
     "  redis.call('HSET', P2K, p, key); redis.call('HSET', K2P, key, p)\n"                         \
-    "  redis.call('HDEL', GRACE, p); touch(p)\n"                                                   \
+    "  touch(p) -- a page that was not HELD has no grace (unhold and clears drop it)\n"            \
     "end\n"                                                                                        \
     "local function unhold(p)\n"                                                                   \
     "  local key = redis.call('HGET', P2K, p)\n"                                                   \
