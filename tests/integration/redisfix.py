@@ -20,6 +20,13 @@ REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 REDIS_CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
 
 
+def _die_with_parent():
+    """preexec_fn: the redis-server gets SIGKILL when the test process dies,
+    however it dies (PR_SET_PDEATHSIG), so that none is left behind."""
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 def _free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -57,7 +64,7 @@ class Redis:
                    "--dir", self.dir, "--logfile", self.log, "--daemonize", "no",
                    "--protected-mode", "no"] + self.args
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.DEVNULL)
+                                         stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline and self.proc.poll() is None:
                 if _ping(p):
