@@ -19,6 +19,10 @@
 int kvp__cli_store(int argc, char **argv);
 /* kvpage bench store */
 int kvp__cli_bench_store(int argc, char **argv);
+/* kvpage bench io */
+int kvp__cli_bench_io(int argc, char **argv);
+/* kvpage bench meta */
+int kvp__cli_bench_meta(int argc, char **argv);
 
 /* The flags every store command takes (tools/store_cli.c). */
 struct kvp__store_flags {
@@ -45,5 +49,77 @@ int kvp__store_flags_parse(const char *cmd, int argc, char **argv, struct kvp__s
  * exit status (KVP_EXIT_USAGE for what the user can fix in the flags). */
 int kvp__store_flags_open(const char *cmd, const struct kvp__store_flags *f, uint32_t entries,
                           int create, struct kvp_store **out);
+
+/*
+ * A latency histogram for the benchmarks: buckets of 1/32 of a power of two
+ * of nanoseconds (about 2 % wide), so that every thread can record each
+ * operation in constant memory however many there are, and the threads'
+ * histograms add up. Percentiles are a bucket's upper edge; max is exact.
+ */
+#define KVP__LAT_BUCKETS (64 * 32)
+struct kvp__lat {
+    uint64_t n[KVP__LAT_BUCKETS];
+    uint64_t count, max_ns;
+};
+
+static inline void kvp__lat_add(struct kvp__lat *l, uint64_t ns)
+{
+    unsigned b = 0;
+    if (ns >= 2) {
+        unsigned e = 63u - (unsigned)__builtin_clzll(ns); /* 2^e <= ns */
+        /* the 5 bits below the top one are the step within the power */
+        unsigned frac = e >= 5 ? (unsigned)(ns >> (e - 5)) & 31u : (unsigned)(ns << (5 - e)) & 31u;
+        b = e * 32u + frac;
+    }
+    l->n[b < KVP__LAT_BUCKETS ? b : KVP__LAT_BUCKETS - 1]++;
+    l->count++;
+    if (ns > l->max_ns)
+        l->max_ns = ns;
+}
+
+static inline void kvp__lat_merge(struct kvp__lat *into, const struct kvp__lat *l)
+{
+    for (unsigned i = 0; i < KVP__LAT_BUCKETS; i++)
+        into->n[i] += l->n[i];
+    into->count += l->count;
+    if (l->max_ns > into->max_ns)
+        into->max_ns = l->max_ns;
+}
+
+/* The q-quantile (0 < q <= 1) in nanoseconds: the upper edge of its bucket,
+ * never above the maximum seen. 0 when nothing was recorded. */
+static inline double kvp__lat_quantile(const struct kvp__lat *l, double q)
+{
+    if (!l->count)
+        return 0;
+    uint64_t want = (uint64_t)(q * (double)l->count + 0.999999), seen = 0;
+    if (want < 1)
+        want = 1;
+    for (unsigned i = 0; i < KVP__LAT_BUCKETS; i++) {
+        seen += l->n[i];
+        if (seen >= want) {
+            unsigned e = i / 32, frac = i % 32;
+            double edge = (double)(1ull << e) * (1.0 + (frac + 1) / 32.0);
+            return edge < (double)l->max_ns ? edge : (double)l->max_ns;
+        }
+    }
+    return (double)l->max_ns;
+}
+
+/* The progress bar of the benchmarks on a terminal: done of total (0..1), a
+ * label and a figure. Ends the line when done reaches 1. */
+static inline void kvp__progress_bar(double done, const char *label)
+{
+    int width = 30, fill = (int)(done * width + 0.5);
+    if (fill > width)
+        fill = width;
+    if (fill < 0)
+        fill = 0;
+    fprintf(stderr, "\r[%.*s%*s] %3d%%  %-60.60s", fill, "##############################",
+            width - fill, "", (int)(done * 100 + 0.5), label);
+    if (done >= 1)
+        fputc('\n', stderr);
+    fflush(stderr);
+}
 
 #endif

@@ -1,5 +1,5 @@
 /* kvpage — the command line: serve, the store (put, get, exists, delete),
- * bench store, inspect, fsck. */
+ * bench io | meta | store, inspect, fsck. */
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -21,6 +21,9 @@ static void usage(FILE *f)
             "  get [flags] KEY [OUTPUT]   write the page of KEY\n"
             "  exists [flags] KEY...      print whether each key is there\n"
             "  delete [flags] KEY...      forget keys\n"
+            "  bench io --file PATH       is this file system fast enough: page I/O against\n"
+            "                             plain pread/pwrite\n"
+            "  bench meta URL             how much one metadata server takes\n"
             "  bench store [flags]        measure the store against the page file alone\n"
             "  inspect DIR                print what a data directory holds (no server needed)\n"
             "  fsck DIR                   check every invariant of a data directory; exit 1 on a\n"
@@ -176,8 +179,20 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "bench")) {
         if (argc >= 3 && !strcmp(argv[2], "store"))
             return kvp__cli_bench_store(argc - 2, argv + 2);
-        fprintf(stderr, "usage: kvpage bench store [flags] (the only benchmark so far)\n");
-        return argc >= 3 && (!strcmp(argv[2], "-h") || !strcmp(argv[2], "--help")) ? 0 : 2;
+        if (argc >= 3 && !strcmp(argv[2], "io"))
+            return kvp__cli_bench_io(argc - 2, argv + 2);
+        if (argc >= 3 && !strcmp(argv[2], "meta"))
+            return kvp__cli_bench_meta(argc - 2, argv + 2);
+        int help = argc >= 3 && (!strcmp(argv[2], "-h") || !strcmp(argv[2], "--help"));
+        if (argc >= 3 && !help)
+            fprintf(stderr, "kvpage bench: unknown benchmark '%s'\n", argv[2]);
+        fprintf(help ? stdout : stderr,
+                "usage: kvpage bench io|meta|store [flags]  (kvpage bench BENCHMARK --help)\n"
+                "  io --file PATH   page I/O on a file system: kvpage's page file against the\n"
+                "                   best plain pread/pwrite\n"
+                "  meta URL         requests/s, keys/s and latencies of a metadata server\n"
+                "  store            the store's put and get against the page file alone\n");
+        return help ? 0 : 2;
     }
     if (!strcmp(argv[1], "inspect") || !strcmp(argv[1], "fsck"))
         return cmd_dir(argv[1], argc - 1, argv + 1);

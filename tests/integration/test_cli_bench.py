@@ -1,0 +1,251 @@
+"""`kvpage bench io` and `kvpage bench meta`, run as a user would, on small
+sizes and short durations: the JSON has every figure --help names and sane
+values, the meta bench writes only into the deployment of its URL, the
+progress bar appears on a terminal and not on a pipe, and bad flags or an
+unreachable server give exit 2 / 3 with a message that says why."""
+import json
+import os
+import pty
+import subprocess
+import time
+
+import pytest
+
+from kvpserver import free_port, require_bin, sanitizer_report
+
+SMALL_IO = ["--seconds", "0.3", "--warmup", "0.05", "--file-size", "32M", "--pool", "32M",
+            "--page-size", "256K"]
+SHORT_META = ["--seconds", "0.3", "--connections", "4", "--batch", "16", "--pages", "65536"]
+
+
+def kvp(*args, env=None, timeout=60):
+    p = subprocess.run([require_bin(), *map(str, args)], capture_output=True, timeout=timeout,
+                       env=env)
+    err = p.stderr.decode(errors="replace")
+    assert not sanitizer_report(err), err  # the ASan build's binary runs these too
+    return p.returncode, p.stdout.decode(), err
+
+
+def kvp_pty(*args, timeout=60):
+    """Runs with stderr on a pseudo-terminal; returns (status, stdout, stderr)."""
+    master, slave = pty.openpty()
+    p = subprocess.Popen([require_bin(), *map(str, args)], stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the last writer closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    out = p.stdout.read().decode()
+    p.stdout.close()
+    rc = p.wait(timeout=timeout)
+    os.close(master)
+    err = b"".join(chunks).decode(errors="replace")
+    assert not sanitizer_report(err), err
+    return rc, out, err
+
+
+SIDE_FIELDS = {"threads", "gbs", "pages_s", "batch_p50_us", "batch_p99_us", "batches"}
+
+
+def check_io(doc, rws):
+    for k in ("file", "file_size", "page_size", "batch", "pool", "threads", "direct", "seconds",
+              "warmup", "created"):
+        assert k in doc, k
+    for rw in ("read", "write"):
+        if rw not in rws:
+            assert rw not in doc
+            continue
+        d = doc[rw]
+        assert SIDE_FIELDS <= d["kvpage"].keys() and SIDE_FIELDS <= d["baseline"].keys()
+        assert d["kvpage"]["backend"] in ("psync", "uring")
+        for side in ("kvpage", "baseline"):
+            s = d[side]
+            assert s["gbs"] > 0 and s["pages_s"] > 0 and s["batches"] > 0, (rw, side, s)
+            assert 0 < s["batch_p50_us"] <= s["batch_p99_us"], (rw, side, s)
+        assert [t["threads"] for t in d["baseline"]["tried"]] == [1, 4, 16]
+        best = max(d["baseline"]["tried"], key=lambda t: t["gbs"])
+        assert d["baseline"]["threads"] == best["threads"]
+        assert d["ratio"] > 0
+        assert abs(d["ratio"] - d["kvpage"]["gbs"] / d["baseline"]["gbs"]) < 0.01 * d["ratio"] + 1e-3
+
+
+def test_bench_lists_the_three():
+    rc, out, err = kvp("bench")
+    assert rc == 2
+    for b in ("io", "meta", "store"):
+        assert f"  {b} " in err
+    rc, out, _ = kvp("bench", "--help")
+    assert rc == 0 and "meta URL" in out
+    rc, _, err = kvp("bench", "nope")
+    assert rc == 2 and "unknown benchmark 'nope'" in err
+
+
+@pytest.mark.parametrize("cmd", ["io", "meta"])
+def test_help_names_the_figures(cmd):
+    rc, out, err = kvp("help", "bench", cmd)
+    assert (rc, err) == (0, "")
+    assert kvp("bench", cmd, "--help")[1] == out
+    names = (["gbs", "pages_s", "batch_p50_us", "batch_p99_us", "ratio", "tried", "backend"]
+             if cmd == "io" else
+             ["requests_s", "keys_s", "p50_ms", "p99_ms", "max_ms", "errors", "first_error",
+              "held_keys"])
+    for n in names + ["--json", "examples:"]:
+        assert n in out, n
+    if cmd == "meta":
+        assert "/ns/NAME" in out and "WRITES KEYS" in out
+
+
+def test_io_json_creates_and_removes_the_file(tmp_path):
+    f = tmp_path / "bench.pages"
+    rc, out, err = kvp("bench", "io", "--file", f, *SMALL_IO, "--json")
+    assert rc == 0, err
+    doc = json.loads(out)  # nothing but the object on stdout
+    check_io(doc, ("read", "write"))
+    assert doc["created"] is True and doc["page_size"] == 256 * 1024 and doc["batch"] == 8
+    assert not f.exists()  # it made the file, so it removed it
+    # a pipe: one plain line per measurement, no bar
+    assert "\r" not in err and "[#" not in err
+    assert err.count("GB/s") == 8
+
+
+def test_io_keeps_a_file_it_did_not_make(tmp_path):
+    f = tmp_path / "mine.pages"
+    f.write_bytes(b"\1" * (4 << 20))  # too small: it is extended, and kept
+    rc, out, err = kvp("bench", "io", "--file", f, *SMALL_IO, "--rw", "read", "--direct",
+                       "--threads", "2", "--batch", "4", "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    check_io(doc, ("read",))
+    assert doc["created"] is False and doc["direct"] is True and doc["threads"] == 2
+    assert f.exists() and f.stat().st_size == 32 << 20
+    assert f.read_bytes()[:16] == b"\1" * 16  # what was there stays
+
+
+def test_io_table_and_progress_on_a_terminal(tmp_path):
+    rc, out, err = kvp_pty("bench", "io", "--file", tmp_path / "t.pages", *SMALL_IO, "--rw",
+                           "write")
+    assert rc == 0, err
+    assert "\r[" in err and "%" in err  # the bar
+    assert "kvpage / baseline" in out and "plain pwrite" in out and "GB/s" in out
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--page-size", "3X"], "--page-size '3X' is not a size"),
+    (["--bogus"], "unknown flag '--bogus'"),
+    (["--rw", "sideways"], "--rw 'sideways' is not read, write or both"),
+    (["--threads", "0"], "--threads '0' is not a count"),
+    (["--seconds", "-1"], "--seconds '-1' is not a number of seconds"),
+    (["--file-size", "1M", "--page-size", "2M"], "--page-size is larger than --file-size"),
+])
+def test_io_usage_errors(tmp_path, args, msg):
+    rc, out, err = kvp("bench", "io", "--file", tmp_path / "u.pages", *args)
+    assert (rc, out) == (2, "") and msg in err, err
+    assert not (tmp_path / "u.pages").exists()
+    rc, _, err = kvp("bench", "io")
+    assert rc == 2 and "--file PATH is required" in err
+
+
+def keys_of(stats):
+    """{(deployment, rank): keys} from /v1/stats."""
+    return {(n["deployment"], r["rank"]): r["keys"]
+            for n in stats["namespaces"] if n["pool"] == "kv" for r in n["ranks"]}
+
+
+META_FIELDS = {"requests", "requests_s", "keys_s", "p50_ms", "p99_ms", "max_ms", "errors"}
+
+
+@pytest.mark.parametrize("dialect", ["vllm", "sglang"])
+def test_meta_json_writes_only_its_deployment(start_server, dialect):
+    srv = start_server()
+    before = keys_of(srv.stats())
+    rc, out, err = kvp("bench", "meta", srv.url(f"/ns/bench-{dialect}"), "--dialect", dialect,
+                       "--rank", "1", *SHORT_META, "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["dialect"] == dialect and doc["rank"] == 1 and doc["batch"] == 16
+    assert doc["initialized"] is True and doc["num_pages"] == 65536
+    assert doc["errors"] == 0 and doc["first_error"] is None
+    assert list(doc["ops"]) == ["exists", "locations", "write"]
+    for op, s in doc["ops"].items():
+        assert META_FIELDS <= s.keys(), op
+        assert s["requests"] > 0 and s["requests_s"] > 0 and s["errors"] == 0, (op, s)
+        assert abs(s["keys_s"] - 16 * s["requests_s"]) < 1e-6 * s["keys_s"] + 1
+        assert 0 < s["p50_ms"] <= s["p99_ms"] <= s["max_ms"] + 1e-9, (op, s)
+    assert "warning: this writes keys" in err and "/ns/bench-" + dialect in err
+    after = keys_of(srv.stats())
+    written = doc["held_keys"] + 16 * doc["ops"]["write"]["requests"]
+    # every key written is there (the rank holds them all: no eviction)
+    assert after[(f"bench-{dialect}", 1)] == written
+    assert {k: v for k, v in after.items() if k[0] != f"bench-{dialect}"} == before
+    # a second run uses the rank as it is
+    rc, out, err = kvp("bench", "meta", srv.url(f"/ns/bench-{dialect}/"), "--dialect", dialect,
+                       "--rank", "1", *SHORT_META, "--pages", "99", "--ops", "locations",
+                       "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    # --pages 99 did not resize it: its size comes from /v1/stats
+    assert doc["initialized"] is False and doc["num_pages"] == 65536
+    assert list(doc["ops"]) == ["locations"]
+    assert doc["ops"]["locations"]["errors"] == 0
+
+
+def test_meta_table_progress_and_token(start_server):
+    srv = start_server("--token", "s3cret")
+    url = srv.url("/ns/t")
+    rc, out, err = kvp("bench", "meta", url, *SHORT_META, "--ops", "exists")
+    assert rc == 3 and "401" in err and "--token" in err
+    rc, out, err = kvp_pty("bench", "meta", url, *SHORT_META, "--token", "s3cret")
+    assert rc == 0, err
+    assert "\r[" in err  # the bar
+    assert "requests/s" in out and "write" in out and "p99 ms" in out
+    env = dict(os.environ, KVPAGE_TOKEN="s3cret")
+    rc, out, err = kvp("bench", "meta", url, *SHORT_META, "--ops", "write", env=env)
+    assert rc == 0, err
+    assert "\r" not in err and "write: " in err  # plain lines on a pipe
+
+
+def test_meta_errors_exit_3_with_the_first(start_server):
+    srv = start_server()
+    url = srv.url("/ns/gone")
+    p = subprocess.Popen([require_bin(), "bench", "meta", url, *SHORT_META, "--seconds", "3",
+                          "--ops", "exists", "--json"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    time.sleep(1.5)  # the held keys are written by then; the server goes away mid-run
+    assert srv.stop() == 0
+    out, err = p.communicate(timeout=30)
+    err = err.decode(errors="replace")
+    assert p.returncode == 3 and not sanitizer_report(err), err
+    doc = json.loads(out)  # the figures still come, with the errors
+    assert doc["errors"] > 0 and doc["ops"]["exists"]["errors"] == doc["errors"]
+    assert doc["ops"]["exists"]["requests"] > doc["errors"]  # some got through first
+    # a refused connection, or a 503 from a server that is stopping
+    first = doc["first_error"]
+    assert first.startswith(f"POST {url}/keys/batch_exists: "), first
+    assert "no answer: " in first or "HTTP 503" in first, first
+    assert f"request(s) failed; the first: {first}" in err
+
+
+@pytest.mark.parametrize("args, msg", [
+    ([], "a URL is required"),
+    (["http://127.0.0.1:1", "--dialect", "grpc"], "--dialect 'grpc' is not vllm or sglang"),
+    (["http://127.0.0.1:1", "--ops", "exists,nope"], "--ops 'exists,nope'"),
+    (["http://127.0.0.1:1", "--batch", "0"], "--batch '0' is not a count"),
+    (["http://127.0.0.1:1", "--wat"], "unknown flag '--wat'"),
+    (["ftp://127.0.0.1:1"], "'ftp://127.0.0.1:1' is not an http://HOST:PORT[/ns/NAME] URL"),
+    (["http://127.0.0.1:1/other"], "is not an http://HOST:PORT[/ns/NAME] URL"),
+])
+def test_meta_usage_errors(args, msg):
+    rc, out, err = kvp("bench", "meta", *args)
+    assert (rc, out) == (2, "") and msg in err, err
+
+
+def test_meta_unreachable_exits_3_naming_it():
+    url = f"http://127.0.0.1:{free_port()}/ns/x"
+    rc, out, err = kvp("bench", "meta", url, *SHORT_META, "--json")
+    assert (rc, out) == (3, "")
+    assert f"cannot reach {url}" in err and "onnect" in err
