@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 
@@ -22,7 +23,9 @@ REDIS_CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
 
 def _die_with_parent():
     """preexec_fn: the redis-server gets SIGKILL when the test process dies,
-    however it dies (PR_SET_PDEATHSIG), so that none is left behind."""
+    however it dies (PR_SET_PDEATHSIG), so that none is left behind. The
+    signal comes when the *thread* that started it ends: start redis-servers
+    from a thread that outlives them (the test's own)."""
     import ctypes
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
@@ -48,8 +51,9 @@ class Redis:
     """One redis-server. args: extra configuration, e.g.
     ["--appendonly", "yes", "--appendfsync", "always"]."""
 
-    def __init__(self, args=(), directory=None):
+    def __init__(self, args=(), directory=None, die_with_parent=True):
         self.args = list(args)
+        self.die_with_parent = die_with_parent
         self.dir = directory or tempfile.mkdtemp(prefix="kvpage-redis-")
         self._own_dir = directory is None
         self.proc = None
@@ -64,7 +68,8 @@ class Redis:
                    "--dir", self.dir, "--logfile", self.log, "--daemonize", "no",
                    "--protected-mode", "no"] + self.args
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+                                         stderr=subprocess.DEVNULL,
+                                         preexec_fn=_die_with_parent if self.die_with_parent else None)
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline and self.proc.poll() is None:
                 if _ping(p):
@@ -125,7 +130,10 @@ def session_redis():
     """The Redis shared by every server of a KVPAGE_TEST_BACKEND=redis run."""
     global _SESSION
     if _SESSION is None:
-        _SESSION = Redis().start()
+        # Maybe first asked for from a test's worker thread, which ends
+        # long before the session: stopped at exit instead.
+        _SESSION = Redis(die_with_parent=threading.current_thread() is threading.main_thread())
+        _SESSION.start()
         atexit.register(_SESSION.close)
     return _SESSION
 

@@ -176,14 +176,21 @@ def test_redis_stopped_gives_503_with_the_cause_then_recovers(redis, start_serve
 def test_server_started_before_redis_waits_for_it(tmp_path, start_server):
     port = redisfix._free_port()
     r = redisfix.Redis()
-    timer = threading.Timer(1.5, r.start, args=(port,))
-    timer.start()
+    box = []
+    # The server starts in a thread; Redis, 1.5 s later, from this one (a
+    # redis-server dies with the thread that started it: PR_SET_PDEATHSIG).
+    th = threading.Thread(target=lambda: box.append(
+        start_server("--meta", f"redis://127.0.0.1:{port}/0?prefix=late")))
+    th.start()
     try:
-        srv = start_server("--meta", f"redis://127.0.0.1:{port}/0?prefix=late")
-        srv.client().v_init(0, 8)
-        assert "cannot reach" in srv.stderr()
+        time.sleep(1.5)
+        r.start(port)
+        th.join(60)
+        assert box, "the server did not come up once Redis did"
+        box[0].client().v_init(0, 8)
+        assert "cannot reach" in box[0].stderr()
     finally:
-        timer.join()
+        th.join(60)
         r.close()
 
 

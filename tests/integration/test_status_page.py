@@ -80,7 +80,7 @@ def test_status_page_shows_what_stats_says(tmp_path, start_server):
             rate = f"{100 * r['hits'] / look:.1f}%" if look else "\u2013"
             assert cells["hit rate"] == rate, cells
             assert f"{fmt(r['held'])} held, {fmt(r['reserved'])} reserved" in cells["used"]
-    assert "memory only" in dom and "version 0.1" in dom
+    assert st["server"]["state"] and st["server"]["state"] in dom and "version 0.1" in dom
     # One deployment's page shows only it.
     only = sections(browse(srv.url("/ns/alpha/"), tmp_path))
     assert set(only) == {("alpha", "kv"), ("alpha", "mamba")}
