@@ -25,7 +25,7 @@ def flags_of(help_text):
 
 
 COMMANDS = [["serve"], ["put"], ["get"], ["exists"], ["delete"], ["bench", "store"],
-            ["inspect"], ["fsck"]]
+            ["bench", "io"], ["bench", "meta"], ["inspect"], ["fsck"]]
 
 
 @pytest.mark.parametrize("cmd", COMMANDS, ids=" ".join)
@@ -55,15 +55,16 @@ def _man_page():
 
 def test_man_page_renders_without_warnings_and_names_every_flag():
     env = dict(os.environ, MANWIDTH="80", LC_ALL="C.UTF-8")
-    p = subprocess.run(["man", "--warnings", "-l", _man_page()], capture_output=True, text=True,
+    p = subprocess.run(["man", "--nh", "--nj", "--warnings", "-l", _man_page()], capture_output=True, text=True,
                        env=env, timeout=60)
     assert p.returncode == 0 and p.stderr == "", p.stderr
     text = p.stdout
     for section in ("NAME", "SYNOPSIS", "DESCRIPTION", "EXIT STATUS", "ENVIRONMENT", "EXAMPLES"):
         assert section in text, section
-    serve_flags = flags_of(run("serve", "--help").stdout)
-    store_flags = flags_of(run("put", "--help").stdout)
-    missing = [f for f in serve_flags + store_flags if f not in text and f != "--help"]
+    flags = []
+    for cmd in (["serve"], ["put"], ["bench", "io"], ["bench", "meta"], ["bench", "store"]):
+        flags += flags_of(run(*cmd, "--help").stdout)
+    missing = sorted({f for f in flags if f not in text and f != "--help"})
     assert not missing, f"flags not in the man page: {missing}"
 
 
@@ -80,8 +81,11 @@ def test_bash_completion_knows_every_command_and_flag():
     assert {"serve", "put", "get", "bench", "help"} <= _complete("kvpage", "")
     assert _complete("kvpage", "se") == {"serve"}
     assert _complete("kvpage", "serve", "--fsync", "") == {"always", "batch", "never"}
+    assert _complete("kvpage", "bench", "") == {"io", "meta", "store"}
     for cmd, words in ((["serve"], ["kvpage", "serve"]), (["put"], ["kvpage", "put"]),
-                       (["bench", "store"], ["kvpage", "bench", "store"])):
+                       (["bench", "store"], ["kvpage", "bench", "store"]),
+                       (["bench", "io"], ["kvpage", "bench", "io"]),
+                       (["bench", "meta"], ["kvpage", "bench", "meta"])):
         offered = _complete(*words, "--")
         missing = set(flags_of(run(*cmd, "--help").stdout)) - offered
         assert not missing, f"kvpage {' '.join(cmd)}: flags not completed: {missing}"
