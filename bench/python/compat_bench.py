@@ -38,7 +38,11 @@ def main():
         if hasattr(mmap, "MADV_HUGEPAGE"):
             m.madvise(mmap.MADV_HUGEPAGE)
         a = np.frombuffer(m, dtype=np.uint8)
-        a[:] = 7
+        # Distinct content in every 4 KiB page, as bench_io writes its pool:
+        # pages of one value could be merged by same-page merging (KSM, in
+        # the guest or its host), and a read into a merged page faults.
+        w = a.view(np.uint64)
+        w[:] = np.arange(w.size, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
         pools.append((m, a))
     start = threading.Barrier(callers + 1)
     stop = threading.Event()

@@ -16,7 +16,8 @@
 # Env: KVPAGE (build dir, default build), REPS (3), SECONDS_EACH (4),
 #      DIR (scratch directory, default a new one under /var/tmp), OUT (results
 #      directory, default bench/python/results/DATE), SKIP_IO (keep OUT's io.txt
-#      and run only the store part).
+#      and run only the store part), SIZES (page sizes in bytes, default
+#      "2097152 262144").
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -38,7 +39,7 @@ echo "bench/python: $(nproc) cores, $(date -u '+%Y-%m-%d %H:%M UTC'), $BUILD" >&
 [ -n "${SKIP_IO:-}" ] || : >"$OUT/io.txt"
 for rep in $(seq "$REPS"); do
   [ -n "${SKIP_IO:-}" ] && break
-  for bpp in $((2 << 20)) $((256 << 10)); do
+  for bpp in ${SIZES:-$((2 << 20)) $((256 << 10))}; do
     for rw in read write; do
       for tool in compat-1 c-1 py16 compat-4 c-4; do
         case $tool in
@@ -55,7 +56,7 @@ done
 
 : >"$OUT/store.txt"
 for rep in $(seq "$REPS"); do
-  for bpp in $((2 << 20)) $((256 << 10)); do
+  for bpp in ${SIZES:-$((2 << 20)) $((256 << 10))}; do
     line=$($PY "$HERE/store_bench.py" "$DIR" $bpp 128 16)
     echo "case=py-store rep=$rep $line" | tee -a "$OUT/store.txt" >&2
     json=$(cd "$DIR" && "$BUILD/kvpage" bench store --file "$DIR/c-store.pages" --page-size $bpp \
