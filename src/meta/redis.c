@@ -33,6 +33,7 @@
 #include "meta/backend.h"
 #include "meta/redis_conn.h"
 #include "meta/redis_lua.h"
+#include "util/hex.h"
 
 #define set_err kvp__set_err
 
@@ -101,17 +102,6 @@ struct rmeta {
 
 /* ---------------------------------------------------------------- the location */
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* The percent-decoded copy of s[0..n), or NULL (bad escape or no memory). */
 static char *pct_decode(const char *s, size_t n)
 {
@@ -120,8 +110,8 @@ static char *pct_decode(const char *s, size_t n)
         return NULL;
     for (size_t i = 0; i < n; i++) {
         if (s[i] == '%') {
-            int a = i + 2 < n ? hexval(s[i + 1]) : -1;
-            int b = i + 2 < n ? hexval(s[i + 2]) : -1;
+            int a = i + 2 < n ? kvp__hex_value(s[i + 1]) : -1;
+            int b = i + 2 < n ? kvp__hex_value(s[i + 2]) : -1;
             if (a < 0 || b < 0 || (a == 0 && b == 0)) { /* no NUL inside a credential */
                 free(o);
                 return NULL;
@@ -145,17 +135,10 @@ static int bad_url(struct kvp_error *err, const char *what)
     return -EINVAL;
 }
 
+/* As a deployment's name ([A-Za-z0-9._-]), at most MAX_PREFIX bytes. */
 static int prefix_valid(const char *s, size_t n)
 {
-    if (n == 0 || n > MAX_PREFIX)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '_' || c == '-'))
-            return 0;
-    }
-    return 1;
+    return n <= MAX_PREFIX && kvp_deployment_valid(s, n);
 }
 
 /* Parses where (the location after "redis:") into cfg and prefix. */
@@ -1171,7 +1154,7 @@ static struct rns *ns_of_name(struct rmeta *m, const char *name, size_t len)
     if (!pool)
         return NULL;
     for (size_t i = 0; i < pl; i++) {
-        int a = hexval(slash[1 + 2 * i]), b = hexval(slash[2 + 2 * i]);
+        int a = kvp__hex_value(slash[1 + 2 * i]), b = kvp__hex_value(slash[2 + 2 * i]);
         if (a < 0 || b < 0) {
             free(pool);
             return NULL;
