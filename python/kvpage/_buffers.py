@@ -3,6 +3,8 @@
 pointer and byte size. A buffer that is not contiguous, or not writable where
 bytes are read into it, is refused with a message saying so."""
 import ctypes
+import sys
+from array import array
 
 try:  # numpy is optional; its arrays get a fast path
     from numpy import ndarray as _ndarray
@@ -17,6 +19,55 @@ _addressof = ctypes.addressof
 def _torch_tensor(obj):
     t = type(obj)
     return t.__module__.split(".", 1)[0] == "torch" and hasattr(obj, "data_ptr")
+
+
+# What makes the fast path give up (the slow path then finds the fault and
+# words its message): a buffer of another kind, read-only or not contiguous,
+# an empty one, an offset that is no int64.
+_NOT_FAST = (TypeError, ValueError, BufferError, AttributeError, OverflowError, RuntimeError)
+
+
+def _refuse():
+    raise ValueError
+
+
+def fast_words(code, buffers, offsets=None):
+    """The struct words of a batch of the common buffers, built in one pass:
+    array(code) of (offset,) address, size per buffer, and the tuple that
+    keeps the buffers alive; or (None, None) for any other batch, which
+    addresses() then takes with its checks and messages.
+
+    Why one pass: after a batch of large pages the caller's core has copied
+    megabytes, its caches hold none of Python's code or objects, and every
+    further Python operation of the next call costs about a microsecond
+    (bench/README.md, issue 14). The common buffers are writable C-contiguous
+    numpy arrays and memoryviews (c_char.from_buffer refuses every other)
+    and contiguous CPU torch tensors."""
+    try:
+        bufs = tuple(buffers)
+        if not bufs:
+            return None, None
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(bufs[0], torch.Tensor):
+            if offsets is None:
+                w = [x for t in bufs for x in (
+                    t.data_ptr() if t.is_cpu and t.is_contiguous() else _refuse(),
+                    t.numel() * t.element_size())]
+            elif len(offsets) != len(bufs):
+                return None, None
+            else:
+                w = [x for o, t in zip(offsets, bufs) for x in (
+                    o, t.data_ptr() if t.is_cpu and t.is_contiguous() else _refuse(),
+                    t.numel() * t.element_size())]
+        elif offsets is None:
+            w = [x for b in bufs for x in (_addressof(_char_at(b)), b.nbytes)]
+        elif len(offsets) != len(bufs):
+            return None, None
+        else:
+            w = [x for o, b in zip(offsets, bufs) for x in (o, _addressof(_char_at(b)), b.nbytes)]
+        return array(code, w), bufs
+    except _NOT_FAST:
+        return None, None
 
 
 def addresses(buffers, writable, what):

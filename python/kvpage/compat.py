@@ -101,21 +101,28 @@ class Hf3fsClient:
         with self._stage_lock:
             self._stage.append(stage)
 
-    def _run(self, fn, offsets, tensors):
+    def _direct(self, fn, offsets, tensors):
+        """fn(offsets, tensors) straight on host memory (the page file's fast
+        path first); None when a tensor is on a GPU and must be staged."""
         try:
             return fn(offsets, tensors)
         except KvpageValueError as e:
             raise ValueError(f"{_PREFIX}: {e.strerror.split(': ', 1)[-1]}") from e
+        except ValueError as e:  # a buffer kvpage cannot take, or a CUDA tensor
+            if not _on_gpu(tensors):
+                raise ValueError(f"{_PREFIX}: {e}") from e
+        return None
 
     def batch_read(self, offsets, tensors):
         """Reads each tensor's bytes at its offset. Returns the bytes read per
         operation, or a negative errno for one that failed."""
-        if not _on_gpu(tensors):
-            return self._run(self._pf.read, offsets, tensors)
+        res = self._direct(self._pf.read, offsets, tensors)
+        if res is not None:
+            return res
         self.check(offsets, tensors)
         stage, host = self._host(tensors, False)
         try:
-            res = self._run(self._pf.read, offsets, host)
+            res = self._pf.read(offsets, host)
             for t, h, r in zip(tensors, host, res):
                 if r == _nbytes(t):
                     t.copy_(h)
@@ -129,12 +136,13 @@ class Hf3fsClient:
         negative errno for one that failed."""
         if event is not None and hasattr(event, "synchronize"):
             event.synchronize()
-        if not _on_gpu(tensors):
-            return self._run(self._pf.write, offsets, tensors)
+        res = self._direct(self._pf.write, offsets, tensors)
+        if res is not None:
+            return res
         self.check(offsets, tensors)
         stage, host = self._host(tensors, True)
         try:
-            return self._run(self._pf.write, offsets, host)
+            return self._pf.write(offsets, host)
         finally:
             self._unstage(stage)
 

@@ -2,9 +2,10 @@
 import ctypes
 from array import array
 import errno
+import operator
 
 from kvpage import _lib
-from kvpage._buffers import addresses
+from kvpage._buffers import addresses, fast_words
 from kvpage._handle import Handle
 from kvpage.errors import KvpageValueError, from_c
 
@@ -14,6 +15,11 @@ _FLAGS = {"create": 0x1, "direct": 0x2, "aligned": 0x4, "exact_size": 0x8, "read
 
 _I64 = (-(1 << 63), (1 << 63) - 1)
 _OP_P = ctypes.POINTER(_lib.PagefileOp)
+_RESULTS = [ctypes.c_int64 * max(n, 1) for n in range(65)]  # per batch size: made once
+
+
+def _results(n):
+    return (_RESULTS[n] if n < 65 else ctypes.c_int64 * n)()
 
 
 def _ops(op, offsets, buffers, writable):
@@ -49,8 +55,8 @@ def _offset(op, i, off):
     if type(off) is int:
         return off
     try:
-        return int(off)
-    except (TypeError, ValueError):
+        return operator.index(off)  # ints and numpy's integers; not 1.5, not "7"
+    except TypeError:
         raise KvpageValueError(op, -errno.EINVAL, f"offset {i} ({off!r}) is not an integer",
                                "offset", i) from None
 
@@ -83,8 +89,13 @@ class PageFile(Handle):
         super().__init__(h, _lib.pagefile_close)
 
     def _batch(self, op, fn, offsets, buffers, writable):
-        arr, n, keep = _ops(op, offsets, buffers, writable)
-        res = (ctypes.c_int64 * max(n, 1))()
+        flat, keep = fast_words("q", buffers, offsets)
+        if flat is not None:
+            n = len(keep)
+            arr = flat.buffer_info()[0]
+        else:
+            arr, n, keep = _ops(op, offsets, buffers, writable)
+        res = _results(n)
         err = _lib.Error()
         rc = self._call(op, fn, arr, n, res, err)
         if rc and (rc == -errno.EINVAL or err.rule != 11):  # 11: KVP_RULE_IO, per operation

@@ -6,7 +6,7 @@ from array import array
 from itertools import accumulate
 
 from kvpage import _lib
-from kvpage._buffers import addresses
+from kvpage._buffers import addresses, fast_words
 from kvpage._handle import Handle
 from kvpage.errors import KvpageValueError, from_c
 
@@ -111,6 +111,9 @@ class Store(Handle):
                                    "arg", -1, len(buffers), n)
         if not n:
             return ctypes.cast((ctypes.c_uint64 * 2)(), ctypes.POINTER(_lib.StoreBuf)), None
+        flat, keep = fast_words("Q", buffers)
+        if flat is not None:
+            return ctypes.cast(flat.buffer_info()[0], ctypes.POINTER(_lib.StoreBuf)), (keep, flat)
         addrs, sizes, keep = addresses(buffers, writable, op)
         words = [0] * (2 * n)
         words[0::2], words[1::2] = addrs, sizes

@@ -82,8 +82,10 @@ def test_non_contiguous_tensor(client):
     t = torch.zeros(256, 256, dtype=torch.uint8).t()
     with pytest.raises(ValueError, match="Hf3fsClient.check Failed.*not contiguous"):
         client.check([0], [t])
-    with pytest.raises(ValueError, match="non-contiguous"):
+    with pytest.raises(ValueError, match="^Hf3fsClient.check Failed: buffer 0 .*non-contiguous"):
         client.batch_write([0], [t])
+    with pytest.raises(ValueError, match="^Hf3fsClient.check Failed: buffer 0 .*non-contiguous"):
+        client.batch_read([0], [t])
     good_batch(client)
 
 

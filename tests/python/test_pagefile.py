@@ -122,3 +122,58 @@ def test_threads_share_one_handle(pf):
     [t.start() for t in th]
     [t.join() for t in th]
     assert errors == []
+
+
+def test_fast_path_edges_fall_back_to_the_checks(pf):
+    """The one-pass path takes numpy arrays, memoryviews and CPU tensors; any
+    other batch goes through the full checks, with the same results and the
+    same messages, whichever buffer breaks a rule."""
+    data = [np.frombuffer(os.urandom(BPP), dtype=np.uint8).copy() for _ in range(3)]
+    ro = data[1].copy()
+    ro.flags.writeable = False
+    # a read-only array may be written from, and a mixed batch is fine
+    assert pf.write([0, BPP, 2 * BPP], [data[0], ro, memoryview(bytearray(data[2].tobytes()))]) \
+        == [BPP] * 3
+    outs = [np.zeros(BPP, dtype=np.uint8), bytearray(BPP), torch.zeros(BPP, dtype=torch.uint8)]
+    assert pf.read([0, BPP, 2 * BPP], outs) == [BPP] * 3
+    assert (outs[0] == data[0]).all() and bytes(outs[1]) == data[1].tobytes()
+    assert bytes(outs[2].numpy()) == data[2].tobytes()
+    # an empty buffer reads nothing; numpy integers are offsets
+    assert pf.read([np.int64(BPP)], [np.zeros(0, dtype=np.uint8)]) == [0]
+    with pytest.raises(ValueError, match="read-only"):
+        pf.read([0, BPP], [np.zeros(BPP, dtype=np.uint8), ro])
+    with pytest.raises(ValueError, match="buffer 2 of PageFile.read is a non-contiguous tensor"):
+        pf.read([0, BPP, 2 * BPP], [torch.zeros(BPP, dtype=torch.uint8)] * 2
+                + [torch.zeros(64, BPP // 64, dtype=torch.uint8).t()])
+    with pytest.raises(kvpage.KvpageValueError, match=r"offset 1 \(1.5\) is not an integer"):
+        pf.read([0, 1.5], [np.zeros(8, dtype=np.uint8)] * 2)
+    with pytest.raises(kvpage.KvpageValueError, match="offset 0 .* is out of range"):
+        pf.read([1 << 64], [np.zeros(8, dtype=np.uint8)])
+    with pytest.raises(kvpage.KvpageValueError, match="3 offsets but 2 buffers"):
+        pf.read([0, BPP, 2 * BPP], [np.zeros(8, dtype=np.uint8)] * 2)
+    with pytest.raises(kvpage.KvpageValueError, match="op 1: offset .* exceeds file size"):
+        pf.read([0, SIZE], [np.zeros(8, dtype=np.uint8)] * 2)
+    assert pf.read([0], [outs[0]]) == [BPP]  # and the handle goes on
+
+
+def test_close_waits_for_running_calls(tmp_path):
+    f = kvpage.PageFile(tmp_path / "p", SIZE, BPP)
+    stop, errors, done = threading.Event(), [], []
+
+    def work():
+        buf = np.zeros(BPP, dtype=np.uint8)
+        try:
+            while not stop.is_set():
+                f.read([0], [buf])
+        except kvpage.KvpageError as e:
+            done.append(str(e))
+        except Exception as e:  # noqa: BLE001: anything else is the failure
+            errors.append(repr(e))
+
+    th = [threading.Thread(target=work) for _ in range(4)]
+    [t.start() for t in th]
+    f.close()
+    stop.set()
+    [t.join() for t in th]
+    assert errors == [] and f.closed
+    assert all("closed" in d for d in done)
