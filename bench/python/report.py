@@ -67,12 +67,6 @@ for bpp in sizes if io else ():
               f"| {tgt}: {'PASS' if ok else 'MISS'} |")
         notes.append(f"{bpp >> 10} KiB {rw}, per rep: compat-1/C {fmt(p1)}; compat-4/C {fmt(p4)}; "
                      f"compat-1/py16 {fmt(pp)}")
-        mc = by_rep(io, "memcpy-2", bpp, "gbps", "memcpy") if rw == "read" else {}
-        if mc:
-            rm, pm = ratio(mc, py)
-            notes.append(f"{bpp >> 10} KiB {rw}: the copy ceiling (bench_io --memcpy, 2 callers: "
-                         f"mapped file to cold pool, no system call) {med(mc):.2f} GB/s, "
-                         f"{rm:.2f}x the preadv pool (per rep {fmt(pm)})")
 if notes:
     print()
     for n in notes:

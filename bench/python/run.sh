@@ -9,9 +9,6 @@
 #   c-1, c-4            kvp_pagefile from C, 1 and 4 callers (bench/io/bench_io)
 #   py16                a plain Python pool of 16 threads doing os.preadv /
 #                       os.pwritev per page (bench/io/py_baseline.py)
-#   memcpy-2            (reads) the copy ceiling: 2 callers memcpy from the
-#                       file mapped into the pool, no system call
-#                       (bench_io --memcpy)
 # interleaved, REPS times. Then kvpage.Store put/get from Python
 # (store_bench.py) against the C store (`kvpage bench store`), same batches.
 # Prints a markdown table of medians with the targets.
@@ -44,12 +41,8 @@ for rep in $(seq "$REPS"); do
   [ -n "${SKIP_IO:-}" ] && break
   for bpp in ${SIZES:-$((2 << 20)) $((256 << 10))}; do
     for rw in read write; do
-      tools="compat-1 c-1 py16 compat-4 c-4"
-      [ $rw = read ] && tools="$tools memcpy-2"
-      for tool in $tools; do
+      for tool in compat-1 c-1 py16 compat-4 c-4; do
         case $tool in
-          memcpy-2) line=$("$DIR/bench_io" --file "$F" --size $((2 << 30)) --bpp $bpp --rw read \
-                            --batch 8 --callers 2 --seconds "$SECS" --memcpy) ;;
           compat-*) line=$($PY "$HERE/compat_bench.py" "$F" $bpp $rw "$SECS" "${tool#compat-}") ;;
           c-*) line=$("$DIR/bench_io" --file "$F" --size $((2 << 30)) --bpp $bpp --rw $rw \
                        --batch 8 --callers "${tool#c-}" --seconds "$SECS") ;;
