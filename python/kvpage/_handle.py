@@ -34,8 +34,12 @@ class Handle:
         finally:
             users.pop()
             if self._closing:
-                with self._lock:
-                    self._idle.notify_all()
+                self._closed_one()
+
+    def _closed_one(self):
+        """A call ended while close waits: wake it."""
+        with self._lock:
+            self._idle.notify_all()
 
     def close(self):
         """Waits for the calls running, then closes. A second close does nothing."""

@@ -111,9 +111,9 @@ strerror = _fn("kvp_strerror", c_char_p, c_int)
 
 pagefile_opts_init = _fn("kvp_pagefile_opts_init", None, P(PagefileOpts))
 pagefile_open = _fn("kvp_pagefile_open", c_int, c_char_p, P(PagefileOpts), P(c_void_p), E)
-# The ops are an address (c_void_p): the Python side builds them as an array of words.
-pagefile_read = _fn("kvp_pagefile_read", c_int, c_void_p, c_void_p, c_size_t, P(c_int64), E)
-pagefile_write = _fn("kvp_pagefile_write", c_int, c_void_p, c_void_p, c_size_t, P(c_int64), E)
+# The ops, results and error are addresses (c_void_p): PageFile builds them in arrays of words.
+pagefile_read = _fn("kvp_pagefile_read", c_int, c_void_p, c_void_p, c_size_t, c_void_p, c_void_p)
+pagefile_write = _fn("kvp_pagefile_write", c_int, c_void_p, c_void_p, c_size_t, c_void_p, c_void_p)
 pagefile_flush = _fn("kvp_pagefile_flush", c_int, c_void_p, E)
 pagefile_close = _fn("kvp_pagefile_close", None, c_void_p)
 pagefile_path = _fn("kvp_pagefile_path", c_char_p, c_void_p)

@@ -7,7 +7,7 @@ import operator
 from kvpage import _lib
 from kvpage._buffers import addresses, fast_words
 from kvpage._handle import Handle
-from kvpage.errors import KvpageValueError, from_c
+from kvpage.errors import KvpageError, KvpageValueError, from_c
 
 _BACKENDS = {"auto": 0, "psync": 1, "uring": 2}
 _FLAGS = {"create": 0x1, "direct": 0x2, "aligned": 0x4, "exact_size": 0x8, "readonly": 0x10}
@@ -15,11 +15,8 @@ _FLAGS = {"create": 0x1, "direct": 0x2, "aligned": 0x4, "exact_size": 0x8, "read
 
 _I64 = (-(1 << 63), (1 << 63) - 1)
 _OP_P = ctypes.POINTER(_lib.PagefileOp)
-_RESULTS = [ctypes.c_int64 * max(n, 1) for n in range(65)]  # per batch size: made once
-
-
-def _results(n):
-    return (_RESULTS[n] if n < 65 else ctypes.c_int64 * n)()
+_ZERO = array("q", [0])
+_ERR_WORDS = (ctypes.sizeof(_lib.Error) + 7) // 8
 
 
 def _ops(op, offsets, buffers, writable):
@@ -95,12 +92,26 @@ class PageFile(Handle):
             arr = flat.buffer_info()[0]
         else:
             arr, n, keep = _ops(op, offsets, buffers, writable)
-        res = _results(n)
-        err = _lib.Error()
-        rc = self._call(op, fn, arr, n, res, err)
-        if rc and (rc == -errno.EINVAL or err.rule != 11):  # 11: KVP_RULE_IO, per operation
-            raise from_c(op, rc, err)
-        return res[:n]
+        # The results and the struct kvp_error in one array of words: one
+        # object made, none to convert (see fast_words for why it counts).
+        out = _ZERO * (n + _ERR_WORDS)
+        res = out.buffer_info()[0]
+        users = self._users
+        users.append(None)  # Handle._call, inlined
+        try:
+            h = self._h
+            if h is None or self._closing:
+                raise KvpageError(op, -errno.EBADF, f"the {self._noun} is closed", "arg")
+            rc = fn(h, arr, n, res, res + 8 * n)
+        finally:
+            users.pop()
+            if self._closing:
+                self._closed_one()
+        if rc:
+            err = _lib.Error.from_buffer(out, 8 * n)
+            if rc == -errno.EINVAL or err.rule != 11:  # 11: KVP_RULE_IO, per operation
+                raise from_c(op, rc, err)
+        return out[:n].tolist()
 
     def read(self, offsets, buffers):
         """Reads len(buffers[i]) bytes at offsets[i] into buffers[i]. Returns

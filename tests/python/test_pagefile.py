@@ -177,3 +177,20 @@ def test_close_waits_for_running_calls(tmp_path):
     [t.join() for t in th]
     assert errors == [] and f.closed
     assert all("closed" in d for d in done)
+
+
+def test_short_operation_shows_in_its_result(tmp_path):
+    """An operation that does not complete (here: a read past the end of a
+    file cut short behind the handle's back) shows in its result, the bytes
+    it moved (0); the others of the batch complete, nothing is raised (the C
+    call's -EIO is per operation), and the handle goes on."""
+    path = tmp_path / "p"
+    with kvpage.PageFile(path, SIZE, BPP) as f:
+        data = np.frombuffer(os.urandom(BPP), dtype=np.uint8).copy()
+        assert f.write([0], [data]) == [BPP]
+        os.truncate(path, 2 * BPP)
+        outs = [np.zeros(BPP, dtype=np.uint8) for _ in range(2)]
+        res = f.read([0, 10 * BPP], outs)
+        assert res == [BPP, 0]
+        assert (outs[0] == data).all()
+        assert f.read([0], [outs[1]]) == [BPP]

@@ -1,0 +1,68 @@
+/*
+ * bench/python/cloop.c — bench_io's caller loop as a function, for
+ * compat_bench.py to run in its own process, on its own page file handle and
+ * host pool, taking turns with the Python client: the C side of a ratio then
+ * sees the same machine, memory and file as the Python side, within the same
+ * second (this machine's speed drifts by tens of percent from one minute to
+ * the next, so two processes run apart do not measure one thing).
+ *
+ * Built by run.sh against the build tree's libkvpage.so:
+ *   cc -O2 -shared -fPIC -Iinclude bench/python/cloop.c -Lbuild -lkvpage -o DIR/cloop.so
+ */
+#include <stdint.h>
+#include <time.h>
+
+#include "kvpage/pagefile.h"
+
+static uint64_t rnd(uint64_t *s) /* splitmix64, as bench_io */
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/*
+ * Random batches of `batch` pages (distinct slots of pool, random pages of
+ * the file) for `seconds`, as bench_io's caller. Returns the batches done,
+ * or -1 when one failed. *seed carries the generator from call to call.
+ */
+int64_t kvpb_loop(struct kvp_pagefile *pf, int write, unsigned char *pool, uint64_t pool_bytes,
+                  uint64_t bpp, int batch, double seconds, uint64_t *seed)
+{
+    uint64_t pages = kvp_pagefile_size(pf) / bpp, slots = pool_bytes / bpp;
+    struct kvp_pagefile_op ops[64];
+    int64_t res[64];
+    struct kvp_error err;
+    if (batch < 1 || batch > 64 || !pages || !slots)
+        return -1;
+    int64_t n = 0;
+    double end = now() + seconds;
+    do {
+        for (int i = 0; i < batch; i++) {
+            uint64_t page = rnd(seed) % pages, slot;
+            for (;;) {
+                slot = rnd(seed) % slots;
+                int dup = 0;
+                for (int j = 0; j < i; j++)
+                    dup |= ops[j].buf == pool + slot * bpp;
+                if (!dup || slots < (uint64_t)batch)
+                    break;
+            }
+            ops[i] = (struct kvp_pagefile_op){(int64_t)(page * bpp), pool + slot * bpp, bpp};
+        }
+        int rc = write ? kvp_pagefile_write(pf, ops, (size_t)batch, res, &err)
+                       : kvp_pagefile_read(pf, ops, (size_t)batch, res, &err);
+        if (rc != 0)
+            return -1;
+        n++;
+    } while (now() < end);
+    return n;
+}
