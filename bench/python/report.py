@@ -1,9 +1,10 @@
 """The table of bench/python/run.sh: medians per case, ratios, targets.
 
-A ratio is the median of the per-rep ratios: the two sides of a ratio ran
-next to each other in one rep, so a machine whose speed drifts between reps
-(it does here, by up to 1.6x in an hour) moves both. The per-rep values are
-listed under the table."""
+A ratio is the median of the per-rep ratios. Against C, the two sides took
+turns in one process (compat_bench.py with cloop.c), so a machine whose speed
+drifts (it does here, by tens of percent from minute to minute) moves both;
+against the preadv pool, they ran next to each other in one rep. The per-rep
+values are listed under the table."""
 import os
 import statistics
 import sys
@@ -46,27 +47,29 @@ io = rows("io.txt")
 sizes = sorted({int(r["bpp"]) for r in io} | {int(r["bpp"]) for r in rows("store.txt")}, reverse=True)
 notes = []
 if io:
-    print("| pages | rw | compat 1 thread GB/s | C 1 caller | ratio | compat 4 threads | C 4 callers "
-          "| ratio | Python 16-thread preadv | compat-1 / it | C 1 caller / it | target |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| pages | rw | compat 1 thread GB/s | C in turns | ratio | compat 4 threads | C in turns "
+          "| ratio | bench_io 1 caller | bench_io 4 callers | Python 16-thread preadv "
+          "| compat-1 / it | bench_io 1 caller / it | target |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for bpp in sizes if io else ():
     for rw in ("read", "write"):
-        c1, k1 = by_rep(io, "compat-1", bpp, "gbps", rw), by_rep(io, "c-1", bpp, "gbps", rw)
-        c4, k4 = by_rep(io, "compat-4", bpp, "gbps", rw), by_rep(io, "c-4", bpp, "gbps", rw)
+        c1, t1 = by_rep(io, "turns-1", bpp, "gbps", rw), by_rep(io, "turns-1", bpp, "c_gbps", rw)
+        c4, t4 = by_rep(io, "turns-4", bpp, "gbps", rw), by_rep(io, "turns-4", bpp, "c_gbps", rw)
+        k1, k4 = by_rep(io, "c-1", bpp, "gbps", rw), by_rep(io, "c-4", bpp, "gbps", rw)
         py = by_rep(io, "py16", bpp, "gbps", rw)
         if not c1:
             continue
-        r1, p1 = ratio(c1, k1)
-        r4, p4 = ratio(c4, k4)
+        r1, p1 = ratio(c1, t1)
+        r4, p4 = ratio(c4, t4)
         rp, pp = ratio(c1, py)
-        rk, _ = ratio(k1, py)
+        rk, pk = ratio(k1, py)
         ok = r1 >= 0.9 and r4 >= 0.9 and (bpp != 256 << 10 or rp >= 2)
         tgt = "≥ 0.9× C" + (", ≥ 2× Python" if bpp == 256 << 10 else "")
-        print(f"| {bpp >> 10} KiB | {rw} | {med(c1):.2f} | {med(k1):.2f} | {r1:.2f} | {med(c4):.2f} "
-              f"| {med(k4):.2f} | {r4:.2f} | {med(py):.2f} | {rp:.2f} | {rk:.2f} "
-              f"| {tgt}: {'PASS' if ok else 'MISS'} |")
+        print(f"| {bpp >> 10} KiB | {rw} | {med(c1):.2f} | {med(t1):.2f} | {r1:.2f} | {med(c4):.2f} "
+              f"| {med(t4):.2f} | {r4:.2f} | {med(k1):.2f} | {med(k4):.2f} | {med(py):.2f} "
+              f"| {rp:.2f} | {rk:.2f} | {tgt}: {'PASS' if ok else 'MISS'} |")
         notes.append(f"{bpp >> 10} KiB {rw}, per rep: compat-1/C {fmt(p1)}; compat-4/C {fmt(p4)}; "
-                     f"compat-1/py16 {fmt(pp)}")
+                     f"compat-1/py16 {fmt(pp)}; bench_io-1/py16 {fmt(pk)}")
 if notes:
     print()
     for n in notes:

@@ -4,8 +4,11 @@
 # Page I/O: random batches of 8 pages between random slots of a 1 GiB host
 # pool per caller and random pages of a 2 GiB file in the page cache
 # (buffered), reads and writes, 2 MiB and 256 KiB pages, for each of
-#   compat-1, compat-4  kvpage.compat.Hf3fsClient from Python, 1 thread and 4
-#                       threads sharing one client (bench/python/compat_bench.py)
+#   turns-1, turns-4    kvpage.compat.Hf3fsClient from Python, 1 thread and 4
+#                       threads sharing one client, taking turns (10 rounds)
+#                       in the same process, on the same handle and pools,
+#                       with bench_io's caller loop in C (cloop.c): the
+#                       ratio of the two sides (bench/python/compat_bench.py)
 #   c-1, c-4            kvp_pagefile from C, 1 and 4 callers (bench/io/bench_io)
 #   py16                a plain Python pool of 16 threads doing os.preadv /
 #                       os.pwritev per page (bench/io/py_baseline.py)
@@ -32,6 +35,7 @@ trap '[ -n "${KEEP:-}" ] || rm -rf "$DIR"' EXIT
 export KVPAGE_LIB=$BUILD/libkvpage.so PYTHONPATH=$REPO/python
 
 "$REPO/bench/io/build.sh" "$DIR/bench_io" >/dev/null
+cc -O2 -shared -fPIC -I"$REPO/include" "$HERE/cloop.c" -L"$BUILD" -lkvpage -Wl,-rpath,"$BUILD" -o "$DIR/cloop.so"
 F=$DIR/pages
 head -c $((2 << 30)) /dev/zero >"$F"   # 2 GiB, written once: in the page cache
 
@@ -41,9 +45,10 @@ for rep in $(seq "$REPS"); do
   [ -n "${SKIP_IO:-}" ] && break
   for bpp in ${SIZES:-$((2 << 20)) $((256 << 10))}; do
     for rw in read write; do
-      for tool in compat-1 c-1 py16 compat-4 c-4; do
+      for tool in turns-1 c-1 py16 turns-4 c-4; do
         case $tool in
-          compat-*) line=$($PY "$HERE/compat_bench.py" "$F" $bpp $rw "$SECS" "${tool#compat-}") ;;
+          turns-*) line=$(KVPB_CLOOP=$DIR/cloop.so $PY "$HERE/compat_bench.py" "$F" $bpp $rw \
+                            $((2 * SECS)) "${tool#turns-}") ;;
           c-*) line=$("$DIR/bench_io" --file "$F" --size $((2 << 30)) --bpp $bpp --rw $rw \
                        --batch 8 --callers "${tool#c-}" --seconds "$SECS") ;;
           py16) line=$($PY "$REPO/bench/io/py_baseline.py" "$F" $bpp $rw 0 "$SECS") ;;
