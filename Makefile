@@ -9,7 +9,8 @@ PREFIX     ?= /usr/local
 CMAKE_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo $(if $(KVP_WERROR),-DKVP_WERROR=ON)
 
 .PHONY: all deps build asan tsan run install test unit install-test unit-asan unit-tsan \
-        integration integration-redis integration-tsan python-test clean format format-check
+        integration integration-redis integration-tsan python-test python-tsan clean format \
+        format-check
 
 all: build
 
@@ -110,8 +111,19 @@ python-test: build asan
 	  KVPAGE_BIN=$(CURDIR)/$(ASAN_BUILD)/kvpage KVPAGE_LIB=$(CURDIR)/$(ASAN_BUILD)/libkvpage.so \
 	  $(PYTHON) -m pytest -q -p no:cacheprovider tests/python
 
+# The Python tests again against the TSan library, its runtime preloaded into
+# Python: races between the library's threads and Python's callers (many
+# threads on one client, close while calls run). Python's own code is not
+# instrumented; its GIL and locks are pthreads, which TSan sees.
+TSAN_RT = $(shell gcc -print-file-name=libtsan.so)
+python-tsan: tsan
+	@echo "python tests: ThreadSanitizer build"
+	@LD_PRELOAD=$(TSAN_RT) TSAN_OPTIONS=$(KVP_TSAN_OPTIONS) \
+	  KVPAGE_BIN=$(CURDIR)/$(TSAN_BUILD)/kvpage KVPAGE_LIB=$(CURDIR)/$(TSAN_BUILD)/libkvpage.so \
+	  $(PYTHON) -m pytest -q -p no:cacheprovider tests/python
+
 test: unit install-test unit-asan integration integration-redis python-test unit-tsan \
-      integration-tsan
+      integration-tsan python-tsan
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
