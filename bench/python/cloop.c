@@ -1,7 +1,8 @@
 /*
  * bench/python/cloop.c — bench_io's caller loop as a function, for
  * compat_bench.py to run in its own process, on its own page file handle and
- * host pool, taking turns with the Python client: the C side of a ratio then
+ * host pool, taking turns with the Python client (and a round of
+ * `kvpage bench store` as one, for store_bench.py): the C side of a ratio then
  * sees the same machine, memory and file as the Python side, within the same
  * second (this machine's speed drifts by tens of percent from one minute to
  * the next, so two processes run apart do not measure one thing).
@@ -10,9 +11,12 @@
  *   cc -O2 -shared -fPIC -Iinclude bench/python/cloop.c -Lbuild -lkvpage -o DIR/cloop.so
  */
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 #include "kvpage/pagefile.h"
+#include "kvpage/store.h"
 
 static uint64_t rnd(uint64_t *s) /* splitmix64, as bench_io */
 {
@@ -65,4 +69,36 @@ int64_t kvpb_loop(struct kvp_pagefile *pf, int write, unsigned char *pool, uint6
         n++;
     } while (now() < end);
     return n;
+}
+
+/*
+ * One round of `kvpage bench store`: put `batch` new keys (named after tag)
+ * from src, get them back into dst; adds the seconds of each to *t_put and
+ * *t_get. Returns 0, or -1 when a key was not stored or not read in full.
+ */
+int kvpb_store_round(struct kvp_store *s, unsigned char *src, unsigned char *dst, uint64_t bpp,
+                     int batch, uint64_t tag, double *t_put, double *t_get)
+{
+    enum { MAX = 1024 };
+    static _Thread_local char names[MAX][48];
+    static _Thread_local struct kvp_str keys[MAX];
+    static _Thread_local struct kvp_store_buf w[MAX], r[MAX];
+    static _Thread_local int64_t res[MAX];
+    struct kvp_error err;
+    if (batch < 1 || batch > MAX)
+        return -1;
+    for (int i = 0; i < batch; i++) {
+        int len = snprintf(names[i], sizeof names[i], "c-%llu-%d", (unsigned long long)tag, i);
+        keys[i] = (struct kvp_str){names[i], (size_t)len};
+        w[i] = (struct kvp_store_buf){src + (uint64_t)i * bpp, bpp};
+        r[i] = (struct kvp_store_buf){dst + (uint64_t)i * bpp, bpp};
+    }
+    double t0 = now();
+    int rc = kvp_store_put(s, keys, w, (size_t)batch, res, &err);
+    double t1 = now();
+    int64_t lead = kvp_store_get(s, keys, r, (size_t)batch, res, &err);
+    double t2 = now();
+    *t_put += t1 - t0;
+    *t_get += t2 - t1;
+    return rc == 0 && lead == batch && !memcmp(src, dst, (size_t)batch * bpp) ? 0 : -1;
 }

@@ -13,7 +13,8 @@
 #   py16                a plain Python pool of 16 threads doing os.preadv /
 #                       os.pwritev per page (bench/io/py_baseline.py)
 # interleaved, REPS times. Then kvpage.Store put/get from Python
-# (store_bench.py) against the C store (`kvpage bench store`), same batches.
+# (store_bench.py) against the C store, taking turns in one process with the
+# rounds of `kvpage bench store` in C (cloop.c), same batches.
 # Prints a markdown table of medians with the targets.
 #
 # Env: KVPAGE (build dir, default build), REPS (3), SECONDS_EACH (4),
@@ -62,14 +63,10 @@ done
 : >"$OUT/store.txt"
 for rep in $(seq "$REPS"); do
   for bpp in ${SIZES:-$((2 << 20)) $((256 << 10))}; do
-    line=$($PY "$HERE/store_bench.py" "$DIR" $bpp 128 16)
+    # The C side is kvpb_store_round (cloop.c), the rounds of `kvpage bench
+    # store` taking turns with Python's on the same store and buffers.
+    line=$(KVPB_CLOOP=$DIR/cloop.so $PY "$HERE/store_bench.py" "$DIR" $bpp 128 16)
     echo "case=py-store rep=$rep $line" | tee -a "$OUT/store.txt" >&2
-    json=$(cd "$DIR" && "$BUILD/kvpage" bench store --file "$DIR/c-store.pages" --page-size $bpp \
-             --batch 128 --rounds 16 --no-durable --json | tr -d '\n')
-    rm -rf "$DIR/c-store.pages" "$DIR/c-store.pages.meta"
-    gbs=$(echo "$json" | $PY -c 'import json, sys; j = json.load(sys.stdin); print("put_gbs=%.3f get_gbs=%.3f" % (j["store_put_gbs"], j["store_get_gbs"]))')
-    echo "case=c-store rep=$rep bpp=$bpp $gbs" \
-      | tee -a "$OUT/store.txt" >&2
   done
 done
 $PY "$HERE/report.py" "$OUT" | tee "$OUT/summary.md"

@@ -6,7 +6,13 @@ gets the same flags). The file is written once before timing.
 
 usage: store_bench.py DIR BPP [BATCH] [ROUNDS]
 Prints one line of key=value pairs.
+
+With KVPB_CLOOP=PATH (bench/python/cloop.c built as a shared object), the
+same rounds of `kvpage bench store` in C (kvpb_store_round) take turns with
+the Python ones on the same store and buffers, which side goes first
+alternating; the line then has c_put_gbs, c_get_gbs and the ratios.
 """
+import ctypes
 import mmap
 import os
 import shutil
@@ -23,7 +29,8 @@ def main():
     batch = int(sys.argv[3]) if len(sys.argv) > 3 else 128
     rounds = int(sys.argv[4]) if len(sys.argv) > 4 else 16
     path = os.path.join(d, f"py-store-{bpp}.pages")
-    size = batch * bpp * rounds
+    cloop = os.environ.get("KVPB_CLOOP")
+    size = batch * bpp * rounds * (2 if cloop else 1)  # new pages for every round of each side
     s = kvpage.Store(path, size, bpp, entries=batch, durable=False)
     # Buffers as the C side's (posix_memalign: plain anonymous pages). numpy's
     # own large allocations ask for transparent huge pages, which on this
@@ -41,22 +48,44 @@ def main():
     pf.flush()
     pf.close()
     t_put = t_get = 0.0
+    c_put, c_get = ctypes.c_double(0.0), ctypes.c_double(0.0)
+    if cloop:
+        c_round = ctypes.CDLL(cloop).kvpb_store_round
+        c_round.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64,
+                            ctypes.c_int, ctypes.c_uint64, ctypes.POINTER(ctypes.c_double),
+                            ctypes.POINTER(ctypes.c_double)]
+        src_at = ctypes.addressof(ctypes.c_char.from_buffer(src))
+        dst_at = ctypes.addressof(ctypes.c_char.from_buffer(dst))
     for r in range(rounds):
-        keys = [f"py-{os.getpid()}-{r}-{i}" for i in range(batch)]
-        t0 = time.monotonic()
-        res = s.put(keys, wv)
-        t1 = time.monotonic()
-        lead, _ = s.get(keys, rv)
-        t2 = time.monotonic()
-        if any(x != kvpage.STORED for x in res) or lead != batch or not (src == dst).all():
-            sys.exit(f"store_bench: round {r} failed: {res[:4]} lead {lead}")
-        dst[:] = 0
-        t_put += t1 - t0
-        t_get += t2 - t1
+        sides = ("py", "c") if not cloop else (("py", "c") if r % 2 else ("c", "py"))
+        for side in sides:
+            if side == "c":
+                if not cloop:
+                    continue
+                if c_round(s._h, src_at, dst_at, bpp, batch, r, ctypes.byref(c_put),
+                           ctypes.byref(c_get)):
+                    sys.exit(f"store_bench: C round {r} failed")
+                dst[:] = 0
+                continue
+            keys = [f"py-{os.getpid()}-{r}-{i}" for i in range(batch)]
+            t0 = time.monotonic()
+            res = s.put(keys, wv)
+            t1 = time.monotonic()
+            lead, _ = s.get(keys, rv)
+            t2 = time.monotonic()
+            if any(x != kvpage.STORED for x in res) or lead != batch or not (src == dst).all():
+                sys.exit(f"store_bench: round {r} failed: {res[:4]} lead {lead}")
+            dst[:] = 0
+            t_put += t1 - t0
+            t_get += t2 - t1
     s.close()
     gb = batch * bpp * rounds / 1e9
-    print(f"tool=py-store bpp={bpp} batch={batch} rounds={rounds} put_gbs={gb / t_put:.3f} "
-          f"get_gbs={gb / t_get:.3f}")
+    line = (f"tool=py-store bpp={bpp} batch={batch} rounds={rounds} put_gbs={gb / t_put:.3f} "
+            f"get_gbs={gb / t_get:.3f}")
+    if cloop:
+        line += (f" c_put_gbs={gb / c_put.value:.3f} c_get_gbs={gb / c_get.value:.3f}"
+                 f" put_ratio={c_put.value / t_put:.3f} get_ratio={c_get.value / t_get:.3f}")
+    print(line)
     os.unlink(path)
     shutil.rmtree(path + ".meta", ignore_errors=True)
 

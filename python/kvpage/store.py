@@ -27,16 +27,31 @@ def _keys(op, keys):
     go, all pointing into one bytes object of the keys end to end)."""
     if isinstance(keys, (str, bytes)):
         raise TypeError(f"{op}: keys must be a list of keys, not one {type(keys).__name__}")
-    try:
-        kb = [k.encode() for k in keys]
-    except AttributeError:  # not all str
-        kb = [k.encode() if type(k) is str else _key_bytes(op, k, i) for i, k in enumerate(keys)]
-    n = len(kb)
+    if type(keys) is not list and type(keys) is not tuple:
+        keys = list(keys)
+    n = len(keys)
     if not n:
         return ctypes.cast((ctypes.c_uint64 * 2)(), ctypes.POINTER(_lib.Str)), 0, None
-    blob = b"".join(kb)
+    # The common case, ASCII str keys, without a bytes object per key: one
+    # join, one encode, the lengths by map (every per-key step in C; a step
+    # per key in Python costs a microsecond or more once a batch's copies
+    # have emptied the core's caches: see kvpage._buffers.fast_words).
+    try:
+        joined = "".join(keys)
+    except TypeError:  # not all str
+        joined = None
+    if joined is not None and joined.isascii():
+        blob = joined.encode("ascii")
+        lens = list(map(len, keys))
+    else:
+        try:
+            kb = [k.encode() for k in keys]
+        except AttributeError:  # not all str
+            kb = [k.encode() if type(k) is str else _key_bytes(op, k, i)
+                  for i, k in enumerate(keys)]
+        blob = b"".join(kb)
+        lens = list(map(len, kb))
     base = _addr_of_bytes(blob)
-    lens = list(map(len, kb))
     starts = list(accumulate(lens, initial=base))
     words = [0] * (2 * n)
     words[0::2], words[1::2] = starts[:n], lens
