@@ -74,10 +74,12 @@ int64_t kvpb_loop(struct kvp_pagefile *pf, int write, unsigned char *pool, uint6
 /*
  * One round of `kvpage bench store`: put `batch` new keys (named after tag)
  * from src, get them back into dst; adds the seconds of each to *t_put and
- * *t_get. Returns 0, or -1 when a key was not stored or not read in full.
+ * *t_get; with recycle, deletes the keys after (untimed), so that the next
+ * round writes the same pages again. Returns 0, or -1 when a key was not
+ * stored or not read in full.
  */
 int kvpb_store_round(struct kvp_store *s, unsigned char *src, unsigned char *dst, uint64_t bpp,
-                     int batch, uint64_t tag, double *t_put, double *t_get)
+                     int batch, uint64_t tag, int recycle, double *t_put, double *t_get)
 {
     enum { MAX = 1024 };
     static _Thread_local char names[MAX][48];
@@ -100,5 +102,8 @@ int kvpb_store_round(struct kvp_store *s, unsigned char *src, unsigned char *dst
     double t2 = now();
     *t_put += t1 - t0;
     *t_get += t2 - t1;
-    return rc == 0 && lead == batch && !memcmp(src, dst, (size_t)batch * bpp) ? 0 : -1;
+    int ok = rc == 0 && lead == batch && !memcmp(src, dst, (size_t)batch * bpp);
+    if (recycle && kvp_store_delete(s, keys, (size_t)batch, &err) != 0)
+        ok = 0;
+    return ok ? 0 : -1;
 }
