@@ -61,11 +61,9 @@ def main():
         src_at = ctypes.addressof(ctypes.c_char.from_buffer(src))
         dst_at = ctypes.addressof(ctypes.c_char.from_buffer(dst))
     for r in range(rounds):
-        sides = ("py", "c") if not cloop else (("py", "c") if r % 2 else ("c", "py"))
+        sides = ("py",) if not cloop else (("py", "c") if r % 2 else ("c", "py"))
         for side in sides:
             if side == "c":
-                if not cloop:
-                    continue
                 if c_round(s._h, src_at, dst_at, bpp, batch, r, 1, ctypes.byref(c_put),
                            ctypes.byref(c_get)):
                     sys.exit(f"store_bench: C round {r} failed")

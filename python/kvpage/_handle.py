@@ -33,13 +33,9 @@ class Handle:
             return fn(h, *args)
         finally:
             users.pop()
-            if self._closing:
-                self._closed_one()
-
-    def _closed_one(self):
-        """A call ended while close waits: wake it."""
-        with self._lock:
-            self._idle.notify_all()
+            if self._closing:  # a close waits: wake it
+                with self._lock:
+                    self._idle.notify_all()
 
     def close(self):
         """Waits for the calls running, then closes. A second close does nothing."""

@@ -7,7 +7,7 @@ import operator
 from kvpage import _lib
 from kvpage._buffers import addresses, fast_words
 from kvpage._handle import Handle
-from kvpage.errors import KvpageError, KvpageValueError, from_c
+from kvpage.errors import KvpageValueError, from_c
 
 _BACKENDS = {"auto": 0, "psync": 1, "uring": 2}
 _FLAGS = {"create": 0x1, "direct": 0x2, "aligned": 0x4, "exact_size": 0x8, "readonly": 0x10}
@@ -96,17 +96,7 @@ class PageFile(Handle):
         # object made, none to convert (see fast_words for why it counts).
         out = _ZERO * (n + _ERR_WORDS)
         res = out.buffer_info()[0]
-        users = self._users
-        users.append(None)  # Handle._call, inlined
-        try:
-            h = self._h
-            if h is None or self._closing:
-                raise KvpageError(op, -errno.EBADF, f"the {self._noun} is closed", "arg")
-            rc = fn(h, arr, n, res, res + 8 * n)
-        finally:
-            users.pop()
-            if self._closing:
-                self._closed_one()
+        rc = self._call(op, fn, arr, n, res, res + 8 * n)
         if rc:
             err = _lib.Error.from_buffer(out, 8 * n)
             if rc == -errno.EINVAL or err.rule != 11:  # 11: KVP_RULE_IO, per operation
