@@ -7,7 +7,9 @@
  *   bench_io --file F --size BYTES --bpp BYTES --rw read|write [--direct]
  *            [--backend auto|psync|uring] [--threads N] [--queues N]
  *            [--pool BYTES] [--batch N] [--callers N] [--seconds S]
- *            [--register] [--chunk BYTES] [--memcpy]
+ *            [--register] [--chunk BYTES] [--memcpy] [--mmap-reads]
+ *
+ * --mmap-reads opens the page file with KVP_PAGEFILE_MMAP_READS.
  *
  * --memcpy measures the ceiling of a buffered read instead: each caller
  * copies the same pages with memcpy from the file mapped in memory (the page
@@ -127,6 +129,8 @@ static uint64_t parse_size(const char *s)
     return (uint64_t)v;
 }
 
+static int mmap_reads;
+
 int main(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
@@ -147,6 +151,8 @@ int main(int argc, char **argv)
             a.direct = 1;
         else if (!strcmp(k, "--memcpy"))
             a.memcpy = 1;
+        else if (!strcmp(k, "--mmap-reads"))
+            mmap_reads = 1;
         else if (!strcmp(k, "--register"))
             a.reg = 1;
         else if (!strcmp(k, "--no-huge"))
@@ -182,7 +188,8 @@ int main(int argc, char **argv)
     o.size = a.size;
     o.bytes_per_page = a.bpp;
     o.entries = (uint32_t)a.batch;
-    o.flags = KVP_PAGEFILE_CREATE | KVP_PAGEFILE_ALIGNED | (a.direct ? KVP_PAGEFILE_DIRECT : 0);
+    o.flags = KVP_PAGEFILE_CREATE | KVP_PAGEFILE_ALIGNED | (a.direct ? KVP_PAGEFILE_DIRECT : 0) |
+              (mmap_reads ? KVP_PAGEFILE_MMAP_READS : 0);
     o.backend = a.backend;
     o.threads = (uint32_t)a.threads;
     o.queues = (uint32_t)a.queues;
@@ -256,13 +263,14 @@ int main(int argc, char **argv)
     for (int c = 0; c < a.callers; c++)
         pthread_join(tids[c], NULL);
     printf("tool=kvpage rw=%s direct=%d bpp=%llu batch=%d callers=%d backend=%s threads=%u "
-           "queues=%u registered=%d batches=%llu seconds=%.2f gbps=%.3f us_per_batch=%.1f\n",
+           "queues=%u registered=%d mmap_reads=%d batches=%llu seconds=%.2f gbps=%.3f "
+           "us_per_batch=%.1f\n",
            a.write ? "write"
            : map   ? "memcpy"
                    : "read",
            a.direct, (unsigned long long)a.bpp, a.batch, a.callers,
            kvp_pagefile_backend_name(kvp_pagefile_backend(pf, a.write)), kvp_pagefile_threads(pf),
-           kvp_pagefile_queues(pf), a.reg, (unsigned long long)batches, dt,
+           kvp_pagefile_queues(pf), a.reg, mmap_reads, (unsigned long long)batches, dt,
            (double)bytes / dt / 1e9, batches ? dt * 1e6 / (double)batches * a.callers : 0.0);
     kvp_pagefile_close(pf);
     for (int c = 0; c < a.callers; c++)

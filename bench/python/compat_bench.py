@@ -8,12 +8,16 @@ pool (as bench_io --callers).
 usage: compat_bench.py FILE BPP read|write SECONDS CALLERS [POOL_BYTES] [BATCH] [WARMUP]
 Prints one line of key=value pairs like bench_io.
 
-With KVPB_CLOOP=PATH (bench/python/cloop.c built as a shared object) the
-Python client and bench_io's C loop take turns in this process, on the same
-handle and pools: ROUNDS (KVPB_ROUNDS, default 10) rounds of SECONDS/ROUNDS
-on each side, alternating which goes first; the first round is warm-up. The
-line then has gbps (Python), c_gbps (C) and their ratio.
+With KVPB_CLOOP=PATH (bench/python/cloop.c built as a shared object) three
+sides take turns in this process: the Python client, bench_io's C loop (on
+the same handle and pools), and the plain 16-thread os.preadv/os.pwritev pool
+of bench/io/py_baseline.py (driven by one thread, on caller 0's pool, the
+same batches). ROUNDS (KVPB_ROUNDS, default 10) rounds of SECONDS/ROUNDS on
+each side, which side goes first rotating; the first round is warm-up. The
+line then has gbps (Python), c_gbps (C), pool_gbps (the pool), ratio
+(Python / C) and pool_ratio (Python / the pool).
 """
+import concurrent.futures
 import ctypes
 import mmap
 import os
@@ -79,7 +83,7 @@ def main():
     finish = threading.Barrier(callers + 1)
     phase = ["py"]     # what the callers do next: "py", "c" or "end"
     running = [True]   # a list item, not an Event: is_set() is a Python call a batch
-    done = {"py": [0] * callers, "c": [0] * callers}  # batches per caller and side
+    done = {"py": [0] * callers, "c": [0] * callers, "pool": [0] * callers}  # batches per caller and side
     errors = []
     turn = seconds / rounds if cloop else 0.0
 
@@ -95,7 +99,10 @@ def main():
             start.wait()
             if phase[0] == "end":
                 return
-            if phase[0] == "c":
+            if phase[0] == "pool":
+                if c == 0:  # the pool has one driver, as py_baseline.py
+                    pool_side(table)
+            elif phase[0] == "c":
                 n = loop(client._pf._h, int(write), base, pool_bytes, bpp, batch, turn,
                          ctypes.byref(seed))
                 if n < 0:
@@ -116,10 +123,36 @@ def main():
                     mine[c] = i
             finish.wait()
 
+    # The plain pool (bench/io/py_baseline.py): one os.preadv / os.pwritev per
+    # page on 16 threads, on a descriptor of its own; here on prebuilt views.
+    pfd = os.open(path, os.O_RDWR)
+    pool_op = os.pwritev if write else os.preadv
+    executor = concurrent.futures.ThreadPoolExecutor(max_workers=16)
+
+    def one(view, off):
+        n = pool_op(pfd, [view], off)
+        if n != bpp:
+            raise OSError(f"short transfer {n} of {bpp}")
+        return n
+
+    def pool_side(table):
+        i = done["pool"][0]
+        while running[0]:
+            offs, bufs = table[i & 4095]
+            futs = [executor.submit(one, b, o) for o, b in zip(offs, bufs)]
+            try:
+                for f in futs:
+                    f.result()
+            except OSError as e:
+                errors.append(f"the pool's batch failed: {e}")
+                break
+            i += 1
+            done["pool"][0] = i
+
     th = [threading.Thread(target=caller, args=(c,)) for c in range(callers)]
     [t.start() for t in th]
-    spent = {"py": 0.0, "c": 0.0}
-    counted = {"py": 0, "c": 0}
+    spent = {"py": 0.0, "c": 0.0, "pool": 0.0}
+    counted = {"py": 0, "c": 0, "pool": 0}
 
     def run_phase(side, secs, count):
         phase[0] = side
@@ -127,7 +160,7 @@ def main():
         n0 = sum(done[side])
         start.wait()
         t0 = time.monotonic()
-        if side == "py":
+        if side != "c":
             time.sleep(secs)
             running[0] = False
         finish.wait()
@@ -136,9 +169,10 @@ def main():
             counted[side] += sum(done[side]) - n0
 
     if cloop:
+        sides = ("py", "c", "pool")
         for r in range(rounds + 1):  # round 0: warm-up
-            for side in (("py", "c") if r % 2 else ("c", "py")):
-                run_phase(side, turn, r > 0)
+            for k in range(3):
+                run_phase(sides[(r + k) % 3], turn, r > 0)
     else:
         run_phase("py", warmup, False)
         run_phase("py", seconds, True)
@@ -146,6 +180,8 @@ def main():
     start.wait()
     [t.join() for t in th]
     client.close()
+    executor.shutdown()
+    os.close(pfd)
     if errors:
         sys.exit(f"compat_bench: a batch failed: {errors[0]}")
     gbps = counted["py"] * batch * bpp / spent["py"] / 1e9
@@ -153,7 +189,10 @@ def main():
             f"seconds={spent['py']:.2f} gbps={gbps:.3f}")
     if cloop:
         c_gbps = counted["c"] * batch * bpp / spent["c"] / 1e9
-        line += f" rounds={rounds} c_seconds={spent['c']:.2f} c_gbps={c_gbps:.3f} ratio={gbps / c_gbps:.3f}"
+        pool_gbps = counted["pool"] * batch * bpp / spent["pool"] / 1e9
+        line += (f" rounds={rounds} c_seconds={spent['c']:.2f} c_gbps={c_gbps:.3f} ratio={gbps / c_gbps:.3f}"
+                 f" pool_seconds={spent['pool']:.2f} pool_gbps={pool_gbps:.3f}"
+                 f" pool_ratio={gbps / pool_gbps:.3f}")
     print(line)
 
 

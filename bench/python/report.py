@@ -76,6 +76,29 @@ if notes:
     for n in notes:
         print(f"- {n}")
 
+# The os.preadv pool as a third side of the turns (compat_bench.py): the same
+# process, handle, pools and batches as the compat client and the C loop.
+pool_rows = []
+for bpp in sizes if io else ():
+    for rw in ("read", "write"):
+        p1, p4 = by_rep(io, "turns-1", bpp, "pool_gbps", rw), by_rep(io, "turns-4", bpp, "pool_gbps", rw)
+        if not p1:
+            continue
+        c1, t1 = by_rep(io, "turns-1", bpp, "gbps", rw), by_rep(io, "turns-1", bpp, "c_gbps", rw)
+        c4 = by_rep(io, "turns-4", bpp, "gbps", rw)
+        r1, q1 = ratio(c1, p1)
+        rc, qc = ratio(t1, p1)
+        r4, q4 = ratio(c4, p4)
+        tgt = "≥ 2×: " + ("PASS" if r1 >= 2 and r4 >= 2 else "MISS") if bpp == 256 << 10 else ""
+        pool_rows.append(f"| {bpp >> 10} KiB | {rw} | {med(p1):.2f} | {r1:.2f} ({fmt(q1)}) "
+                         f"| {rc:.2f} ({fmt(qc)}) | {med(p4):.2f} | {r4:.2f} ({fmt(q4)}) | {tgt} |")
+if pool_rows:
+    print("\n| pages | rw | preadv pool in turns GB/s | compat-1 / pool (per rep) "
+          "| C-1 / pool (per rep) | pool, turns-4 run | compat-4 / pool (per rep) | target |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in pool_rows:
+        print(r)
+
 st = rows("store.txt")
 if st:
     print("\n| pages | Python Store put GB/s | C store put | ratio | Python get | C get | ratio | target |")

@@ -11,7 +11,8 @@
 #                       ratio of the two sides (bench/python/compat_bench.py)
 #   c-1, c-4            kvp_pagefile from C, 1 and 4 callers (bench/io/bench_io)
 #   py16                a plain Python pool of 16 threads doing os.preadv /
-#                       os.pwritev per page (bench/io/py_baseline.py)
+#                       os.pwritev per page (bench/io/py_baseline.py); the
+#                       same pool also takes turns inside compat_bench.py
 # interleaved, REPS times. Then kvpage.Store put/get from Python
 # (store_bench.py) against the C store, taking turns in one process with the
 # rounds of `kvpage bench store` in C (cloop.c), same batches.
@@ -21,7 +22,9 @@
 #      DIR (scratch directory, default a new one under /var/tmp), OUT (results
 #      directory, default bench/python/results/DATE), SKIP_IO (keep OUT's io.txt
 #      and run only the store part), SIZES (page sizes in bytes, default
-#      "2097152 262144").
+#      "2097152 262144"), MMAP_READS (1: kvpage's reads copy out of a mapping,
+#      KVP_PAGEFILE_MMAP_READS, through KVPAGE_MMAP_READS and bench_io
+#      --mmap-reads; default 0).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -34,13 +37,21 @@ PY=/usr/bin/python3
 mkdir -p "$OUT" "$DIR"
 trap '[ -n "${KEEP:-}" ] || rm -rf "$DIR"' EXIT
 export KVPAGE_LIB=$BUILD/libkvpage.so PYTHONPATH=$REPO/python
+MMAP_FLAG=
+if [ "${MMAP_READS:-0}" = 1 ]; then
+  export KVPAGE_MMAP_READS=1
+  MMAP_FLAG=--mmap-reads
+else
+  unset KVPAGE_MMAP_READS
+fi
 
 "$REPO/bench/io/build.sh" "$DIR/bench_io" >/dev/null
 cc -O2 -shared -fPIC -I"$REPO/include" "$HERE/cloop.c" -L"$BUILD" -lkvpage -Wl,-rpath,"$BUILD" -o "$DIR/cloop.so"
 F=$DIR/pages
 head -c $((2 << 30)) /dev/zero >"$F"   # 2 GiB, written once: in the page cache
 
-echo "bench/python: $(nproc) cores, $(date -u '+%Y-%m-%d %H:%M UTC'), $BUILD" >&2
+echo "bench/python: $(nproc) cores, $(date -u '+%Y-%m-%d %H:%M UTC'), $BUILD, mmap_reads=${MMAP_READS:-0}" >&2
+echo "nproc=$(nproc) date=$(date -u '+%Y-%m-%dT%H:%MZ') git=$(git -C "$REPO" rev-parse --short HEAD) mmap_reads=${MMAP_READS:-0}" >"$OUT/machine.txt"
 [ -n "${SKIP_IO:-}" ] || : >"$OUT/io.txt"
 for rep in $(seq "$REPS"); do
   [ -n "${SKIP_IO:-}" ] && break
@@ -51,7 +62,7 @@ for rep in $(seq "$REPS"); do
           turns-*) line=$(KVPB_CLOOP=$DIR/cloop.so $PY "$HERE/compat_bench.py" "$F" $bpp $rw \
                             $((2 * SECS)) "${tool#turns-}") ;;
           c-*) line=$("$DIR/bench_io" --file "$F" --size $((2 << 30)) --bpp $bpp --rw $rw \
-                       --batch 8 --callers "${tool#c-}" --seconds "$SECS") ;;
+                       --batch 8 --callers "${tool#c-}" --seconds "$SECS" $MMAP_FLAG) ;;
           py16) line=$($PY "$REPO/bench/io/py_baseline.py" "$F" $bpp $rw 0 "$SECS") ;;
         esac
         echo "case=$tool rep=$rep $line" | tee -a "$OUT/io.txt" >&2

@@ -46,15 +46,20 @@ def _nbytes(t):
 
 
 class Hf3fsClient:
-    """Hf3fsClient(path, size, bytes_per_page, entries[, client_timeout])."""
+    """Hf3fsClient(path, size, bytes_per_page, entries[, client_timeout]).
 
-    def __init__(self, path, size, bytes_per_page, entries, client_timeout=None):
+    mmap_reads: kvpage.PageFile's; None (the default) takes the environment's
+    KVPAGE_MMAP_READS, for engines that construct the client themselves."""
+
+    def __init__(self, path, size, bytes_per_page, entries, client_timeout=None, *,
+                 mmap_reads=None):
         # client_timeout (SGLang's fifth argument) bounds a 3FS ring wait; local
         # and FUSE I/O here has no such wait, so it is accepted and unused.
         self.path, self.size = path, int(size)
         self.bytes_per_page, self.entries = int(bytes_per_page), int(entries)
         self.client_timeout = client_timeout
-        self._pf = PageFile(path, self.size, self.bytes_per_page, self.entries, create=True)
+        self._pf = PageFile(path, self.size, self.bytes_per_page, self.entries, create=True,
+                            mmap_reads=mmap_reads)
         self._stage_lock = threading.Lock()
         self._stage = []  # pinned host buffers for CUDA tensors, reused
 

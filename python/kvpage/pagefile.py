@@ -10,7 +10,17 @@ from kvpage._handle import Handle
 from kvpage.errors import KvpageValueError, from_c
 
 _BACKENDS = {"auto": 0, "psync": 1, "uring": 2}
-_FLAGS = {"create": 0x1, "direct": 0x2, "aligned": 0x4, "exact_size": 0x8, "readonly": 0x10}
+_FLAGS = {"create": 0x1, "direct": 0x2, "aligned": 0x4, "exact_size": 0x8, "readonly": 0x10,
+          "mmap_reads": 0x20}
+_TRUE = ("1", "true", "yes", "on")
+
+
+def mmap_reads_default(value):
+    """value, or when None the environment's KVPAGE_MMAP_READS (1/true/yes/on)."""
+    if value is None:
+        import os
+        return os.environ.get("KVPAGE_MMAP_READS", "").strip().lower() in _TRUE
+    return bool(value)
 
 
 _I64 = (-(1 << 63), (1 << 63) - 1)
@@ -61,11 +71,18 @@ def _offset(op, i, off):
 class PageFile(Handle):
     """One storage file of pages of at most bytes_per_page bytes, moved in
     batches of at most entries operations (offset, buffer). Thread-safe: any
-    number of threads may call read, write and flush on one PageFile."""
+    number of threads may call read, write and flush on one PageFile.
+
+    mmap_reads=True (None: the environment's KVPAGE_MMAP_READS) copies
+    buffered reads of cached pages out of a mapping of the file with stores
+    that bypass the CPU caches: faster into cold host memory, but an I/O error
+    on a page evicted meanwhile, or a truncation by another program, then
+    kills the process with SIGBUS (KVP_PAGEFILE_MMAP_READS in
+    kvpage/pagefile.h)."""
 
     def __init__(self, path, size, bytes_per_page, entries=8, *, create=True, direct=False,
                  aligned=False, exact_size=False, readonly=False, backend="auto", threads=0,
-                 queues=0, mode=0o644):
+                 queues=0, mode=0o644, mmap_reads=None):
         if backend not in _BACKENDS:
             raise KvpageValueError("PageFile", -errno.EINVAL,
                                    f"backend {backend!r} is not one of {sorted(_BACKENDS)}", "arg")
@@ -73,7 +90,8 @@ class PageFile(Handle):
         _lib.pagefile_opts_init(ctypes.byref(o))
         o.size, o.bytes_per_page, o.entries = int(size), int(bytes_per_page), int(entries)
         for name, on in (("create", create), ("direct", direct), ("aligned", aligned),
-                         ("exact_size", exact_size), ("readonly", readonly)):
+                         ("exact_size", exact_size), ("readonly", readonly),
+                         ("mmap_reads", mmap_reads_default(mmap_reads))):
             if on:
                 o.flags |= _FLAGS[name]
         o.backend, o.threads, o.queues, o.mode = _BACKENDS[backend], threads, queues, mode
@@ -155,6 +173,10 @@ class PageFile(Handle):
     @property
     def backend_note(self):
         return self._get(_lib.pagefile_backend_note).decode()
+
+    @property
+    def mmap_reads(self):
+        return bool(self.flags & _FLAGS["mmap_reads"])
 
     @property
     def threads(self):

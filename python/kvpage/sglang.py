@@ -22,6 +22,9 @@ Its own keys in extra_config:
   metadata_dir      see above
   durable           fdatasync pages before confirming them (default true)
   threads           batches of one call run at once (default 4)
+  mmap_reads        copy reads of cached pages out of a mapping of the file
+                    (kvpage.PageFile's mmap_reads; default: the environment's
+                    KVPAGE_MMAP_READS, else off)
 
 Ranks. Each TP rank is one process with one kvpage.Store: its own file and
 its own metadata rank (tp_rank; with pipeline parallelism
@@ -103,6 +106,7 @@ class KvpageHiCacheStorage(_Base):
         self.file_size = int(cfg.get("file_size", 1 << 40))
         self.entries = int(cfg.get("entries", 8))
         self.threads = int(cfg.get("threads", 4))
+        self.mmap_reads = _flag(cfg.get("mmap_reads"), None)
         self.durable = _flag(cfg.get("durable"), True)
         self.metadata_url = cfg.get("metadata_url") or cfg.get("metadata_server_url") or None
         self.metadata_dir = cfg.get("metadata_dir") or None
@@ -151,7 +155,8 @@ class KvpageHiCacheStorage(_Base):
         self.bytes_per_page = bpp
         meta = self.metadata_url if self.metadata_url is not None else self.metadata_dir
         self.store = Store(self.path, self.file_size, bpp, self.entries, rank=self.rank, meta=meta,
-                           per_rank=True, durable=self.durable, threads=self.threads)
+                           per_rank=True, durable=self.durable, threads=self.threads,
+                           mmap_reads=self.mmap_reads)
         logger.info("[Rank %d] kvpage HiCache storage: %s, %d pages of %d bytes, layout %s, "
                     "%s, metadata %s", self.tp_rank, self.path, self.store.num_pages, bpp, layout,
                     "MLA" if self.is_mla else "MHA", self.store.location)

@@ -9,6 +9,7 @@ from kvpage import _lib
 from kvpage._buffers import addresses, fast_words
 from kvpage._handle import Handle
 from kvpage.errors import KvpageValueError, from_c
+from kvpage.pagefile import _FLAGS, mmap_reads_default
 
 STORED = 1   # put: written and confirmed by this call
 ALREADY = 0  # put: the key was there already; not rewritten
@@ -66,13 +67,14 @@ def _addr_of_bytes(b):
 class Store(Handle):
     """One rank of one namespace: the rank's storage file and where its
     metadata lives (meta: a data directory, default PATH.meta; "mem:";
-    "http://HOST:PORT[/ns/NAME]" for a kvpage serve). Thread-safe."""
+    "http://HOST:PORT[/ns/NAME]" for a kvpage serve). Thread-safe.
+    mmap_reads: as kvpage.PageFile's (None: KVPAGE_MMAP_READS)."""
 
     _noun = "store"
 
     def __init__(self, path, file_size=0, bytes_per_page=None, entries=8, *, rank=0, meta=None,
                  deployment=None, pool=None, per_rank=False, durable=True, threads=4,
-                 timeout_ms=0, connect_timeout_ms=0, retries=None, token=None):
+                 timeout_ms=0, connect_timeout_ms=0, retries=None, token=None, mmap_reads=None):
         if not bytes_per_page:
             raise KvpageValueError("Store", -errno.EINVAL, "bytes_per_page is required", "arg")
         o = _lib.StoreOpts()
@@ -108,6 +110,12 @@ class Store(Handle):
         mo.token = s(tok)
         o.meta_opts = ctypes.pointer(mo)
         self._mo = mo
+        if mmap_reads_default(mmap_reads):  # kvpage.PageFile's; None: KVPAGE_MMAP_READS
+            po = _lib.PagefileOpts()
+            _lib.pagefile_opts_init(ctypes.byref(po))
+            po.flags |= _FLAGS["mmap_reads"]
+            o.pagefile = ctypes.pointer(po)
+            self._po = po
         h = ctypes.c_void_p()
         err = _lib.Error()
         rc = _lib.store_open(ctypes.byref(o), ctypes.byref(h), ctypes.byref(err))
@@ -118,6 +126,7 @@ class Store(Handle):
         self.num_pages = _lib.store_num_pages(h)
         self.bytes_per_page = _lib.store_bytes_per_page(h)
         self.location = _lib.store_location(h).decode()
+        self.mmap_reads = bool(_lib.pagefile_flags(_lib.store_pagefile(h)) & _FLAGS["mmap_reads"])
 
     def _bufs(self, op, buffers, n, writable):
         if len(buffers) != n:

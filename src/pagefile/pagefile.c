@@ -21,7 +21,7 @@
 
 #define PF_KNOWN_FLAGS                                                                             \
     (KVP_PAGEFILE_CREATE | KVP_PAGEFILE_DIRECT | KVP_PAGEFILE_ALIGNED | KVP_PAGEFILE_EXACT_SIZE |  \
-     KVP_PAGEFILE_READONLY)
+     KVP_PAGEFILE_READONLY | KVP_PAGEFILE_MMAP_READS)
 #define PF_MAX_ENTRIES (1u << 20)
 #define PF_DEFAULT_QUEUES 4
 #define PF_DEFAULT_CHUNK (1u << 20)
@@ -61,6 +61,11 @@ int64_t kvp__pf_fault(int site, int64_t offset, uint64_t len)
     if (!fn)
         return 0;
     return fn(atomic_load(&pf_fault_arg), site, offset, len);
+}
+
+int kvp__pf_fault_on(void)
+{
+    return atomic_load_explicit(&pf_fault_fn, memory_order_acquire) != NULL;
 }
 
 /* ---- errors ----------------------------------------------------------- */
@@ -288,6 +293,13 @@ static int pf_start_backends(struct kvp_pagefile *pf, struct kvp_error *err)
     for (int w = 0; w < 2; w++)
         pf->backend[w] = pf->backend_req == KVP_PAGEFILE_BACKEND_AUTO ? pf_auto_choice[direct][w]
                                                                       : pf->backend_req;
+    if (pf->flags & KVP_PAGEFILE_MMAP_READS) {
+        pf->backend[0] = KVP_PAGEFILE_BACKEND_PSYNC; /* the copies run on its threads */
+        int rc = kvp__pf_map_open(pf);
+        if (rc != 0)
+            pf_note(pf, "mmap reads: cannot map %s (mmap: %s), reads use pread; ", pf->path,
+                    strerror(-rc));
+    }
 
     if (pf->backend[0] == KVP_PAGEFILE_BACKEND_URING ||
         pf->backend[1] == KVP_PAGEFILE_BACKEND_URING) {
@@ -320,7 +332,9 @@ static int pf_start_backends(struct kvp_pagefile *pf, struct kvp_error *err)
             return pf_fail(err, rc, KVP_RULE_IO, -1, 0, "cannot start %u I/O threads: %s", t,
                            strerror(-rc));
     }
-    if (pf->note[0] == '\0') {
+    if (pf->map)
+        pf_note(pf, "mmap reads: buffered reads of cached pages copy out of a mapping; ");
+    if (pf->note[0] == '\0' || (pf->flags & KVP_PAGEFILE_MMAP_READS)) {
         if (pf->backend_req == KVP_PAGEFILE_BACKEND_AUTO)
             pf_note(pf, "auto: %s reads, %s writes for %s I/O (the faster per bench/io)",
                     kvp_pagefile_backend_name(pf->backend[0]),
@@ -355,6 +369,14 @@ static int pf_check_opts(const char *path, const struct kvp_pagefile_opts *o, st
     if (o->backend < KVP_PAGEFILE_BACKEND_AUTO || o->backend > KVP_PAGEFILE_BACKEND_URING)
         return pf_fail(err, -EINVAL, KVP_RULE_ARG, -1, o->backend, "unknown backend %d",
                        o->backend);
+    if ((o->flags & KVP_PAGEFILE_MMAP_READS) && (o->flags & KVP_PAGEFILE_DIRECT))
+        return pf_fail(err, -EINVAL, KVP_RULE_ARG, -1, o->flags,
+                       "KVP_PAGEFILE_MMAP_READS is for buffered reads; O_DIRECT reads copy nothing "
+                       "(drop one of the two flags)");
+    if ((o->flags & KVP_PAGEFILE_MMAP_READS) && o->backend == KVP_PAGEFILE_BACKEND_URING)
+        return pf_fail(err, -EINVAL, KVP_RULE_ARG, -1, o->backend,
+                       "KVP_PAGEFILE_MMAP_READS copies on the psync threads; ask for backend "
+                       "AUTO or PSYNC");
     if (o->size > (uint64_t)INT64_MAX || o->bytes_per_page > (uint64_t)INT64_MAX)
         return pf_fail(err, -EINVAL, KVP_RULE_ARG, -1, 0, "size or bytes_per_page over 2^63");
     return 0;
@@ -449,6 +471,7 @@ KVP_API void kvp_pagefile_close(struct kvp_pagefile *pf)
         return;
     kvp__pf_pool_stop(pf);
     kvp__pf_uring_stop(pf);
+    kvp__pf_map_close(pf);
     if (pf->fd >= 0)
         close(pf->fd);
     free(pf->path);

@@ -37,6 +37,8 @@ typedef int64_t (*kvp__pf_fault_fn)(void *arg, int site, int64_t offset, uint64_
 void kvp__pagefile_set_fault(kvp__pf_fault_fn fn, void *arg);
 /* The hook's verdict for a site, 0 when no hook is installed. */
 int64_t kvp__pf_fault(int site, int64_t offset, uint64_t len);
+/* 1 while a hook is installed. */
+int kvp__pf_fault_on(void);
 
 /* ---- the handle ------------------------------------------------------- */
 
@@ -61,6 +63,8 @@ struct kvp_pagefile {
     uint32_t mem_align, off_align;
     struct kvp__pf_pool *pool;
     struct kvp__pf_urings *urings;
+    char *map;         /* KVP_PAGEFILE_MMAP_READS: [0, size) mapped read-only, or NULL */
+    uint64_t map_page; /* the page size mincore counts in */
     char note[256];
 };
 
@@ -96,6 +100,15 @@ int kvp__pf_uring_register(struct kvp_pagefile *pf, const struct kvp_pagefile_bu
                            struct kvp_error *err);
 void kvp__pf_uring_unregister(struct kvp_pagefile *pf);
 uint32_t kvp__pf_uring_nregs(const struct kvp_pagefile *pf);
+
+/* KVP_PAGEFILE_MMAP_READS (pf_map.c): map_open returns 0 or -errno of mmap. */
+int kvp__pf_map_open(struct kvp_pagefile *pf);
+void kvp__pf_map_close(struct kvp_pagefile *pf);
+/* Reads [off, off + len) out of the mapping, or with pread where a page is not
+ * in the page cache; returns as kvp__pf_pio. */
+int64_t kvp__pf_map_read(const struct kvp_pagefile *pf, void *buf, uint64_t len, int64_t off);
+/* Reads served out of a mapping so far, by every handle of the process (for the tests). */
+uint64_t kvp__pf_map_copies(void);
 
 /* Direct I/O alignment of fd from statx, or 0 when the kernel does not say. */
 void kvp__pf_dio_align(int fd, uint32_t *mem_align, uint32_t *off_align);

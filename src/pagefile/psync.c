@@ -27,6 +27,7 @@
 
 struct pf_job {
     struct kvp__pf_batch *b;
+    const struct kvp_pagefile *pf; /* its mapping, for KVP_PAGEFILE_MMAP_READS */
     int fd;
     uint64_t chunk;
     size_t per_op; /* pieces per operation: the largest op's, so index math stays a division */
@@ -75,8 +76,11 @@ static void pf_job_work(struct pf_job *job)
         if (start >= op->size)
             continue;
         uint64_t len = op->size - start < job->chunk ? op->size - start : job->chunk;
-        int64_t r = kvp__pf_pio(job->fd, b->write, (char *)op->buf + start, len,
-                                op->offset + (int64_t)start);
+        int64_t r = !b->write && job->pf->map
+                        ? kvp__pf_map_read(job->pf, (char *)op->buf + start, len,
+                                           op->offset + (int64_t)start)
+                        : kvp__pf_pio(job->fd, b->write, (char *)op->buf + start, len,
+                                      op->offset + (int64_t)start);
         if (r < 0)
             pf_record(&b->results[i], r);
         else if ((uint64_t)r < len)
@@ -253,6 +257,7 @@ void kvp__pf_pool_run(struct kvp_pagefile *pf, struct kvp__pf_batch *b)
     struct kvp__pf_pool *p = pf->pool;
     struct pf_job job;
     job.b = b;
+    job.pf = pf;
     job.fd = pf->fd;
     uint64_t largest = 0;
     for (size_t i = 0; i < b->n; i++) {

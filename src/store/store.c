@@ -106,11 +106,11 @@ KVP_API int kvp_store_open(const struct kvp_store_opts *opts_in, struct kvp_stor
     int rc;
 
     struct kvp_pagefile_opts po;
-    if (o.pagefile) {
-        po = *o.pagefile;
-    } else {
-        kvp_pagefile_opts_init(&po);
-    }
+    kvp_pagefile_opts_init(&po);
+    if (o.pagefile) /* as much as the caller's (possibly older, shorter) struct holds */
+        memcpy(&po, o.pagefile,
+               o.pagefile->opts_size && o.pagefile->opts_size < sizeof po ? o.pagefile->opts_size
+                                                                          : sizeof po);
     po.size = o.file_size;
     po.bytes_per_page = o.bytes_per_page;
     po.entries = o.entries;

@@ -140,3 +140,19 @@ def test_engine_style_thread_pool(tmp_path, nclients):
     assert all(torch.equal(a, b) for a, b in zip(src, dst))
     for c in clients:
         c.close()
+
+
+def test_mmap_reads_from_the_environment(tmp_path, monkeypatch):
+    """Engines construct the client themselves: KVPAGE_MMAP_READS turns it on."""
+    monkeypatch.setenv("KVPAGE_MMAP_READS", "1")
+    c = Hf3fsClient(str(tmp_path / "hicache.0.bin"), SIZE, BPP, ENTRIES)
+    assert c._pf.mmap_reads
+    good_batch(c)
+    c.close()
+    monkeypatch.delenv("KVPAGE_MMAP_READS")
+    c = Hf3fsClient(str(tmp_path / "hicache.0.bin"), SIZE, BPP, ENTRIES, mmap_reads=True)
+    assert c._pf.mmap_reads
+    c.close()
+    c = Hf3fsClient(str(tmp_path / "hicache.0.bin"), SIZE, BPP, ENTRIES)
+    assert not c._pf.mmap_reads
+    c.close()

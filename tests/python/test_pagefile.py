@@ -16,9 +16,10 @@ BPP = 64 * 1024
 SIZE = 64 * BPP
 
 
-@pytest.fixture
-def pf(tmp_path):
-    with kvpage.PageFile(tmp_path / "pages", SIZE, BPP, entries=8) as f:
+@pytest.fixture(params=[False, True], ids=["pread", "mmap_reads"])
+def pf(request, tmp_path):
+    with kvpage.PageFile(tmp_path / "pages", SIZE, BPP, entries=8, mmap_reads=request.param) as f:
+        assert f.mmap_reads is request.param
         yield f
 
 
@@ -194,3 +195,31 @@ def test_short_operation_shows_in_its_result(tmp_path):
         assert res == [BPP, 0]
         assert (outs[0] == data).all()
         assert f.read([0], [outs[1]]) == [BPP]
+
+
+def test_mmap_reads_option_and_environment(tmp_path, monkeypatch):
+    path = tmp_path / "pages"
+    monkeypatch.delenv("KVPAGE_MMAP_READS", raising=False)
+    with kvpage.PageFile(path, SIZE, BPP) as f:
+        assert not f.mmap_reads and "mmap" not in f.backend_note
+    for env, on in (("1", True), ("true", True), ("0", False), ("", False)):
+        monkeypatch.setenv("KVPAGE_MMAP_READS", env)
+        with kvpage.PageFile(path, SIZE, BPP) as f:
+            assert f.mmap_reads is on, env
+        with kvpage.PageFile(path, SIZE, BPP, mmap_reads=not on) as f:  # the argument wins
+            assert f.mmap_reads is not on, env
+    with kvpage.PageFile(path, SIZE, BPP, mmap_reads=True) as f:
+        assert "mmap reads" in f.backend_note and f.backend(write=False) == "psync"
+        # Reads at unaligned addresses and odd sizes, into cold numpy memory.
+        data = os.urandom(3 * BPP)
+        assert f.write([0, BPP, 2 * BPP], [data[:BPP], data[BPP:2 * BPP], data[2 * BPP:]]) == [BPP] * 3
+        buf = np.zeros(3 * BPP + 64, dtype=np.uint8)
+        views = [buf[1:1 + 100], buf[200:200 + BPP], buf[BPP + 300:BPP + 300 + BPP - 5]]
+        assert f.read([5, BPP, 2 * BPP + 3], views) == [100, BPP, BPP - 5]
+        assert bytes(views[0]) == data[5:105]
+        assert bytes(views[1]) == data[BPP:2 * BPP]
+        assert bytes(views[2]) == data[2 * BPP + 3:3 * BPP - 2]
+    with pytest.raises(kvpage.KvpageValueError, match="MMAP_READS is for buffered reads"):
+        kvpage.PageFile(path, SIZE, BPP, direct=True, mmap_reads=True)
+    with pytest.raises(kvpage.KvpageValueError, match="copies on the psync threads"):
+        kvpage.PageFile(path, SIZE, BPP, backend="uring", mmap_reads=True)

@@ -137,6 +137,19 @@ def backend(tmp_path, pool, name="hc", **kw):
     return b
 
 
+def set_then_get(b, pool, n, first):
+    """n random pages at pages 0..n-1 set, the pool cleared, then got back at
+    pages first..first+n-1, byte for byte."""
+    ks = keys(n)
+    fill(pool, n)
+    want = [raw(pool.page(p * PS)) for p in range(n)]
+    assert b.batch_set_v1(ks, indices(n)) == [True] * n
+    pool.kv_buffer.zero_()
+    assert b.batch_get_v1(ks, indices(n, first=first)) == [True] * n
+    for p in range(n):
+        assert np.array_equal(raw(pool.page((first + p) * PS)), want[p]), p
+
+
 def written(tmp_path, pool, n, **kw):
     """A backend over pool with n random pages at pages 0..n-1; their bytes."""
     b = backend(tmp_path, pool, **kw)
@@ -172,14 +185,7 @@ def test_mla_round_trip(tmp_path):
     b = backend(tmp_path, pool, mla=True)
     assert b.zero_copy and not b.split_kv and b.path.endswith("hc.0.bin")
     assert b.bytes_per_page == LAYERS * DIM * 2 * PS
-    ks = keys(4)
-    fill(pool, 4)
-    want = [raw(pool.page(p * PS)) for p in range(4)]
-    assert b.batch_set_v1(ks, indices(4)) == [True] * 4
-    pool.kv_buffer.zero_()
-    assert b.batch_get_v1(ks, indices(4, first=10)) == [True] * 4
-    for p in range(4):
-        assert np.array_equal(raw(pool.page((10 + p) * PS)), want[p])
+    set_then_get(b, pool, 4, first=10)
     assert pool.calls["dummy"] == 0
     b.close()
 
@@ -373,4 +379,16 @@ def test_dynamic_backend_construction(tmp_path):
     fill(pool, 2)
     assert b.batch_set_v1(keys(2), indices(2)) == [True, True]
     assert b.batch_exists(keys(2)) == 2
+    b.close()
+
+
+def test_mmap_reads_key(tmp_path, monkeypatch):
+    monkeypatch.delenv("KVPAGE_MMAP_READS", raising=False)
+    pool = MHAPageFirstPool()
+    b = backend(tmp_path, pool, mmap_reads="true")
+    assert b.store.mmap_reads
+    set_then_get(b, pool, 3, first=9)
+    b.close()
+    b = backend(tmp_path, pool, name="hc2")
+    assert not b.store.mmap_reads
     b.close()

@@ -133,3 +133,17 @@ def test_close_twice(tmp_path):
     s.close()
     with pytest.raises(kvpage.KvpageError, match="closed"):
         s.exists(["k"])
+
+
+def test_mmap_reads(tmp_path, monkeypatch):
+    monkeypatch.delenv("KVPAGE_MMAP_READS", raising=False)
+    with kvpage.Store(tmp_path / "r.pages", 64 * BPP, BPP) as s:
+        assert not s.mmap_reads
+    with kvpage.Store(tmp_path / "r.pages", 64 * BPP, BPP, mmap_reads=True) as s:
+        assert s.mmap_reads
+        keys = [f"m{i}" for i in range(10)]
+        src = [np.frombuffer(os.urandom(BPP), dtype=np.uint8) for _ in keys]
+        assert s.put(keys, src) == [kvpage.STORED] * 10
+        dst = [np.zeros(BPP, dtype=np.uint8) for _ in keys]
+        assert s.get(keys, dst) == (10, [BPP] * 10)
+        assert all((a == b).all() for a, b in zip(src, dst))

@@ -149,6 +149,7 @@ int main(void)
     run(KVP_PAGEFILE_BACKEND_PSYNC, KVP_PAGEFILE_DIRECT, "psync_direct");
     run(KVP_PAGEFILE_BACKEND_URING, KVP_PAGEFILE_DIRECT, "uring_direct");
     run(KVP_PAGEFILE_BACKEND_AUTO, 0, "auto_buffered");
+    run(KVP_PAGEFILE_BACKEND_AUTO, KVP_PAGEFILE_MMAP_READS, "mmap_reads");
     free(model);
     pt_rmdir();
     return pt_finish();

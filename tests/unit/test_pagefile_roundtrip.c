@@ -1,8 +1,12 @@
 /*
  * test_pagefile_roundtrip — random batches of writes and reads against an
  * in-memory model of the file: both backends, buffered and O_DIRECT, with
- * and without registered buffers, and psync with pieces smaller than a page.
+ * and without registered buffers, psync with pieces smaller than a page, and
+ * KVP_PAGEFILE_MMAP_READS (reads copied out of a mapping), including pages
+ * that left the page cache, which it reads with pread.
  */
+#include <fcntl.h>
+
 #include "pagefile_test.h"
 
 #define FILE_SIZE (24u << 20)
@@ -127,6 +131,95 @@ static void run_config(const struct config *c, uint64_t seed)
     printf("%s: %s\n", c->name, bad_batches || mismatch ? "MISMATCH" : "ok");
 }
 
+static int64_t eio_hook(void *arg, int site, int64_t offset, uint64_t len)
+{
+    (void)arg, (void)offset, (void)len;
+    return site == KVP__PF_PREAD ? -EIO : 0;
+}
+
+/* KVP_PAGEFILE_MMAP_READS beyond the random round trips. */
+static void mmap_reads_specifics(void)
+{
+    char path[600];
+    pt_path(path, sizeof path, "mmap_specifics");
+    unlink(path);
+    struct kvp_error err;
+    struct kvp_pagefile *pf = NULL;
+    struct kvp_pagefile_opts o = pt_opts(
+        4u << 20, BPP, ENTRIES, KVP_PAGEFILE_CREATE | KVP_PAGEFILE_MMAP_READS | KVP_PAGEFILE_DIRECT,
+        KVP_PAGEFILE_BACKEND_AUTO);
+    /* Refused with O_DIRECT and with io_uring asked for: nothing created. */
+    CHECK_EQ(kvp_pagefile_open(path, &o, &pf, &err), -EINVAL);
+    CHECK(strstr(err.msg, "KVP_PAGEFILE_MMAP_READS is for buffered reads") != NULL);
+    o.flags &= ~KVP_PAGEFILE_DIRECT;
+    o.backend = KVP_PAGEFILE_BACKEND_URING;
+    CHECK_EQ(kvp_pagefile_open(path, &o, &pf, &err), -EINVAL);
+    CHECK(strstr(err.msg, "copies on the psync threads") != NULL);
+    CHECK(access(path, F_OK) != 0);
+
+    o.backend = KVP_PAGEFILE_BACKEND_AUTO;
+    CHECK_EQ(kvp_pagefile_open(path, &o, &pf, &err), 0);
+    if (!pf)
+        return;
+    CHECK_EQ(kvp_pagefile_backend(pf, 0), KVP_PAGEFILE_BACKEND_PSYNC);
+    CHECK(strstr(kvp_pagefile_backend_note(pf), "mmap reads") != NULL);
+    unsigned char *src = pt_alloc(BPP), *dst = pt_alloc(BPP + 64);
+    uint64_t seed = 77;
+    pt_fill(&seed, src, BPP);
+    struct kvp_pagefile_op w = {3 * BPP, src, BPP}, r = {3 * BPP, dst + 7, BPP};
+    int64_t res;
+    CHECK_EQ(kvp_pagefile_write(pf, &w, 1, &res, NULL), 0);
+    CHECK_EQ(kvp_pagefile_flush(pf, NULL), 0);
+
+    /* Pages out of the page cache are read with pread, and read right. */
+    int fd = open(path, O_RDONLY);
+    CHECK_EQ(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+    uint64_t copies = kvp__pf_map_copies();
+    memset(dst, 0, BPP + 64);
+    CHECK_EQ(kvp_pagefile_read(pf, &r, 1, &res, NULL), 0);
+    CHECK_EQ(res, BPP);
+    CHECK(memcmp(dst + 7, src, BPP) == 0);
+    /* (Under memory pressure the kernel may drop fewer; then the copy is counted.) */
+    printf("mmap_specifics: after DONTNEED, %s\n",
+           kvp__pf_map_copies() == copies ? "read with pread" : "still cached");
+    /* Now cached again: copied out of the mapping. */
+    copies = kvp__pf_map_copies();
+    memset(dst, 0, BPP + 64);
+    CHECK_EQ(kvp_pagefile_read(pf, &r, 1, &res, NULL), 0);
+    CHECK(memcmp(dst + 7, src, BPP) == 0);
+    CHECK_EQ(kvp__pf_map_copies(), copies + 1);
+    close(fd);
+
+    /* A write through the handle is seen by the next read (one page cache). */
+    pt_fill(&seed, src, BPP);
+    CHECK_EQ(kvp_pagefile_write(pf, &w, 1, &res, NULL), 0);
+    CHECK_EQ(kvp_pagefile_read(pf, &r, 1, &res, NULL), 0);
+    CHECK(memcmp(dst + 7, src, BPP) == 0);
+
+    /* Fault injection still reaches reads: they take pread under a hook. */
+    kvp__pagefile_set_fault(eio_hook, NULL);
+    memset(&err, 0, sizeof err);
+    CHECK_EQ(kvp_pagefile_read(pf, &r, 1, &res, &err), -EIO);
+    CHECK_EQ(res, -EIO);
+    kvp__pagefile_set_fault(NULL, NULL);
+    CHECK_EQ(kvp_pagefile_read(pf, &r, 1, &res, NULL), 0);
+    kvp_pagefile_close(pf);
+
+    /* Read-only handles map too. */
+    o.flags = KVP_PAGEFILE_READONLY | KVP_PAGEFILE_MMAP_READS;
+    CHECK_EQ(kvp_pagefile_open(path, &o, &pf, &err), 0);
+    if (pf) {
+        memset(dst, 0, BPP + 64);
+        copies = kvp__pf_map_copies();
+        CHECK_EQ(kvp_pagefile_read(pf, &r, 1, &res, NULL), 0);
+        CHECK(memcmp(dst + 7, src, BPP) == 0);
+        CHECK_EQ(kvp__pf_map_copies(), copies + 1);
+        kvp_pagefile_close(pf);
+    }
+    free(src);
+    free(dst);
+}
+
 int main(void)
 {
     pt_mkdir("roundtrip");
@@ -141,9 +234,20 @@ int main(void)
         {"uring_direct_registered", KVP_PAGEFILE_BACKEND_URING, KVP_PAGEFILE_DIRECT, 1, 0},
         {"auto_buffered", KVP_PAGEFILE_BACKEND_AUTO, 0, 0, 0},
         {"auto_direct", KVP_PAGEFILE_BACKEND_AUTO, KVP_PAGEFILE_DIRECT, 1, 0},
+        {"mmap_reads", KVP_PAGEFILE_BACKEND_AUTO, KVP_PAGEFILE_MMAP_READS, 0, 0},
+        {"mmap_reads_psync_small_pieces", KVP_PAGEFILE_BACKEND_PSYNC, KVP_PAGEFILE_MMAP_READS, 0,
+         20000},
     };
-    for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++)
+    for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++) {
+        uint64_t copies = kvp__pf_map_copies();
         run_config(&configs[i], 1000 + i);
+        /* Only the mmap configurations copy out of a mapping, and they do. */
+        if (configs[i].flags & KVP_PAGEFILE_MMAP_READS)
+            CHECK(kvp__pf_map_copies() > copies);
+        else
+            CHECK_EQ(kvp__pf_map_copies(), copies);
+    }
+    mmap_reads_specifics();
     free(model);
     pt_rmdir();
     return pt_finish();
