@@ -126,6 +126,15 @@ def test_io_keeps_a_file_it_did_not_make(tmp_path):
     assert f.read_bytes()[:16] == b"\1" * 16  # what was there stays
 
 
+def test_io_mmap_reads(tmp_path):
+    rc, out, err = kvp("bench", "io", "--file", tmp_path / "m.pages", *SMALL_IO, "--rw", "read",
+                       "--mmap-reads", "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    check_io(doc, ("read",))
+    assert doc["mmap_reads"] is True and doc["read"]["kvpage"]["backend"] == "psync"
+
+
 def test_io_table_and_progress_on_a_terminal(tmp_path):
     rc, out, err = kvp_pty("bench", "io", "--file", tmp_path / "t.pages", *SMALL_IO, "--rw",
                            "write")
@@ -141,6 +150,8 @@ def test_io_table_and_progress_on_a_terminal(tmp_path):
     (["--threads", "0"], "--threads '0' is not a count"),
     (["--seconds", "-1"], "--seconds '-1' is not a number of seconds"),
     (["--file-size", "1M", "--page-size", "2M"], "--page-size is larger than --file-size"),
+    (["--direct", "--mmap-reads"], "--mmap-reads is for buffered reads: drop it or --direct"),
+    (["--mmap-reads=1"], "--mmap-reads takes no value"),
 ])
 def test_io_usage_errors(tmp_path, args, msg):
     rc, out, err = kvp("bench", "io", "--file", tmp_path / "u.pages", *args)
