@@ -47,7 +47,7 @@ extern "C" {
  * Buffered reads of pages that are in the page cache are copied out of a
  * read-only shared mapping of the file, with stores that bypass the CPU caches
  * (x86-64; elsewhere memcpy), instead of pread: the copy into cold host memory
- * skips reading every destination line first (bench/io: 1.5-1.9x the GB/s
+ * skips reading every destination line first (bench/io: 1.4-1.9x the GB/s
  * of pread into a cold 1 GiB pool on 2 cores). Ranges not in the page cache
  * (mincore) use pread as before. Reads run on the psync threads (with
  * backend AUTO; URING or DIRECT with this flag is -EINVAL). The price, why it
