@@ -3,6 +3,7 @@ import ctypes
 from array import array
 import errno
 import operator
+import os
 
 from kvpage import _lib
 from kvpage._buffers import addresses, fast_words
@@ -15,12 +16,19 @@ _FLAGS = {"create": 0x1, "direct": 0x2, "aligned": 0x4, "exact_size": 0x8, "read
 _TRUE = ("1", "true", "yes", "on")
 
 
+def flag(v, default):
+    """A yes/no setting: default when v is None; a string is yes when it is
+    1, true, yes or on (any case); anything else by its truth."""
+    if v is None:
+        return default
+    if isinstance(v, str):
+        return v.strip().lower() in _TRUE
+    return bool(v)
+
+
 def mmap_reads_default(value):
-    """value, or when None the environment's KVPAGE_MMAP_READS (1/true/yes/on)."""
-    if value is None:
-        import os
-        return os.environ.get("KVPAGE_MMAP_READS", "").strip().lower() in _TRUE
-    return bool(value)
+    """value, or when None the environment's KVPAGE_MMAP_READS (off when unset)."""
+    return flag(os.environ.get("KVPAGE_MMAP_READS") if value is None else value, False)
 
 
 _I64 = (-(1 << 63), (1 << 63) - 1)

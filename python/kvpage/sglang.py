@@ -59,6 +59,7 @@ import errno
 import logging
 
 from kvpage.errors import KvpageError
+from kvpage.pagefile import flag as _flag
 from kvpage.store import Store
 
 try:  # SGLang's dynamic backend requires a subclass of its HiCacheStorage
@@ -69,15 +70,6 @@ except Exception:  # SGLang is not installed: the module still imports
 logger = logging.getLogger(__name__)
 
 ZERO_COPY_LAYOUTS = ("page_first", "page_first_direct")
-_TRUE = ("1", "true", "yes", "on")
-
-
-def _flag(v, default):
-    if v is None:
-        return default
-    if isinstance(v, str):
-        return v.strip().lower() in _TRUE
-    return bool(v)
 
 
 class KvpageHiCacheStorage(_Base):

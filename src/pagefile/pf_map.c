@@ -7,7 +7,7 @@
  * pool is cold memory, so that costs a third more memory traffic, and more
  * cache misses: into cold slots of a 1 GiB pool, two threads moved 8 GB/s
  * with pread and 15 GB/s with non-temporal stores from a mapping
- * (bench/io/README.md, "mmap reads"). The copy is done only for ranges that
+ * (bench/README.md, "Issue 14 — reads out of a mapping"). The copy is done only for ranges that
  * mincore says are in the page cache; the others take pread, so a page
  * missing from memory costs one read from the device as before.
  *

@@ -27,8 +27,7 @@
 
 struct pf_job {
     struct kvp__pf_batch *b;
-    const struct kvp_pagefile *pf; /* its mapping, for KVP_PAGEFILE_MMAP_READS */
-    int fd;
+    const struct kvp_pagefile *pf;
     uint64_t chunk;
     size_t per_op; /* pieces per operation: the largest op's, so index math stays a division */
     size_t total;
@@ -79,7 +78,7 @@ static void pf_job_work(struct pf_job *job)
         int64_t r = !b->write && job->pf->map
                         ? kvp__pf_map_read(job->pf, (char *)op->buf + start, len,
                                            op->offset + (int64_t)start)
-                        : kvp__pf_pio(job->fd, b->write, (char *)op->buf + start, len,
+                        : kvp__pf_pio(job->pf->fd, b->write, (char *)op->buf + start, len,
                                       op->offset + (int64_t)start);
         if (r < 0)
             pf_record(&b->results[i], r);
@@ -258,7 +257,6 @@ void kvp__pf_pool_run(struct kvp_pagefile *pf, struct kvp__pf_batch *b)
     struct pf_job job;
     job.b = b;
     job.pf = pf;
-    job.fd = pf->fd;
     uint64_t largest = 0;
     for (size_t i = 0; i < b->n; i++) {
         b->results[i] = (int64_t)b->ops[i].size;
