@@ -190,8 +190,11 @@ def test_meta_json_writes_only_its_deployment(start_server, dialect):
     assert "warning: this writes keys" in err and "/ns/bench-" + dialect in err
     after = keys_of(srv.stats())
     written = doc["held_keys"] + 16 * doc["ops"]["write"]["requests"]
-    # every key written is there (the rank holds them all: no eviction)
-    assert after[(f"bench-{dialect}", 1)] == written
+    # every key written is there, up to the rank's size: a machine fast
+    # enough to write more than 65536 keys in 0.3 s fills the rank (SGLang's
+    # dialect then evicts the oldest; a full vLLM rank answers -1 and the
+    # bench skips the key, as the engine does)
+    assert after[(f"bench-{dialect}", 1)] == min(written, doc["num_pages"])
     assert {k: v for k, v in after.items() if k[0] != f"bench-{dialect}"} == before
     # a second run uses the rank as it is
     rc, out, err = kvp("bench", "meta", srv.url(f"/ns/bench-{dialect}/"), "--dialect", dialect,
