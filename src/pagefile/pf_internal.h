@@ -90,6 +90,7 @@ int kvp__pf_pool_start(struct kvp_pagefile *pf, uint32_t threads);
 void kvp__pf_pool_stop(struct kvp_pagefile *pf);
 void kvp__pf_pool_run(struct kvp_pagefile *pf, struct kvp__pf_batch *b);
 uint32_t kvp__pf_pool_threads(const struct kvp_pagefile *pf);
+uint64_t kvp__pf_pool_helped(void); /* pieces run by pool workers so far (tests) */
 
 /* uring backend: start returns 0 or the -errno of io_uring setup. */
 int kvp__pf_uring_start(struct kvp_pagefile *pf, uint32_t queues);
