@@ -319,8 +319,9 @@ static int pf_start_backends(struct kvp_pagefile *pf, struct kvp_error *err)
         pf->backend[1] == KVP_PAGEFILE_BACKEND_PSYNC) {
         uint32_t t = pf->threads_asked;
         if (t == 0) {
-            long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-            t = cpus < 1 ? 1 : cpus > 64 ? 64 : (uint32_t)cpus;
+            t = kvp__pf_cpus();
+            if (t > 64)
+                t = 64;
             /* O_DIRECT threads sleep on the device: their number is the queue depth, not CPU use.
              */
             uint32_t depth = pf->entries < 16 ? pf->entries : 16;

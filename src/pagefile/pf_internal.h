@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <unistd.h>
 #include "kvpage/pagefile.h"
 
 /* ---- fault injection -------------------------------------------------- */
@@ -91,6 +92,13 @@ void kvp__pf_pool_stop(struct kvp_pagefile *pf);
 void kvp__pf_pool_run(struct kvp_pagefile *pf, struct kvp__pf_batch *b);
 uint32_t kvp__pf_pool_threads(const struct kvp_pagefile *pf);
 uint64_t kvp__pf_pool_helped(void); /* pieces run by pool workers so far (tests) */
+
+/* CPUs online, at least 1: the psync threads by default, and how many copy at once. */
+static inline uint32_t kvp__pf_cpus(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : (uint32_t)n;
+}
 
 /* uring backend: start returns 0 or the -errno of io_uring setup. */
 int kvp__pf_uring_start(struct kvp_pagefile *pf, uint32_t queues);

@@ -7,9 +7,10 @@
  * pool is cold memory, so that costs a third more memory traffic, and more
  * cache misses: into cold slots of a 1 GiB pool, two threads moved 8 GB/s
  * with pread and 15 GB/s with non-temporal stores from a mapping
- * (bench/README.md, "Issue 14 — reads out of a mapping"). The copy is done only for ranges that
- * mincore says are in the page cache; the others take pread, so a page
- * missing from memory costs one read from the device as before.
+ * (bench/README.md, "Issue 14 — reads out of a mapping"). The copy is
+ * done only for ranges that mincore says are in the page cache; the others
+ * take pread, so a page missing from memory costs one read from the device
+ * as before.
  *
  * What the caller accepts with the flag (pagefile.h): a page evicted between
  * the check and the copy is read back by a page fault, and if the device

@@ -28,7 +28,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "pagefile/pf_internal.h"
 #include "util/clock.h"
@@ -197,23 +196,33 @@ static int pf_spin(struct kvp__pf_pool *p)
     return posted || job_posted(&w);
 }
 
+/* The first job that wants a helper, or NULL (called with p->mu held):
+ * jobs whose pieces are all claimed wait only for their caller to unlink
+ * them; jobs with their share of helpers are passed over, and every job
+ * while the cores are taken (see pf_callers). */
+static struct pf_job *pf_pick(struct kvp__pf_pool *p)
+{
+    if (!pf_room(p, 1))
+        return NULL;
+    struct pf_job *job = p->head;
+    while (job) {
+        struct pf_job *n = job->nxt;
+        if (atomic_load_explicit(&job->next, memory_order_relaxed) >= job->total)
+            pf_unlink(p, job);
+        else if (job->helpers < job->max_helpers)
+            return job;
+        job = n;
+    }
+    return NULL;
+}
+
 static void *pf_worker(void *arg)
 {
     pthread_setname_np(pthread_self(), "kvp-io"); /* for top and perf */
     struct kvp__pf_pool *p = arg;
     pthread_mutex_lock(&p->mu);
     while (!p->stop) {
-        struct pf_job *job = p->head;
-        /* Jobs whose pieces are all claimed wait only for their caller to
-         * unlink them; jobs with their share of helpers, or any job while
-         * the cores are taken, are passed over (see pf_callers). */
-        while (job && (atomic_load_explicit(&job->next, memory_order_relaxed) >= job->total ||
-                       job->helpers >= job->max_helpers || !pf_room(p, 1))) {
-            struct pf_job *n = job->nxt;
-            if (atomic_load_explicit(&job->next, memory_order_relaxed) >= job->total)
-                pf_unlink(p, job);
-            job = n;
-        }
+        struct pf_job *job = pf_pick(p);
         if (!job) {
             if (!p->stop && pf_room(p, 1) && pf_spin(p))
                 continue;
@@ -251,8 +260,7 @@ int kvp__pf_pool_start(struct kvp_pagefile *pf, uint32_t threads)
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->work, NULL);
     /* Buffered copies keep a core busy each; O_DIRECT threads sleep on the device. */
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    p->cores = pf->flags & KVP_PAGEFILE_DIRECT ? UINT32_MAX / 2 : cpus < 1 ? 1 : (uint32_t)cpus;
+    p->cores = pf->flags & KVP_PAGEFILE_DIRECT ? UINT32_MAX / 2 : kvp__pf_cpus();
     pf->pool = p;
     /* Workers inherit a full signal mask: the application's handlers run on its own threads. */
     sigset_t all, old;
@@ -342,7 +350,7 @@ void kvp__pf_pool_run(struct kvp_pagefile *pf, struct kvp__pf_batch *b)
     /* Buffered writes to one file take its inode lock one at a time (ext4,
      * XFS): helpers would only queue behind it. One 2 MiB page batch wrote
      * 6.1-6.5 GB/s with a helper, 8.3-9.3 GB/s alone (bench/io). */
-    if (b->write && !(pf->flags & KVP_PAGEFILE_DIRECT))
+    if (b->write && cpu_bound)
         want = 1;
     uint64_t per_op = b->n >= want ? 1 : (want + b->n - 1) / b->n;
     /* Pieces are whole multiples of chunk_bytes (which keeps O_DIRECT alignment). */
