@@ -16,6 +16,10 @@ same batches). ROUNDS (KVPB_ROUNDS, default 10) rounds of SECONDS/ROUNDS on
 each side, which side goes first rotating; the first round is warm-up. The
 line then has gbps (Python), c_gbps (C), pool_gbps (the pool), ratio
 (Python / C) and pool_ratio (Python / the pool).
+
+With KVPB_TENSORS=torch the client gets CPU torch tensors over the pools'
+memory (what the engines pass: slices of their host pool) instead of numpy
+views; the C loop and the plain pool move the same bytes of the same slots.
 """
 import concurrent.futures
 import ctypes
@@ -29,6 +33,8 @@ import time
 import numpy as np
 
 from kvpage.compat import Hf3fsClient
+
+TENSORS = os.environ.get("KVPB_TENSORS", "numpy") == "torch"
 
 
 def make_pool(pool_bytes):
@@ -46,11 +52,15 @@ def make_pool(pool_bytes):
     return m, a
 
 
-def make_table(c, pool, bpp, slots, pages, batch):
+def make_table(c, pool, bpp, slots, pages, batch, tensors=False):
     # The random batches are drawn before timing (an engine has its offsets
     # and pages at hand; random.sample costs 5-10 us a batch, bench_io's
-    # generator nothing): 4096 batches cycled.
+    # generator nothing): 4096 batches cycled. tensors: the slots are CPU
+    # torch tensors over the same memory, as the engines' host pools.
     rng = random.Random(12345 + c)
+    if tensors:
+        import torch
+        pool = torch.from_numpy(pool)
     views = [pool[s * bpp:(s + 1) * bpp] for s in range(slots)]
     table = []
     for _ in range(4096):
@@ -89,7 +99,10 @@ def main():
 
     def caller(c):
         pool = pools[c][1]
-        table = make_table(c, pool, bpp, slots, pages, batch)
+        table = make_table(c, pool, bpp, slots, pages, batch, TENSORS)
+        # os.preadv takes buffers, not tensors: the pool's side has the same
+        # batches as numpy views of the same memory.
+        pool_table = make_table(c, pool, bpp, slots, pages, batch) if TENSORS else table
         fn = client.batch_write if write else client.batch_read
         base = ctypes.addressof(ctypes.c_char.from_buffer(pool))
         seed = ctypes.c_uint64(777 + c)
@@ -101,7 +114,7 @@ def main():
                 return
             if phase[0] == "pool":
                 if c == 0:  # the pool has one driver, as py_baseline.py
-                    pool_side(table)
+                    pool_side(pool_table)
             elif phase[0] == "c":
                 n = loop(client._pf._h, int(write), base, pool_bytes, bpp, batch, turn,
                          ctypes.byref(seed))

@@ -24,7 +24,8 @@
 #      and run only the store part), SIZES (page sizes in bytes, default
 #      "2097152 262144"), MMAP_READS (1: kvpage's reads copy out of a mapping,
 #      KVP_PAGEFILE_MMAP_READS, through KVPAGE_MMAP_READS and bench_io
-#      --mmap-reads; default 0).
+#      --mmap-reads; default 0), TENSORS (numpy, the default, or torch: what
+#      the Python client is handed, KVPB_TENSORS of compat_bench.py).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -36,7 +37,7 @@ DIR=${DIR:-$(mktemp -d /var/tmp/kvpage-bench-python.XXXXXX)}
 PY=/usr/bin/python3
 mkdir -p "$OUT" "$DIR"
 trap '[ -n "${KEEP:-}" ] || rm -rf "$DIR"' EXIT
-export KVPAGE_LIB=$BUILD/libkvpage.so PYTHONPATH=$REPO/python
+export KVPAGE_LIB=$BUILD/libkvpage.so PYTHONPATH=$REPO/python KVPB_TENSORS=${TENSORS:-numpy}
 MMAP_FLAG=
 if [ "${MMAP_READS:-0}" = 1 ]; then
   export KVPAGE_MMAP_READS=1
@@ -50,8 +51,8 @@ cc -O2 -shared -fPIC -I"$REPO/include" "$HERE/cloop.c" -L"$BUILD" -lkvpage -Wl,-
 F=$DIR/pages
 head -c $((2 << 30)) /dev/zero >"$F"   # 2 GiB, written once: in the page cache
 
-echo "bench/python: $(nproc) cores, $(date -u '+%Y-%m-%d %H:%M UTC'), $BUILD, mmap_reads=${MMAP_READS:-0}" >&2
-echo "nproc=$(nproc) date=$(date -u '+%Y-%m-%dT%H:%MZ') git=$(git -C "$REPO" rev-parse --short HEAD) mmap_reads=${MMAP_READS:-0}" >"$OUT/machine.txt"
+echo "bench/python: $(nproc) cores, $(date -u '+%Y-%m-%d %H:%M UTC'), $BUILD, mmap_reads=${MMAP_READS:-0}, tensors=$KVPB_TENSORS" >&2
+echo "nproc=$(nproc) date=$(date -u '+%Y-%m-%dT%H:%MZ') git=$(git -C "$REPO" rev-parse --short HEAD) mmap_reads=${MMAP_READS:-0} tensors=$KVPB_TENSORS" >"$OUT/machine.txt"
 [ -n "${SKIP_IO:-}" ] || : >"$OUT/io.txt"
 for rep in $(seq "$REPS"); do
   [ -n "${SKIP_IO:-}" ] && break
