@@ -21,6 +21,7 @@
 typedef int (*read_fn)(struct kvp_pagefile *, const struct kvp_pagefile_op *, size_t, int64_t *,
                        struct kvp_error *);
 
+static read_fn real_read;
 static _Thread_local uint64_t last_exit;
 static atomic_uint_fast64_t gap_ns, gaps, inside_ns, calls;
 
@@ -31,19 +32,22 @@ static uint64_t now_ns(void)
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
+/* libkvpage's own kvp_pagefile_read, found once when the shim is loaded. */
+__attribute__((constructor)) static void find_real_read(void)
+{
+    real_read = (read_fn)dlsym(RTLD_NEXT, "kvp_pagefile_read");
+}
+
 int kvp_pagefile_read(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops, size_t n,
                       int64_t *results, struct kvp_error *err)
 {
-    static read_fn real;
-    if (!real)
-        real = (read_fn)dlsym(RTLD_NEXT, "kvp_pagefile_read");
     uint64_t in = now_ns();
     /* A gap over 1 ms is the caller doing something else (a new round). */
     if (last_exit && in - last_exit < 1000000) {
         atomic_fetch_add(&gap_ns, in - last_exit);
         atomic_fetch_add(&gaps, 1);
     }
-    int rc = real(pf, ops, n, results, err);
+    int rc = real_read(pf, ops, n, results, err);
     last_exit = now_ns();
     atomic_fetch_add(&inside_ns, last_exit - in);
     atomic_fetch_add(&calls, 1);
