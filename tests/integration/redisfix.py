@@ -144,24 +144,28 @@ def fresh_location():
 
 
 class Cluster:
-    """A Redis Cluster of `masters` masters (no replicas) on free loopback
-    ports, created with redis-cli --cluster create."""
+    """A Redis Cluster of `masters` masters, each with `replicas` replicas,
+    on free loopback ports, created with redis-cli --cluster create.
+    node_timeout (ms): how long a master may be unreachable before its
+    replica takes over."""
 
-    def __init__(self, masters=3):
+    def __init__(self, masters=3, replicas=0, node_timeout=15000):
         self.dir = tempfile.mkdtemp(prefix="kvpage-redis-cluster-")
+        self.replicas = replicas
         self.nodes = []
-        for i in range(masters):
+        for i in range(masters * (1 + replicas)):
             d = os.path.join(self.dir, f"n{i}")
             os.makedirs(d)
             self.nodes.append(Redis(["--cluster-enabled", "yes", "--cluster-config-file",
-                                     os.path.join(d, "nodes.conf"), "--appendonly", "no"], d))
+                                     os.path.join(d, "nodes.conf"), "--appendonly", "no",
+                                     "--cluster-node-timeout", str(node_timeout)], d))
 
     def start(self):
         for n in self.nodes:
             n.start()
         addrs = [f"127.0.0.1:{n.port}" for n in self.nodes]
         subprocess.run([REDIS_CLI, "--cluster", "create"] + addrs +
-                       ["--cluster-replicas", "0", "--cluster-yes"],
+                       ["--cluster-replicas", str(self.replicas), "--cluster-yes"],
                        capture_output=True, text=True, timeout=60, check=True)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -169,6 +173,11 @@ class Cluster:
                 return self
             time.sleep(0.1)
         raise RuntimeError("the cluster did not reach cluster_state:ok")
+
+    def masters(self):
+        """The nodes that are masters now (ROLE)."""
+        return [n for n in self.nodes if n.proc.poll() is None
+                and n.cli("role").split("\n", 1)[0] == "master"]
 
     def url(self, prefix=None):
         q = f"?prefix={prefix}" if prefix else ""

@@ -1,8 +1,8 @@
 """kvpage serve --meta redis://: many servers over one Redis (issue 15).
 
-Each test starts its own redis-server (or a three-master Redis Cluster) on
-free loopback ports (tests/integration/redisfix.py) and real `kvpage serve`
-processes on it. The suite as a whole also runs against Redis with
+Each test starts its own redis-server (or a Redis Cluster of three masters,
+with or without a replica each) on free loopback ports
+(tests/integration/redisfix.py) and real `kvpage serve` processes on it. The suite as a whole also runs against Redis with
 KVPAGE_TEST_BACKEND=redis (make integration-redis); these are the cases that
 need several servers, a Redis that dies, or a cluster.
 """
@@ -260,5 +260,70 @@ def test_redis_cluster_flows(start_server):
         assert counts(st, 3) == (64, 54, 0, 10)
         used = {n.port: int(n.cli("dbsize")) for n in cl.nodes}
         assert sum(1 for v in used.values() if v) >= 2, f"every key on one shard: {used}"
+    finally:
+        cl.close()
+
+
+def _replicated(cl):
+    """Waits until every replica has every write of its master (Redis
+    replicates asynchronously: a write acknowledged just before its master
+    dies can be lost, with or without kvpage)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        behind = []
+        for m in cl.masters():
+            info = dict(line.split(":", 1) for line in m.cli("info", "replication").splitlines()
+                        if ":" in line)
+            want = int(info["master_repl_offset"])
+            got = [int(dict(kv.split("=") for kv in v.split(","))["offset"])
+                   for k, v in info.items() if k.startswith("slave") and "offset=" in v]
+            if len(got) < cl.replicas or min(got) < want:
+                behind.append((m.port, want, got))
+        if not behind:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"replicas did not catch up: {behind}")
+
+
+def test_redis_cluster_master_killed_its_replica_takes_over(start_server):
+    # Three masters with a replica each; a master dies (SIGKILL), its replica
+    # is promoted after the node timeout, and the server finds it (it reads
+    # the slot map again after a connection error): requests on the dead
+    # master's slots fail with 503 meanwhile, then every rank answers with
+    # what it had, and takes new writes.
+    cl = redisfix.Cluster(3, replicas=1, node_timeout=1000).start()
+    try:
+        srv = start_server("--meta", cl.url(prefix="fo"))
+        a = srv.client()
+        for rank in range(6):
+            a.v_init(rank, 64)
+        keys = _keys("f", 20)
+        locs = {rank: a.v_write(rank, keys) for rank in range(6)}
+        _replicated(cl)
+        victim = max(cl.masters(), key=lambda n: int(n.cli("dbsize")))
+        assert int(victim.cli("dbsize")) > 0
+        victim.kill()
+        statuses = set()
+        deadline = time.monotonic() + 60
+        while True:
+            codes = [a.post("/keys/get_locations", {"rank": r, "keys": keys}).status_code
+                     for r in range(6)]
+            statuses.update(codes)
+            if codes == [200] * 6:
+                break
+            assert set(codes) <= {200, 503}, codes  # never a 500, never a hang
+            assert time.monotonic() < deadline, f"no recovery after the failover: {codes}, seen {statuses}"
+            time.sleep(0.1)
+        assert len(cl.masters()) == 3  # the replica took the dead master's place
+        for rank in range(6):
+            assert a.v_loc(rank, keys) == locs[rank], rank
+        assert a.v_exists(keys) == [True] * 20
+        more = _keys("g", 5)
+        for rank in range(6):
+            assert len(set(a.v_write(rank, more)) | set(locs[rank])) == 25
+        st = invariants(a.get("/v1/stats").json())
+        for rank in range(6):
+            assert counts(st, rank) == (64, 39, 0, 25), (rank, counts(st, rank))
+        assert srv.alive(), srv.stderr()
     finally:
         cl.close()
