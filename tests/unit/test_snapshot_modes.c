@@ -597,8 +597,12 @@ static void *writer_main(void *arg)
                 ks[n] = ks[j];
                 pages[n++] = pages[j];
             }
-        if (!w->rc && kvp_meta_confirm(w->ns, 0, ks, pages, n, NULL, 0, NULL) != 0)
+        struct kvp_error err = {0};
+        int rc = w->rc ? 0 : kvp_meta_confirm(w->ns, 0, ks, pages, n, NULL, 0, &err);
+        if (rc != 0) { /* said, so that a failure seen once can be explained */
+            fprintf(stderr, "writer %d: confirm: %d (%s)\n", w->id, rc, err.msg);
             w->rc = 2;
+        }
         if (i % 28 == 0) { /* and a delete now and then */
             key_name(kb[0], sizeof kb[0], prefix, i / 2);
             ks[0] = K(kb[0]);
