@@ -2,9 +2,10 @@
 
 Each test starts its own redis-server (or a Redis Cluster of three masters,
 with or without a replica each) on free loopback ports
-(tests/integration/redisfix.py) and real `kvpage serve` processes on it. The suite as a whole also runs against Redis with
-KVPAGE_TEST_BACKEND=redis (make integration-redis); these are the cases that
-need several servers, a Redis that dies, or a cluster.
+(tests/integration/redisfix.py) and real `kvpage serve` processes on it.
+The suite as a whole also runs against Redis with KVPAGE_TEST_BACKEND=redis
+(make integration-redis); these are the cases that need several servers, a
+Redis that dies, or a cluster.
 """
 import signal
 import threading
@@ -312,7 +313,8 @@ def test_redis_cluster_master_killed_its_replica_takes_over(start_server):
             if codes == [200] * 6:
                 break
             assert set(codes) <= {200, 503}, codes  # never a 500, never a hang
-            assert time.monotonic() < deadline, f"no recovery after the failover: {codes}, seen {statuses}"
+            assert time.monotonic() < deadline, (
+                f"no recovery after the failover: {codes}, seen {statuses}")
             time.sleep(0.1)
         assert len(cl.masters()) == 3  # the replica took the dead master's place
         for rank in range(6):
