@@ -201,9 +201,9 @@ static int refuse(const char *path, const struct owner *ow, const char *loc, con
                   const char *pool, uint32_t rank, struct kvp_error *err)
 {
     kvp__set_err(err, -EEXIST, KVP_RULE_OWNER, -1, (int64_t)ow->rank, rank,
-                 "%s belongs to %s (%s/%s rank %lu), not %s (%s/%s rank %u): use that metadata, "
-                 "or if it is gone for good remove %s.owner",
-                 path, ow->loc, ow->dep, ow->pool, ow->rank, loc, dep, pool, rank, path);
+                 "%s.owner: the page file belongs to %s (%s/%s rank %lu), not %s (%s/%s rank "
+                 "%u); use that metadata, or delete this record if it is gone for good",
+                 path, ow->loc, ow->dep, ow->pool, ow->rank, loc, dep, pool, rank);
     return -EEXIST;
 }
 
