@@ -197,13 +197,34 @@ static int owner_read(const char *file, struct owner *ow)
     return rc;
 }
 
+/* A location for a message: a data directory beside the page file (the
+ * default PATH.meta) by its name, anything else as it is. */
+static const char *shown(const char *loc, const char *dir, char *buf, size_t cap)
+{
+    size_t n = dir ? strlen(dir) : 0;
+    if (n && !strncmp(loc, "file:", 5) && !strncmp(loc + 5, dir, n) && loc[5 + n] == '/' &&
+        !strchr(loc + 6 + n, '/')) {
+        snprintf(buf, cap, "%s beside the file", loc + 6 + n);
+        return buf;
+    }
+    return loc;
+}
+
 static int refuse(const char *path, const struct owner *ow, const char *loc, const char *dep,
                   const char *pool, uint32_t rank, struct kvp_error *err)
 {
+    char *abs = kvp__path_abs(path);
+    char *slash = abs ? strrchr(abs, '/') : NULL;
+    if (slash)
+        *slash = '\0';
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    char a[300], b[300];
     kvp__set_err(err, -EEXIST, KVP_RULE_OWNER, -1, (int64_t)ow->rank, rank,
-                 "%s.owner: the page file belongs to %s (%s/%s rank %lu), not %s (%s/%s rank "
-                 "%u); use that metadata, or delete this record if it is gone for good",
-                 path, ow->loc, ow->dep, ow->pool, ow->rank, loc, dep, pool, rank);
+                 "the page file belongs to %s (%s/%s rank %lu), not %s (%s/%s rank %u): use "
+                 "that metadata, or delete %s.owner if it is gone for good",
+                 shown(ow->loc, slash ? abs : NULL, a, sizeof a), ow->dep, ow->pool, ow->rank,
+                 shown(loc, slash ? abs : NULL, b, sizeof b), dep, pool, rank, base);
+    free(abs);
     return -EEXIST;
 }
 

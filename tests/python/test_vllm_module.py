@@ -187,5 +187,11 @@ def test_factory_path_round_trip_on_kvpage_serve(fake_vllm, tmp_path, server):
     for a, b in zip(pages, back):
         assert np.array_equal(a.numpy(), b.numpy())
     assert os.path.getsize(tmp_path / "kv" / "hf3fs_vllm_data_file_0") == 1 << 20
+    # the rank's file is claimed for the connector's metadata: another is refused
+    owner = (tmp_path / "kv" / "hf3fs_vllm_data_file_0.owner").read_text()
+    assert f"location {url}\ndeployment vllm\npool kv\nrank 0\n" in owner
+    with pytest.raises(kvpage.KvpageError) as e:
+        kvpage.Store(str(tmp_path / "kv" / "hf3fs_vllm_data_file_0"), 0, bpp)
+    assert e.value.rule == "owner"
     for cl in worker._clients:
         cl.close()

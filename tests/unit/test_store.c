@@ -601,7 +601,7 @@ static void test_owner(void)
     }
     int rc = open_owner(&s, path, 16 * BPP, other_loc, NULL, "owner", 0, 0, &err);
     CHECK(strstr(err.msg, other_loc) != NULL); /* names both owners */
-    CHECK(strstr(err.msg, remote ? remote + 7 : ".meta") != NULL);
+    CHECK(strstr(err.msg, remote ? remote + 7 : "owned.meta beside the file") != NULL);
     if (rc == 0)
         kvp_store_close(s);
     state_of(path, &after);
