@@ -136,7 +136,8 @@ KVP_API int kvp_store_open(const struct kvp_store_opts *opts, struct kvp_store *
  * not exist: a record left of a removed file is stale) the owner is recorded
  * in PATH.owner: text, "kvpage page-file owner 1" then location, deployment,
  * pool and rank lines, never a password; written to a temporary file,
- * fsynced, linked into place, the directory fsynced.
+ * fsynced, linked into place, the directory fsynced. A block device has no
+ * record (nothing is written beside it): keep its owners apart yourself.
  * Returns 0 (recorded now, or the record names this owner), -EEXIST
  * (another owner: KVP_RULE_OWNER, msg naming both and the fix: the same
  * metadata, or removing PATH.owner when that metadata is gone for good),

@@ -239,8 +239,11 @@ int kvp__owner_check(const char *path, const char *loc, const char *dep, const c
                      uint32_t rank, struct kvp_error *err)
 {
     struct stat st;
-    if (stat(path, &st) != 0 && errno == ENOENT)
+    int found = stat(path, &st) == 0;
+    if (!found && errno == ENOENT)
         return 1; /* no page file: no pages to protect, a record left is stale */
+    if (found && !S_ISREG(st.st_mode))
+        return 0; /* a block device: nothing may be written beside it in /dev */
     char *file = cat3(path, ".owner", "");
     if (!file) {
         kvp__set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");

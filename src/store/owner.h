@@ -27,8 +27,9 @@ char *kvp__path_abs(const char *path);
 
 /*
  * Compares the owner recorded beside path with (loc, dep, pool, rank): loc
- * canonical already. Returns 0 (the same owner), 1 (no record, or a record
- * of a page file that does not exist: nothing to protect), -EEXIST (another
+ * canonical already. Returns 0 (the same owner, or path is not a regular
+ * file: a block device has no record), 1 (no record, or a record of a page
+ * file that does not exist: nothing to protect), -EEXIST (another
  * owner: err names both and the fix, rule KVP_RULE_OWNER), or another
  * negative errno (the record unreadable or malformed, KVP_RULE_IO).
  */

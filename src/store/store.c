@@ -299,6 +299,9 @@ KVP_API int kvp_store_open(const struct kvp_store_opts *opts_in, struct kvp_stor
         goto fail;
     }
     s->num_pages = np;
+    /* The file's directories first: PATH.meta lives in the same one. */
+    if (mkdirs && (rc = kvp__mkparents(o.path, &made_dirs, err)) != 0)
+        goto fail;
 
     if (o.meta_handle) {
         s->meta = o.meta_handle;
@@ -315,8 +318,6 @@ KVP_API int kvp_store_open(const struct kvp_store_opts *opts_in, struct kvp_stor
             goto nomem;
         struct stat st;
         made_meta_dir = !strncmp(owner_loc, "file:", 5) && stat(owner_loc + 5, &st) != 0;
-        if (mkdirs && (rc = kvp__mkparents(o.path, &made_dirs, err)) != 0)
-            goto fail;
         rc = kvp_meta_open_at(s->location, o.meta_opts, &s->meta, err);
         if (rc) {
             made_meta_dir = 0; /* not made, or another process's by now */
