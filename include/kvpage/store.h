@@ -137,7 +137,9 @@ KVP_API int kvp_store_open(const struct kvp_store_opts *opts, struct kvp_store *
  * in PATH.owner: text, "kvpage page-file owner 1" then location, deployment,
  * pool and rank lines, never a password; written to a temporary file,
  * fsynced, linked into place, the directory fsynced. A block device has no
- * record (nothing is written beside it): keep its owners apart yourself.
+ * record (nothing is written beside it), nor does a file in a directory
+ * this process may not write (EACCES, EROFS, EPERM: the open goes on): keep
+ * their owners apart yourself.
  * Returns 0 (recorded now, or the record names this owner), -EEXIST
  * (another owner: KVP_RULE_OWNER, msg naming both and the fix: the same
  * metadata, or removing PATH.owner when that metadata is gone for good),

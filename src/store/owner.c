@@ -296,6 +296,10 @@ int kvp__owner_write(const char *path, const char *loc, const char *dep, const c
         goto out;
     }
     int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0 && (errno == EACCES || errno == EROFS || errno == EPERM)) {
+        rc = 1; /* a directory this process may only read: the file stays unrecorded */
+        goto out;
+    }
     if (fd < 0) {
         rc = set_io(err, -errno, "cannot create", tmp);
         goto out;

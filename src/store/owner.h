@@ -37,8 +37,10 @@ int kvp__owner_check(const char *path, const char *loc, const char *dep, const c
                      uint32_t rank, struct kvp_error *err);
 
 /* Writes the record (temporary file, fsync, link or rename, fsync of the
- * directory). Returns 0, -EEXIST when another process wrote a different
- * one meanwhile (err as kvp__owner_check), or a negative errno (KVP_RULE_IO). */
+ * directory). Returns 0, 1 when the directory refuses new files (EACCES,
+ * EROFS, EPERM: nothing recorded, the open goes on), -EEXIST when another
+ * process wrote a different one meanwhile (err as kvp__owner_check), or a
+ * negative errno (KVP_RULE_IO). */
 int kvp__owner_write(const char *path, const char *loc, const char *dep, const char *pool,
                      uint32_t rank, struct kvp_error *err);
 

@@ -146,7 +146,7 @@ KVP_API int kvp_store_claim(const char *path, const char *location, const char *
     if (rc == 1)
         rc = kvp__owner_write(path, loc, dep, pl, rank, err);
     free(loc), free(dep), free(pl);
-    return rc;
+    return rc < 0 ? rc : 0;
 }
 
 /* Removes a data directory this open created (flat: files only). */
@@ -342,9 +342,10 @@ KVP_API int kvp_store_open(const struct kvp_store_opts *opts_in, struct kvp_stor
     }
     if (claim == 1) {
         rc = kvp__owner_write(o.path, owner_loc, s->deployment, s->pool, s->rank, err);
-        if (rc)
+        if (rc < 0)
             goto fail;
-        wrote_owner = 1;
+        wrote_owner = rc == 0;
+        rc = 0;
     }
 
     /* Last, the page file: created or extended once everything else holds. */
