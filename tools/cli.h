@@ -30,6 +30,7 @@ struct kvp__store_flags {
     uint64_t file_size, page_size;
     uint32_t rank, timeout_ms;
     int no_durable; /* --no-durable: puts do not fdatasync before they confirm */
+    int mkdir;      /* --mkdir: create the missing directories of a new --file */
     int json;       /* bench: --json */
 };
 

@@ -82,7 +82,9 @@ static const char *const FLAGS_HELP =
     "  --deployment NAME  (default: the URL's /ns/NAME, else default)\n"
     "  --pool NAME        (default: kv)\n"
     "  --timeout MS       the metadata server's request timeout (default 10000)\n"
-    "  --no-durable       do not fdatasync the pages put before confirming them\n";
+    "  --no-durable       do not fdatasync the pages put before confirming them\n"
+    "  --mkdir            create the missing directories of a new --file (without\n"
+    "                     it a missing directory is refused, naming it)\n";
 
 int kvp__store_flags_parse(const char *cmd, int argc, char **argv, struct kvp__store_flags *f,
                            char **pos, int *npos,
@@ -136,6 +138,7 @@ int kvp__store_flags_parse(const char *cmd, int argc, char **argv, struct kvp__s
         }
         int *sw = !strcmp(name, "--json")         ? &f->json
                   : !strcmp(name, "--no-durable") ? &f->no_durable
+                  : !strcmp(name, "--mkdir")      ? &f->mkdir
                                                   : NULL;
         if (sw) {
             if (eq) {
@@ -275,6 +278,7 @@ int kvp__store_flags_open(const char *cmd, const struct kvp__store_flags *f, uin
     o.meta = loc;
     o.meta_opts = &mo;
     o.durable = !f->no_durable;
+    o.mkdir = f->mkdir;
     struct kvp_error err = {0};
     int rc = kvp_store_open(&o, out, &err);
     free(loc);

@@ -40,6 +40,9 @@ enum kvp_rule {
                                failed the call; msg names it and the cause. Refused before
                                it was sent: nothing changed; lost after: it may have taken
                                effect (every call but allocate is safe to repeat) */
+    KVP_RULE_OWNER,         /* store: the page file belongs to another metadata owner
+                               (location, deployment, pool, rank); value = its rank, limit =
+                               the rank asked; msg names both and the fix */
 };
 
 /* Filled by validating functions on failure. Zero-initialize before use. */

@@ -211,6 +211,12 @@ KVP_API int kvp_meta_open(const struct kvp_meta_opts *opts, struct kvp_meta **ou
  * follow. NULL is a no-op. */
 KVP_API void kvp_meta_close(struct kvp_meta *m);
 
+/* Where m's state lives, in the canonical form a page file's owner record
+ * compares (kvp_store_claim): "mem:", "file:" and an absolute directory, or
+ * the URL with its scheme and host in lower case, without user, password,
+ * fragment or a trailing slash. Owned by m; NULL for a NULL m. */
+KVP_API const char *kvp_meta_location(const struct kvp_meta *m);
+
 /*
  * Finds (or, when create != 0, creates) the namespace (deployment, pool).
  * deployment: 1..128 bytes of [A-Za-z0-9._-]; pool: 1..128 bytes, no NUL.

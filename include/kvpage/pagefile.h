@@ -37,7 +37,7 @@ extern "C" {
 #endif
 
 /* kvp_pagefile_opts.flags */
-#define KVP_PAGEFILE_CREATE 0x1u  /* create the file (and its parent directories) when missing */
+#define KVP_PAGEFILE_CREATE 0x1u  /* create the file when missing (its directory must exist) */
 #define KVP_PAGEFILE_DIRECT 0x2u  /* O_DIRECT: bypass the page cache; see the alignment getters */
 #define KVP_PAGEFILE_ALIGNED 0x4u /* every offset must be a multiple of bytes_per_page */
 #define KVP_PAGEFILE_EXACT_SIZE                                                                    \
@@ -58,6 +58,10 @@ extern "C" {
  * pread and kvp_pagefile_backend_note says why.
  */
 #define KVP_PAGEFILE_MMAP_READS 0x20u
+/* With KVP_PAGEFILE_CREATE: create the missing parent directories too (0755).
+ * Without it a missing directory is -ENOENT naming it: a file under an
+ * unmounted mount point must not land on the disk below. */
+#define KVP_PAGEFILE_MKDIR 0x40u
 
 /* kvp_pagefile_opts.backend and the backend getters */
 #define KVP_PAGEFILE_BACKEND_AUTO                                                                  \
@@ -108,7 +112,9 @@ KVP_API void kvp_pagefile_opts_init(struct kvp_pagefile_opts *opts);
  *
  * An existing file smaller than opts->size is extended (sparse, reads as
  * zeros), under an flock so that two processes opening it at once cannot
- * shrink each other's extension. A larger file is never shrunk: the handle
+ * shrink each other's extension. The extension is the open's last step: a
+ * failed open leaves an existing file as it was, and removes the file (and
+ * with KVP_PAGEFILE_MKDIR the directories) it created. A larger file is never shrunk: the handle
  * then addresses only [0, opts->size), unless KVP_PAGEFILE_EXACT_SIZE is set,
  * which turns the mismatch into -EEXIST. A block device is used as is and
  * must hold opts->size bytes.
@@ -125,7 +131,9 @@ KVP_API void kvp_pagefile_opts_init(struct kvp_pagefile_opts *opts);
  *            (KVP_RULE_IO, code -EINVAL, message says so)
  *   -EEXIST  KVP_PAGEFILE_EXACT_SIZE and the file is larger than size
  *   -ENOSPC  a block device smaller than size
- *   -ENOENT, -EACCES, -ENOTDIR, -EISDIR, ... from open/mkdir (KVP_RULE_IO)
+ *   -ENOENT  the file is missing without KVP_PAGEFILE_CREATE, or its directory
+ *            is missing without KVP_PAGEFILE_MKDIR (msg names the directory)
+ *   -EACCES, -ENOTDIR, -EISDIR, ... from open/mkdir (KVP_RULE_IO)
  *   -ENOMEM, -EAGAIN (threads), or an io_uring setup error with backend URING
  * Thread-safe (different handles are independent).
  */

@@ -53,7 +53,8 @@ struct kvp_store_opts {
     /* The rank's storage file. */
     const char *path;        /* required */
     uint64_t file_size;      /* bytes; 0: the existing file's size. A missing file is
-                                created (with its directories) when file_size > 0. */
+                                created when file_size > 0 (its directory must exist,
+                                unless mkdir). */
     uint64_t bytes_per_page; /* required: the size of one page */
     uint32_t entries;        /* most pages per page-I/O batch; default 8. Larger
                                 calls are cut into batches that run in parallel. */
@@ -71,6 +72,8 @@ struct kvp_store_opts {
                          held on this rank (SGLang's per-rank semantics) */
     int durable;      /* 1 (default): fdatasync written pages before confirming them */
     uint32_t threads; /* batches of one call run at once; 0: 4 */
+    int mkdir;        /* 1: create the missing directories of a file it creates (a
+                         missing directory is otherwise -ENOENT naming it) */
 };
 
 /* Per-key results of put (kvp_store_put results[i]). */
@@ -96,17 +99,54 @@ KVP_API void kvp_store_opts_init(struct kvp_store_opts *opts);
  * Opens the store: the page file (created when missing and file_size > 0),
  * the metadata at its location, the namespace (created when missing) and the
  * rank, initialized with file_size / bytes_per_page pages.
+ *
+ * A page file has one owner: the metadata location (canonical, as
+ * kvp_meta_location gives it; for meta_handle the handle's), deployment,
+ * pool and rank whose keys point into it. The first open records it in
+ * PATH.owner (kvp_store_claim); an open under another owner is refused.
+ *
+ * Everything is checked before anything is created or changed: the options,
+ * the geometry (at least one page), the file's directory, the owner, the
+ * metadata (reachable, and the rank's page count: a rank holding data keeps
+ * its count). The page file is created or extended last. A refused open
+ * changes nothing, and removes what it created (the file, its owner record,
+ * a PATH.meta directory, with mkdir the directories); a rank or namespace it
+ * registered in the metadata, empty, stays.
  * Returns 0, or:
  *   -EINVAL  a bad option (KVP_RULE_ARG, msg naming it), a bad name
- *            (KVP_RULE_NAMESPACE), fewer than one page
+ *            (KVP_RULE_NAMESPACE), fewer than one page (KVP_RULE_NUM_PAGES)
+ *   -ENOENT  the file is missing and file_size is 0, or its directory is
+ *            missing and mkdir is 0 (msg names the directory)
  *   -EEXIST  the metadata has this rank with another page count and holds
- *            data in it (KVP_RULE_RESIZE_HELD; msg names both counts)
+ *            data in it (KVP_RULE_RESIZE_HELD; msg names both counts), or the
+ *            file belongs to another owner (KVP_RULE_OWNER; msg names both)
  *   -EBUSY   another process owns the metadata directory
  *   and the errors of kvp_pagefile_open and kvp_meta_open_at.
  * err (may be NULL) says what failed.
  */
 KVP_API int kvp_store_open(const struct kvp_store_opts *opts, struct kvp_store **out,
                            struct kvp_error *err);
+
+/*
+ * Claims the page file at path for an owner without opening a store (what
+ * an engine's page-I/O client that knows its metadata does, and what
+ * kvp_store_open does itself): location as kvp_store_opts.meta (NULL: the
+ * data directory PATH.meta), deployment NULL (the location's /ns/NAME, else
+ * "default"), pool NULL ("kv"). When path has no owner record (or path does
+ * not exist: a record left of a removed file is stale) the owner is recorded
+ * in PATH.owner: text, "kvpage page-file owner 1" then location, deployment,
+ * pool and rank lines, never a password; written to a temporary file,
+ * fsynced, linked into place, the directory fsynced. A block device has no
+ * record (nothing is written beside it), nor does a file in a directory
+ * this process may not write (EACCES, EROFS, EPERM: the open goes on): keep
+ * their owners apart yourself.
+ * Returns 0 (recorded now, or the record names this owner), -EEXIST
+ * (another owner: KVP_RULE_OWNER, msg naming both and the fix: the same
+ * metadata, or removing PATH.owner when that metadata is gone for good),
+ * -EINVAL (path empty, a bad name or rank), or -errno (KVP_RULE_IO).
+ */
+KVP_API int kvp_store_claim(const char *path, const char *location, const char *deployment,
+                            const char *pool, uint32_t rank, struct kvp_error *err);
 
 /* Closes the page file (after kvp_pagefile_flush) and the metadata the store
  * opened. No other call may be running or follow. NULL is a no-op. */

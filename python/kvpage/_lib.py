@@ -79,7 +79,7 @@ class StoreOpts(ctypes.Structure):
                 ("pagefile", P(PagefileOpts)), ("rank", c_uint32), ("deployment", c_char_p),
                 ("pool", c_char_p), ("meta", c_char_p), ("meta_opts", P(MetaOpts)),
                 ("meta_handle", c_void_p), ("per_rank", c_int), ("durable", c_int),
-                ("threads", c_uint32)]
+                ("threads", c_uint32), ("mkdir", c_int)]
 
 
 class Str(ctypes.Structure):
@@ -146,6 +146,7 @@ store_rank = _fn("kvp_store_rank", c_uint32, c_void_p)
 store_num_pages = _fn("kvp_store_num_pages", c_uint64, c_void_p)
 store_bytes_per_page = _fn("kvp_store_bytes_per_page", c_uint64, c_void_p)
 store_location = _fn("kvp_store_location", c_char_p, c_void_p)
+store_claim = _fn("kvp_store_claim", c_int, c_char_p, c_char_p, c_char_p, c_char_p, c_uint32, E)
 
 page_keys = _fn("kvp_page_keys", c_int, P(c_uint32), c_size_t, c_size_t, c_char_p, c_char_p,
                 c_size_t, c_void_p, c_size_t, P(c_size_t), E)

@@ -13,10 +13,13 @@ CUDA tensors (vLLM passes them, with a CUDA event for writes) are staged
 through pinned host memory with torch's own copies, after waiting for the
 event. No GPU was available where this was written: that path is untested.
 """
+import errno
+import os
 import threading
 
 from kvpage.errors import KvpageValueError
 from kvpage.pagefile import PageFile
+from kvpage.store import claim
 
 _PREFIX = "Hf3fsClient.check Failed"
 
@@ -49,17 +52,40 @@ class Hf3fsClient:
     """Hf3fsClient(path, size, bytes_per_page, entries[, client_timeout]).
 
     mmap_reads: kvpage.PageFile's; None (the default) takes the environment's
-    KVPAGE_MMAP_READS, for engines that construct the client themselves."""
+    KVPAGE_MMAP_READS, for engines that construct the client themselves.
+
+    owner: the metadata whose keys point into this file, as a dict with
+    "location" (a metadata URL or directory, as kvpage.Store's meta) and
+    optionally "rank" (0), "deployment" and "pool" (the defaults of
+    kvpage.Store). Given, the file is claimed for it before it is opened
+    (kvpage.store.claim): a file another owner recorded raises KvpageError
+    (EEXIST) and is not opened. The engines' own code passes none (a client
+    cannot know keys); kvpage.vllm passes its connector's.
+
+    mkdir: the file's missing directories are created (True, the default:
+    what the engines' clients do)."""
 
     def __init__(self, path, size, bytes_per_page, entries, client_timeout=None, *,
-                 mmap_reads=None):
+                 mmap_reads=None, owner=None, mkdir=True):
         # client_timeout (SGLang's fifth argument) bounds a 3FS ring wait; local
         # and FUSE I/O here has no such wait, so it is accepted and unused.
         self.path, self.size = path, int(size)
         self.bytes_per_page, self.entries = int(bytes_per_page), int(entries)
         self.client_timeout = client_timeout
+        if owner is not None:
+            o = dict(owner)
+            unknown = set(o) - {"location", "rank", "deployment", "pool"}
+            if unknown or "location" not in o:
+                raise KvpageValueError("Hf3fsClient", -errno.EINVAL,
+                                       "owner needs \"location\" and takes only \"rank\", "
+                                       f"\"deployment\" and \"pool\" besides (got {sorted(o)})",
+                                       "arg")
+            if mkdir:  # the owner record sits beside the file: its directory first
+                os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            claim(path, o["location"], rank=int(o.get("rank", 0)),
+                  deployment=o.get("deployment"), pool=o.get("pool"))
         self._pf = PageFile(path, self.size, self.bytes_per_page, self.entries, create=True,
-                            mmap_reads=mmap_reads)
+                            mmap_reads=mmap_reads, mkdir=mkdir)
         self._stage_lock = threading.Lock()
         self._stage = []  # pinned host buffers for CUDA tensors, reused
 

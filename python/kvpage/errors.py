@@ -4,7 +4,7 @@ import errno as _errno
 
 RULES = ("none", "rank_not_init", "rank_range", "num_pages", "resize_held", "key",
          "confirm_page", "release_page", "held_by_other", "namespace", "too_many", "io",
-         "offset", "size", "align", "arg", "unavailable")
+         "offset", "size", "align", "arg", "unavailable", "owner")
 
 
 class KvpageError(OSError):

@@ -12,7 +12,7 @@ from kvpage.errors import KvpageValueError, from_c
 
 _BACKENDS = {"auto": 0, "psync": 1, "uring": 2}
 _FLAGS = {"create": 0x1, "direct": 0x2, "aligned": 0x4, "exact_size": 0x8, "readonly": 0x10,
-          "mmap_reads": 0x20}
+          "mmap_reads": 0x20, "mkdir": 0x40}
 _TRUE = ("1", "true", "yes", "on")
 
 
@@ -86,11 +86,14 @@ class PageFile(Handle):
     that bypass the CPU caches: faster into cold host memory, but an I/O error
     on a page evicted meanwhile, or a truncation by another program, then
     kills the process with SIGBUS (KVP_PAGEFILE_MMAP_READS in
-    kvpage/pagefile.h)."""
+    kvpage/pagefile.h).
+
+    create=True creates a missing file; its directory must exist unless
+    mkdir=True (a missing one is refused, naming it)."""
 
     def __init__(self, path, size, bytes_per_page, entries=8, *, create=True, direct=False,
                  aligned=False, exact_size=False, readonly=False, backend="auto", threads=0,
-                 queues=0, mode=0o644, mmap_reads=None):
+                 queues=0, mode=0o644, mmap_reads=None, mkdir=False):
         if backend not in _BACKENDS:
             raise KvpageValueError("PageFile", -errno.EINVAL,
                                    f"backend {backend!r} is not one of {sorted(_BACKENDS)}", "arg")
@@ -99,7 +102,7 @@ class PageFile(Handle):
         o.size, o.bytes_per_page, o.entries = int(size), int(bytes_per_page), int(entries)
         for name, on in (("create", create), ("direct", direct), ("aligned", aligned),
                          ("exact_size", exact_size), ("readonly", readonly),
-                         ("mmap_reads", mmap_reads_default(mmap_reads))):
+                         ("mmap_reads", mmap_reads_default(mmap_reads)), ("mkdir", mkdir)):
             if on:
                 o.flags |= _FLAGS[name]
         o.backend, o.threads, o.queues, o.mode = _BACKENDS[backend], threads, queues, mode

@@ -25,6 +25,8 @@ Its own keys in extra_config:
   mmap_reads        copy reads of cached pages out of a mapping of the file
                     (kvpage.PageFile's mmap_reads; default: the environment's
                     KVPAGE_MMAP_READS, else off)
+  mkdir             create the prefix's missing directories (default true, as
+                    SGLang's hf3fs backend does)
 
 Ranks. Each TP rank is one process with one kvpage.Store: its own file and
 its own metadata rank (tp_rank; with pipeline parallelism
@@ -102,6 +104,8 @@ class KvpageHiCacheStorage(_Base):
         self.durable = _flag(cfg.get("durable"), True)
         self.metadata_url = cfg.get("metadata_url") or cfg.get("metadata_server_url") or None
         self.metadata_dir = cfg.get("metadata_dir") or None
+        # SGLang's own hf3fs backend creates the prefix's missing directories
+        self.mkdir = _flag(cfg.get("mkdir"), True)
         if self.metadata_url is not None and "://" not in str(self.metadata_url):
             raise ValueError(f"kvpage.sglang: metadata_url {self.metadata_url!r} is not "
                              "http://HOST:PORT[/ns/NAME]")
@@ -148,7 +152,7 @@ class KvpageHiCacheStorage(_Base):
         meta = self.metadata_url if self.metadata_url is not None else self.metadata_dir
         self.store = Store(self.path, self.file_size, bpp, self.entries, rank=self.rank, meta=meta,
                            per_rank=True, durable=self.durable, threads=self.threads,
-                           mmap_reads=self.mmap_reads)
+                           mmap_reads=self.mmap_reads, mkdir=self.mkdir)
         logger.info("[Rank %d] kvpage HiCache storage: %s, %d pages of %d bytes, layout %s, "
                     "%s, metadata %s", self.tp_rank, self.path, self.store.num_pages, bpp, layout,
                     "MLA" if self.is_mla else "MHA", self.store.location)

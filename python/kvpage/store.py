@@ -64,17 +64,50 @@ def _addr_of_bytes(b):
     return ctypes.cast(ctypes.c_char_p(b), ctypes.c_void_p).value or 0
 
 
+def _location(meta):
+    """A meta argument as a location: a plain directory becomes file:DIR."""
+    if meta is not None and not isinstance(meta, str):
+        meta = os.fspath(meta)
+    if meta is not None and "://" not in meta and not meta.startswith(("mem:", "file:")):
+        meta = "file:" + meta  # a directory
+    return meta
+
+
+def _c_str(v):
+    return None if v is None else os.fsencode(v)
+
+
+def claim(path, meta=None, *, rank=0, deployment=None, pool=None):
+    """Claims the page file at path for one metadata owner (meta as Store's,
+    None: PATH.meta; deployment None: the URL's /ns/NAME, else "default";
+    pool None: "kv"), without opening a store: records it in PATH.owner
+    when the file has no owner yet, and raises KvpageError (errno EEXIST,
+    rule "owner") when it has another (kvp_store_claim in kvpage/store.h)."""
+    err = _lib.Error()
+    rc = _lib.store_claim(_c_str(os.fspath(path)), _c_str(_location(meta)), _c_str(deployment),
+                          _c_str(pool), int(rank), ctypes.byref(err))
+    if rc:
+        raise from_c("claim", rc, err)
+
+
 class Store(Handle):
     """One rank of one namespace: the rank's storage file and where its
     metadata lives (meta: a data directory, default PATH.meta; "mem:";
     "http://HOST:PORT[/ns/NAME]" for a kvpage serve). Thread-safe.
-    mmap_reads: as kvpage.PageFile's (None: KVPAGE_MMAP_READS)."""
+    mmap_reads: as kvpage.PageFile's (None: KVPAGE_MMAP_READS).
+
+    The file has one owner (meta, deployment, pool, rank), recorded in
+    PATH.owner by its first store: a Store under another owner raises
+    KvpageError (EEXIST, rule "owner"). A missing file is created when
+    file_size is given, in an existing directory unless mkdir=True. A
+    refused open changes nothing."""
 
     _noun = "store"
 
     def __init__(self, path, file_size=0, bytes_per_page=None, entries=8, *, rank=0, meta=None,
                  deployment=None, pool=None, per_rank=False, durable=True, threads=4,
-                 timeout_ms=0, connect_timeout_ms=0, retries=None, token=None, mmap_reads=None):
+                 timeout_ms=0, connect_timeout_ms=0, retries=None, token=None, mmap_reads=None,
+                 mkdir=False):
         if not bytes_per_page:
             raise KvpageValueError("Store", -errno.EINVAL, "bytes_per_page is required", "arg")
         o = _lib.StoreOpts()
@@ -94,12 +127,9 @@ class Store(Handle):
         o.file_size, o.bytes_per_page, o.entries = int(file_size), int(bytes_per_page), int(entries)
         o.rank = int(rank)
         o.deployment, o.pool = s(deployment), s(pool)
-        if meta is not None and not isinstance(meta, str):
-            meta = os.fspath(meta)
-        if meta is not None and "://" not in meta and not meta.startswith(("mem:", "file:")):
-            meta = "file:" + meta  # a directory
-        o.meta = s(meta)
+        o.meta = s(_location(meta))
         o.per_rank, o.durable, o.threads = int(bool(per_rank)), int(bool(durable)), int(threads)
+        o.mkdir = int(bool(mkdir))
         if timeout_ms:
             mo.timeout_ms = int(timeout_ms)
         if connect_timeout_ms:

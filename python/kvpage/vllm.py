@@ -13,7 +13,10 @@ kv_connector_module_path only for names it has not registered, hence the own
 name. KvpageHF3FSConnector subclasses vLLM's HF3FSKVConnector and, before
 that class's __init__ runs, rebinds two globals of the module that defines it:
   Hf3fsClient          -> kvpage.compat.Hf3fsClient (the clients are built
-                          later, in register_kv_caches, from this name)
+                          later, in register_kv_caches, from this name),
+                          claiming each rank's file for the connector's
+                          metadata (its URL, pool kv, the rank): a file that
+                          another metadata owns is refused, not shared
   Hf3fsMetadataClient  -> the same class with hf3fs_metadata_server_url as
                           its base URL when it is built without one (vLLM
                           reads that setting and then builds the client
@@ -26,6 +29,8 @@ Without vLLM this module still imports; constructing the class raises
 ImportError saying so.
 """
 import importlib
+import os
+import re
 import sys
 
 from kvpage.compat import Hf3fsClient
@@ -65,10 +70,45 @@ def _with_url(cls, url):
     return _Client
 
 
+_RANK_FILE = re.compile(r"hf3fs_vllm_data_file_(\d+)$")
+
+
+def _rank_of(path):
+    """The TP rank whose file path is (vLLM names it hf3fs_vllm_data_file_{tp_rank}),
+    else vLLM's own idea of this process's rank, else None."""
+    m = _RANK_FILE.search(os.path.basename(str(path)))
+    if m:
+        return int(m.group(1))
+    try:
+        from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+        return int(get_tensor_model_parallel_rank())
+    except Exception:
+        return None
+
+
+def _owned_client(url):
+    """Hf3fsClient claiming each file for (url, its /ns/NAME or default, pool kv,
+    the file's rank): the namespace vLLM's routes of kvpage serve use."""
+
+    class _Client(Hf3fsClient):
+        _kvpage_url = url
+
+        def __init__(self, path, *args, **kwargs):
+            rank = _rank_of(path)
+            if rank is not None and "owner" not in kwargs:
+                kwargs["owner"] = {"location": url, "rank": rank}
+            super().__init__(path, *args, **kwargs)
+
+    _Client.__name__ = _Client.__qualname__ = Hf3fsClient.__name__
+    return _Client
+
+
 def install(module, metadata_url=None):
-    """Rebinds module.Hf3fsClient to kvpage's client and, when metadata_url
-    is given, module.Hf3fsMetadataClient to one that uses it. Returns module."""
-    module.Hf3fsClient = Hf3fsClient
+    """Rebinds module.Hf3fsClient to kvpage's client (claiming each rank's file
+    for the metadata at metadata_url, or vLLM's default localhost:18000) and,
+    when metadata_url is given, module.Hf3fsMetadataClient to one that uses
+    it. Returns module."""
+    module.Hf3fsClient = _owned_client(metadata_url or DEFAULT_METADATA_URL)
     if metadata_url and hasattr(module, "Hf3fsMetadataClient"):
         module.Hf3fsMetadataClient = _with_url(module.Hf3fsMetadataClient, metadata_url)
     return module

@@ -34,6 +34,7 @@ struct kvp_meta {
     void *be;                  /* the backend's state */
     struct kvp_meta_opts opts; /* as given, defaults filled in; data_dir points at dir */
     char *dir;                 /* the data directory of a file: location (owned) */
+    char *location;            /* the location, canonical (kvp_meta_location; owned) */
 };
 
 /* The head of every backend's namespace: a backend's own namespace struct

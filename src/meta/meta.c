@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "meta/backend.h"
+#include "store/owner.h"
 
 /* ---------------------------------------------------------------- rules */
 
@@ -244,14 +245,23 @@ KVP_API int kvp_meta_open_at(const char *location, const struct kvp_meta_opts *o
     } else if (ops == &kvp__local_ops) {
         where = NULL; /* mem: */
     }
-    int rc = ops->open(m, where, err);
+    m->location = m->dir ? kvp__file_location(m->dir) : kvp__location_canon(location);
+    int rc = m->location ? ops->open(m, where, err) : -ENOMEM;
     if (rc) {
+        if (!m->location)
+            kvp__set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        free(m->location);
         free(m->dir);
         free(m);
         return rc;
     }
     *out = m;
     return 0;
+}
+
+KVP_API const char *kvp_meta_location(const struct kvp_meta *m)
+{
+    return m ? m->location : NULL;
 }
 
 KVP_API int kvp_meta_open(const struct kvp_meta_opts *opts, struct kvp_meta **out)
@@ -264,6 +274,7 @@ KVP_API void kvp_meta_close(struct kvp_meta *m)
     if (!m)
         return;
     m->ops->close(m);
+    free(m->location);
     free(m->dir);
     free(m);
 }

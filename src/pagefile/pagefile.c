@@ -18,10 +18,11 @@
 #include <linux/fs.h>
 
 #include "pagefile/pf_internal.h"
+#include "util/dirs.h"
 
 #define PF_KNOWN_FLAGS                                                                             \
     (KVP_PAGEFILE_CREATE | KVP_PAGEFILE_DIRECT | KVP_PAGEFILE_ALIGNED | KVP_PAGEFILE_EXACT_SIZE |  \
-     KVP_PAGEFILE_READONLY | KVP_PAGEFILE_MMAP_READS)
+     KVP_PAGEFILE_READONLY | KVP_PAGEFILE_MMAP_READS | KVP_PAGEFILE_MKDIR)
 #define PF_MAX_ENTRIES (1u << 20)
 #define PF_DEFAULT_QUEUES 4
 #define PF_DEFAULT_CHUNK (1u << 20)
@@ -168,33 +169,6 @@ KVP_API void kvp_pagefile_opts_init(struct kvp_pagefile_opts *opts)
     opts->mode = 0644;
 }
 
-/* mkdir -p of path's parent directory. */
-static int pf_mkparents(const char *path, struct kvp_error *err)
-{
-    char *dir = strdup(path);
-    if (!dir)
-        return pf_fail(err, -ENOMEM, KVP_RULE_IO, -1, 0, "out of memory");
-    char *slash = strrchr(dir, '/');
-    int rc = 0;
-    if (slash && slash != dir) {
-        *slash = '\0';
-        for (char *p = dir + 1; rc == 0; p++) {
-            if (*p != '/' && *p != '\0')
-                continue;
-            char c = *p;
-            *p = '\0';
-            if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-                rc = pf_fail(err, -errno, KVP_RULE_IO, -1, 0, "cannot create directory %s: %s", dir,
-                             strerror(errno));
-            *p = c;
-            if (c == '\0')
-                break;
-        }
-    }
-    free(dir);
-    return rc;
-}
-
 /*
  * Sizes the file under an exclusive flock: two processes extending the same
  * new file to different sizes must end with the larger, never with a shrink.
@@ -251,24 +225,39 @@ static int pf_size_file(struct kvp_pagefile *pf, const struct kvp_pagefile_opts 
         pf_limit(err, rc, (int64_t)pf->size);
         goto out;
     }
-    if (cur < pf->size) {
-        if (o->flags & KVP_PAGEFILE_READONLY) {
-            rc = pf_fail(err, -EINVAL, KVP_RULE_ARG, -1, (int64_t)cur,
-                         "%s is %" PRIu64 " bytes, smaller than size %" PRIu64
-                         ", and a read-only handle cannot extend it",
-                         pf->path, cur, pf->size);
-            goto out;
-        }
-        if (ftruncate(pf->fd, (off_t)pf->size) != 0) {
-            rc = pf_fail(err, -errno, KVP_RULE_IO, -1, (int64_t)pf->size,
-                         "cannot extend %s to %" PRIu64 " bytes: %s", pf->path, pf->size,
-                         strerror(errno));
-            goto out;
-        }
-        cur = pf->size;
+    if (cur < pf->size && (o->flags & KVP_PAGEFILE_READONLY)) {
+        rc = pf_fail(err, -EINVAL, KVP_RULE_ARG, -1, (int64_t)cur,
+                     "%s is %" PRIu64 " bytes, smaller than size %" PRIu64
+                     ", and a read-only handle cannot extend it",
+                     pf->path, cur, pf->size);
+        goto out;
     }
     pf->file_size = cur;
 out:
+    if (locked)
+        flock(pf->fd, LOCK_UN);
+    return rc;
+}
+
+/* Extends a regular file smaller than the handle's size (the last step of
+ * the open: nothing after it can fail). Under the flock, from the size the
+ * file has then: another process may have extended it meanwhile. */
+static int pf_extend_file(struct kvp_pagefile *pf, struct kvp_error *err)
+{
+    if (pf->file_size >= pf->size)
+        return 0;
+    int locked = flock(pf->fd, LOCK_EX) == 0;
+    int rc = 0;
+    struct stat st;
+    if (fstat(pf->fd, &st) != 0) {
+        rc = pf_fail(err, -errno, KVP_RULE_IO, -1, 0, "fstat %s: %s", pf->path, strerror(errno));
+    } else if ((uint64_t)st.st_size < pf->size && ftruncate(pf->fd, (off_t)pf->size) != 0) {
+        rc = pf_fail(err, -errno, KVP_RULE_IO, -1, (int64_t)pf->size,
+                     "cannot extend %s to %" PRIu64 " bytes: %s", pf->path, pf->size,
+                     strerror(errno));
+    } else {
+        pf->file_size = (uint64_t)st.st_size > pf->size ? (uint64_t)st.st_size : pf->size;
+    }
     if (locked)
         flock(pf->fd, LOCK_UN);
     return rc;
@@ -401,6 +390,9 @@ KVP_API int kvp_pagefile_open(const char *path, const struct kvp_pagefile_opts *
     if (!pf)
         return pf_fail(err, -ENOMEM, KVP_RULE_IO, -1, 0, "out of memory");
     pf->fd = -1;
+    /* What this open creates (directories, the file) it removes when it fails. */
+    size_t made_dirs = 0;
+    int created = 0;
     pf->path = strdup(path);
     if (!pf->path) {
         rc = pf_fail(err, -ENOMEM, KVP_RULE_IO, -1, 0, "out of memory");
@@ -415,23 +407,36 @@ KVP_API int kvp_pagefile_open(const char *path, const struct kvp_pagefile_opts *
     pf->queues_asked = o.queues;
     pf->mem_align = pf->off_align = 1;
 
-    if ((o.flags & KVP_PAGEFILE_CREATE) && (rc = pf_mkparents(path, err)) != 0)
+    if ((o.flags & KVP_PAGEFILE_CREATE) && (o.flags & KVP_PAGEFILE_MKDIR) &&
+        (rc = kvp__mkparents(path, &made_dirs, err)) != 0)
         goto fail;
     int oflags = O_CLOEXEC | ((o.flags & KVP_PAGEFILE_READONLY) ? O_RDONLY : O_RDWR);
-    if (o.flags & KVP_PAGEFILE_CREATE)
-        oflags |= O_CREAT;
     if (o.flags & KVP_PAGEFILE_DIRECT)
         oflags |= O_DIRECT;
-    pf->fd = open(path, oflags, (mode_t)pf->mode);
+    pf->fd = -1;
+    if (o.flags & KVP_PAGEFILE_CREATE) {
+        pf->fd = open(path, oflags | O_CREAT | O_EXCL, (mode_t)pf->mode);
+        created = pf->fd >= 0;
+    }
+    if (pf->fd < 0 && (!(o.flags & KVP_PAGEFILE_CREATE) || errno == EEXIST))
+        pf->fd = open(path, oflags, (mode_t)pf->mode);
     if (pf->fd < 0) {
         int e = errno;
+        char *dir = e == ENOENT ? kvp__dirname(path) : NULL;
+        struct stat dst;
         if (e == EINVAL && (o.flags & KVP_PAGEFILE_DIRECT))
             rc = pf_fail(err, -EINVAL, KVP_RULE_IO, -1, 0,
                          "the file system of %s refuses O_DIRECT (open: %s); open it without "
                          "KVP_PAGEFILE_DIRECT",
                          path, strerror(e));
+        else if (dir && stat(dir, &dst) != 0 && errno == ENOENT)
+            rc = pf_fail(err, -ENOENT, KVP_RULE_IO, -1, 0,
+                         "cannot create %s: its directory %s does not exist (create it, or "
+                         "ask for KVP_PAGEFILE_MKDIR)",
+                         path, dir);
         else
             rc = pf_fail(err, -e, KVP_RULE_IO, -1, 0, "cannot open %s: %s", path, strerror(e));
+        free(dir);
         goto fail;
     }
     if ((rc = pf_size_file(pf, &o, err)) != 0)
@@ -457,12 +462,15 @@ KVP_API int kvp_pagefile_open(const char *path, const struct kvp_pagefile_opts *
     chunk = (chunk + pf->off_align - 1) / pf->off_align * pf->off_align;
     pf->chunk_bytes = chunk;
 
-    if ((rc = pf_start_backends(pf, err)) != 0)
+    if ((rc = pf_start_backends(pf, err)) != 0 || (rc = pf_extend_file(pf, err)) != 0)
         goto fail;
     *out = pf;
     return 0;
 fail:
     kvp_pagefile_close(pf);
+    if (created)
+        unlink(path);
+    kvp__rmparents(path, made_dirs);
     return rc;
 }
 

@@ -11,8 +11,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "kvpage/store.h"
+#include "store/owner.h"
 #include "store/pieces.h"
+#include "util/dirs.h"
 #include "util/error.h"
 
 struct kvp_store {
@@ -59,6 +65,174 @@ static char *location_deployment(const char *loc)
     return n ? strndup(p, n) : NULL;
 }
 
+/* Initializes the store's rank with its page count: refused (-EEXIST,
+ * KVP_RULE_RESIZE_HELD) when the rank holds data with another count. */
+static int init_rank(struct kvp_store *s, const char *path, struct kvp_error *err)
+{
+    struct kvp_error e2 = {0};
+    int rc = kvp_meta_init_rank(s->ns, s->rank, s->num_pages, &e2);
+    if (rc == -EEXIST)
+        kvp__set_err(err, rc, KVP_RULE_RESIZE_HELD, -1, e2.value, (int64_t)s->num_pages,
+                     "the metadata at %s has rank %u of %s/%s with %lld pages and holds data in "
+                     "it; the file %s gives %llu pages of %llu bytes (use the same file size and "
+                     "page size, or clear the rank)",
+                     s->location, s->rank, s->deployment, s->pool, (long long)e2.value, path,
+                     (unsigned long long)s->num_pages, (unsigned long long)s->bpp);
+    else if (rc && err)
+        *err = e2;
+    return rc;
+}
+
+/* The owner of a page file: the canonical location (NULL: PATH.meta), the
+ * deployment (NULL: the location's /ns/NAME, else "default") and the pool
+ * (NULL: "kv"), each malloc'd. Returns 0 or -ENOMEM (err set). */
+static int owner_of(const char *path, const char *meta, struct kvp_meta *handle,
+                    const char *deployment, const char *pool, char **loc, char **dep, char **pl,
+                    struct kvp_error *err)
+{
+    if (handle) {
+        const char *hl = kvp_meta_location(handle);
+        *loc = strdup(hl ? hl : "mem:");
+    } else if (meta) {
+        *loc = kvp__location_canon(meta);
+    } else {
+        size_t n = strlen(path) + 6;
+        char *d = malloc(n);
+        if (d)
+            snprintf(d, n, "%s.meta", path);
+        *loc = d ? kvp__file_location(d) : NULL;
+        free(d);
+    }
+    char *locdep = handle || !meta ? NULL : location_deployment(meta);
+    *dep = deployment ? strdup(deployment) : locdep ? locdep : strdup("default");
+    if (deployment)
+        free(locdep);
+    *pl = strdup(pool ? pool : "kv");
+    if (*loc && *dep && *pl)
+        return 0;
+    free(*loc), free(*dep), free(*pl);
+    *loc = *dep = *pl = NULL;
+    kvp__set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+    return -ENOMEM;
+}
+
+static int check_names(const char *dep, const char *pool, uint32_t rank, struct kvp_error *err)
+{
+    if (!kvp_deployment_valid(dep, strlen(dep)) || !kvp_pool_valid(pool, strlen(pool))) {
+        kvp__set_err(err, -EINVAL, KVP_RULE_NAMESPACE, -1, 0, 0,
+                     "Invalid namespace: deployment '%.64s', pool '%.64s'", dep, pool);
+        return -EINVAL;
+    }
+    if (rank > KVP_MAX_RANK) {
+        kvp__set_err(err, -EINVAL, KVP_RULE_RANK_RANGE, -1, rank, KVP_MAX_RANK,
+                     "rank %u is out of range (0 <= rank < 2^31)", rank);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+KVP_API int kvp_store_claim(const char *path, const char *location, const char *deployment,
+                            const char *pool, uint32_t rank, struct kvp_error *err)
+{
+    if (!path || !*path)
+        return arg_err(err, "%s is NULL or empty", "path");
+    char *loc, *dep, *pl;
+    int rc = owner_of(path, location, NULL, deployment, pool, &loc, &dep, &pl, err);
+    if (rc)
+        return rc;
+    rc = check_names(dep, pl, rank, err);
+    if (!rc)
+        rc = kvp__owner_check(path, loc, dep, pl, rank, err);
+    if (rc == 1)
+        rc = kvp__owner_write(path, loc, dep, pl, rank, err);
+    free(loc), free(dep), free(pl);
+    return rc < 0 ? rc : 0;
+}
+
+/* Removes a data directory this open created (flat: files only). */
+static void remove_data_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            unlinkat(dirfd(d), e->d_name, 0);
+    closedir(d);
+    rmdir(dir);
+}
+
+/* The checks of the page file before anything is opened: *exists, the page
+ * count *np (0 when only the opened file can tell: a block device), and
+ * *mkdirs when its directory is missing and may be made. */
+static int check_file(const struct kvp_store_opts *o, int *exists, uint64_t *np, int *mkdirs,
+                      struct kvp_error *err)
+{
+    struct stat st;
+    *exists = stat(o->path, &st) == 0;
+    *np = 0;
+    *mkdirs = 0;
+    if (!*exists && errno != ENOENT) {
+        int e = -errno;
+        kvp__set_err(err, e, KVP_RULE_IO, -1, 0, 0, "cannot open %s: %s", o->path, kvp_strerror(e));
+        return e;
+    }
+    if (*exists && S_ISDIR(st.st_mode)) {
+        kvp__set_err(err, -EISDIR, KVP_RULE_IO, -1, 0, 0, "%s is a directory, not a page file",
+                     o->path);
+        return -EISDIR;
+    }
+    if (!*exists && !o->file_size) {
+        kvp__set_err(err, -ENOENT, KVP_RULE_IO, -1, 0, 0,
+                     "%s does not exist (a file size creates it)", o->path);
+        return -ENOENT;
+    }
+    uint64_t size = o->file_size ? o->file_size : S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0;
+    if (o->file_size || S_ISREG(st.st_mode)) {
+        *np = size / o->bytes_per_page;
+        if (*np == 0 || *np > KVP_MAX_PAGES) {
+            kvp__set_err(err, -EINVAL, KVP_RULE_NUM_PAGES, -1, (int64_t)*np, KVP_MAX_PAGES,
+                         "the file %s of %llu bytes holds %llu pages of %llu bytes (1 .. %u "
+                         "allowed)",
+                         o->path, (unsigned long long)size, (unsigned long long)*np,
+                         (unsigned long long)o->bytes_per_page, KVP_MAX_PAGES);
+            return -EINVAL;
+        }
+    }
+    if (*exists)
+        return 0;
+    char *dir = kvp__dirname(o->path);
+    if (!dir) {
+        kvp__set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        return -ENOMEM;
+    }
+    int rc = 0;
+    if (stat(dir, &st) != 0) {
+        rc = -errno;
+        if (rc == -ENOENT && o->mkdir)
+            *mkdirs = 1, rc = 0;
+        else if (rc == -ENOENT)
+            kvp__set_err(err, rc, KVP_RULE_IO, -1, 0, 0,
+                         "cannot create %s: its directory %s does not exist (create it, or "
+                         "pass mkdir: --mkdir on the command line)",
+                         o->path, dir);
+        else
+            kvp__set_err(err, rc, KVP_RULE_IO, -1, 0, 0, "cannot create %s: %s: %s", o->path, dir,
+                         kvp_strerror(rc));
+    } else if (!S_ISDIR(st.st_mode)) {
+        rc = -ENOTDIR;
+        kvp__set_err(err, rc, KVP_RULE_IO, -1, 0, 0, "cannot create %s: %s is not a directory",
+                     o->path, dir);
+    } else if (access(dir, W_OK | X_OK) != 0) {
+        rc = -errno;
+        kvp__set_err(err, rc, KVP_RULE_IO, -1, 0, 0, "cannot create %s in %s: %s", o->path, dir,
+                     kvp_strerror(rc));
+    }
+    free(dir);
+    return rc;
+}
+
 KVP_API int kvp_store_open(const struct kvp_store_opts *opts_in, struct kvp_store **out,
                            struct kvp_error *err)
 {
@@ -103,33 +277,31 @@ KVP_API int kvp_store_open(const struct kvp_store_opts *opts_in, struct kvp_stor
     s->entries = o.entries;
     s->per_rank = o.per_rank != 0;
     s->durable = o.durable != 0;
+    /* What this open made, undone when it fails. */
+    int wrote_owner = 0, made_meta_dir = 0, exists = 0, mkdirs = 0;
+    size_t made_dirs = 0;
+    char *owner_loc = NULL;
     int rc;
 
-    struct kvp_pagefile_opts po;
-    kvp_pagefile_opts_init(&po);
-    if (o.pagefile) /* as much as the caller's (possibly older, shorter) struct holds */
-        memcpy(&po, o.pagefile,
-               o.pagefile->opts_size && o.pagefile->opts_size < sizeof po ? o.pagefile->opts_size
-                                                                          : sizeof po);
-    po.size = o.file_size;
-    po.bytes_per_page = o.bytes_per_page;
-    po.entries = o.entries;
-    if (o.file_size)
-        po.flags |= KVP_PAGEFILE_CREATE;
-    rc = kvp_pagefile_open(o.path, &po, &s->pf, err);
+    /* Checks first: nothing below changes anything until the metadata is open. */
+    uint64_t np;
+    if ((rc = check_file(&o, &exists, &np, &mkdirs, err)) != 0)
+        goto fail;
+    rc = owner_of(o.path, o.meta, o.meta_handle, o.deployment, o.pool, &owner_loc, &s->deployment,
+                  &s->pool, err);
     if (rc)
         goto fail;
-    uint64_t np = kvp_pagefile_size(s->pf) / s->bpp;
-    if (np == 0 || np > KVP_MAX_PAGES) {
-        kvp__set_err(err, -EINVAL, KVP_RULE_NUM_PAGES, -1, (int64_t)np, KVP_MAX_PAGES,
-                     "the file %s of %llu bytes holds %llu pages of %llu bytes (1 .. %u "
-                     "allowed)",
-                     o.path, (unsigned long long)kvp_pagefile_size(s->pf), (unsigned long long)np,
-                     (unsigned long long)s->bpp, KVP_MAX_PAGES);
-        rc = -EINVAL;
+    if ((rc = check_names(s->deployment, s->pool, s->rank, err)) != 0)
+        goto fail;
+    int claim = kvp__owner_check(o.path, owner_loc, s->deployment, s->pool, s->rank, err);
+    if (claim < 0) {
+        rc = claim;
         goto fail;
     }
     s->num_pages = np;
+    /* The file's directories first: PATH.meta lives in the same one. */
+    if (mkdirs && (rc = kvp__mkparents(o.path, &made_dirs, err)) != 0)
+        goto fail;
 
     if (o.meta_handle) {
         s->meta = o.meta_handle;
@@ -142,44 +314,25 @@ KVP_API int kvp_store_open(const struct kvp_store_opts *opts_in, struct kvp_stor
             if ((s->location = malloc(n + 11)))
                 snprintf(s->location, n + 11, "file:%s.meta", o.path);
         }
-        if (!s->location) {
-            rc = -ENOMEM;
+        if (!s->location)
             goto nomem;
-        }
+        struct stat st;
+        made_meta_dir = !strncmp(owner_loc, "file:", 5) && stat(owner_loc + 5, &st) != 0;
         rc = kvp_meta_open_at(s->location, o.meta_opts, &s->meta, err);
-        if (rc)
+        if (rc) {
+            made_meta_dir = 0; /* not made, or another process's by now */
             goto fail;
+        }
         s->own_meta = 1;
     }
     if (!s->location)
         goto nomem;
-
-    char *locdep = o.meta_handle ? NULL : location_deployment(s->location);
-    s->deployment = o.deployment ? strdup(o.deployment) : locdep ? locdep : strdup("default");
-    if (o.deployment)
-        free(locdep);
-    s->pool = strdup(o.pool ? o.pool : "kv");
-    if (!s->deployment || !s->pool)
-        goto nomem;
-    rc = kvp_meta_ns(s->meta, s->deployment, strlen(s->deployment), s->pool, strlen(s->pool), 1,
-                     &s->ns, err);
-    if (rc)
-        goto fail;
-    struct kvp_error e2 = {0};
-    rc = kvp_meta_init_rank(s->ns, s->rank, s->num_pages, &e2);
-    if (rc == -EEXIST) {
-        kvp__set_err(err, rc, KVP_RULE_RESIZE_HELD, -1, e2.value, (int64_t)s->num_pages,
-                     "the metadata at %s has rank %u of %s/%s with %lld pages and holds data in "
-                     "it; the file %s gives %llu pages of %llu bytes (use the same file size and "
-                     "page size, or clear the rank)",
-                     s->location, s->rank, s->deployment, s->pool, (long long)e2.value, o.path,
-                     (unsigned long long)s->num_pages, (unsigned long long)s->bpp);
-        goto fail;
-    }
-    if (rc) {
-        if (err)
-            *err = e2;
-        goto fail;
+    if (s->num_pages) {
+        /* Whether the metadata takes this rank with this page count. */
+        rc = kvp_meta_ns(s->meta, s->deployment, strlen(s->deployment), s->pool, strlen(s->pool), 1,
+                         &s->ns, err);
+        if (rc || (rc = init_rank(s, o.path, err)) != 0)
+            goto fail;
     }
     rc = kvp__pieces_open(o.threads, &s->pieces);
     if (rc) {
@@ -187,13 +340,65 @@ KVP_API int kvp_store_open(const struct kvp_store_opts *opts_in, struct kvp_stor
                      kvp_strerror(rc));
         goto fail;
     }
+    if (claim == 1) {
+        rc = kvp__owner_write(o.path, owner_loc, s->deployment, s->pool, s->rank, err);
+        if (rc < 0)
+            goto fail;
+        wrote_owner = rc == 0;
+        rc = 0;
+    }
+
+    /* Last, the page file: created or extended once everything else holds. */
+    struct kvp_pagefile_opts po;
+    kvp_pagefile_opts_init(&po);
+    if (o.pagefile) /* as much as the caller's (possibly older, shorter) struct holds */
+        memcpy(&po, o.pagefile,
+               o.pagefile->opts_size && o.pagefile->opts_size < sizeof po ? o.pagefile->opts_size
+                                                                          : sizeof po);
+    po.size = o.file_size;
+    po.bytes_per_page = o.bytes_per_page;
+    po.entries = o.entries;
+    if (o.file_size)
+        po.flags |= KVP_PAGEFILE_CREATE;
+    if (o.mkdir)
+        po.flags |= KVP_PAGEFILE_MKDIR;
+    rc = kvp_pagefile_open(o.path, &po, &s->pf, err);
+    if (rc)
+        goto fail;
+    if (!s->num_pages) { /* a block device: its size is known now */
+        np = kvp_pagefile_size(s->pf) / s->bpp;
+        if (np == 0 || np > KVP_MAX_PAGES) {
+            kvp__set_err(err, -EINVAL, KVP_RULE_NUM_PAGES, -1, (int64_t)np, KVP_MAX_PAGES,
+                         "the file %s of %llu bytes holds %llu pages of %llu bytes (1 .. %u "
+                         "allowed)",
+                         o.path, (unsigned long long)kvp_pagefile_size(s->pf),
+                         (unsigned long long)np, (unsigned long long)s->bpp, KVP_MAX_PAGES);
+            rc = -EINVAL;
+            goto fail;
+        }
+        s->num_pages = np;
+        rc = kvp_meta_ns(s->meta, s->deployment, strlen(s->deployment), s->pool, strlen(s->pool), 1,
+                         &s->ns, err);
+        if (rc || (rc = init_rank(s, o.path, err)) != 0)
+            goto fail;
+    }
+    free(owner_loc);
     *out = s;
     return 0;
 nomem:
     rc = -ENOMEM;
     kvp__set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
-fail:
+fail:;
+    int opened = s->pf != NULL;
     kvp_store_close(s);
+    if (opened && !exists)
+        unlink(o.path);
+    if (wrote_owner)
+        kvp__owner_remove(o.path);
+    if (made_meta_dir)
+        remove_data_dir(owner_loc + 5);
+    kvp__rmparents(o.path, made_dirs);
+    free(owner_loc);
     return rc;
 }
 

@@ -202,3 +202,79 @@ def test_bench_store(tmp_path):
     assert "store / page file" in out.decode() and "\r" not in err
     rc, _, err = kvp("bench", "store", "--rounds", "0")
     assert rc == 2 and "--rounds '0' is not a count" in err
+
+
+def _state(path):
+    st = os.stat(path)
+    with open(path, "rb") as f:
+        return st.st_size, st.st_mtime_ns, f.read(1 << 16)
+
+
+def test_one_owner_per_file(tmp_path, start_server):
+    """A file put to with PATH.meta is refused under a server, another rank or
+    pool, and the other way round; the message names both owners."""
+    srv = start_server("--data-dir", tmp_path / "srv")
+    path = tmp_path / "shared.pages"
+    base = ["--file", path, "--page-size", "64K"]
+    assert kvp("put", *base, "--file-size", "1M", "A", input=b"I am key A\n")[0] == 0
+    before = _state(path)
+    for other in (["--meta", srv.url()], ["--rank", "1"], ["--pool", "p2"],
+                  ["--deployment", "d2"], ["--meta", "mem:"]):
+        rc, out, err = kvp("put", *base, *other, "B", input=b"I am key B\n")
+        assert (rc, out) == (2, b""), other
+        assert "the page file belongs to shared.pages.meta beside the file (default/kv rank 0)" \
+            in err, err
+        assert "shared.pages.owner" in err
+    rc, out, err = kvp("put", *base, "--meta", srv.url(), "B", input=b"B")
+    assert f"not {srv.url()} (default/kv rank 0)" in err
+    assert _state(path) == before
+    assert kvp("get", *base, "A") == (0, b"I am key A\n", "")
+    # the same owner named another way
+    assert kvp("get", *base, "--meta", f"{path}.meta/", "A")[1] == b"I am key A\n"
+    # remote first: the embedded default is refused
+    p2 = tmp_path / "remote.pages"
+    r = ["--file", p2, "--page-size", "64K"]
+    assert kvp("put", *r, "--file-size", "1M", "--meta", srv.url("/ns/x"), "K", input=b"k")[0] == 0
+    rc, _, err = kvp("exists", *r, "K")
+    assert rc == 2 and f"belongs to {srv.url('/ns/x')} (x/kv rank 0)" in err
+    assert kvp("exists", *r, "--meta", srv.url("/ns/x"), "K")[:2] == (0, b"K\tpresent\n")
+    # without the record (the old metadata gone for good), a new owner takes it
+    os.unlink(str(p2) + ".owner")
+    assert kvp("exists", *r, "K")[0] == 1
+
+
+def test_refused_put_changes_nothing(tmp_path, start_server):
+    path = tmp_path / "a.pages"
+    base = ["--file", path, "--page-size", "64K"]
+    assert kvp("put", *base, "--file-size", "4M", "K", input=b"kept")[0] == 0
+    before = _state(path)
+    (tmp_path / "page.bin").write_bytes(b"x" * 100)
+    rc, _, err = kvp("put", "--file", path, "--file-size", "1T", "--page-size", "64K", "K2",
+                     tmp_path / "page.bin")
+    assert rc == 2 and "holds data" in err
+    assert _state(path) == before
+    assert kvp("get", *base, "K") == (0, b"kept", "")
+    # a new file of less than one page: nothing created
+    rc, _, err = kvp("put", "--file", tmp_path / "b.pages", "--file-size", "1M", "--page-size",
+                     "2M", "K", tmp_path / "page.bin")
+    assert rc == 2 and "0 pages" in err
+    # a stopped server: nothing created
+    srv = start_server("--data-dir", tmp_path / "srv")
+    url = srv.url()
+    srv.stop()
+    rc, _, err = kvp("put", "--file", tmp_path / "c.pages", "--file-size", "1G", "--page-size",
+                     "64K", "--meta", url, "--timeout", "2000", "K", tmp_path / "page.bin")
+    assert rc == 3 and "connect" in err.lower()
+    left = [n for n in os.listdir(tmp_path) if n.startswith(("b.pages", "c.pages"))]
+    assert left == []
+
+
+def test_missing_directory_refused_unless_mkdir(tmp_path):
+    path = tmp_path / "data" / "rank0.pages"
+    flags = ["--file", path, "--file-size", "1M", "--page-size", "64K"]
+    rc, out, err = kvp("put", *flags, "K", input=b"x")
+    assert (rc, out) == (2, b"")
+    assert f"its directory {tmp_path / 'data'} does not exist" in err and "--mkdir" in err
+    assert not (tmp_path / "data").exists()
+    assert kvp("put", *flags, "--mkdir", "K", input=b"x") == (0, b"", "")
+    assert kvp("get", "--file", path, "--page-size", "64K", "K")[1] == b"x"

@@ -392,3 +392,21 @@ def test_mmap_reads_key(tmp_path, monkeypatch):
     b = backend(tmp_path, pool, name="hc2")
     assert not b.store.mmap_reads
     b.close()
+
+
+def test_prefix_directories_made_and_files_owned(tmp_path, server):
+    """As SGLang's hf3fs backend, the prefix's missing directories are made
+    (mkdir: false refuses them); a rank's file belongs to its metadata: a
+    backend with another metadata_url on the same prefix is refused."""
+    pool = MHAPageFirstPool()
+    with pytest.raises(KvpageError) as e:
+        backend(tmp_path, pool, name="no/dir/hc", mkdir=False)
+    assert str(tmp_path / "no" / "dir") in str(e.value)
+    assert not (tmp_path / "no").exists()
+    b = backend(tmp_path, pool, name="new/dir/hc", metadata_url=server.url("/ns/a"))
+    assert (tmp_path / "new" / "dir" / "hc.0.bin").exists()
+    b.close()
+    with pytest.raises(KvpageError) as e:
+        backend(tmp_path, pool, name="new/dir/hc", metadata_url=server.url("/ns/b"))
+    assert e.value.rule == "owner" and server.url("/ns/a") in str(e.value)
+    backend(tmp_path, pool, name="new/dir/hc", metadata_url=server.url("/ns/a")).close()

@@ -143,7 +143,7 @@ def test_subclass_rebinds_client_and_url(fake_vllm, tmp_path):
     url = "http://127.0.0.1:1/ns/x"
     c = kv.KvpageHF3FSConnector(vllm_config(hf3fs_metadata_server_url=url,
                                             hf3fs_storage_path=str(tmp_path)), "scheduler")
-    assert fake_vllm.Hf3fsClient is kvpage.compat.Hf3fsClient
+    assert issubclass(fake_vllm.Hf3fsClient, kvpage.compat.Hf3fsClient)
     assert c._metadata_client.base_url == url
     assert isinstance(c._metadata_client, original_meta)
     # a second connector rewraps the original class, not the wrapper
@@ -159,7 +159,7 @@ def test_without_url_the_default_stays(fake_vllm):
     kv = _fresh_kvpage_vllm()
     c = kv.KvpageHF3FSConnector(vllm_config(), "scheduler")
     assert c._metadata_client.base_url == "http://localhost:18000"
-    assert fake_vllm.Hf3fsClient is kvpage.compat.Hf3fsClient
+    assert issubclass(fake_vllm.Hf3fsClient, kvpage.compat.Hf3fsClient)
 
 
 def test_factory_path_round_trip_on_kvpage_serve(fake_vllm, tmp_path, server):
@@ -187,5 +187,11 @@ def test_factory_path_round_trip_on_kvpage_serve(fake_vllm, tmp_path, server):
     for a, b in zip(pages, back):
         assert np.array_equal(a.numpy(), b.numpy())
     assert os.path.getsize(tmp_path / "kv" / "hf3fs_vllm_data_file_0") == 1 << 20
+    # the rank's file is claimed for the connector's metadata: another is refused
+    owner = (tmp_path / "kv" / "hf3fs_vllm_data_file_0.owner").read_text()
+    assert f"location {url}\ndeployment vllm\npool kv\nrank 0\n" in owner
+    with pytest.raises(kvpage.KvpageError) as e:
+        kvpage.Store(str(tmp_path / "kv" / "hf3fs_vllm_data_file_0"), 0, bpp)
+    assert e.value.rule == "owner"
     for cl in worker._clients:
         cl.close()

@@ -318,9 +318,49 @@ static void run_backend(int backend, uint32_t flags, const char *name)
     printf("%s: done\n", name);
 }
 
+/* A failed open (here io_uring refused with backend URING) leaves an
+ * existing file as it was, never extended, and removes the file and the
+ * directories it created. */
+static void failed_open_changes_nothing(void)
+{
+    struct kvp_pagefile_opts o;
+    kvp_pagefile_opts_init(&o);
+    o.bytes_per_page = BPP;
+    o.size = FILE_SIZE;
+    o.backend = KVP_PAGEFILE_BACKEND_URING;
+    o.flags = KVP_PAGEFILE_CREATE | KVP_PAGEFILE_MKDIR;
+    char p[600], top[600];
+    pt_path(p, sizeof p, "made/below/pages.bin");
+    pt_path(top, sizeof top, "made");
+    struct kvp_pagefile *pf = NULL;
+    struct kvp_error e = {0};
+    plan.sites = 0;
+    plan.lo = 0, plan.hi = INT64_MAX;
+    arm_site(KVP__PF_URING_INIT, -ENOMEM, -1, 0, 0);
+    kvp__pagefile_set_fault(hook, NULL);
+    CHECK_EQ(kvp_pagefile_open(p, &o, &pf, &e), -ENOMEM);
+    struct stat st;
+    CHECK(stat(top, &st) != 0 && errno == ENOENT);
+    /* an existing smaller file keeps its size and its bytes */
+    pt_path(p, sizeof p, "small.bin");
+    int fd = open(p, O_RDWR | O_CREAT, 0644);
+    CHECK(fd >= 0 && write(fd, "kept", 4) == 4);
+    close(fd);
+    CHECK_EQ(kvp_pagefile_open(p, &o, &pf, &e), -ENOMEM);
+    char back[8] = {0};
+    fd = open(p, O_RDONLY);
+    CHECK(fd >= 0 && fstat(fd, &st) == 0 && st.st_size == 4 && read(fd, back, 8) == 4);
+    close(fd);
+    CHECK_STR(back, "kept");
+    kvp__pagefile_set_fault(NULL, NULL);
+    plan.sites = 0;
+    printf("failed open: nothing changed\n");
+}
+
 int main(void)
 {
     pt_mkdir("fault");
+    failed_open_changes_nothing();
     model = malloc(FILE_SIZE);
     bufs = pt_alloc((size_t)N * BPP);
     run_backend(KVP_PAGEFILE_BACKEND_PSYNC, 0, "psync_buffered");

@@ -268,11 +268,23 @@ static void test_open(void)
     CHECK_EQ(kvp_pagefile_open(path, &bad, &pf, &E), -EINVAL);
     CHECK_STR(E.msg, "unknown backend 7");
 
-    /* CREATE makes the parent directories and a sparse file of size bytes */
+    /* CREATE alone refuses a missing directory, naming it, and makes nothing */
     snprintf(sub, sizeof sub, "%s/a/b/c/pages.bin", pt_dir);
     o.flags = KVP_PAGEFILE_CREATE;
     o.threads = 3;
     o.chunk_bytes = 300000; /* not a power of two: kept as asked for buffered I/O */
+    reset_err();
+    CHECK_EQ(kvp_pagefile_open(sub, &o, &pf, &E), -ENOENT);
+    {
+        char want[600], a[600];
+        snprintf(want, sizeof want, "its directory %s/a/b/c does not exist", pt_dir);
+        CHECK(strstr(E.msg, want) != NULL);
+        snprintf(a, sizeof a, "%s/a", pt_dir);
+        struct stat st;
+        CHECK(stat(a, &st) != 0 && errno == ENOENT);
+    }
+    /* with MKDIR it makes the parent directories and a sparse file of size bytes */
+    o.flags = KVP_PAGEFILE_CREATE | KVP_PAGEFILE_MKDIR;
     CHECK_EQ(kvp_pagefile_open(sub, &o, &pf, &E), 0);
     if (pf) {
         struct stat st;
@@ -282,7 +294,7 @@ static void test_open(void)
         CHECK_EQ(kvp_pagefile_file_size(pf), 64 * MiB);
         CHECK_EQ(kvp_pagefile_bytes_per_page(pf), MiB);
         CHECK_EQ(kvp_pagefile_entries(pf), 8);
-        CHECK_EQ(kvp_pagefile_flags(pf), KVP_PAGEFILE_CREATE);
+        CHECK_EQ(kvp_pagefile_flags(pf), KVP_PAGEFILE_CREATE | KVP_PAGEFILE_MKDIR);
         CHECK_EQ(kvp_pagefile_backend_requested(pf), KVP_PAGEFILE_BACKEND_PSYNC);
         CHECK_EQ(kvp_pagefile_backend(pf, 0), KVP_PAGEFILE_BACKEND_PSYNC);
         CHECK_EQ(kvp_pagefile_threads(pf), 3);

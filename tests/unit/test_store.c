@@ -4,8 +4,10 @@
  * are counted through its fault hook), a failed write releases its page,
  * a missing key leaves later buffers untouched, eviction of a full file keeps
  * the metadata consistent, two ranks of one namespace, a reopened data
- * directory, duplicate keys, bad arguments changing nothing, 8 threads on one
- * handle.
+ * directory, duplicate keys, bad arguments changing nothing, one owner per
+ * page file (another location, rank, pool or deployment refused), a refused
+ * open changing nothing (the file's size, mtime and bytes; nothing created),
+ * a missing directory refused unless mkdir, 8 threads on one handle.
  *
  * With KVP_TEST_META=http://HOST:PORT every store uses that kvpage serve
  * instead (each test its own pool): tests/integration/test_store_remote.py
@@ -479,6 +481,246 @@ static void test_bad_args(void)
     kvp_store_close(s);
 }
 
+/* ---- one page file, one metadata owner */
+
+/* The file's size, mtime and first page, to compare before and after. */
+struct file_state {
+    int exists;
+    off_t size;
+    struct timespec mtime;
+    uint8_t head[64];
+};
+
+static void state_of(const char *path, struct file_state *fs)
+{
+    memset(fs, 0, sizeof *fs);
+    struct stat st;
+    fs->exists = stat(path, &st) == 0;
+    if (!fs->exists)
+        return;
+    fs->size = st.st_size;
+    fs->mtime = st.st_mtim;
+    int fd = open(path, O_RDONLY);
+    if (fd >= 0) {
+        CHECK(read(fd, fs->head, sizeof fs->head) >= 0);
+        close(fd);
+    }
+}
+
+static int same_state(const struct file_state *a, const struct file_state *b)
+{
+    return a->exists == b->exists && a->size == b->size && a->mtime.tv_sec == b->mtime.tv_sec &&
+           a->mtime.tv_nsec == b->mtime.tv_nsec && !memcmp(a->head, b->head, sizeof a->head);
+}
+
+static int exists_path(const char *fmt, const char *a)
+{
+    char p[600];
+    snprintf(p, sizeof p, fmt, a);
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+/* Opens path with the given owner; returns kvp_store_open's rc (the store in *s). */
+static int open_owner(struct kvp_store **s, const char *path, uint64_t size, const char *meta,
+                      const char *dep, const char *pool, uint32_t rank, int mkdir,
+                      struct kvp_error *err)
+{
+    struct kvp_store_opts o;
+    kvp_store_opts_init(&o);
+    o.path = path;
+    o.file_size = size;
+    o.bytes_per_page = BPP;
+    o.meta = meta;
+    o.deployment = dep;
+    o.pool = pool;
+    o.rank = rank;
+    o.mkdir = mkdir;
+    memset(err, 0, sizeof *err);
+    *s = NULL;
+    return kvp_store_open(&o, s, err);
+}
+
+static void test_owner(void)
+{
+    char path[512], meta[600];
+    snprintf(path, sizeof path, "%s/owned", tmpdir);
+    /* the first owner: PATH.meta (embedded) or the server, pool "owner" */
+    const char *loc = remote;
+    struct kvp_store *s;
+    struct kvp_error err;
+    if (open_owner(&s, path, 16 * BPP, loc, NULL, "owner", 0, 0, &err)) {
+        fprintf(stderr, "open: %s\n", err.msg);
+        CHECK(0);
+        return;
+    }
+    uint8_t a[BPP], b[BPP];
+    fill(a, BPP, "A");
+    struct kvp_str k = S("A");
+    struct kvp_store_buf buf = {a, BPP};
+    int64_t res;
+    CHECK_EQ(kvp_store_put(s, &k, &buf, 1, &res, NULL), 0);
+    kvp_store_close(s);
+    /* the record: a format line, then the owner, absolute */
+    char rec[600];
+    snprintf(rec, sizeof rec, "%s.owner", path);
+    FILE *f = fopen(rec, "r");
+    char text[2048] = {0};
+    CHECK(f && fread(text, 1, sizeof text - 1, f) > 0);
+    if (f)
+        fclose(f);
+    CHECK(!strncmp(text, "kvpage page-file owner 1\nlocation ", 34));
+    if (!remote) {
+        snprintf(meta, sizeof meta, "location file:%s.meta\n", path);
+        CHECK(strstr(text, meta) != NULL);
+    }
+    CHECK(strstr(text, "\ndeployment default\npool owner\nrank 0\n") != NULL);
+
+    /* another location, rank, pool or deployment: refused, nothing changed */
+    struct file_state before, after;
+    state_of(path, &before);
+    const char *other_loc = remote ? "mem:" : "http://127.0.0.1:1";
+    struct {
+        const char *meta, *dep, *pool;
+        uint32_t rank;
+    } others[] = {
+        {other_loc, NULL, "owner", 0},
+        {loc, NULL, "owner", 1},
+        {loc, NULL, "other", 0},
+        {loc, "elsewhere", "owner", 0},
+    };
+    for (size_t i = 0; i < sizeof others / sizeof *others; i++) {
+        int rc = open_owner(&s, path, 16 * BPP, others[i].meta, others[i].dep, others[i].pool,
+                            others[i].rank, 0, &err);
+        CHECK_EQ(rc, -EEXIST);
+        CHECK_EQ(err.rule, KVP_RULE_OWNER);
+        CHECK(strstr(err.msg, "the page file belongs to") != NULL);
+        CHECK(strstr(err.msg, ".owner") != NULL);
+        if (rc == 0)
+            kvp_store_close(s);
+    }
+    int rc = open_owner(&s, path, 16 * BPP, other_loc, NULL, "owner", 0, 0, &err);
+    CHECK(strstr(err.msg, other_loc) != NULL); /* names both owners */
+    CHECK(strstr(err.msg, remote ? remote + 7 : "owned.meta beside the file") != NULL);
+    if (rc == 0)
+        kvp_store_close(s);
+    state_of(path, &after);
+    CHECK(same_state(&before, &after));
+    /* kvp_store_claim: the same answer without a store */
+    memset(&err, 0, sizeof err);
+    CHECK_EQ(kvp_store_claim(path, other_loc, NULL, "owner", 0, &err), -EEXIST);
+    CHECK_EQ(err.rule, KVP_RULE_OWNER);
+    CHECK_EQ(kvp_store_claim(path, loc, NULL, "owner", 0, NULL), 0);
+    /* the same owner, named another way, reopens: A is A */
+    if (!remote) {
+        snprintf(meta, sizeof meta, "file:%s/./owned.meta/", tmpdir);
+        loc = meta;
+    }
+    if (open_owner(&s, path, 0, loc, NULL, "owner", 0, 0, &err)) {
+        fprintf(stderr, "reopen: %s\n", err.msg);
+        CHECK(0);
+        return;
+    }
+    buf.base = b;
+    CHECK_EQ(kvp_store_get(s, &k, &buf, 1, &res, NULL), 1);
+    CHECK(!memcmp(a, b, BPP));
+    kvp_store_close(s);
+    /* a record never holds a password; scheme and host in lower case */
+    snprintf(path, sizeof path, "%s/claimed", tmpdir);
+    CHECK_EQ(kvp_store_claim(path, "HTTP://user:secret@Example.COM:7/ns/x/?token=t&a=1", NULL, NULL,
+                             3, NULL),
+             0);
+    snprintf(rec, sizeof rec, "%s.owner", path);
+    f = fopen(rec, "r");
+    memset(text, 0, sizeof text);
+    CHECK(f && fread(text, 1, sizeof text - 1, f) > 0);
+    if (f)
+        fclose(f);
+    CHECK(strstr(text, "location http://example.com:7/ns/x?a=1\ndeployment x\npool kv\nrank 3\n") !=
+          NULL);
+    CHECK(strstr(text, "secret") == NULL && strstr(text, "token") == NULL);
+    /* a caller's handle: its location is the owner (mem: here) */
+    struct kvp_meta *m = NULL;
+    CHECK_EQ(kvp_meta_open_at("mem:", NULL, &m, NULL), 0);
+    CHECK(m && !strcmp(kvp_meta_location(m), "mem:"));
+    snprintf(path, sizeof path, "%s/handled", tmpdir);
+    struct kvp_store_opts o;
+    kvp_store_opts_init(&o);
+    o.path = path;
+    o.file_size = 4 * BPP;
+    o.bytes_per_page = BPP;
+    o.meta_handle = m;
+    CHECK_EQ(kvp_store_open(&o, &s, NULL), 0);
+    kvp_store_close(s);
+    CHECK_EQ(kvp_store_claim(path, "mem:", NULL, NULL, 0, NULL), 0);
+    CHECK_EQ(kvp_store_claim(path, NULL, NULL, NULL, 0, NULL), -EEXIST); /* PATH.meta: another */
+    kvp_meta_close(m);
+    printf("owner: done\n");
+}
+
+/* ---- a refused open changes nothing */
+
+static void test_refused_changes_nothing(void)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/kept", tmpdir);
+    struct kvp_store *s;
+    struct kvp_error err;
+    if (open_owner(&s, path, 8 * BPP, remote, NULL, "kept", 0, 0, &err)) {
+        CHECK(0);
+        return;
+    }
+    uint8_t a[BPP];
+    fill(a, BPP, "K");
+    struct kvp_str k = S("K");
+    struct kvp_store_buf buf = {a, BPP};
+    int64_t res;
+    CHECK_EQ(kvp_store_put(s, &k, &buf, 1, &res, NULL), 0);
+    kvp_store_close(s);
+    struct file_state before, after;
+    state_of(path, &before);
+    /* another page count while the rank holds data: refused before the file grows */
+    CHECK_EQ(open_owner(&s, path, (uint64_t)1 << 30, remote, NULL, "kept", 0, 0, &err), -EEXIST);
+    CHECK_EQ(err.rule, KVP_RULE_RESIZE_HELD);
+    state_of(path, &after);
+    CHECK(same_state(&before, &after));
+    /* fewer than one page */
+    CHECK_EQ(open_owner(&s, path, BPP / 2, remote, NULL, "kept", 0, 0, &err), -EINVAL);
+    CHECK_EQ(err.rule, KVP_RULE_NUM_PAGES);
+    state_of(path, &after);
+    CHECK(same_state(&before, &after));
+    /* the key and the rank's page count are still there */
+    CHECK_EQ(open_owner(&s, path, 0, remote, NULL, "kept", 0, 0, &err), 0);
+    if (s) {
+        CHECK_EQ(kvp_store_num_pages(s), 8);
+        CHECK_EQ(kvp_store_exists(s, &k, 1, NULL, NULL), 1);
+        kvp_store_close(s);
+    }
+    /* a new file: fewer than one page, or an unreachable server: nothing made */
+    snprintf(path, sizeof path, "%s/new", tmpdir);
+    CHECK_EQ(open_owner(&s, path, BPP / 2, NULL, NULL, NULL, 0, 0, &err), -EINVAL);
+    CHECK(!exists_path("%s", path) && !exists_path("%s.meta", path) &&
+          !exists_path("%s.owner", path));
+    CHECK(open_owner(&s, path, (uint64_t)1 << 30, "http://127.0.0.1:1", NULL, NULL, 0, 0, &err) <
+          0);
+    CHECK(!exists_path("%s", path) && !exists_path("%s.owner", path));
+    /* a missing directory: refused, naming it, unless mkdir */
+    char dir[400], want[600];
+    snprintf(dir, sizeof dir, "%s/no/such", tmpdir);
+    snprintf(path, sizeof path, "%s/rank0.pages", dir);
+    CHECK_EQ(open_owner(&s, path, 8 * BPP, remote, NULL, "kept", 0, 0, &err), -ENOENT);
+    snprintf(want, sizeof want, "its directory %s does not exist", dir);
+    CHECK(strstr(err.msg, want) != NULL);
+    CHECK(!exists_path("%s/no", tmpdir));
+    /* mkdir, but the server is unreachable: the directories made are removed */
+    CHECK(open_owner(&s, path, 8 * BPP, "http://127.0.0.1:1", NULL, NULL, 0, 1, &err) < 0);
+    CHECK(!exists_path("%s/no", tmpdir));
+    CHECK_EQ(open_owner(&s, path, 8 * BPP, remote, NULL, "kept", 0, 1, &err), 0);
+    CHECK(exists_path("%s", path));
+    kvp_store_close(s);
+    printf("refused: done\n");
+}
+
 /* ---- 8 threads on one store */
 
 static struct kvp_store *shared;
@@ -551,6 +793,8 @@ int main(void)
     test_two_ranks();
     test_reopen();
     test_bad_args();
+    test_owner();
+    test_refused_changes_nothing();
     test_threads();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

@@ -1,0 +1,357 @@
+/*
+ * owner.c — the one metadata owner of a page file: (location, deployment,
+ * pool, rank), recorded in PATH.owner when a store (or kvp_store_claim)
+ * first opens the file, compared by every later open. Two metadata stores
+ * over one file would each hand out its pages for their own keys, and one
+ * key would then read another's bytes.
+ *
+ * The record is text, never holds a secret (a URL's user and password are
+ * dropped), and is written as a whole: a temporary file, fsync, link (which
+ * refuses to replace a record another process wrote meanwhile; rename where
+ * the file system has no hard links), fsync of the directory.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kvpage/store.h"
+#include "store/owner.h"
+#include "util/error.h"
+
+#define OWNER_FORMAT "kvpage page-file owner 1"
+#define OWNER_MAX 8192
+
+static char *cat3(const char *a, const char *b, const char *c)
+{
+    size_t n = strlen(a) + strlen(b) + strlen(c) + 1;
+    char *s = malloc(n);
+    if (s)
+        snprintf(s, n, "%s%s%s", a, b, c);
+    return s;
+}
+
+char *kvp__path_abs(const char *path)
+{
+    char *p = strdup(path);
+    if (!p)
+        return NULL;
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/')
+        p[--n] = '\0';
+    char *r = realpath(p, NULL);
+    if (r) {
+        free(p);
+        return r;
+    }
+    /* Missing: its directory resolved, its own name as given. */
+    char *slash = strrchr(p, '/');
+    const char *base = slash ? slash + 1 : p;
+    char *dir = slash ? (slash == p ? strdup("/") : strndup(p, (size_t)(slash - p))) : strdup(".");
+    char *rd = dir ? realpath(dir, NULL) : NULL;
+    free(dir);
+    if (rd) {
+        r = cat3(rd, strcmp(rd, "/") ? "/" : "", base);
+        free(rd);
+        free(p);
+        return r;
+    }
+    if (p[0] == '/')
+        return p;
+    char cwd[PATH_MAX];
+    r = getcwd(cwd, sizeof cwd) ? cat3(cwd, "/", p) : NULL;
+    free(p);
+    return r;
+}
+
+/* A query parameter that may carry a secret: never recorded. */
+static int secret_param(const char *q, size_t n)
+{
+    static const char *const names[] = {"password", "pass", "user", "username", "token", "auth"};
+    size_t k = strcspn(q, "=");
+    if (k > n)
+        k = n;
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (strlen(names[i]) == k && !strncasecmp(q, names[i], k))
+            return 1;
+    return 0;
+}
+
+static char *url_canon(const char *loc, const char *sep)
+{
+    size_t len = strlen(loc);
+    char *out = malloc(len + 1);
+    if (!out)
+        return NULL;
+    size_t o = 0;
+    for (const char *p = loc; p < sep; p++)
+        out[o++] = (char)tolower((unsigned char)*p);
+    memcpy(out + o, "://", 3), o += 3;
+    const char *auth = sep + 3;
+    size_t alen = strcspn(auth, "/?#");
+    const char *host = auth;
+    for (const char *p = auth; p < auth + alen; p++)
+        if (*p == '@')
+            host = p + 1; /* user and password dropped */
+    for (const char *p = host; p < auth + alen; p++)
+        out[o++] = (char)tolower((unsigned char)*p);
+    const char *path = auth + alen;
+    size_t plen = strcspn(path, "?#");
+    while (plen && path[plen - 1] == '/')
+        plen--;
+    memcpy(out + o, path, plen), o += plen;
+    const char *q = path + strcspn(path, "?#");
+    if (*q == '?') {
+        q++;
+        size_t qlen = strcspn(q, "#");
+        int first = 1;
+        while (qlen) {
+            size_t k = strcspn(q, "&#");
+            if (k > qlen)
+                k = qlen;
+            if (k && !secret_param(q, k)) {
+                out[o++] = first ? '?' : '&';
+                memcpy(out + o, q, k), o += k;
+                first = 0;
+            }
+            q += k, qlen -= k;
+            if (qlen && *q == '&')
+                q++, qlen--;
+        }
+    }
+    out[o] = '\0';
+    return out;
+}
+
+char *kvp__file_location(const char *dir)
+{
+    char *abs = kvp__path_abs(dir);
+    char *r = abs ? cat3("file:", abs, "") : NULL;
+    free(abs);
+    return r;
+}
+
+char *kvp__location_canon(const char *loc)
+{
+    if (!loc || !*loc || !strncmp(loc, "mem:", 4))
+        return strdup("mem:");
+    const char *dir = NULL;
+    if (loc[0] == '/' || loc[0] == '.')
+        dir = loc;
+    else if (!strncmp(loc, "file://", 7))
+        dir = loc + 7;
+    else if (!strncmp(loc, "file:", 5))
+        dir = loc + 5;
+    if (dir)
+        return kvp__file_location(*dir ? dir : ".");
+    const char *sep = strstr(loc, "://");
+    return sep ? url_canon(loc, sep) : strdup(loc);
+}
+
+/* ---------------------------------------------------------------- the record */
+
+struct owner {
+    char loc[OWNER_MAX], dep[256], pool[256];
+    unsigned long rank;
+};
+
+static int set_io(struct kvp_error *err, int code, const char *what, const char *file)
+{
+    kvp__set_err(err, code, KVP_RULE_IO, -1, 0, 0, "%s %s: %s", what, file, kvp_strerror(code));
+    return code;
+}
+
+/* Reads file's record into *ow: 0, -ENOENT, -EUCLEAN (malformed), or -errno. */
+static int owner_read(const char *file, struct owner *ow)
+{
+    FILE *f = fopen(file, "re");
+    if (!f)
+        return -errno;
+    char line[OWNER_MAX + 16];
+    int rc = -EUCLEAN, have = 0;
+    if (fgets(line, sizeof line, f) && !strcmp(line, OWNER_FORMAT "\n")) {
+        while (fgets(line, sizeof line, f)) {
+            line[strcspn(line, "\n")] = '\0';
+            char *v = strchr(line, ' ');
+            if (!v)
+                continue;
+            *v++ = '\0';
+            if (!strcmp(line, "location") && strlen(v) < sizeof ow->loc)
+                strcpy(ow->loc, v), have |= 1;
+            else if (!strcmp(line, "deployment") && strlen(v) < sizeof ow->dep)
+                strcpy(ow->dep, v), have |= 2;
+            else if (!strcmp(line, "pool") && strlen(v) < sizeof ow->pool)
+                strcpy(ow->pool, v), have |= 4;
+            else if (!strcmp(line, "rank"))
+                ow->rank = strtoul(v, NULL, 10), have |= 8;
+        }
+        if (have == 15)
+            rc = 0;
+    }
+    fclose(f);
+    return rc;
+}
+
+/* A location for a message: a data directory beside the page file (the
+ * default PATH.meta) by its name, anything else as it is. */
+static const char *shown(const char *loc, const char *dir, char *buf, size_t cap)
+{
+    size_t n = dir ? strlen(dir) : 0;
+    if (n && !strncmp(loc, "file:", 5) && !strncmp(loc + 5, dir, n) && loc[5 + n] == '/' &&
+        !strchr(loc + 6 + n, '/')) {
+        snprintf(buf, cap, "%s beside the file", loc + 6 + n);
+        return buf;
+    }
+    return loc;
+}
+
+static int refuse(const char *path, const struct owner *ow, const char *loc, const char *dep,
+                  const char *pool, uint32_t rank, struct kvp_error *err)
+{
+    char *abs = kvp__path_abs(path);
+    char *slash = abs ? strrchr(abs, '/') : NULL;
+    if (slash)
+        *slash = '\0';
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    char a[300], b[300];
+    kvp__set_err(err, -EEXIST, KVP_RULE_OWNER, -1, (int64_t)ow->rank, rank,
+                 "the page file belongs to %s (%s/%s rank %lu), not %s (%s/%s rank %u): use "
+                 "that metadata, or delete %s.owner if it is gone for good",
+                 shown(ow->loc, slash ? abs : NULL, a, sizeof a), ow->dep, ow->pool, ow->rank,
+                 shown(loc, slash ? abs : NULL, b, sizeof b), dep, pool, rank, base);
+    free(abs);
+    return -EEXIST;
+}
+
+static int same(const struct owner *ow, const char *loc, const char *dep, const char *pool,
+                uint32_t rank)
+{
+    return !strcmp(ow->loc, loc) && !strcmp(ow->dep, dep) && !strcmp(ow->pool, pool) &&
+           ow->rank == rank;
+}
+
+int kvp__owner_check(const char *path, const char *loc, const char *dep, const char *pool,
+                     uint32_t rank, struct kvp_error *err)
+{
+    struct stat st;
+    int found = stat(path, &st) == 0;
+    if (!found && errno == ENOENT)
+        return 1; /* no page file: no pages to protect, a record left is stale */
+    if (found && !S_ISREG(st.st_mode))
+        return 0; /* a block device: nothing may be written beside it in /dev */
+    char *file = cat3(path, ".owner", "");
+    if (!file) {
+        kvp__set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        return -ENOMEM;
+    }
+    struct owner *ow = calloc(1, sizeof *ow);
+    int rc = ow ? owner_read(file, ow) : -ENOMEM;
+    if (rc == -ENOENT)
+        rc = 1;
+    else if (rc == -EUCLEAN)
+        kvp__set_err(err, rc, KVP_RULE_IO, -1, 0, 0,
+                     "%s is not a page file's owner record (first line \"" OWNER_FORMAT
+                     "\"): remove it if it is one of an older kvpage",
+                     file);
+    else if (rc < 0)
+        set_io(err, rc, "cannot read", file);
+    else if (!same(ow, loc, dep, pool, rank))
+        rc = refuse(path, ow, loc, dep, pool, rank, err);
+    free(ow);
+    free(file);
+    return rc;
+}
+
+static int sync_dir_of(const char *file)
+{
+    char *d = strdup(file);
+    if (!d)
+        return -ENOMEM;
+    char *slash = strrchr(d, '/');
+    if (slash)
+        slash == d ? (void)(d[1] = '\0') : (void)(*slash = '\0');
+    int fd = open(slash ? d : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    free(d);
+    if (fd < 0)
+        return -errno;
+    int rc = fsync(fd) ? -errno : 0;
+    close(fd);
+    return rc == -EINVAL ? 0 : rc; /* some file systems cannot sync a directory */
+}
+
+int kvp__owner_write(const char *path, const char *loc, const char *dep, const char *pool,
+                     uint32_t rank, struct kvp_error *err)
+{
+    char *file = cat3(path, ".owner", "");
+    char *tmp = file ? cat3(file, ".tmp.", "XXXXXX") : NULL;
+    int rc = 0;
+    if (!tmp) {
+        kvp__set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        rc = -ENOMEM;
+        goto out;
+    }
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0 && (errno == EACCES || errno == EROFS || errno == EPERM)) {
+        rc = 1; /* a directory this process may only read: the file stays unrecorded */
+        goto out;
+    }
+    if (fd < 0) {
+        rc = set_io(err, -errno, "cannot create", tmp);
+        goto out;
+    }
+    FILE *f = fdopen(fd, "w");
+    if (!f) {
+        rc = set_io(err, -errno, "cannot write", tmp);
+        close(fd);
+        unlink(tmp);
+        goto out;
+    }
+    fchmod(fd, 0644);
+    fprintf(f, OWNER_FORMAT "\nlocation %s\ndeployment %s\npool %s\nrank %u\n", loc, dep, pool,
+            rank);
+    if (fflush(f) || fsync(fd)) {
+        rc = set_io(err, -errno, "cannot write", tmp);
+        fclose(f);
+        unlink(tmp);
+        goto out;
+    }
+    fclose(f);
+    struct stat st;
+    int stale = stat(path, &st) != 0 && errno == ENOENT; /* a record of no page file */
+    if (!stale && link(tmp, file) == 0) {
+        unlink(tmp);
+    } else if (!stale && errno == EEXIST) {
+        unlink(tmp);
+        struct owner *ow = calloc(1, sizeof *ow);
+        rc = !ow ? -ENOMEM : owner_read(file, ow);
+        if (rc == 0 && !same(ow, loc, dep, pool, rank))
+            rc = refuse(path, ow, loc, dep, pool, rank, err);
+        else if (rc)
+            set_io(err, rc, "cannot read", file);
+        free(ow);
+        goto out;
+    } else if (rename(tmp, file) != 0) { /* replacing a stale record, or no hard links */
+        rc = set_io(err, -errno, "cannot create", file);
+        unlink(tmp);
+        goto out;
+    }
+    if ((rc = sync_dir_of(file)) != 0)
+        set_io(err, rc, "cannot sync the directory of", file);
+out:
+    free(tmp);
+    free(file);
+    return rc;
+}
+
+void kvp__owner_remove(const char *path)
+{
+    char *file = cat3(path, ".owner", "");
+    if (file)
+        unlink(file);
+    free(file);
+}

@@ -1,0 +1,50 @@
+/*
+ * owner.h — the one metadata owner of a page file (kvp_store_claim): who it
+ * is, recorded in PATH.owner beside the file, and the canonical form of a
+ * metadata location that the record compares.
+ */
+#ifndef KVPAGE_STORE_OWNER_H
+#define KVPAGE_STORE_OWNER_H
+
+#include <stdint.h>
+#include "kvpage/error.h"
+
+/*
+ * The canonical form of a metadata location (malloc'd; NULL when out of
+ * memory): "mem:"; "file:" and an absolute path (a plain path or file:DIR,
+ * relative to the working directory); a URL with its scheme and host in
+ * lower case, without user or password, without a trailing slash, with its
+ * query (redis's ?prefix=) but no fragment. NULL or "" is "mem:".
+ */
+char *kvp__location_canon(const char *loc);
+
+/* "file:" and the absolute form of the directory dir (malloc'd, or NULL). */
+char *kvp__file_location(const char *dir);
+
+/* The absolute form of path (its directory resolved when it exists);
+ * malloc'd, NULL when out of memory. */
+char *kvp__path_abs(const char *path);
+
+/*
+ * Compares the owner recorded beside path with (loc, dep, pool, rank): loc
+ * canonical already. Returns 0 (the same owner, or path is not a regular
+ * file: a block device has no record), 1 (no record, or a record of a page
+ * file that does not exist: nothing to protect), -EEXIST (another
+ * owner: err names both and the fix, rule KVP_RULE_OWNER), or another
+ * negative errno (the record unreadable or malformed, KVP_RULE_IO).
+ */
+int kvp__owner_check(const char *path, const char *loc, const char *dep, const char *pool,
+                     uint32_t rank, struct kvp_error *err);
+
+/* Writes the record (temporary file, fsync, link or rename, fsync of the
+ * directory). Returns 0, 1 when the directory refuses new files (EACCES,
+ * EROFS, EPERM: nothing recorded, the open goes on), -EEXIST when another
+ * process wrote a different one meanwhile (err as kvp__owner_check), or a
+ * negative errno (KVP_RULE_IO). */
+int kvp__owner_write(const char *path, const char *loc, const char *dep, const char *pool,
+                     uint32_t rank, struct kvp_error *err);
+
+/* Removes the record (what a failed open that wrote it undoes). */
+void kvp__owner_remove(const char *path);
+
+#endif
