@@ -255,13 +255,31 @@ static int find_durability(const struct kvp_meta_value *v, void *arg)
     return 1;
 }
 
+/* loc as messages show it: a password in it ("redis://USER:PASS@...")
+ * becomes "***". */
+static void show_location(const char *loc, char *out, size_t len)
+{
+    const char *auth = strstr(loc, "://");
+    auth = auth ? auth + 3 : loc;
+    size_t end = strcspn(auth, "/?");
+    const char *at = NULL;
+    for (const char *p = auth; p < auth + end; p++)
+        if (*p == '@')
+            at = p;
+    const char *colon = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
+    if (!colon)
+        snprintf(out, len, "%s", loc);
+    else
+        snprintf(out, len, "%.*s:***%s", (int)(colon - loc), loc, at);
+}
+
 /*
  * Opens the state. A redis:// location that cannot be reached yet (Redis
  * starting with the server, a failover) is retried for up to 30 s before
  * the server gives up; once running, the backend reconnects by itself.
  */
-static int open_meta(const char *loc, const struct kvp_meta_opts *mo, struct kvp_meta **meta,
-                     struct kvp_error *err)
+static int open_meta(const char *loc, const char *shown, const struct kvp_meta_opts *mo,
+                     struct kvp_meta **meta, struct kvp_error *err)
 {
     int remote = loc && strncmp(loc, "redis://", 8) == 0;
     uint64_t give_up = kvp__mono_ns() + UINT64_C(30000000000), said = 0;
@@ -271,7 +289,7 @@ static int open_meta(const char *loc, const struct kvp_meta_opts *mo, struct kvp
         if (rc == 0 || !remote || err->rule != KVP_RULE_UNAVAILABLE || kvp__mono_ns() > give_up)
             return rc;
         if (kvp__mono_ns() >= said) {
-            KVP_LOGW("cannot reach %s yet (%s); retrying for up to 30 s", loc, err->msg);
+            KVP_LOGW("cannot reach %s yet (%s); retrying for up to 30 s", shown, err->msg);
             said = kvp__mono_ns() + UINT64_C(5000000000);
         }
         struct timespec nap = {0, 250 * 1000 * 1000};
@@ -1304,9 +1322,15 @@ int kvp__serve_main(int argc, char **argv)
     mo.log = meta_log;
     struct kvp_meta *meta = NULL;
     struct kvp_error merr = {0};
-    int rc = open_meta(meta_loc ? meta_loc : persistent ? NULL : "mem:", &mo, &meta, &merr);
+    /* Messages name the location without its password. */
+    char shown_loc[1024];
+    show_location(meta_loc ? meta_loc : "", shown_loc, sizeof shown_loc);
+    int rc = open_meta(meta_loc     ? meta_loc
+                       : persistent ? NULL
+                                    : "mem:",
+                       shown_loc, &mo, &meta, &merr);
     if (rc && meta_loc) {
-        fprintf(stderr, "kvpage serve: cannot open the state in %s: %s\n", meta_loc,
+        fprintf(stderr, "kvpage serve: cannot open the state in %s: %s\n", shown_loc,
                 merr.msg[0] ? merr.msg : kvp_strerror(rc));
         goto out;
     }
@@ -1327,33 +1351,33 @@ int kvp__serve_main(int argc, char **argv)
     }
     /* Before the listener: by the time a client is answered, the log says it. */
     if (meta_loc)
-        durability_warning(meta, meta_loc, fsync_mode);
+        durability_warning(meta, shown_loc, fsync_mode);
     struct serve *S = calloc(1, sizeof *S);
     if (!S) {
         fprintf(stderr, "kvpage serve: out of memory\n");
         kvp_meta_close(meta);
         goto out;
     }
-    static const char *const fsync_text[] = {"never", "batch", "always"};
+    /* Where the state is, as the backend says (never a password): the
+     * banner and /v1/stats's server.state. */
     char state_text[4200];
-    if (meta_loc) {
-        struct redis_durability dur = {-1, ""};
-        kvp_meta_values(meta, find_durability, &dur);
-        snprintf(state_text, sizeof state_text, "Redis %s (%s)", meta_loc,
-                 dur.level > 0 ? dur.how : "persistence settings unknown");
-    } else if (persistent) {
-        snprintf(state_text, sizeof state_text, "data directory %s (write-ahead log, fsync %s)",
-                 data_dir, fsync_text[fsync_mode]);
-    } else {
+    if (!persistent && !meta_loc)
         snprintf(state_text, sizeof state_text, "memory only (--data-dir none)");
-    }
+    else if (kvp_meta_describe(meta, state_text, sizeof state_text) < 0)
+        snprintf(state_text, sizeof state_text, "%s", shown_loc);
+    /* Before the listener, as the durability warning: a client that is
+     * answered finds it in the log. */
+    if (!persistent && !meta_loc)
+        KVP_LOGI("--data-dir none: state is in memory only");
+    else
+        KVP_LOGI("state in %s", state_text);
     struct kvp_server_config cfg = {
         .token = token,
         .allow = allow,
         .nallow = nallow,
         .max_body = (size_t)max_body,
         .max_keys = (size_t)max_keys,
-        .data_dir = meta_loc ? meta_loc : data_dir,
+        .data_dir = meta_loc ? shown_loc : data_dir,
         .state = state_text,
         .json_is_scratch = KVP_JSON_ARENA ? arena_holds_all : NULL,
     };
@@ -1422,11 +1446,6 @@ int kvp__serve_main(int argc, char **argv)
         addr_text(&la, host, sizeof host, &port);
         if (di && di->port)
             port = di->port;
-        static const char *const fsync_names[] = {"never", "batch", "always"};
-        if (!persistent && !meta_loc)
-            KVP_LOGI("--data-dir none: state is in memory only");
-        else
-            KVP_LOGI("state in %s (write-ahead log, fsync %s)", data_dir, fsync_names[fsync_mode]);
         KVP_LOGI("lease %" PRIu64 " ms, read grace %" PRIu64 " ms, max body %" PRIu64
                  " bytes, max keys %" PRIu64 ", %" PRIu64 " thread(s)%s%s",
                  lease_ms, grace_ms, max_body, max_keys, threads,
