@@ -388,10 +388,35 @@ KVP_API int kvp_meta_values(struct kvp_meta *m, kvp_meta_value_fn fn, void *arg)
 /*
  * 0 while changes are taken. Else the negative errno that refuses them now
  * (-ENOSPC or -EDQUOT: no room for the log; another: the log cannot be
- * written) and why (may be NULL) gets a sentence ("cannot write the log in
- * DIR: No space left on device"). Reads are served either way.
+ * written; for redis:// and http://, the store does not answer) and why (may
+ * be NULL) gets a sentence ("cannot write the log in DIR: No space left on
+ * device", "redis 10.0.0.5:6379: Connection refused"). Whether reads are
+ * served meanwhile: kvp_meta_health_scope.
  */
 KVP_API int kvp_meta_health(struct kvp_meta *m, char *why, size_t len);
+
+/*
+ * As kvp_meta_health, and what the failure takes away: *scope (may be NULL)
+ * gets 0 while healthy, KVP_HEALTH_WRITES when only changes are refused and
+ * reads are served (the in-process engine's log on a full or failing disk),
+ * or KVP_HEALTH_ALL when reads fail too (a redis:// store or a remote kvpage
+ * serve that does not answer).
+ */
+#define KVP_HEALTH_WRITES 1
+#define KVP_HEALTH_ALL 2
+KVP_API int kvp_meta_health_scope(struct kvp_meta *m, int *scope, char *why, size_t len);
+
+/*
+ * Where the state is and what an acknowledged change promises, as one line
+ * for a log or a status page, never with a password: "data directory DIR
+ * (write-ahead log, fsync batch)", "memory only", "Redis HOST:PORT db 0,
+ * prefix kvp (appendonly yes, appendfsync always: acknowledged changes
+ * survive a restart of Redis)", "kvpage serve at http://HOST:PORT". Writes
+ * at most len bytes with the NUL (buf may be NULL when len is 0) and returns
+ * the length of the whole line, as snprintf does; -EINVAL without a handle.
+ * For redis:// it asks Redis (CONFIG GET) each time.
+ */
+KVP_API int kvp_meta_describe(struct kvp_meta *m, char *buf, size_t len);
 
 /*
  * Writes a snapshot now, as opts.snapshot_mode says (KVP_SNAPSHOT_THREAD: by

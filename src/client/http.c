@@ -1258,9 +1258,10 @@ static int h_values(struct kvp_meta *m, kvp_meta_value_fn fn, void *arg)
     return 0;
 }
 
-static int h_health(struct kvp_meta *m, char *why, size_t len)
+static int h_health(struct kvp_meta *m, int *scope, char *why, size_t len)
 {
     struct hbe *b = be_of(m);
+    *scope = KVP_HEALTH_ALL;
     struct req r = {.idempotent = 1, .method = "GET"};
     snprintf(r.path, sizeof r.path, "/healthz");
     struct kvp_error err = {0};
@@ -1276,15 +1277,24 @@ static int h_health(struct kvp_meta *m, char *why, size_t len)
     hb_free(&r.reply);
     if (r.status == 200 && !strcmp(text, "ok"))
         return 0;
+    if (r.status == 200 && !strncmp(text, "degraded: ", 10))
+        *scope = KVP_HEALTH_WRITES; /* "degraded: writes refused: ...": reads are served */
     if (r.status == 200)
         rc = strstr(text, "No space left") ? -ENOSPC
              : strstr(text, "quota")       ? -EDQUOT
-                                           : -EIO; /* "degraded: writes refused: ..." */
+                                           : -EIO; /* or "unavailable: ..." */
     else
         rc = r.status == 401 || r.status == 403 ? -EACCES : -ECONNREFUSED;
     if (why && len)
         snprintf(why, len, "GET /healthz of %s: %ld %s", b->root, r.status, text);
     return rc;
+}
+
+static int h_describe(struct kvp_meta *m, char *buf, size_t len)
+{
+    struct hbe *b = be_of(m);
+    return snprintf(buf, len, "kvpage serve at %s%s%s", b->root, b->fixed_dep ? "/ns/" : "",
+                    b->fixed_dep ? b->fixed_dep : "");
 }
 
 static int h_snapshot(struct kvp_meta *m)
@@ -1414,4 +1424,5 @@ const struct kvp__meta_ops kvp__http_ops = {
     .values = h_values,
     .health = h_health,
     .snapshot = h_snapshot,
+    .describe = h_describe,
 };

@@ -71,10 +71,14 @@ struct kvp__meta_ops {
     /* Durability: as kvp_meta_wait / kvp_meta_when_durable, ticket != 0. */
     int (*wait)(struct kvp_meta *m, uint64_t ticket, struct kvp_error *err);
     int (*when_durable)(struct kvp_meta *m, uint64_t ticket, kvp_meta_durable_fn fn, void *arg);
-    /* May be NULL: no values, always healthy, no snapshots (-ENOENT). */
+    /* May be NULL: no values, always healthy, no snapshots (-ENOENT), no
+     * description but the name. health sets *scope (never NULL) when it
+     * fails: KVP_HEALTH_WRITES or KVP_HEALTH_ALL (kvp_meta_health_scope);
+     * describe is as kvp_meta_describe. */
     int (*values)(struct kvp_meta *m, kvp_meta_value_fn fn, void *arg);
-    int (*health)(struct kvp_meta *m, char *why, size_t len);
+    int (*health)(struct kvp_meta *m, int *scope, char *why, size_t len);
     int (*snapshot)(struct kvp_meta *m);
+    int (*describe)(struct kvp_meta *m, char *buf, size_t len);
 };
 
 /* The in-process engine (src/meta/local.c): mem: and file:. */

@@ -1696,9 +1696,21 @@ static int lo_values(struct kvp_meta *front, kvp_meta_value_fn fn, void *arg)
     return kvp__persist_values(front->be, fn, arg);
 }
 
-static int lo_health(struct kvp_meta *front, char *why, size_t len)
+static int lo_health(struct kvp_meta *front, int *scope, char *why, size_t len)
 {
+    *scope = KVP_HEALTH_WRITES; /* the log: reads are served from memory */
     return kvp__persist_health(front->be, why, len);
+}
+
+static int lo_describe(struct kvp_meta *front, char *buf, size_t len)
+{
+    static const char *const fsync_names[] = {"never", "batch", "always"};
+    const struct kvp__local *m = front->be;
+    if (!m->opts.data_dir)
+        return snprintf(buf, len, "memory only");
+    int f = m->opts.fsync;
+    return snprintf(buf, len, "data directory %s (write-ahead log%s, fsync %s)", m->opts.data_dir,
+                    m->opts.readonly ? ", read only" : "", f >= 0 && f <= 2 ? fsync_names[f] : "?");
 }
 
 static int lo_snapshot(struct kvp_meta *front)
@@ -1726,4 +1738,5 @@ const struct kvp__meta_ops kvp__local_ops = {
     .values = lo_values,
     .health = lo_health,
     .snapshot = lo_snapshot,
+    .describe = lo_describe,
 };

@@ -481,13 +481,33 @@ KVP_API int kvp_meta_values(struct kvp_meta *m, kvp_meta_value_fn fn, void *arg)
     return m->ops->values ? m->ops->values(m, fn, arg) : 0;
 }
 
-KVP_API int kvp_meta_health(struct kvp_meta *m, char *why, size_t len)
+KVP_API int kvp_meta_health_scope(struct kvp_meta *m, int *scope, char *why, size_t len)
 {
+    int sc = 0;
+    if (scope)
+        *scope = 0;
     if (!m)
         return -EINVAL;
     if (why && len)
         why[0] = '\0';
-    return m->ops->health ? m->ops->health(m, why, len) : 0;
+    int rc = m->ops->health ? m->ops->health(m, &sc, why, len) : 0;
+    if (scope && rc)
+        *scope = sc == KVP_HEALTH_ALL ? KVP_HEALTH_ALL : KVP_HEALTH_WRITES;
+    return rc;
+}
+
+KVP_API int kvp_meta_health(struct kvp_meta *m, char *why, size_t len)
+{
+    return kvp_meta_health_scope(m, NULL, why, len);
+}
+
+KVP_API int kvp_meta_describe(struct kvp_meta *m, char *buf, size_t len)
+{
+    if (!m || (!buf && len))
+        return -EINVAL;
+    if (m->ops->describe)
+        return m->ops->describe(m, buf, len);
+    return snprintf(buf, len, "the %s backend", m->ops->name);
 }
 
 KVP_API int kvp_meta_snapshot(struct kvp_meta *m)

@@ -94,6 +94,7 @@ struct rmeta {
     struct kvp_meta *front;
     char prefix[MAX_PREFIX + 1];
     char loc[256]; /* the seeds (never the password), for messages */
+    int db;
     uint64_t lease_ms, grace_ms;
     struct kvp__rscript scripts[SC_COUNT];
     pthread_mutex_t lock; /* guards nss */
@@ -1355,10 +1356,29 @@ static int rd_values(struct kvp_meta *front, kvp_meta_value_fn fn, void *arg)
     return 0;
 }
 
-static int rd_health(struct kvp_meta *front, char *why, size_t len)
+static int rd_health(struct kvp_meta *front, int *scope, char *why, size_t len)
 {
     struct rmeta *m = front->be;
+    *scope = KVP_HEALTH_ALL; /* every call needs Redis */
     return kvp__rconn_ping(m->c, why, len);
+}
+
+/* What a durability level of kvp__redis_durability means. */
+static const char *durability_meaning(int level)
+{
+    return level == 2   ? "acknowledged changes survive a restart of Redis"
+           : level == 1 ? "up to about a second of acknowledged changes may be lost"
+           : level == 0 ? "changes since the last RDB save may be lost"
+                        : "what a restart of Redis loses is unknown";
+}
+
+static int rd_describe(struct kvp_meta *front, char *buf, size_t len)
+{
+    struct rmeta *m = front->be;
+    char d[160];
+    int level = kvp__redis_durability(front, d, sizeof d);
+    return snprintf(buf, len, "Redis %s db %d, prefix %s (%s: %s)", m->loc, m->db, m->prefix, d,
+                    durability_meaning(level));
 }
 
 static int rd_snapshot(struct kvp_meta *front)
@@ -1482,6 +1502,9 @@ static int rd_open(struct kvp_meta *front, const char *where, struct kvp_error *
         free(m);
         return rc;
     }
+    m->db = cfg.db;
+    cfg.log = front->opts.log;
+    cfg.log_arg = front->opts.log_arg;
     cfg.connect_timeout_ms = front->opts.connect_timeout_ms ? front->opts.connect_timeout_ms : 2000;
     cfg.timeout_ms = front->opts.timeout_ms ? front->opts.timeout_ms : 10000;
     /* For messages: the seeds, never the password. */
@@ -1507,11 +1530,7 @@ static int rd_open(struct kvp_meta *front, const char *where, struct kvp_error *
     if (front->opts.log) {
         char d[160], line[512];
         int level = kvp__redis_durability(front, d, sizeof d);
-        snprintf(line, sizeof line, "redis %s: %s (%s)", m->loc, d,
-                 level == 2   ? "acknowledged changes survive a restart of Redis"
-                 : level == 1 ? "up to about a second of acknowledged changes may be lost"
-                 : level == 0 ? "changes since the last RDB save may be lost"
-                              : "what a restart of Redis loses is unknown");
+        snprintf(line, sizeof line, "redis %s: %s (%s)", m->loc, d, durability_meaning(level));
         front->opts.log(front->opts.log_arg, 2, line);
         const char *argv[3] = {"CONFIG", "GET", "maxmemory-policy"};
         struct policy_arg pa = {m, front};
@@ -1540,4 +1559,5 @@ const struct kvp__meta_ops kvp__redis_ops = {
     .values = rd_values,
     .health = rd_health,
     .snapshot = rd_snapshot,
+    .describe = rd_describe,
 };

@@ -39,6 +39,13 @@ struct rnode {
     pthread_mutex_t lock;
     redisContext *idle[POOL_IDLE];
     int nidle;
+    /* An outage: set by a call that failed for want of the node, ended by
+     * an answer to a call that began after it was set (an answer to an
+     * older call says nothing of now). Guarded by lock. */
+    int down;
+    uint64_t epoch;   /* raised when down is set; each call notes it at its start */
+    uint64_t down_ms; /* since when */
+    uint64_t down_calls;
 };
 
 struct kvp__rconn {
@@ -228,12 +235,13 @@ static int idle_dead(const redisContext *x)
 /* A connection to n: an idle one that is alive, else a new one. *fresh: new.
  * Finding the dead ones before a command is sent lets even an allocation
  * (never repeated) go through after Redis restarted. */
-static redisContext *node_take(struct kvp__rconn *c, struct rnode *n, int *fresh,
+static redisContext *node_take(struct kvp__rconn *c, struct rnode *n, int *fresh, uint64_t *epoch,
                                struct kvp_error *err, int *rc)
 {
     for (;;) {
         pthread_mutex_lock(&n->lock);
         redisContext *x = n->nidle ? n->idle[--n->nidle] : NULL;
+        *epoch = n->epoch;
         pthread_mutex_unlock(&n->lock);
         *rc = 0;
         if (!x) {
@@ -249,9 +257,53 @@ static redisContext *node_take(struct kvp__rconn *c, struct rnode *n, int *fresh
     }
 }
 
-static void node_put(struct rnode *n, redisContext *x)
+static uint64_t mono_ms(void)
 {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* A call failed for want of n (no connection, or it was lost or timed out):
+ * the first failure of an outage is logged, the others only counted. */
+static void node_failed(struct kvp__rconn *c, struct rnode *n, int rc, const struct kvp_error *err)
+{
+    int first = 0;
     pthread_mutex_lock(&n->lock);
+    if (!n->down) {
+        n->down = first = 1;
+        n->epoch++;
+        n->down_ms = mono_ms();
+        n->down_calls = 0;
+    }
+    n->down_calls++;
+    pthread_mutex_unlock(&n->lock);
+    if (first && c->cfg.log) {
+        char line[400];
+        if (err && err->msg[0])
+            snprintf(line, sizeof line, "%s: every call that needs it fails until it answers again",
+                     err->msg);
+        else
+            snprintf(line, sizeof line,
+                     "redis %s: %s: every call that needs it fails until it answers again", n->name,
+                     kvp_strerror(rc));
+        c->cfg.log(c->cfg.log_arg, 1, line);
+    }
+}
+
+/* Gives x back after an answer to a call that began at epoch: a node that was
+ * down answers again. */
+static void node_put(struct kvp__rconn *c, struct rnode *n, redisContext *x, uint64_t epoch)
+{
+    uint64_t down_ms = 0, calls = 0;
+    int back = 0;
+    pthread_mutex_lock(&n->lock);
+    if (!x->err && n->down && n->epoch == epoch) {
+        n->down = 0;
+        back = 1;
+        down_ms = mono_ms() - n->down_ms;
+        calls = n->down_calls;
+    }
     if (!x->err && n->nidle < POOL_IDLE) {
         n->idle[n->nidle++] = x;
         x = NULL;
@@ -259,6 +311,13 @@ static void node_put(struct rnode *n, redisContext *x)
     pthread_mutex_unlock(&n->lock);
     if (x)
         redisFree(x);
+    if (back && c->cfg.log) {
+        char line[200];
+        snprintf(line, sizeof line,
+                 "redis %s answers again, after %.1f s in which %llu call(s) failed for want of it",
+                 n->name, (double)down_ms / 1000.0, (unsigned long long)calls);
+        c->cfg.log(c->cfg.log_arg, 2, line);
+    }
 }
 
 /* ---------------------------------------------------------------- the slot map */
@@ -275,7 +334,8 @@ static int refresh_map(struct kvp__rconn *c, struct kvp_error *err)
         struct rnode *n = c->nodes[i];
         pthread_mutex_unlock(&c->lock);
         int fresh;
-        redisContext *x = node_take(c, n, &fresh, err, &rc);
+        uint64_t ep;
+        redisContext *x = node_take(c, n, &fresh, &ep, err, &rc);
         if (!x)
             continue;
         errno = 0;
@@ -289,7 +349,7 @@ static int refresh_map(struct kvp__rconn *c, struct kvp_error *err)
         if (r->type != REDIS_REPLY_ARRAY) {
             rc = r->type == REDIS_REPLY_ERROR ? reply_error(n, r, err) : -EIO;
             freeReplyObject(r);
-            node_put(n, x);
+            node_put(c, n, x, ep);
             continue;
         }
         pthread_mutex_lock(&c->lock);
@@ -313,7 +373,7 @@ static int refresh_map(struct kvp__rconn *c, struct kvp_error *err)
         c->cluster = 1;
         pthread_mutex_unlock(&c->lock);
         freeReplyObject(r);
-        node_put(n, x);
+        node_put(c, n, x, ep);
         return 0;
     }
     return rc;
@@ -356,13 +416,6 @@ static struct rnode *redirect_target(struct kvp__rconn *c, const char *msg, int 
 
 /* ---------------------------------------------------------------- commands */
 
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static void sleep_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
@@ -400,8 +453,8 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
 {
     *out = NULL;
     char sha[41];
-    size_t *l = (size_t *)lens; /* argv[1]'s length is ours to set for a script */
-    struct rnode *ask = NULL;
+    size_t *l = (size_t *)lens;             /* argv[1]'s length is ours to set for a script */
+    struct rnode *ask = NULL, *lost = NULL; /* lost: the last node whose connection was lost */
     int rc = -EIO;
     /* Repeats (redirections, failovers, reloads) start only within one
      * connect and one command timeout of the call's start, so that a call
@@ -412,9 +465,11 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
             break;
         struct rnode *n = ask ? ask : node_for(c, slot);
         int fresh;
-        redisContext *x = node_take(c, n, &fresh, err, &rc);
+        uint64_t ep;
+        redisContext *x = node_take(c, n, &fresh, &ep, err, &rc);
         if (!x) {
             atomic_fetch_add(&c->failures, 1);
+            node_failed(c, n, rc, err);
             /* Nothing was sent. In a cluster another node may now serve the
              * slot (a failover): read the map again and retry. */
             if (c->cluster && rc != -EACCES && attempt < 2 && mono_ms() < deadline &&
@@ -428,7 +483,7 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
             pthread_mutex_unlock(&c->lock);
             if (!sha[0]) {
                 if ((rc = load_script(c, n, x, script, err)) != 0) {
-                    node_put(n, x);
+                    node_put(c, n, x, ep);
                     return rc;
                 }
                 pthread_mutex_lock(&c->lock);
@@ -477,8 +532,11 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
             /* A pooled connection found dead (the server restarted): the
              * command may not have reached it, and an idempotent one is
              * safe to send again anyway. A timeout is not repeated. */
-            if (!fresh && idempotent && rc != -ETIMEDOUT)
+            if (!fresh && idempotent && rc != -ETIMEDOUT) {
+                lost = n;
                 continue;
+            }
+            node_failed(c, n, rc, err);
             return rc;
         }
         if (r->type == REDIS_REPLY_ERROR) {
@@ -488,7 +546,7 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
                 atomic_fetch_add(&c->redirects, 1);
                 rc = reply_error(n, r, err);
                 freeReplyObject(r);
-                node_put(n, x);
+                node_put(c, n, x, ep);
                 if (!t)
                     return rc;
                 if (!moved)
@@ -498,14 +556,14 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
             if (script && !strncmp(r->str, "NOSCRIPT", 8)) {
                 freeReplyObject(r);
                 rc = load_script(c, n, x, script, err);
-                node_put(n, x);
+                node_put(c, n, x, ep);
                 if (rc)
                     return rc;
                 continue;
             }
             rc = reply_error(n, r, err);
             freeReplyObject(r);
-            node_put(n, x);
+            node_put(c, n, x, ep);
             if (rc == -EAGAIN && attempt + 1 < MAX_ATTEMPTS) {
                 if (c->cluster && mono_ms() < deadline)
                     refresh_map(c, NULL);
@@ -514,12 +572,14 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
             }
             return rc;
         }
-        node_put(n, x);
+        node_put(c, n, x, ep);
         *out = r;
         return 0;
     }
     if (rc == 0)
         rc = -EIO;
+    if (lost)
+        node_failed(c, lost, rc, err);
     if (err) {
         char last[sizeof err->msg];
         snprintf(last, sizeof last, "%s", err->msg);
@@ -537,6 +597,7 @@ int kvp__rconn_multi(struct kvp__rconn *c, struct kvp__rcmd *cmds, size_t n, str
     char(*sha)[41] = malloc((n ? n : 1) * sizeof *sha);
     struct rnode *nodes[MAX_NODES];
     struct kvp_error down[MAX_NODES]; /* why a node could not be reached */
+    uint64_t ep[MAX_NODES];           /* the epoch of each node at its call (node_put) */
     int down_rc[MAX_NODES] = {0};
     size_t nn = 0;
     for (size_t i = 0; nidx && i < n; i++) {
@@ -554,9 +615,10 @@ int kvp__rconn_multi(struct kvp__rconn *c, struct kvp__rcmd *cmds, size_t n, str
     for (size_t d = 0; nidx && state && sha && d < nn; d++) {
         int fresh;
         memset(&down[d], 0, sizeof down[d]);
-        redisContext *x = node_take(c, nodes[d], &fresh, &down[d], &down_rc[d]);
+        redisContext *x = node_take(c, nodes[d], &fresh, &ep[d], &down[d], &down_rc[d]);
         if (!x) {
             atomic_fetch_add(&c->failures, 1);
+            node_failed(c, nodes[d], down_rc[d], &down[d]);
             any_down = 1;
             continue;
         }
@@ -589,6 +651,8 @@ int kvp__rconn_multi(struct kvp__rconn *c, struct kvp__rcmd *cmds, size_t n, str
                 drop_idle(nodes[d]);
                 /* A timeout is not repeated: the node's other commands
                  * fail with it instead of waiting as long once more each. */
+                if (rc == -ETIMEDOUT)
+                    node_failed(c, nodes[d], rc, &e);
                 for (size_t k = j; rc == -ETIMEDOUT && k < n; k++)
                     if (nidx[k] == d && state[k] == 1)
                         state[k] = 3, cmds[k].rc = rc, cmds[k].err = e;
@@ -606,7 +670,7 @@ int kvp__rconn_multi(struct kvp__rconn *c, struct kvp__rcmd *cmds, size_t n, str
             }
         }
         if (x)
-            node_put(nodes[d], x);
+            node_put(c, nodes[d], x, ep[d]);
     }
     /* A node that could not be reached: in a cluster its slots may have
      * moved (read the map once); the commands still meant for it fail with
@@ -665,7 +729,10 @@ int kvp__rconn_each_master(struct kvp__rconn *c, int argc, const char **argv, kv
         struct kvp_error e = {0};
         int fresh, rc;
         redisReply *r = NULL;
-        redisContext *x = node_take(c, ms[i], &fresh, &e, &rc);
+        uint64_t ep;
+        redisContext *x = node_take(c, ms[i], &fresh, &ep, &e, &rc);
+        if (!x)
+            node_failed(c, ms[i], rc, &e);
         if (x) {
             errno = 0;
             r = redisCommandArgv(x, argc, argv, NULL);
@@ -673,10 +740,11 @@ int kvp__rconn_each_master(struct kvp__rconn *c, int argc, const char **argv, kv
                 rc = ctx_error(c, ms[i], x, errno, &e);
                 redisFree(x);
                 drop_idle(ms[i]);
+                node_failed(c, ms[i], rc, &e);
             } else {
                 if (r->type == REDIS_REPLY_ERROR)
                     rc = reply_error(ms[i], r, &e);
-                node_put(ms[i], x);
+                node_put(c, ms[i], x, ep);
             }
         }
         int stop = fn(arg, ms[i]->name, rc ? NULL : r, rc, &e);
@@ -763,7 +831,8 @@ int kvp__rconn_open(struct kvp__rconn **out, struct kvp__rcfg *cfg, struct kvp_e
     for (size_t i = 0; i < c->nnodes; i++) {
         struct rnode *n = c->nodes[i];
         int fresh;
-        redisContext *x = node_take(c, n, &fresh, err, &rc);
+        uint64_t ep;
+        redisContext *x = node_take(c, n, &fresh, &ep, err, &rc);
         if (!x)
             continue;
         errno = 0;
@@ -776,7 +845,7 @@ int kvp__rconn_open(struct kvp__rconn **out, struct kvp__rcfg *cfg, struct kvp_e
         int cl = r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_enabled:1");
         rc = r->type == REDIS_REPLY_ERROR ? reply_error(n, r, err) : 0;
         freeReplyObject(r);
-        node_put(n, x);
+        node_put(c, n, x, ep);
         if (rc)
             continue;
         if (cl || c->cfg.nseeds > 1) {

@@ -21,6 +21,11 @@ struct kvp__rcfg {
     size_t nseeds;
     char *host[KVP_REDIS_MAX_SEEDS];
     int port[KVP_REDIS_MAX_SEEDS];
+    /* Where an outage of a node and its end are said, once each (may be
+     * NULL): level 1 (warning) when a call first fails for want of the node,
+     * 2 (information) when it answers again. */
+    void (*log)(void *arg, int level, const char *msg);
+    void *log_arg;
 };
 
 /* A Lua script, run with EVALSHA; its SHA is learnt from SCRIPT LOAD. */

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 #include <stddef.h>
 #include <sys/socket.h>
@@ -46,6 +47,10 @@ struct conn {
     int too_large;
     int memory_full; /* the body was dropped: over --max-body-memory */
     size_t held;     /* bytes of --max-body-memory this request's body holds */
+    /* A refused body is read and dropped, up to discard_max bytes in all and
+     * until drop_until_ms, so that the client reads the reply. */
+    uint64_t body_seen;     /* bytes of this request's body received */
+    uint64_t drop_until_ms; /* 0: no body being dropped */
     /* Group commit: a reply that changed state waits, with the connection
      * suspended, until the log is durable up to the request's records. */
     struct MHD_Connection *mc;
@@ -168,6 +173,20 @@ static atomic_int g_stopping;
  * takes the guard about 0.1 s, a valid 1,000,000-key request longer). */
 #define WORKER_BODY_MIN ((size_t)1 << 20)
 
+/*
+ * A body that is refused (over --max-body or --max-body-memory) is still
+ * read, and dropped, before the reply: a client such as Python's
+ * http.client sends its whole body before it reads, and a reply sent (and
+ * the connection closed) while it sends makes its kernel reset the
+ * connection before it reads the reply. The reading is bounded as nginx's
+ * lingering close is: at most DROP_SECONDS, and at most --max-body plus the
+ * larger of --max-body and DROP_EXTRA_MIN in all (discard_max). Past
+ * either, or for a Content-Length past the bytes, the server answers at once
+ * and closes the connection, and the client may see a reset.
+ */
+#define DROP_SECONDS 10
+#define DROP_EXTRA_MIN ((uint64_t)64 << 20)
+
 /* The per-client connection counts: a chained hash table under one lock
  * (taken once per accept and once per close). */
 #define CLIENT_BUCKETS 1024
@@ -181,7 +200,8 @@ struct serve {
     struct kvp_server srv;
     struct kvp_meta *meta;
     size_t max_body;
-    int group_commit; /* --fsync batch: replies wait for the flusher, parked */
+    uint64_t discard_max; /* the most bytes of a refused body read (see DROP_SECONDS) */
+    int group_commit;     /* --fsync batch: replies wait for the flusher, parked */
     unsigned idle_timeout, request_timeout; /* seconds; 0: none */
     uint64_t max_conns, max_conns_per_client;
     size_t max_body_memory;
@@ -235,13 +255,31 @@ static int find_durability(const struct kvp_meta_value *v, void *arg)
     return 1;
 }
 
+/* loc as messages show it: a password in it ("redis://USER:PASS@...")
+ * becomes "***". */
+static void show_location(const char *loc, char *out, size_t len)
+{
+    const char *auth = strstr(loc, "://");
+    auth = auth ? auth + 3 : loc;
+    size_t end = strcspn(auth, "/?");
+    const char *at = NULL;
+    for (const char *p = auth; p < auth + end; p++)
+        if (*p == '@')
+            at = p;
+    const char *colon = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
+    if (!colon)
+        snprintf(out, len, "%s", loc);
+    else
+        snprintf(out, len, "%.*s:***%s", (int)(colon - loc), loc, at);
+}
+
 /*
  * Opens the state. A redis:// location that cannot be reached yet (Redis
  * starting with the server, a failover) is retried for up to 30 s before
  * the server gives up; once running, the backend reconnects by itself.
  */
-static int open_meta(const char *loc, const struct kvp_meta_opts *mo, struct kvp_meta **meta,
-                     struct kvp_error *err)
+static int open_meta(const char *loc, const char *shown, const struct kvp_meta_opts *mo,
+                     struct kvp_meta **meta, struct kvp_error *err)
 {
     int remote = loc && strncmp(loc, "redis://", 8) == 0;
     uint64_t give_up = kvp__mono_ns() + UINT64_C(30000000000), said = 0;
@@ -251,7 +289,7 @@ static int open_meta(const char *loc, const struct kvp_meta_opts *mo, struct kvp
         if (rc == 0 || !remote || err->rule != KVP_RULE_UNAVAILABLE || kvp__mono_ns() > give_up)
             return rc;
         if (kvp__mono_ns() >= said) {
-            KVP_LOGW("cannot reach %s yet (%s); retrying for up to 30 s", loc, err->msg);
+            KVP_LOGW("cannot reach %s yet (%s); retrying for up to 30 s", shown, err->msg);
             said = kvp__mono_ns() + UINT64_C(5000000000);
         }
         struct timespec nap = {0, 250 * 1000 * 1000};
@@ -777,6 +815,24 @@ static enum MHD_Result respond(struct serve *S, struct MHD_Connection *mc, struc
     return queue_reply(mc, &cn->rep);
 }
 
+/* Why this thread's callback closed a connection on purpose (MHD then logs
+ * "Application reported internal error"), for mhd_log to say instead. */
+static _Thread_local char t_close_why[384];
+
+/* The body of this request will be refused: from now on it is read and
+ * dropped, for DROP_SECONDS at most. */
+static void start_dropping(struct conn *cn)
+{
+    cn->drop_until_ms = kvp__mono_ms() + DROP_SECONDS * 1000;
+}
+
+/* The client waits for "100 Continue" before it sends its body. */
+static int expects_continue(struct MHD_Connection *mc)
+{
+    const char *e = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+    return e && strcasecmp(e, "100-continue") == 0;
+}
+
 /* The handler decodes the path itself, one segment at a time, so that an
  * encoded '/' or NUL in a deployment name is a bad name (400), not another
  * path (docs/protocol-notes.md). */
@@ -794,6 +850,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     (void)version;
     struct serve *S = cls;
     struct conn *cn = *con_cls;
+    t_close_why[0] = '\0';
     if (cn && cn->waiting) {
         if (!atomic_load(&cn->durable))
             return MHD_YES; /* not ours to answer yet */
@@ -811,6 +868,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         kvp__buf_reset(&cn->in);
         cn->too_large = 0;
         cn->memory_full = 0;
+        cn->body_seen = 0;
+        cn->drop_until_ms = 0;
         body_release(S, cn);
         if (cn->rep.body.cap > KEEP_BUFFER_MAX || cn->rep.scratch_cap > KEEP_BUFFER_MAX / 8) {
             kvp__reply_free(&cn->rep);
@@ -821,16 +880,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         if (cl) {
             uint64_t n;
             if (!kvp__parse_size(cl, 0, &n) && n > S->max_body) {
-                /* Answer before reading any of the body; MHD then closes
-                 * the connection instead of reading it. */
                 cn->too_large = 1;
-                return respond(S, mc, cn, url, method);
+                /* A client waiting for 100 Continue sends no body after the
+                 * reply; a body past what is dropped is not read at all:
+                 * answer before reading any of it (MHD then closes the
+                 * connection instead of reading it). */
+                if (n > S->discard_max || expects_continue(mc))
+                    return respond(S, mc, cn, url, method);
+                start_dropping(cn);
+                return MHD_YES;
             }
             if (!kvp__parse_size(cl, 0, &n) && body_hold(S, cn, (size_t)n)) {
-                /* Read and drop the body, then answer: a reply sent while
-                 * the client still sends makes its kernel reset the
-                 * connection before the client reads the reply. */
                 cn->memory_full = 1;
+                start_dropping(cn);
                 return MHD_YES;
             }
             if (!kvp__parse_size(cl, 0, &n) && n <= KEEP_BUFFER_MAX)
@@ -842,12 +904,25 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         size_t n = *upload_data_size;
         *upload_data_size = 0;
         cn->last_ms = kvp__mono_ms();
-        if (cn->too_large || cn->memory_full)
-            return MHD_YES; /* drop the rest of a body that will be refused */
+        cn->body_seen += n;
+        if (cn->drop_until_ms) {
+            /* The body will be refused: drop it, within the bounds. */
+            if (cn->body_seen <= S->discard_max && cn->last_ms <= cn->drop_until_ms)
+                return MHD_YES;
+            /* MHD 0.9.75 cannot answer in the middle of a body: close. */
+            snprintf(t_close_why, sizeof t_close_why,
+                     "%s %.200s: closed the connection after %" PRIu64 " bytes of a body that "
+                     "is refused (%s): more than is read and dropped (%" PRIu64 " bytes, %d s)",
+                     method, url, cn->body_seen,
+                     cn->too_large ? "over --max-body" : "over --max-body-memory", S->discard_max,
+                     DROP_SECONDS);
+            return MHD_NO;
+        }
         if (n > S->max_body - cn->in.len) {
             cn->too_large = 1;
             kvp__buf_free(&cn->in);
             body_release(S, cn);
+            start_dropping(cn);
             return MHD_YES;
         }
         /* A body without Content-Length holds memory as it grows, in doublings. */
@@ -862,6 +937,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
                 cn->memory_full = 1;
                 kvp__buf_free(&cn->in);
                 body_release(S, cn);
+                start_dropping(cn);
                 return MHD_YES;
             }
         }
@@ -894,10 +970,15 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     if (was_dropped)
         KVP_LOGW("libmicrohttpd: %llu more messages in the last second were not logged",
                  (unsigned long long)was_dropped);
-    if (quiet)
-        return;
     char line[1024];
     vsnprintf(line, sizeof line, fmt, ap);
+    int ours = t_close_why[0] && strstr(line, "Application reported internal error");
+    if (ours && !quiet)
+        KVP_LOGW("%s", t_close_why);
+    if (ours)
+        t_close_why[0] = '\0';
+    if (quiet || ours)
+        return;
     size_t n = strlen(line);
     while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
         line[--n] = 0;
@@ -1241,9 +1322,15 @@ int kvp__serve_main(int argc, char **argv)
     mo.log = meta_log;
     struct kvp_meta *meta = NULL;
     struct kvp_error merr = {0};
-    int rc = open_meta(meta_loc ? meta_loc : persistent ? NULL : "mem:", &mo, &meta, &merr);
+    /* Messages name the location without its password. */
+    char shown_loc[1024];
+    show_location(meta_loc ? meta_loc : "", shown_loc, sizeof shown_loc);
+    int rc = open_meta(meta_loc     ? meta_loc
+                       : persistent ? NULL
+                                    : "mem:",
+                       shown_loc, &mo, &meta, &merr);
     if (rc && meta_loc) {
-        fprintf(stderr, "kvpage serve: cannot open the state in %s: %s\n", meta_loc,
+        fprintf(stderr, "kvpage serve: cannot open the state in %s: %s\n", shown_loc,
                 merr.msg[0] ? merr.msg : kvp_strerror(rc));
         goto out;
     }
@@ -1264,33 +1351,33 @@ int kvp__serve_main(int argc, char **argv)
     }
     /* Before the listener: by the time a client is answered, the log says it. */
     if (meta_loc)
-        durability_warning(meta, meta_loc, fsync_mode);
+        durability_warning(meta, shown_loc, fsync_mode);
     struct serve *S = calloc(1, sizeof *S);
     if (!S) {
         fprintf(stderr, "kvpage serve: out of memory\n");
         kvp_meta_close(meta);
         goto out;
     }
-    static const char *const fsync_text[] = {"never", "batch", "always"};
+    /* Where the state is, as the backend says (never a password): the
+     * banner and /v1/stats's server.state. */
     char state_text[4200];
-    if (meta_loc) {
-        struct redis_durability dur = {-1, ""};
-        kvp_meta_values(meta, find_durability, &dur);
-        snprintf(state_text, sizeof state_text, "Redis %s (%s)", meta_loc,
-                 dur.level > 0 ? dur.how : "persistence settings unknown");
-    } else if (persistent) {
-        snprintf(state_text, sizeof state_text, "data directory %s (write-ahead log, fsync %s)",
-                 data_dir, fsync_text[fsync_mode]);
-    } else {
+    if (!persistent && !meta_loc)
         snprintf(state_text, sizeof state_text, "memory only (--data-dir none)");
-    }
+    else if (kvp_meta_describe(meta, state_text, sizeof state_text) < 0)
+        snprintf(state_text, sizeof state_text, "%s", shown_loc);
+    /* Before the listener, as the durability warning: a client that is
+     * answered finds it in the log. */
+    if (!persistent && !meta_loc)
+        KVP_LOGI("--data-dir none: state is in memory only");
+    else
+        KVP_LOGI("state in %s", state_text);
     struct kvp_server_config cfg = {
         .token = token,
         .allow = allow,
         .nallow = nallow,
         .max_body = (size_t)max_body,
         .max_keys = (size_t)max_keys,
-        .data_dir = meta_loc ? meta_loc : data_dir,
+        .data_dir = meta_loc ? shown_loc : data_dir,
         .state = state_text,
         .json_is_scratch = KVP_JSON_ARENA ? arena_holds_all : NULL,
     };
@@ -1298,6 +1385,7 @@ int kvp__serve_main(int argc, char **argv)
     S->meta = meta;
     S->group_commit = fsync_mode == KVP_FSYNC_BATCH;
     S->max_body = (size_t)max_body;
+    S->discard_max = max_body + (max_body > DROP_EXTRA_MIN ? max_body : DROP_EXTRA_MIN);
     S->idle_timeout = (unsigned)idle_timeout;
     S->request_timeout = (unsigned)request_timeout;
     S->max_conns = max_conns;
@@ -1358,11 +1446,6 @@ int kvp__serve_main(int argc, char **argv)
         addr_text(&la, host, sizeof host, &port);
         if (di && di->port)
             port = di->port;
-        static const char *const fsync_names[] = {"never", "batch", "always"};
-        if (!persistent && !meta_loc)
-            KVP_LOGI("--data-dir none: state is in memory only");
-        else
-            KVP_LOGI("state in %s (write-ahead log, fsync %s)", data_dir, fsync_names[fsync_mode]);
         KVP_LOGI("lease %" PRIu64 " ms, read grace %" PRIu64 " ms, max body %" PRIu64
                  " bytes, max keys %" PRIu64 ", %" PRIu64 " thread(s)%s%s",
                  lease_ms, grace_ms, max_body, max_keys, threads,

@@ -6,6 +6,7 @@ Times are checked with margins that hold for the sanitizer build on two busy
 cores; the figures themselves are measured by bench/hostile/.
 """
 import http.client
+import json
 import resource
 import socket
 import threading
@@ -353,3 +354,149 @@ def test_body_memory_budget(start_server):
     assert r.status_code == 200 and r.json()["exists"] == [False] * 100000
     r = c.s.post(srv.url("/keys/batch_exists"), data=chunks(), timeout=60)
     assert r.status_code == 200, r.text[:200]
+
+
+# ---- bodies over --max-body (issue 26, item 4) -------------------------------------------
+
+OVER = 64 * MIB + 64 * 1024  # past the default --max-body, within what is read and dropped
+TOO_LARGE = {"detail": "Request body too large: limit is 67108864 bytes"}
+
+
+def padded_body(size):
+    return b'{"keys": [' + b" " * (size - 12) + b"]}"
+
+
+def read_reply(s, timeout=30):
+    """One HTTP reply from a raw socket: (status, body)."""
+    s.settimeout(timeout)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        part = s.recv(65536)
+        assert part, data
+        data += part
+    head, body = data.split(b"\r\n\r\n", 1)
+    length = int(next(line.split(b":", 1)[1] for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:")))
+    while len(body) < length:
+        part = s.recv(65536)
+        assert part, (head, body)
+        body += part
+    return int(head.split(b" ")[1]), json.loads(body)
+
+
+@pytest.mark.parametrize("route", ["/keys/batch_exists", "/keys/batch_allocate", "/0/exists",
+                                   "/0/reserve_and_allocate_page_indices"])
+def test_body_over_max_body_is_read_and_answered_413(server, route):
+    """Python's http.client sends the whole body before it reads: it gets
+    the 413 and its JSON, not a reset, on routes of both dialects, and the
+    connection goes on (the body was read to its end)."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    try:
+        conn.request("POST", route, body=padded_body(OVER), headers={"Content-Type": "application/json"})
+        r = conn.getresponse()
+        assert (r.status, json.loads(r.read())) == (413, TOO_LARGE)
+        conn.request("POST", "/keys/batch_exists", body=b'{"keys": ["a"]}')
+        r = conn.getresponse()
+        assert (r.status, r.read()) == (200, b'{"exists": [false]}')
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("route", ["/keys/batch_exists", "/0/exists"])
+def test_body_over_max_body_with_requests(server, route):
+    """requests too: with Content-Length, and chunked growing past the limit."""
+    import requests
+    r = requests.post(server.url(route), data=padded_body(OVER), timeout=60)
+    assert (r.status_code, r.json()) == (413, TOO_LARGE)
+
+    def chunks():
+        body = padded_body(OVER)
+        for i in range(0, len(body), MIB):
+            yield body[i:i + MIB]
+    r = requests.post(server.url(route), data=chunks(), timeout=60)
+    assert "chunked" in r.request.headers.get("Transfer-Encoding", "")
+    assert (r.status_code, r.json()) == (413, TOO_LARGE)
+    assert served(server.port, "127.0.0.1", timeout=10) is not None
+
+
+def test_others_are_served_while_a_refused_body_is_dropped(start_server):
+    """While a body over --max-body is being read and dropped, other clients
+    are answered; then its sender gets the 413. Nothing of it is held as
+    body memory (--max-body-memory is only just --max-body here)."""
+    srv = start_server("--max-body-memory", "64M")
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+    try:
+        s.sendall(b"POST /0/exists HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % OVER)
+        s.sendall(b" " * (32 * MIB))
+        served(srv.port, "127.0.0.2", timeout=10)
+        # a valid body of --max-body still fits the memory budget
+        r = srv.client().post("/keys/batch_exists", Raw(padded_body(64 * MIB)))
+        expect(r, 200)
+        s.sendall(b" " * (OVER - 32 * MIB))
+        assert read_reply(s) == (413, TOO_LARGE)
+    finally:
+        s.close()
+
+
+def test_refused_body_past_what_is_dropped(start_server):
+    """Past --max-body plus max(--max-body, 64 MiB) (65 MiB here) the server
+    stops reading: a Content-Length past it is answered at once (the sender
+    may see a reset instead of the 413), a chunked body is cut off there.
+    Either way the server goes on serving."""
+    import requests
+    srv = start_server("--max-body", "1M")
+    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+    try:
+        conn.request("POST", "/keys/batch_exists", body=padded_body(66 * MIB))
+        r = conn.getresponse()
+        assert r.status == 413 and json.loads(r.read())["detail"] == \
+            "Request body too large: limit is 1048576 bytes"
+    except (ConnectionResetError, BrokenPipeError):
+        pass
+    finally:
+        conn.close()
+    served(srv.port, "127.0.0.1", timeout=10)
+
+    def chunks():
+        for _ in range(70):
+            yield b" " * MIB
+    with pytest.raises(requests.exceptions.ConnectionError):
+        requests.post(srv.url("/0/exists"), data=chunks(), timeout=60)
+    served(srv.port, "127.0.0.1", timeout=10)
+    assert "POST /0/exists: closed the connection after" in srv.stderr()
+    assert "Application reported internal error" not in srv.stderr()
+
+
+def test_refused_body_that_waits_for_100_continue_is_answered_at_once(start_server):
+    srv = start_server("--max-body", "1M")
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+    try:
+        s.sendall(b"POST /keys/batch_exists HTTP/1.1\r\nHost: x\r\nContent-Length: 2000000\r\n"
+                  b"Expect: 100-continue\r\n\r\n")
+        assert read_reply(s) == (413, {"detail": "Request body too large: limit is 1048576 bytes"})
+    finally:
+        s.close()
+
+
+def test_refused_body_is_dropped_for_10_seconds_at_most(start_server):
+    """A refused body that trickles in is read for 10 s at most; one that
+    stops is dropped after --request-timeout, as any other."""
+    srv = start_server("--max-body", "1K", "--request-timeout", "2")
+    stalled = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+    stalled.sendall(b"POST /0/exists HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n" + b" " * 2000)
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+    try:
+        s.sendall(b"POST /0/exists HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n\r\n")
+        t0 = time.monotonic()
+        with pytest.raises(OSError):
+            while time.monotonic() - t0 < 40:
+                s.sendall(b" " * 4096)
+                time.sleep(0.1)
+        took = time.monotonic() - t0
+        assert 9 <= took < 40, took
+        assert is_closed(stalled, 5)
+        assert metric(srv, 'kvpage_connections_timed_out_total{phase="request"}') >= 1
+        served(srv.port, "127.0.0.1", timeout=10)
+    finally:
+        s.close()
+        stalled.close()

@@ -77,3 +77,16 @@ def test_log_format_bad_value(start_server):
     p = subprocess.run([require_bin(), "serve", "--log-format", "xml"], capture_output=True,
                        text=True, timeout=30)
     assert p.returncode == 2 and "--log-format" in p.stderr and "text or json" in p.stderr
+
+
+def test_banner_names_the_data_directory(tmp_path, start_server):
+    """The in-process backend's banner names its data directory and fsync
+    mode (and /v1/stats the same); memory only says so."""
+    d = tmp_path / "state"
+    srv = start_server("--data-dir", d, "--fsync", "always")
+    want = f"state in data directory {d} (write-ahead log, fsync always)"
+    assert want in srv.stderr(), srv.stderr()
+    assert srv.stats()["server"]["state"] == want[len("state in "):]
+    srv = start_server("--data-dir", "none")
+    assert "--data-dir none: state is in memory only" in srv.stderr(), srv.stderr()
+    assert srv.stats()["server"]["state"] == "memory only (--data-dir none)"

@@ -174,6 +174,78 @@ def test_redis_stopped_gives_503_with_the_cause_then_recovers(redis, start_serve
     invariants(srv.stats())
 
 
+OUTAGE = "every call that needs it fails until it answers again"
+RECOVERY = "answers again, after"
+
+
+def test_redis_outage_and_recovery_are_logged_once_each_and_healthz_says_the_truth(
+        redis, start_server):
+    """While Redis is down every request fails with 503, and the log says so
+    once (naming the node and the cause), not once per request; /healthz
+    (still 200: a liveness probe) says that reads fail as well as writes;
+    when Redis answers again the log says so once."""
+    srv = start_server("--meta", redis.url(prefix="outage"))
+    c = srv.client()
+    c.v_init(0, 16)
+    c.v_write(0, ["x"])
+    assert c.get("/healthz").text == "ok"
+    redis.kill()
+    node = f"redis 127.0.0.1:{redis.port}"
+    for _ in range(3):
+        for path, body in (("/keys/batch_exists", {"keys": ["x"]}),
+                           ("/keys/get_locations", {"rank": 0, "keys": ["x"]}),
+                           ("/keys/batch_allocate", {"rank": 0, "keys": [["y", ""]]}),
+                           ("/0/exists", {"keys": ["x"]}),
+                           ("/0/get_page_indices", {"keys": ["x"]})):
+            expect(c.post(path, body), 503)
+    h = c.get("/healthz")
+    assert h.status_code == 200, h.text
+    assert h.text.startswith(f"unavailable: {node}: ") and \
+        h.text.endswith("; reads and writes fail with 503 until it answers"), h.text
+    assert "writes refused" not in h.text, h.text
+    st = c.get("/v1/stats")
+    assert st.status_code == 503 and node in st.json()["detail"], st.text
+    log = srv.stderr()
+    assert log.count(OUTAGE) == 1, log
+    line = next(ln for ln in log.splitlines() if OUTAGE in ln)
+    assert " WARN " in line and node in line, line
+    assert RECOVERY not in log, log
+    redis.start(redis.port)
+    deadline = time.monotonic() + 20
+    while c.post("/rank/0/initialize", {"num_pages": 16}).status_code != 200:
+        assert time.monotonic() < deadline, "no recovery after Redis came back"
+        time.sleep(0.1)
+    for _ in range(5):
+        assert c.v_exists(["z"]) == [False]
+    assert c.get("/healthz").text == "ok"
+    log = srv.stderr()
+    assert log.count(OUTAGE) == 1 and log.count(RECOVERY) == 1, log
+    line = next(ln for ln in log.splitlines() if RECOVERY in ln)
+    assert " INFO " in line and node in line, line
+    # A second outage is a second pair of lines.
+    redis.kill()
+    expect(c.post("/keys/batch_exists", {"keys": ["x"]}), 503)
+    expect(c.post("/0/exists", {"keys": ["x"]}), 503)
+    assert srv.stderr().count(OUTAGE) == 2, srv.stderr()
+
+
+def test_banner_names_redis_without_the_password(redis, start_server):
+    """The start banner and /v1/stats name the Redis in use and what it
+    promises, not a data directory, and never the password."""
+    redis.cli("ACL", "SETUSER", "kvp", "on", ">sekrit", "~*", "&*", "+@all")
+    loc = f"redis://kvp:sekrit@127.0.0.1:{redis.port}/0?prefix=banner"
+    srv = start_server("--meta", loc)
+    srv.client().v_init(0, 4)
+    log = srv.stderr()
+    want = (f"state in Redis 127.0.0.1:{redis.port} db 0, prefix banner (appendonly no, "
+            "appendfsync everysec: changes since the last RDB save may be lost)")
+    assert want in log, log
+    assert "kvpage-data" not in log and "write-ahead log" not in log, log
+    assert "sekrit" not in log and "redis://kvp:***@127.0.0.1" in log, log  # the durability warning
+    state = srv.stats()["server"]["state"]
+    assert state == want[len("state in "):], state
+
+
 def test_server_started_before_redis_waits_for_it(tmp_path, start_server):
     port = redisfix._free_port()
     r = redisfix.Redis()

@@ -191,6 +191,9 @@ static void test_no_room_refuses_before_any_change(void)
     char why[256] = "";
     CHECK_EQ(kvp_meta_health(m, why, sizeof why), -ENOSPC);
     CHECK(strstr(why, "cannot write the log in"));
+    int scope = 0;
+    CHECK_EQ(kvp_meta_health_scope(m, &scope, NULL, 0), -ENOSPC);
+    CHECK_EQ(scope, KVP_HEALTH_WRITES); /* reads are served */
 
     /* Now every change is refused, however small, and changes nothing. */
     struct kvp_str a = K("a"), b = K("b");

@@ -509,6 +509,16 @@ static void test_durability(const char *base)
     char why[256] = "x";
     CHECK_EQ(kvp_meta_health(m, why, sizeof why), 0);
     CHECK_EQ(why[0], '\0');
+    int scope = -1;
+    CHECK_EQ(kvp_meta_health_scope(m, &scope, why, sizeof why), 0);
+    CHECK_EQ(scope, 0);
+    char desc[512], want[400];
+    snprintf(want, sizeof want, "data directory %s (write-ahead log, fsync batch)", dir);
+    CHECK_EQ(kvp_meta_describe(m, desc, sizeof desc), (int)strlen(want));
+    CHECK(!strcmp(desc, want));
+    CHECK_EQ(kvp_meta_describe(m, desc, 5), (int)strlen(want)); /* cut, as snprintf */
+    CHECK(!strcmp(desc, "data"));
+    CHECK_EQ(kvp_meta_describe(NULL, desc, sizeof desc), -EINVAL);
     CHECK_EQ(kvp_meta_snapshot(m), 0);
     CHECK_EQ(kvp_meta_check(m, NULL), 0);
     kvp_meta_close(m);

@@ -333,6 +333,9 @@ static void test_round_trip(int port)
     char why[256];
     CHECK_EQ(kvp_meta_health(m, why, sizeof why), 0);
     CHECK(kvp_meta_snapshot(m) < 0);
+    char desc[128], want[96];
+    snprintf(want, sizeof want, "kvpage serve at http://127.0.0.1:%d/ns/dep1", port);
+    CHECK(kvp_meta_describe(m, desc, sizeof desc) > 0 && !strcmp(desc, want));
     struct values v = values_of(m);
     CHECK(v.requests >= 40 && v.connections >= 1 && v.connections <= 2 && v.retries == 0);
     kvp_meta_close(m);
@@ -396,6 +399,9 @@ static void test_restart(pid_t *pid, int port, const char *dir)
     CHECK(strstr(err.msg, "never sent again") != NULL);
     char why[256];
     CHECK_EQ(kvp_meta_health(m, why, sizeof why), -ECONNREFUSED);
+    int scope = 0;
+    CHECK_EQ(kvp_meta_health_scope(m, &scope, NULL, 0), -ECONNREFUSED);
+    CHECK_EQ(scope, KVP_HEALTH_ALL);
 
     int p = port;
     *pid = start_server(&p, dir);

@@ -23,6 +23,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -737,6 +738,15 @@ static void durability(int port, struct kvp_meta *m)
     CHECK_EQ(kvp_meta_open_at(loc, &o, &lm, NULL), 0);
     CHECK(strstr(logged, "appendonly no, appendfsync everysec (changes since the last RDB save "
                          "may be lost)") != NULL);
+    /* Described as the server's banner shows it, never with a password. */
+    char d[512], want[160];
+    snprintf(want, sizeof want,
+             "Redis 127.0.0.1:%d db 0, prefix kvp (appendonly no, appendfsync everysec: changes "
+             "since the last RDB save may be lost)",
+             port);
+    CHECK_EQ(kvp_meta_describe(lm, d, sizeof d), (int)strlen(want));
+    CHECK(!strcmp(d, want));
+    CHECK_EQ(kvp_meta_describe(lm, NULL, 0), (int)strlen(want));
     kvp_meta_close(lm);
     CHECK_EQ(raw(port, out, sizeof out, "CONFIG SET maxmemory-policy allkeys-lru"), 0);
     lm = NULL;
@@ -888,12 +898,35 @@ static void two_handles(const char *loc)
     kvp_meta_close(b);
 }
 
+/* Lines of an outage and of its end (levels 1 and 2), and the last one. */
+static atomic_int outage_lines[4];
+static char outage_last[512];
+
+static void outage_log(void *arg, int level, const char *msg)
+{
+    (void)arg;
+    if (level >= 1 && level <= 2) {
+        atomic_fetch_add(&outage_lines[level], 1);
+        snprintf(outage_last, sizeof outage_last, "%s", msg);
+    }
+}
+
 static void restart_test(int i)
 {
     int port = servers[i].port;
     char loc[64];
     snprintf(loc, sizeof loc, "redis://127.0.0.1:%d?prefix=restart", port);
-    struct kvp_meta *m = open_redis(loc, 60000, 0);
+    struct kvp_meta_opts o;
+    kvp_meta_opts_init(&o);
+    o.lease_ms = 60000;
+    o.read_grace_ms = 0;
+    o.timeout_ms = 2000;
+    o.connect_timeout_ms = 1000;
+    o.log = outage_log;
+    struct kvp_meta *m = NULL;
+    CHECK_EQ(kvp_meta_open_at(loc, &o, &m, NULL), 0);
+    atomic_store(&outage_lines[1], 0);
+    atomic_store(&outage_lines[2], 0);
     CHECK(m != NULL);
     if (!m)
         return;
@@ -919,6 +952,13 @@ static void restart_test(int i)
     char why[160] = "";
     CHECK(kvp_meta_health(m, why, sizeof why) < 0);
     CHECK(strstr(why, want) != NULL);
+    int scope = 0;
+    CHECK(kvp_meta_health_scope(m, &scope, NULL, 0) < 0);
+    CHECK_EQ(scope, KVP_HEALTH_ALL); /* reads fail too */
+    /* The outage was said once through opts.log, for all these calls. */
+    CHECK_EQ(atomic_load(&outage_lines[1]), 1);
+    CHECK(strstr(outage_last, want) && strstr(outage_last, "fails until it answers again"));
+    CHECK_EQ(atomic_load(&outage_lines[2]), 0);
     /* Opening while it is down fails the same way. */
     struct kvp_meta *m2 = NULL;
     memset(&e, 0, sizeof e);
@@ -931,6 +971,10 @@ static void restart_test(int i)
     CHECK_EQ(kvp_meta_init_rank(ns, 0, 4, NULL), 0);
     CHECK_EQ(put(ns, 0, "a"), 0);
     CHECK_EQ(kvp_meta_health(m, why, sizeof why), 0);
+    CHECK(kvp_meta_health_scope(m, &scope, NULL, 0) == 0 && scope == 0);
+    CHECK_EQ(atomic_load(&outage_lines[1]), 1);
+    CHECK_EQ(atomic_load(&outage_lines[2]), 1); /* and its end once */
+    CHECK(strstr(outage_last, "answers again, after") != NULL);
     static struct stats_copy sc;
     CHECK_EQ(kvp_meta_stats(m, stats_fn, &sc), 0);
     CHECK(strstr(sc.text, "[rs|70 r0 np4 f3 rs0 h1") != NULL); /* listed again by init_rank */
