@@ -9,8 +9,6 @@ temporary directory. Environment:
                        building one (it must be this tree's version)
   KVPAGE_SOURCE_DIR    the source tree, when pip copied python/ away from
                        its checkout (pip older than 21.3 builds in a copy)
-  KVPAGE_BUILD_DIR     a CMake build directory to build in and keep (a
-                       second install then rebuilds only what changed)
 The package's metadata is pyproject.toml's [project] table (its simple
 form: strings, lists of strings and license = {text = ...}).
 """
@@ -150,7 +148,7 @@ def _build_library(tmp):
     if not cmake:
         _fail("cmake is not on PATH: install CMake 3.25 or newer (Debian: apt-get install cmake "
               "build-essential pkg-config), or set KVPAGE_PREBUILT_LIB to a built libkvpage.so")
-    build = os.environ.get("KVPAGE_BUILD_DIR") or os.path.join(tmp, "cmake")
+    build = os.path.join(tmp, "cmake")
     _run([cmake, "-S", root, "-B", build, "-DCMAKE_BUILD_TYPE=RelWithDebInfo"],
          f"configuring libkvpage (cmake -S {root} -B {build})")
     jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL") or str(len(os.sched_getaffinity(0)))
