@@ -15,6 +15,7 @@ event. No GPU was available where this was written: that path is untested.
 """
 import threading
 
+from kvpage._size import size_arg
 from kvpage.errors import KvpageValueError
 from kvpage.pagefile import PageFile
 
@@ -55,8 +56,9 @@ class Hf3fsClient:
                  mmap_reads=None):
         # client_timeout (SGLang's fifth argument) bounds a 3FS ring wait; local
         # and FUSE I/O here has no such wait, so it is accepted and unused.
-        self.path, self.size = path, int(size)
-        self.bytes_per_page, self.entries = int(bytes_per_page), int(entries)
+        self.path, self.size = path, size_arg("Hf3fsClient", "size", size)
+        self.bytes_per_page = size_arg("Hf3fsClient", "bytes_per_page", bytes_per_page)
+        self.entries = int(entries)
         self.client_timeout = client_timeout
         self._pf = PageFile(path, self.size, self.bytes_per_page, self.entries, create=True,
                             mmap_reads=mmap_reads)
