@@ -3,8 +3,10 @@ tree so that `pip install ./python` needs nothing from a package index: no
 setuptools, no wheel, only the standard library.
 
 A wheel holds the package kvpage/ and libkvpage.so, built from the source
-tree (python/..) with CMake (only the shared library's target) in a
-temporary directory. Environment:
+tree (python/.., or csrc/ in an sdist) with CMake (only the shared
+library's target) in a temporary directory. An sdist holds this directory
+and, in csrc/, the source tree without its build directories, bench/ and
+dot files. Environment:
   KVPAGE_PREBUILT_LIB  put this libkvpage.so into the wheel instead of
                        building one (it must be this tree's version)
   KVPAGE_SOURCE_DIR    the source tree, when pip copied python/ away from
@@ -14,6 +16,7 @@ form: strings, lists of strings and license = {text = ...}).
 """
 import base64
 import hashlib
+import io
 import json
 import os
 import re
@@ -21,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import tempfile
 import zipfile
 
@@ -98,7 +102,8 @@ def _wheel_file(tag):
 
 def _source_tree():
     env = os.environ.get("KVPAGE_SOURCE_DIR")
-    root = os.path.abspath(env) if env else os.path.dirname(HERE)
+    sdist = os.path.join(HERE, "csrc")
+    root = os.path.abspath(env) if env else sdist if os.path.isdir(sdist) else os.path.dirname(HERE)
     try:
         with open(os.path.join(root, "CMakeLists.txt"), encoding="utf-8") as f:
             if "project(kvpage " in f.read():
@@ -236,3 +241,52 @@ def build_editable(wheel_directory, config_settings=None, metadata_directory=Non
     os.replace(target + ".tmp", target)
     pth = (f"{PACKAGE}.pth", (HERE + "\n").encode(), 0o644)
     return _write_wheel(wheel_directory, [pth], tag)
+
+
+def get_requires_for_build_sdist(config_settings=None):
+    return []
+
+
+# Not in an sdist's csrc/: what building leaves, the benchmarks, this package.
+_SKIP_TOP = {"bench", "python", "kvpage-data"}
+_SKIP = {"__pycache__", ".pytest_cache"}
+
+
+def _sdist_members(root):
+    """(path on disk, name in the sdist) for the package and the C tree."""
+    for f in ("pyproject.toml", "kvpage_build.py"):
+        yield os.path.join(HERE, f), f
+    for name, _, _ in _package_files():
+        yield os.path.join(HERE, name), name
+    for top in sorted(os.listdir(root)):
+        if top.startswith(".") or top in _SKIP_TOP or top == "build" or top.startswith("build-"):
+            continue
+        path = os.path.join(root, top)
+        if os.path.isfile(path):
+            yield path, "csrc/" + top
+            continue
+        for d, dirs, files in os.walk(path):
+            dirs[:] = sorted(x for x in dirs if x not in _SKIP)
+            for f in sorted(files):
+                if not f.endswith(".pyc"):
+                    full = os.path.join(d, f)
+                    yield full, "csrc/" + os.path.relpath(full, root)
+
+
+def build_sdist(sdist_directory, config_settings=None):
+    p = _project()
+    base = f"{p['name']}-{p['version']}"
+    root = _source_tree()
+    pkg_info = _metadata(p).encode()
+    name = base + ".tar.gz"
+    with tarfile.open(os.path.join(sdist_directory, name), "w:gz", format=tarfile.PAX_FORMAT) as t:
+        def reset(info):
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            return info
+        for path, arc in _sdist_members(root):
+            t.add(path, f"{base}/{arc}", recursive=False, filter=reset)
+        info = reset(tarfile.TarInfo(f"{base}/PKG-INFO"))
+        info.size, info.mode = len(pkg_info), 0o644
+        t.addfile(info, io.BytesIO(pkg_info))
+    return name

@@ -123,10 +123,15 @@ def test_pip_install_with_a_second_interpreter(tmp_path):
     if other is None:
         pytest.skip("no second CPython >= 3.9 with venv and pip (python3 on PATH, ~/.pyenv)")
     # A plain venv (no numpy: the check uses bytearrays), default build
-    # isolation and no index. The library is the release build's (the first
-    # test builds one with CMake; here the interpreter's pip is under test).
+    # isolation and no index: from the tree (the library the release
+    # build's: the first test builds one from the tree) ...
     py = _venv(other, tmp_path / "venv", system_site=False)
     _pip_install(py, [PYTHON_DIR], _env(KVPAGE_PREBUILT_LIB=_release_lib()))
+    _check(py, tmp_path)
+    # ... and from an sdist, whose csrc/ has all that CMake needs (a real build)
+    p, out = _hook(tmp_path, "build_sdist")
+    assert p.returncode == 0, p.stderr
+    _pip_install(py, ["--force-reinstall", str(out / p.stdout.strip())], _env())
     _check(py, tmp_path)
 
 
