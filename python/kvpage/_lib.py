@@ -39,9 +39,9 @@ def _load():
         except OSError as e:
             tried.append(f"  {path} ({where}): {e}")
     raise ImportError("kvpage: cannot load libkvpage.so; tried:\n" + "\n".join(tried) +
-                      "\nReinstall the package (pip install ./python builds the library into it), set "
-                      "KVPAGE_LIB to the library's path, install it (make install; then ldconfig), "
-                      "or build it (make build).")
+                      "\nReinstall the package (pip install ./python builds the library into "
+                      "it), set KVPAGE_LIB to the library's path, install it (make install; "
+                      "then ldconfig), or build it (make build).")
 
 
 lib, path = _load()

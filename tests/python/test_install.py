@@ -98,6 +98,13 @@ def test_pip_install_debian_python_builds_and_bundles_the_library(tmp_path):
     py = _venv(sys.executable, tmp_path / "venv", system_site=True)
     _pip_install(py, [PYTHON_DIR], _env())
     bundled = _check(py, tmp_path)
+    # its dependencies (liburing, libcurl, libcrypto, ...) from the system, no
+    # run path into the temporary build directory
+    ldd = subprocess.run(["ldd", bundled], capture_output=True, text=True, timeout=60).stdout
+    assert "liburing" in ldd and "libcurl" in ldd and "not found" not in ldd, ldd
+    dyn = subprocess.run(["readelf", "-d", bundled], capture_output=True, text=True,
+                         timeout=60).stdout
+    assert "SONAME" in dyn and "kvpage-build-" not in dyn, dyn
     # $KVPAGE_LIB still comes first
     lib = _release_lib()
     assert _check(py, tmp_path, "env", KVPAGE_LIB=lib) == lib
