@@ -22,7 +22,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import sysconfig
 import tarfile
 import tempfile
