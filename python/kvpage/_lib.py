@@ -2,9 +2,11 @@
 
 The library is found, in this order, at
   1. $KVPAGE_LIB (a path to libkvpage.so or libkvpage.so.0),
-  2. an installed copy (the dynamic loader's search path: `make install`
+  2. the package's own copy (kvpage/libkvpage.so: `pip install ./python`
+     builds it from the tree and puts it there),
+  3. an installed copy (the dynamic loader's search path: `make install`
      puts it in PREFIX/lib; /usr/local/lib needs `ldconfig` once),
-  3. the build tree of a source checkout (../../build/libkvpage.so beside
+  4. the build tree of a source checkout (../../build/libkvpage.so beside
      this package's source).
 When none loads, ImportError names every path tried and why each failed.
 
@@ -22,6 +24,7 @@ def _candidates():
     env = os.environ.get("KVPAGE_LIB")
     if env:
         yield env, "$KVPAGE_LIB"
+    yield os.path.join(_HERE, "libkvpage.so"), "the package's own copy"
     yield "libkvpage.so.0", "the dynamic loader's search path"
     root = os.path.dirname(os.path.dirname(_HERE))
     for d in ("build", "build-release"):
@@ -36,8 +39,9 @@ def _load():
         except OSError as e:
             tried.append(f"  {path} ({where}): {e}")
     raise ImportError("kvpage: cannot load libkvpage.so; tried:\n" + "\n".join(tried) +
-                      "\nSet KVPAGE_LIB to the library's path, install it (make install; then "
-                      "ldconfig), or build it (make build).")
+                      "\nReinstall the package (pip install ./python builds the library into "
+                      "it), set KVPAGE_LIB to the library's path, install it (make install; "
+                      "then ldconfig), or build it (make build).")
 
 
 lib, path = _load()

@@ -17,6 +17,7 @@ import errno
 import os
 import threading
 
+from kvpage._size import size_arg
 from kvpage.errors import KvpageValueError
 from kvpage.pagefile import PageFile
 from kvpage.store import claim
@@ -69,8 +70,9 @@ class Hf3fsClient:
                  mmap_reads=None, owner=None, mkdir=True):
         # client_timeout (SGLang's fifth argument) bounds a 3FS ring wait; local
         # and FUSE I/O here has no such wait, so it is accepted and unused.
-        self.path, self.size = path, int(size)
-        self.bytes_per_page, self.entries = int(bytes_per_page), int(entries)
+        self.path, self.size = path, size_arg("Hf3fsClient", "size", size)
+        self.bytes_per_page = size_arg("Hf3fsClient", "bytes_per_page", bytes_per_page)
+        self.entries = int(entries)
         self.client_timeout = client_timeout
         if owner is not None:
             o = dict(owner)

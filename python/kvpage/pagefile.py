@@ -8,6 +8,7 @@ import os
 from kvpage import _lib
 from kvpage._buffers import addresses, fast_words
 from kvpage._handle import Handle
+from kvpage._size import size_arg
 from kvpage.errors import KvpageValueError, from_c
 
 _BACKENDS = {"auto": 0, "psync": 1, "uring": 2}
@@ -99,7 +100,9 @@ class PageFile(Handle):
                                    f"backend {backend!r} is not one of {sorted(_BACKENDS)}", "arg")
         o = _lib.PagefileOpts()
         _lib.pagefile_opts_init(ctypes.byref(o))
-        o.size, o.bytes_per_page, o.entries = int(size), int(bytes_per_page), int(entries)
+        o.size = size_arg("PageFile", "size", size)
+        o.bytes_per_page = size_arg("PageFile", "bytes_per_page", bytes_per_page)
+        o.entries = int(entries)
         for name, on in (("create", create), ("direct", direct), ("aligned", aligned),
                          ("exact_size", exact_size), ("readonly", readonly),
                          ("mmap_reads", mmap_reads_default(mmap_reads)), ("mkdir", mkdir)):

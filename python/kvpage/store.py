@@ -8,6 +8,7 @@ from itertools import accumulate
 from kvpage import _lib
 from kvpage._buffers import addresses, fast_words
 from kvpage._handle import Handle
+from kvpage._size import size_arg
 from kvpage.errors import KvpageValueError, from_c
 from kvpage.pagefile import _FLAGS, mmap_reads_default
 
@@ -124,7 +125,9 @@ class Store(Handle):
             return b
 
         o.path = s(os.fspath(path))
-        o.file_size, o.bytes_per_page, o.entries = int(file_size), int(bytes_per_page), int(entries)
+        o.file_size = size_arg("Store", "file_size", file_size)
+        o.bytes_per_page = size_arg("Store", "bytes_per_page", bytes_per_page)
+        o.entries = int(entries)
         o.rank = int(rank)
         o.deployment, o.pool = s(deployment), s(pool)
         o.meta = s(_location(meta))
