@@ -20,7 +20,7 @@ import torch
 
 def _flag_json(cmd, flag):
     """The JSON argument of FLAG in a shell command line."""
-    words = shlex.split(cmd.replace("\\\n", " "))
+    words = shlex.split(cmd.replace("\\\n", " "), comments=True)
     assert flag in words, f"{flag} not in the block"
     return json.loads(words[words.index(flag) + 1])
 
@@ -29,7 +29,7 @@ def sglang(world, text):
     import test_sglang_backend as sg
     text = world.sub(text)
     extra = _flag_json(text, "--hicache-storage-backend-extra-config")
-    words = shlex.split(text.replace("\\\n", " "))
+    words = shlex.split(text.replace("\\\n", " "), comments=True)
     assert words[words.index("--hicache-storage-backend") + 1] == "dynamic"
     assert "--enable-hierarchical-cache" in words
     layout = words[words.index("--hicache-mem-layout") + 1]
@@ -108,3 +108,53 @@ def vllm(world, text):
             else:
                 sys.modules[name] = m
         sys.modules.pop("kvpage.vllm", None)
+
+
+def vllm_stock(world, text):
+    """Stock vLLM: its metadata client always uses http://localhost:18000,
+    so the block must run `kvpage serve` there (its default address) and
+    name that URL; the server, started with the block's flags on a free
+    port, answers a save and a lookup as vLLM's client makes them."""
+    from kvptest import Client
+    import kvpserver
+    serve = re.search(r"^kvpage serve(.*?)(?:&|$)", text, re.M)
+    assert serve, "the block starts no kvpage serve"
+    flags = shlex.split(serve.group(1).split("#")[0])
+    assert "--listen" not in flags, "stock vLLM needs the default address 127.0.0.1:18000"
+    ktc = _flag_json(text, "--kv-transfer-config")
+    assert ktc["kv_connector"] == "HF3FSKVConnector"
+    extra = ktc["kv_connector_extra_config"]
+    assert extra["hf3fs_metadata_server_url"] == "http://localhost:18000"
+    for k in ("hf3fs_storage_path", "hf3fs_file_size"):
+        assert k in extra, k
+    srv = kvpserver.launch(world.tmp, [world.sub(f) for f in flags], None)
+    world.servers.append(srv)
+    c = Client(srv.base)
+    num_pages = int(extra["hf3fs_file_size"]) // (2 << 20)
+    c.v_init(0, num_pages, role="worker")
+    keys = [f"{i:032x}" for i in range(4)]
+    pages = c.v_write(0, keys)
+    assert c.v_exists(keys + ["f" * 32]) == [True] * 4 + [False]
+    assert c.v_loc(0, keys) == pages
+    c.close()
+
+
+def sglang_stock(world, text):
+    """Stock SGLang: the JSON file has the keys SGLang requires, and the
+    server at its metadata_server_url answers SGLang's dialect for a rank."""
+    from kvptest import Client
+    m = re.search(r"<<'JSON'\n(.*?)\nJSON\n", text, re.S)
+    assert m, "no JSON file in the block"
+    cfg = json.loads(world.sub(m.group(1)))
+    for k in ("file_path_prefix", "file_size", "numjobs", "entries"):
+        assert k in cfg, k
+    name = re.search(r"^cat > (\S+) <<", text, re.M).group(1)
+    assert f"SGLANG_HICACHE_HF3FS_CONFIG_PATH={name}" in text
+    assert "--hicache-storage-backend hf3fs" in text
+    c = Client(cfg["metadata_server_url"])
+    num_pages = int(cfg["file_size"]) // (16 << 20)
+    for rank in (0, 1):
+        c.s_init(rank, num_pages)
+        c.s_write(rank, ["k1", "k2"])
+        assert c.s_exists(rank, ["k1", "k2", "k3"]) == [True, True, False]
+    c.close()

@@ -19,6 +19,10 @@ says how it is run; a block without one fails the test. KIND is one of:
                 (SGLang's own classes are stand-ins, tests/python)
   vllm          the kv-transfer-config JSON given to kvpage.vllm's
                 connector (vLLM's classes are stand-ins, tests/python)
+  vllm-stock    stock vLLM's JSON checked, the block's kvpage serve asked
+                as vLLM's metadata client asks it
+  sglang-stock  stock SGLang's JSON file checked, its metadata server asked
+                as SGLang's metadata client asks it
   not run: WHY  not runnable in a test (WHY says what covers it instead)
 
 Machine-specific names are replaced before a block runs, and nothing else:
@@ -55,7 +59,8 @@ BIN = os.path.abspath(kvpserver.BIN)
 BUILD = os.path.dirname(BIN)
 LIB = os.environ.get("KVPAGE_LIB") or os.path.join(BUILD, "libkvpage.so")
 PYTHON = "/usr/bin/python3"
-KINDS = ("sh", "sh-checkout", "sh-servers", "python", "c", "pkg-config", "cmake", "prometheus", "sglang", "vllm")
+KINDS = ("sh", "sh-checkout", "sh-servers", "python", "c", "pkg-config", "cmake", "prometheus", "sglang",
+         "vllm", "vllm-stock", "sglang-stock")
 MARK = re.compile(r"^\s*<!-- readme-test: (.*?) -->\s*$")
 FENCE = re.compile(r"^(\s*)```(\w*)\s*$")
 
@@ -266,9 +271,9 @@ def check_block(world, kind, text):
         with open(cfg, "w") as f:
             f.write(text)
         run(["promtool", "check", "config", cfg], world)
-    elif kind in ("sglang", "vllm"):
+    elif kind in ("sglang", "vllm", "vllm-stock", "sglang-stock"):
         import readme_engines
-        getattr(readme_engines, kind)(world, text)
+        getattr(readme_engines, kind.replace("-", "_"))(world, text)
     else:
         raise AssertionError(f"unknown kind {kind}")
 
