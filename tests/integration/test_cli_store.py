@@ -2,8 +2,8 @@
 delete` and `kvpage bench store`, with embedded metadata (a data directory
 beside the file) and with a remote `kvpage serve` (--meta http://...):
 output bytes, messages and exit codes (0 done, 1 missing, 2 usage, 3 the
-store failed), including bad flags, a missing file, a size typo and input
-over the page size."""
+store failed), including bad flags, a missing file, a size typo, input
+over the page size, and a whole page stored raw."""
 import json
 import os
 import subprocess
@@ -88,15 +88,61 @@ def test_exists_and_delete(tmp_path, where):
 
 def test_input_over_page_size_refused_before_anything_changes(tmp_path, where):
     big = tmp_path / "big"
-    big.write_bytes(os.urandom(CAP + 1))
+    big.write_bytes(os.urandom(PAGE + 1))
     rc, _, err = kvp("put", *where, "--file-size", "1M", "k", big)
     assert rc == 2
     assert "larger than a page holds" in err and str(CAP) in err
     assert not (tmp_path / "rank0.pages").exists()  # not even created
     assert kvp("put", *where, "--file-size", "1M", "other", input=b"x")[0] == 0
-    rc, _, _ = kvp("put", *where, "k", input=os.urandom(PAGE))
-    assert rc == 2
+    for n in (PAGE + 1, PAGE - 1, CAP + 1):  # over a page; no room for the trailer
+        rc, _, err = kvp("put", *where, "k", input=os.urandom(n))
+        assert rc == 2, n
+        assert f"takes exactly {PAGE} bytes" in err and f"at most {CAP}" in err
     assert kvp("exists", *where, "k")[0] == 1
+
+
+def test_page_round_trips_between_two_stores(tmp_path, where):
+    """A whole page (as an engine writes it) is stored raw and comes back whole;
+    a short payload comes back as it was; both survive get from one store, put
+    into another and get from that one."""
+    other = ["--file", tmp_path / "other.pages", "--page-size", "64K", "--file-size", "1M"]
+    whole = os.urandom(PAGE)
+    short = os.urandom(1000) + b"\0" * 24
+    for key, data in (("whole", whole), ("short", short)):
+        assert kvp("put", *where, "--file-size", "1M", key, input=data)[:1] == (0,)
+        rc, got1, err = kvp("get", *where, key)
+        assert (rc, err) == (0, "") and got1 == data
+        rc, _, err = kvp("put", *other, key, input=got1)
+        assert (rc, err) == (0, ""), key
+        rc, got2, err = kvp("get", *other, key)
+        assert (rc, err) == (0, "") and got2 == data
+    # The whole page is in both files as it is: no trailer took its last 16 bytes.
+    for f in ("rank0.pages", "other.pages"):
+        assert whole in (tmp_path / f).read_bytes()
+
+
+def test_whole_page_ending_in_a_trailer_refused(tmp_path, where):
+    """A page put short by the command line and read whole from the file ends in
+    a valid length trailer: put of it as one page would come back shortened, so
+    it is refused (nothing changed), naming the length to put instead. The same
+    page with its check broken is no trailer: stored raw, given back whole."""
+    payload = os.urandom(5000)
+    assert kvp("put", *where, "--file-size", "1M", "short", input=payload)[0] == 0
+    raw = (tmp_path / "rank0.pages").read_bytes()
+    at = raw.index(payload)
+    page = raw[at:at + PAGE]
+    assert page[-16:-8] == b"kvpageC1"
+    rc, out, err = kvp("put", *where, "k", input=page)
+    assert (rc, out) == (2, b"")
+    assert "length trailer" in err and "head -c 5000" in err
+    assert kvp("exists", *where, "k")[0] == 1
+    assert (tmp_path / "rank0.pages").read_bytes() == raw
+    # What it says works: the first 5000 bytes store the very same page.
+    assert kvp("put", *where, "k", input=page[:5000])[0] == 0
+    assert kvp("get", *where, "k")[1] == payload
+    broken = page[:-1] + bytes([page[-1] ^ 1])
+    assert kvp("put", *where, "k2", input=broken)[0] == 0
+    assert kvp("get", *where, "k2")[1] == broken
 
 
 def test_two_ranks_key_there_only_when_both_put(tmp_path):
