@@ -73,10 +73,13 @@ static int parse_u32(const char *s, uint32_t max, uint32_t *out)
     return 0;
 }
 
+/* The flags of every store command; put alone also takes PUT_FLAGS_HELP's. */
+static const char *const PUT_FLAGS_HELP =
+    "  --file-size SIZE   the file's size, e.g. 64G (K, M, G, T: powers of 1024); needed\n"
+    "                     when the file is created\n"
+    "  --no-durable       do not fdatasync the pages put before confirming them\n";
 static const char *const FLAGS_HELP =
     "  --file PATH        the rank's storage file (required)\n"
-    "  --file-size SIZE   its size, e.g. 64G (K, M, G, T: powers of 1024); needed\n"
-    "                     when the file is created\n"
     "  --page-size SIZE   bytes per page (required), e.g. 2M\n"
     "  --rank R           the rank (default 0)\n"
     "  --meta DIR|URL     the metadata: a data directory (default: PATH.meta), a\n"
@@ -84,8 +87,7 @@ static const char *const FLAGS_HELP =
     "                     redis://HOST:PORT[/DB] (as kvpage serve --meta)\n"
     "  --deployment NAME  (default: the URL's /ns/NAME, else default)\n"
     "  --pool NAME        (default: kv)\n"
-    "  --timeout MS       the metadata server's request timeout (default 10000)\n"
-    "  --no-durable       do not fdatasync the pages put before confirming them\n";
+    "  --timeout MS       the metadata server's request timeout (default 10000)\n";
 
 int kvp__store_flags_parse(const char *cmd, int argc, char **argv, struct kvp__store_flags *f,
                            char **pos, int *npos,
@@ -313,7 +315,7 @@ static void store_usage(FILE *out, const char *cmd)
                 !strcmp(cmd, "exists")
                     ? "Prints KEY<TAB>present or KEY<TAB>missing per key.\n"
                     : "Forgets the keys on this rank (their pages are freed).\n");
-    fprintf(out, "flags:\n%s", FLAGS_HELP);
+    fprintf(out, "flags:\n%s%s", FLAGS_HELP, strcmp(cmd, "put") ? "" : PUT_FLAGS_HELP);
     fprintf(out, "exit status: 0 done, 1 a key is missing, 2 a bad flag, file or input "
                  "(nothing changed),\n3 the store failed.\n");
     fprintf(out, "examples:\n"

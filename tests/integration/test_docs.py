@@ -24,8 +24,8 @@ def flags_of(help_text):
     return sorted(set(re.findall(r"^\s+(--[a-z][a-z-]*)", help_text, re.M)))
 
 
-COMMANDS = [["serve"], ["put"], ["get"], ["exists"], ["delete"], ["bench", "store"],
-            ["bench", "io"], ["bench", "meta"], ["inspect"], ["fsck"]]
+COMMANDS = [["serve"], ["put"], ["get"], ["exists"], ["delete"], ["bench"], ["bench", "store"],
+            ["bench", "io"], ["bench", "meta"], ["inspect"], ["fsck"], ["version"]]
 
 
 @pytest.mark.parametrize("cmd", COMMANDS, ids=" ".join)
@@ -41,9 +41,31 @@ def test_help_of_every_command_has_examples(cmd):
 def test_top_level_help():
     p = run("help")
     assert p.returncode == 0
-    for c in ("serve", "put", "get", "exists", "delete", "bench", "inspect", "fsck", "help"):
+    for c in ("serve", "put", "get", "exists", "delete", "bench", "inspect", "fsck", "help",
+              "version"):
         assert f"  {c}" in p.stdout, c
     assert run("nosuch").returncode == 2
+
+
+def test_version_is_the_servers(start_server, tmp_path):
+    """kvpage --version and kvpage version print what GET /v1/stats reports,
+    the project's version (CMakeLists.txt, as libkvpage.so's)."""
+    with open(os.path.join(HERE, "..", "..", "CMakeLists.txt")) as f:
+        project = re.search(r"project\(kvpage VERSION (\S+)", f.read()).group(1)
+    served = start_server("--data-dir", tmp_path / "d").stats()["server"]["version"]
+    assert served == project
+    for args in (["--version"], ["version"]):
+        p = run(*args)
+        assert (p.returncode, p.stdout, p.stderr) == (0, f"kvpage {project}\n", ""), args
+    assert run("version", "extra").returncode == 2
+
+
+@pytest.mark.parametrize("cmd", ["get", "exists", "delete"])
+def test_store_commands_list_only_their_own_flags(cmd):
+    common = ["--deployment", "--file", "--meta", "--page-size", "--pool", "--rank", "--timeout"]
+    assert flags_of(run(cmd, "--help").stdout) == common
+    assert flags_of(run("put", "--help").stdout) == sorted(common + ["--file-size",
+                                                                     "--no-durable"])
 
 
 def _man_page():
@@ -66,6 +88,8 @@ def test_man_page_renders_without_warnings_and_names_every_flag():
         flags += flags_of(run(*cmd, "--help").stdout)
     missing = sorted({f for f in flags if f not in text and f != "--help"})
     assert not missing, f"flags not in the man page: {missing}"
+    # A line that starts with "." is a roff request: "./kvpage-data" once lost its "./".
+    assert "(default ./kvpage-data)" in text
 
 
 def _complete(*words):
