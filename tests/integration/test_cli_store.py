@@ -6,6 +6,7 @@ store failed), including bad flags, a missing file, a size typo, input
 over the page size, and a whole page stored raw."""
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -246,5 +247,15 @@ def test_bench_store(tmp_path):
     lines = out.decode().splitlines()
     assert lines[0].startswith("round 0:") and lines[1].startswith("round 1:")
     assert "store / page file" in out.decode() and "\r" not in err
+    # "costs 8.0%" or "is faster by 8.0%" per direction, never a signed percentage
+    m = re.search(r"store / page file: put ([\d.]+), get ([\d.]+) \(the store (costs|is faster "
+                  r"by) ([\d.]+)% on put, (costs|is faster by) ([\d.]+)% on get\)", out.decode())
+    assert m, out.decode()
+    for ratio, words, pct in ((m[1], m[3], m[4]), (m[2], m[5], m[6])):
+        signed = float(pct) if words == "costs" else -float(pct)
+        # the ratio is printed to 3 decimals, the percentage to 1
+        lo, hi = ((1 / (float(ratio) + d) - 1) * 100 for d in (0.0005, -0.0005))
+        assert lo - 0.06 <= signed <= hi + 0.06, (ratio, words, pct)
+        assert words == "costs" or float(pct) > 0, (words, pct)
     rc, _, err = kvp("bench", "store", "--rounds", "0")
     assert rc == 2 and "--rounds '0' is not a count" in err
