@@ -231,6 +231,23 @@ def test_remote_keys_on_server(tmp_path, start_server):
     invariants(st)
 
 
+def test_rank_without_a_free_page_says_so(tmp_path, start_server):
+    """Every page reserved by another writer's allocation (not confirmed): put
+    names the rank and why no page could be had, not "No space left on device"."""
+    srv = start_server("--data-dir", tmp_path / "srv")
+    flags = ["--file", tmp_path / "r.pages", "--page-size", "64K", "--meta", srv.url()]
+    assert kvp("put", *flags, "--file-size", "256K", "k0", input=b"x")[0] == 0
+    c = srv.client()  # 4 pages: the 4th allocation evicts k0
+    assert sorted(c.v_alloc(0, ["a", "b", "c", "d"])) == [0, 1, 2, 3]
+    c.close()
+    rc, out, err = kvp("put", *flags, "k1", input=b"y")
+    assert (rc, out) == (3, b"")
+    assert "rank 0 of default/kv has no free page: all 4 are taken, 4 reserved by writes " \
+           "not yet confirmed, 0 holding keys" in err, err
+    assert "No space left" not in err and "-28" not in err
+    assert kvp("exists", *flags, "k1")[0] == 1
+
+
 def test_bench_store(tmp_path):
     rc, out, err = kvp("bench", "store", "--file", tmp_path / "b.pages", "--page-size", "64K",
                        "--batch", "16", "--rounds", "3", "--json")
