@@ -2,7 +2,8 @@
 examples on every subcommand, the man page kvpage(1) (built beside the
 binary from docs/kvpage.1.scd) and bash completion
 (contrib/bash-completion/kvpage), each checked against the flags the
-commands really take."""
+commands really take; and the README's lists of the Debian packages that
+scripts/install-deps installs."""
 import os
 import re
 import subprocess
@@ -12,7 +13,8 @@ import pytest
 from kvpserver import require_bin
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-COMPLETION = os.path.join(HERE, "..", "..", "contrib", "bash-completion", "kvpage")
+TOP = os.path.join(HERE, "..", "..")
+COMPLETION = os.path.join(TOP, "contrib", "bash-completion", "kvpage")
 
 
 def run(*args):
@@ -66,6 +68,34 @@ def test_store_commands_list_only_their_own_flags(cmd):
     assert flags_of(run(cmd, "--help").stdout) == common
     assert flags_of(run("put", "--help").stdout) == sorted(common + ["--file-size",
                                                                      "--no-durable"])
+
+
+def _install_deps(*flags):
+    p = subprocess.run([os.path.join(TOP, "scripts", "install-deps"), "--print", *flags],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    return p.stdout.split()
+
+
+def test_readme_lists_what_install_deps_installs():
+    """The README's "The two commands" names the packages of scripts/install-deps:
+    what building and serving need (make run, build, install), then what the
+    tests add (make test and each of its parts)."""
+    with open(os.path.join(TOP, "README.md")) as f:
+        readme = " ".join(f.read().split())
+    build = re.search(r"installs what building and serving need: `([^`]*)`", readme)
+    tests = re.search(r"also installs what the tests use \([^)]*\): `([^`]*)`", readme)
+    assert build and tests, "the README's package lists moved"
+    assert build[1].split() == _install_deps()
+    assert build[1].split() + tests[1].split() == _install_deps("--test")
+    assert set(_install_deps("--test")) < set(_install_deps("--bench"))
+    with open(os.path.join(TOP, "Makefile")) as f:
+        prereqs = dict(re.findall(r"^([a-z-]+):(.*)$", f.read(), re.M))
+    for t in ("build", "run", "asan", "tsan", "install"):
+        assert "test-deps" not in prereqs[t].split(), t
+    for t in ("test", "unit", "install-test", "unit-asan", "unit-tsan", "integration",
+              "integration-redis", "integration-tsan", "python-test", "python-tsan"):
+        assert "test-deps" in prereqs[t].split(), t
 
 
 def _man_page():
