@@ -1,5 +1,7 @@
 # The README's two commands: `make run` and `make test`. Both install missing
-# Debian packages first (scripts/install-deps), then build with CMake.
+# Debian packages first (scripts/install-deps: what building and serving need;
+# with --test, for the test targets, also what the tests use), then build
+# with CMake.
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
@@ -8,7 +10,7 @@ PYTHON     ?= /usr/bin/python3
 PREFIX     ?= /usr/local
 CMAKE_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo $(if $(KVP_WERROR),-DKVP_WERROR=ON)
 
-.PHONY: all deps build asan tsan run install test unit install-test unit-asan unit-tsan \
+.PHONY: all deps test-deps build asan tsan run install test unit install-test unit-asan unit-tsan \
         integration integration-redis integration-tsan python-test python-tsan clean format \
         format-check
 
@@ -16,6 +18,9 @@ all: build
 
 deps:
 	@scripts/install-deps
+
+test-deps:
+	@scripts/install-deps --test
 
 build: deps
 	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
@@ -35,7 +40,14 @@ tsan: deps
 # harness fails on). No suppressions: none has been needed.
 KVP_TSAN_OPTIONS = halt_on_error=1:exitcode=66:second_deadlock_stack=1
 
-run: build
+# Quiet on success: the build's output goes to $(BUILD)/build.log, shown
+# (without make's directory lines and progress) only when the build fails.
+run: deps
+	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS) >$(BUILD)/build.log 2>&1 || \
+	  { grep -v -e 'make\[[0-9]*\]: \(Entering\|Leaving\) directory' -e '^\[ *[0-9]*%\]' \
+	    $(BUILD)/build.log >&2; \
+	    echo "make run: the build failed (all of its output: $(BUILD)/build.log)" >&2; exit 1; }
 	@$(BUILD)/kvpage serve $(ARGS)
 
 # Headers, libkvpage.so (with its SONAME links), kvpage.pc, the CMake package
@@ -43,25 +55,25 @@ run: build
 install: build
 	@cmake --install $(BUILD) --prefix $(PREFIX)
 
-unit: build
+unit: test-deps build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # Installs the release build into a temporary prefix and builds a C program
 # (pkg-config) and a C++ program (find_package) against it.
-install-test: build
+install-test: test-deps build
 	@tests/install/run.sh $(BUILD)
 
-unit-asan: asan
+unit-asan: test-deps asan
 	@cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # Every unit test and fuzz replay under ThreadSanitizer (about 40 s on 2 cores).
-unit-tsan: tsan
+unit-tsan: test-deps tsan
 	@cd $(TSAN_BUILD) && TSAN_OPTIONS=$(KVP_TSAN_OPTIONS) ctest --output-on-failure -j $(JOBS)
 
 # Integration tests drive the real binary: the release build (which has code
 # that is compiled out under sanitizers, e.g. the request arena), then the
 # sanitizer build.
-integration: build asan
+integration: test-deps build asan
 	@echo "integration tests: release build"
 	@KVPAGE_BIN=$(CURDIR)/$(BUILD)/kvpage KVPAGE_LIB=$(CURDIR)/$(BUILD)/libkvpage.so \
 	  $(PYTHON) -m pytest -q -p no:cacheprovider tests/integration
@@ -72,7 +84,7 @@ integration: build asan
 # The same suite with every server's state in Redis (tests/integration/
 # redisfix.py starts one redis-server on a free port; tests about the
 # in-process backend's data directory are skipped), release and ASan builds.
-integration-redis: build asan
+integration-redis: test-deps build asan
 	@echo "integration tests, state in Redis: release build"
 	@KVPAGE_TEST_BACKEND=redis KVPAGE_BIN=$(CURDIR)/$(BUILD)/kvpage \
 	  KVPAGE_LIB=$(CURDIR)/$(BUILD)/libkvpage.so \
@@ -91,7 +103,7 @@ TSAN_INTEGRATION = tests/integration/test_concurrency.py tests/integration/test_
   tests/integration/test_hostile.py::test_big_valid_request_off_the_loop \
   tests/integration/test_hostile.py::test_body_memory_budget \
   tests/integration/test_store_remote.py tests/integration/test_redis.py
-integration-tsan: tsan
+integration-tsan: test-deps tsan
 	@echo "integration tests: ThreadSanitizer build ($(notdir $(TSAN_INTEGRATION)))"
 	@TSAN_OPTIONS=$(KVP_TSAN_OPTIONS) \
 	  KVPAGE_BIN=$(CURDIR)/$(TSAN_BUILD)/kvpage KVPAGE_LIB=$(CURDIR)/$(TSAN_BUILD)/libkvpage.so \
@@ -102,7 +114,7 @@ integration-tsan: tsan
 # own allocations are not leak-checked). tests/python/test_install.py also
 # pip-installs the package into a venv (release run only).
 ASAN_RT = $(shell gcc -print-file-name=libasan.so)
-python-test: build asan
+python-test: test-deps build asan
 	@echo "python tests: release build"
 	@KVPAGE_BIN=$(CURDIR)/$(BUILD)/kvpage KVPAGE_LIB=$(CURDIR)/$(BUILD)/libkvpage.so \
 	  $(PYTHON) -m pytest -q -p no:cacheprovider tests/python
@@ -116,21 +128,21 @@ python-test: build asan
 # threads on one client, close while calls run). Python's own code is not
 # instrumented; its GIL and locks are pthreads, which TSan sees.
 TSAN_RT = $(shell gcc -print-file-name=libtsan.so)
-python-tsan: tsan
+python-tsan: test-deps tsan
 	@echo "python tests: ThreadSanitizer build"
 	@LD_PRELOAD=$(TSAN_RT) TSAN_OPTIONS=$(KVP_TSAN_OPTIONS) \
 	  KVPAGE_BIN=$(CURDIR)/$(TSAN_BUILD)/kvpage KVPAGE_LIB=$(CURDIR)/$(TSAN_BUILD)/libkvpage.so \
 	  $(PYTHON) -m pytest -q -p no:cacheprovider tests/python
 
-test: unit install-test unit-asan integration integration-redis python-test unit-tsan \
+test: test-deps unit install-test unit-asan integration integration-redis python-test unit-tsan \
       integration-tsan python-tsan
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
 
-format: deps
+format: test-deps
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cpp')
 
 # Fails when a C file is not formatted as .clang-format says (.ci/run runs it).
-format-check: deps
+format-check: test-deps
 	@scripts/check-format

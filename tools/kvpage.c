@@ -29,6 +29,7 @@ static void usage(FILE *f)
             "  fsck DIR                   check every invariant of a data directory; exit 1 on a\n"
             "                             failure\n"
             "  help [COMMAND]             this, or the help of COMMAND (as COMMAND --help)\n"
+            "  version                    print the version (also kvpage --version)\n"
             "examples:\n"
             "  kvpage serve --listen 0.0.0.0:18000 --data-dir /var/lib/kvpage\n"
             "  kvpage serve --listen 0.0.0.0:18000 --meta redis://10.0.0.5:6379/0\n"
@@ -191,8 +192,22 @@ int main(int argc, char **argv)
                 "  io --file PATH   page I/O on a file system: kvpage's page file against the\n"
                 "                   best plain pread/pwrite\n"
                 "  meta URL         requests/s, keys/s and latencies of a metadata server\n"
-                "  store            the store's put and get against the page file alone\n");
+                "  store            the store's put and get against the page file alone\n"
+                "examples:\n"
+                "  kvpage bench io --file /mnt/3fs/bench.pages --file-size 8G --page-size 2M\n"
+                "  kvpage bench meta http://10.0.0.5:18000/ns/bench --connections 64\n"
+                "  kvpage bench store --page-size 2M --batch 128\n");
         return help ? 0 : 2;
+    }
+    if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
+        if (argc > 2 && strcmp(argv[2], "--help") && strcmp(argv[2], "-h")) {
+            fprintf(stderr, "usage: kvpage version\n");
+            return 2;
+        }
+        printf(argc > 2 ? "usage: kvpage version\nPrints the version of kvpage (as GET /v1/stats "
+                          "reports it).\nexamples:\n  kvpage version\n  kvpage --version\n"
+                        : "kvpage " KVP_VERSION "\n");
+        return 0;
     }
     if (!strcmp(argv[1], "inspect") || !strcmp(argv[1], "fsck"))
         return cmd_dir(argv[1], argc - 1, argv + 1);

@@ -3,11 +3,14 @@
  * command line, one rank's storage file and its metadata (a data directory,
  * PATH.meta by default, or a kvpage serve at http://HOST:PORT[/ns/NAME]).
  *
- * A page written by `kvpage put` ends with a 16-byte trailer that records
- * how many bytes were put (magic, length, check), so that `kvpage get`
- * gives back exactly those bytes: the command line stores at most
- * page size - 16 bytes per key. A page without a valid trailer (written by
- * an engine) is given back whole.
+ * An input of exactly one page is stored as it is (an engine's page, got
+ * whole by `kvpage get`, goes back into another store unchanged). A shorter
+ * input, at most page size - 16 bytes, ends its page with a 16-byte trailer
+ * that records how many bytes were put (magic, length, check), so that
+ * `kvpage get` gives back exactly those bytes. `get` gives back a page
+ * without a valid trailer whole. A whole-page input whose own last 16 bytes
+ * are a valid trailer (a page put by the command line, read whole from the
+ * file) is refused: `get` would give back only the trailer's length of it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -70,10 +73,15 @@ static int parse_u32(const char *s, uint32_t max, uint32_t *out)
     return 0;
 }
 
+/* The flags of every store command; put alone also takes PUT_FLAGS_HELP's. */
+static const char *const PUT_FLAGS_HELP =
+    "  --file-size SIZE   the file's size, e.g. 64G (K, M, G, T: powers of 1024); needed\n"
+    "                     when the file is created\n"
+    "  --no-durable       do not fdatasync the pages put before confirming them\n"
+    "  --mkdir            create the missing directories of a new --file (without\n"
+    "                     it a missing directory is refused, naming it)\n";
 static const char *const FLAGS_HELP =
     "  --file PATH        the rank's storage file (required)\n"
-    "  --file-size SIZE   its size, e.g. 64G (K, M, G, T: powers of 1024); needed\n"
-    "                     when the file is created\n"
     "  --page-size SIZE   bytes per page (required), e.g. 2M\n"
     "  --rank R           the rank (default 0)\n"
     "  --meta DIR|URL     the metadata: a data directory (default: PATH.meta), a\n"
@@ -81,10 +89,7 @@ static const char *const FLAGS_HELP =
     "                     redis://HOST:PORT[/DB] (as kvpage serve --meta)\n"
     "  --deployment NAME  (default: the URL's /ns/NAME, else default)\n"
     "  --pool NAME        (default: kv)\n"
-    "  --timeout MS       the metadata server's request timeout (default 10000)\n"
-    "  --no-durable       do not fdatasync the pages put before confirming them\n"
-    "  --mkdir            create the missing directories of a new --file (without\n"
-    "                     it a missing directory is refused, naming it)\n";
+    "  --timeout MS       the metadata server's request timeout (default 10000)\n";
 
 int kvp__store_flags_parse(const char *cmd, int argc, char **argv, struct kvp__store_flags *f,
                            char **pos, int *npos,
@@ -301,8 +306,10 @@ static void store_usage(FILE *out, const char *cmd)
     if (!strcmp(cmd, "put"))
         fprintf(out, "usage: kvpage put [flags] KEY [INPUT]\n"
                      "Stores the bytes of INPUT (a file; standard input when absent or -) under "
-                     "KEY,\nat most the page size - 16 bytes. A KEY already there is kept as it "
-                     "is.\n");
+                     "KEY:\nexactly one page, stored as it is, or at most the page size - 16 "
+                     "bytes\n(a 16-byte trailer then records the length, so that get gives back "
+                     "those\nbytes). A whole page that ends in such a trailer is refused (get "
+                     "would give\nback less). A KEY already there is kept as it is.\n");
     else if (!strcmp(cmd, "get"))
         fprintf(out, "usage: kvpage get [flags] KEY [OUTPUT]\n"
                      "Writes the bytes put under KEY to OUTPUT (standard output when absent or "
@@ -312,7 +319,7 @@ static void store_usage(FILE *out, const char *cmd)
                 !strcmp(cmd, "exists")
                     ? "Prints KEY<TAB>present or KEY<TAB>missing per key.\n"
                     : "Forgets the keys on this rank (their pages are freed).\n");
-    fprintf(out, "flags:\n%s", FLAGS_HELP);
+    fprintf(out, "flags:\n%s%s", FLAGS_HELP, strcmp(cmd, "put") ? "" : PUT_FLAGS_HELP);
     fprintf(out, "exit status: 0 done, 1 a key is missing, 2 a bad flag, file or input "
                  "(nothing changed),\n3 the store failed.\n");
     fprintf(out, "examples:\n"
@@ -382,15 +389,10 @@ static int cmd_put(const struct kvp__store_flags *f, char **pos, int npos)
         return KVP_EXIT_USAGE;
     if (!f->page_size || !f->file)
         return kvp__store_flags_open("put", f, 1, 1, NULL); /* says which flag */
-    if (f->page_size <= TRAILER) {
-        fprintf(stderr,
-                "kvpage put: --page-size %" PRIu64 " leaves no room for data (the "
-                "command line uses 16 bytes of each page)\n",
-                f->page_size);
-        return KVP_EXIT_USAGE;
-    }
-    /* The input first: anything too large is refused before anything changes. */
-    uint64_t cap = f->page_size - TRAILER;
+    /* The input first: anything that does not fit is refused before anything changes. */
+    const uint64_t ps = f->page_size;
+    const uint64_t cap = ps > TRAILER ? ps - TRAILER : 0;
+    const char *what = strcmp(input, "-") ? input : "standard input";
     int fd = 0;
     if (strcmp(input, "-")) {
         fd = open(input, O_RDONLY | O_CLOEXEC);
@@ -399,34 +401,59 @@ static int cmd_put(const struct kvp__store_flags *f, char **pos, int npos)
             return KVP_EXIT_USAGE;
         }
     }
-    uint8_t *page = calloc(1, f->page_size);
+    uint8_t *page = calloc(1, ps);
     if (!page) {
-        fprintf(stderr, "kvpage put: out of memory for a page of %" PRIu64 " bytes\n",
-                f->page_size);
+        fprintf(stderr, "kvpage put: out of memory for a page of %" PRIu64 " bytes\n", ps);
+        if (fd)
+            close(fd);
         return KVP_EXIT_FAILED;
     }
     uint64_t n;
-    int rr = read_all(fd, page, cap, &n);
+    int rr = read_all(fd, page, ps, &n);
     if (fd)
         close(fd);
     if (rr < 0) {
-        fprintf(stderr, "kvpage put: reading %s: %s\n", fd ? input : "standard input",
-                strerror(-rr));
+        fprintf(stderr, "kvpage put: reading %s: %s\n", what, strerror(-rr));
         free(page);
         return KVP_EXIT_USAGE;
     }
-    if (rr == 1) {
-        fprintf(stderr,
-                "kvpage put: %s is larger than a page holds: at most %" PRIu64
-                " bytes with --page-size %" PRIu64 " (16 bytes of each page record the length)\n",
-                strcmp(input, "-") ? input : "standard input", cap, f->page_size);
+    if (rr == 1 || (n != ps && (ps <= TRAILER || n > cap))) {
+        if (rr == 1)
+            fprintf(stderr, "kvpage put: %s is larger than a page holds: ", what);
+        else
+            fprintf(stderr, "kvpage put: %s is %" PRIu64 " bytes: ", what, n);
+        if (ps <= TRAILER)
+            fprintf(stderr,
+                    "--page-size %" PRIu64 " takes exactly %" PRIu64
+                    " bytes (no room for the 16-byte length trailer)\n",
+                    ps, ps);
+        else
+            fprintf(stderr,
+                    "--page-size %" PRIu64 " takes exactly %" PRIu64
+                    " bytes (stored as they are) or at most %" PRIu64
+                    " (16 bytes of the page then record the length)\n",
+                    ps, ps, cap);
         free(page);
         return KVP_EXIT_USAGE;
     }
-    uint8_t *t = page + f->page_size - TRAILER;
-    memcpy(t, MAGIC, 8);
-    put_le32(t + 8, (uint32_t)n);
-    put_le32(t + 12, check_of(page, n));
+    if (n == ps) {
+        uint64_t m = payload_len(page, ps);
+        if (m != ps) {
+            fprintf(stderr,
+                    "kvpage put: %s is one whole page whose last 16 bytes are the command "
+                    "line's length trailer (a page put by kvpage put, read whole), so kvpage get "
+                    "would give back only its first %" PRIu64
+                    " bytes; put those instead (head -c %" PRIu64 ")\n",
+                    what, m, m);
+            free(page);
+            return KVP_EXIT_USAGE;
+        }
+    } else {
+        uint8_t *t = page + cap;
+        memcpy(t, MAGIC, 8);
+        put_le32(t + 8, (uint32_t)n);
+        put_le32(t + 12, check_of(page, n));
+    }
 
     struct kvp_store *s;
     int rc = kvp__store_flags_open("put", f, 1, 1, &s);

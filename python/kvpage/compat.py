@@ -17,6 +17,7 @@ import errno
 import os
 import threading
 
+from kvpage import _lib
 from kvpage._size import size_arg
 from kvpage.errors import KvpageValueError
 from kvpage.pagefile import PageFile
@@ -134,13 +135,20 @@ class Hf3fsClient:
         with self._stage_lock:
             self._stage.append(stage)
 
-    def _direct(self, fn, offsets, tensors):
-        """fn(offsets, tensors) straight on host memory (the page file's fast
-        path first); None when a tensor is on a GPU and must be staged."""
+    def _io(self, op, offsets, tensors):
+        """The page file's read (op "batch_read") or write ("batch_write"),
+        its errors naming op."""
+        if op == "batch_read":
+            return self._pf._batch(op, _lib.pagefile_read, offsets, tensors, True)
+        return self._pf._batch(op, _lib.pagefile_write, offsets, tensors, False)
+
+    def _direct(self, op, offsets, tensors):
+        """op straight on host memory (the page file's fast path first); None
+        when a tensor is on a GPU and must be staged."""
         try:
-            return fn(offsets, tensors)
+            return self._io(op, offsets, tensors)
         except KvpageValueError as e:
-            raise ValueError(f"{_PREFIX}: {e.strerror.split(': ', 1)[-1]}") from e
+            raise ValueError(f"{_PREFIX}: {e.strerror}") from e
         except ValueError as e:  # a buffer kvpage cannot take, or a CUDA tensor
             if not _on_gpu(tensors):
                 raise ValueError(f"{_PREFIX}: {e}") from e
@@ -149,13 +157,13 @@ class Hf3fsClient:
     def batch_read(self, offsets, tensors):
         """Reads each tensor's bytes at its offset. Returns the bytes read per
         operation, or a negative errno for one that failed."""
-        res = self._direct(self._pf.read, offsets, tensors)
+        res = self._direct("batch_read", offsets, tensors)
         if res is not None:
             return res
         self.check(offsets, tensors)
         stage, host = self._host(tensors, False)
         try:
-            res = self._pf.read(offsets, host)
+            res = self._io("batch_read", offsets, host)
             for t, h, r in zip(tensors, host, res):
                 if r == _nbytes(t):
                     t.copy_(h)
@@ -169,13 +177,13 @@ class Hf3fsClient:
         negative errno for one that failed."""
         if event is not None and hasattr(event, "synchronize"):
             event.synchronize()
-        res = self._direct(self._pf.write, offsets, tensors)
+        res = self._direct("batch_write", offsets, tensors)
         if res is not None:
             return res
         self.check(offsets, tensors)
         stage, host = self._host(tensors, True)
         try:
-            return self._pf.write(offsets, host)
+            return self._io("batch_write", offsets, host)
         finally:
             self._unstage(stage)
 

@@ -535,6 +535,26 @@ static void page_set_free(struct page_set *t)
     free(t->idx);
 }
 
+/* Why key i got no page: every page of the rank is reserved by a write not
+ * yet confirmed (this call's too) or holds a key that was just read (eviction
+ * spares those for the read grace), as far as the metadata's figures say. */
+static void no_page_err(struct kvp_store *s, size_t i, struct kvp_error *err)
+{
+    struct kvp_store_stats st = {.stats_size = sizeof st};
+    if (kvp_store_stats(s, &st, NULL) == 0 && st.num_pages)
+        kvp__set_err(err, -ENOSPC, KVP_RULE_NONE, (int64_t)i, 0, 0,
+                     "key %zu: rank %u of %s/%s has no free page: all %llu are taken, %llu "
+                     "reserved by writes not yet confirmed, %llu holding keys read too recently to "
+                     "evict (the read grace)",
+                     i, s->rank, s->deployment, s->pool, (unsigned long long)st.num_pages,
+                     (unsigned long long)st.reserved, (unsigned long long)st.held);
+    else
+        kvp__set_err(err, -ENOSPC, KVP_RULE_NONE, (int64_t)i, 0, 0,
+                     "key %zu: rank %u of %s/%s has no free page: none of its %llu pages is free "
+                     "or evictable",
+                     i, s->rank, s->deployment, s->pool, (unsigned long long)s->num_pages);
+}
+
 KVP_API int kvp_store_put(struct kvp_store *s, const struct kvp_str *keys,
                           const struct kvp_store_buf *bufs, size_t n, int64_t *results,
                           struct kvp_error *err)
@@ -664,9 +684,7 @@ KVP_API int kvp_store_put(struct kvp_store *s, const struct kvp_str *keys,
             if (!rc) {
                 rc = (int)results[i];
                 if (rc == -ENOSPC && !e.code)
-                    kvp__set_err(err, rc, KVP_RULE_NONE, (int64_t)i, 0, 0,
-                                 "key %zu: no free or evictable page on rank %u (%llu pages)", i,
-                                 s->rank, (unsigned long long)s->num_pages);
+                    no_page_err(s, i, err);
                 else if (err && e.code)
                     *err = e, err->index = (int64_t)i;
                 else

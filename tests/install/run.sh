@@ -37,6 +37,15 @@ MANWIDTH=80 man -l "$P/share/man/man1/kvpage.1" | grep -q "kvpage serve" ||
     fail "install: man -l share/man/man1/kvpage.1 does not render"
 [ -s "$P/share/bash-completion/completions/kvpage" ] ||
     fail "install: bash completion share/bash-completion/completions/kvpage is missing"
+# bash-completion's loader finds it there, as it finds /usr/local/share/... by
+# default ($XDG_DATA_DIRS); scripts/install-deps installs bash-completion for make test.
+bc=/usr/share/bash-completion/bash_completion
+[ -f "$bc" ] || fail "install: $bc is missing (bash-completion: scripts/install-deps --test)"
+loaded=$(XDG_DATA_DIRS=$P/share bash --norc --noprofile \
+    -c ". $bc; __load_completion kvpage && complete -p kvpage" 2>&1 || true)
+[[ $loaded == *"-F _kvpage kvpage"* ]] ||
+    fail "install: bash-completion does not load $P/share/bash-completion/completions/kvpage: $loaded"
+ok "bash completion: bash-completion loads share/bash-completion/completions/kvpage"
 for l in libkvpage.so libkvpage.so.0; do
     [ -L "$lib/$l" ] || fail "install: $lib/$l is not a symbolic link (the SONAME links)"
 done

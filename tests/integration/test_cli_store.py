@@ -2,10 +2,11 @@
 delete` and `kvpage bench store`, with embedded metadata (a data directory
 beside the file) and with a remote `kvpage serve` (--meta http://...):
 output bytes, messages and exit codes (0 done, 1 missing, 2 usage, 3 the
-store failed), including bad flags, a missing file, a size typo and input
-over the page size."""
+store failed), including bad flags, a missing file, a size typo, input
+over the page size, and a whole page stored raw."""
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -88,15 +89,61 @@ def test_exists_and_delete(tmp_path, where):
 
 def test_input_over_page_size_refused_before_anything_changes(tmp_path, where):
     big = tmp_path / "big"
-    big.write_bytes(os.urandom(CAP + 1))
+    big.write_bytes(os.urandom(PAGE + 1))
     rc, _, err = kvp("put", *where, "--file-size", "1M", "k", big)
     assert rc == 2
     assert "larger than a page holds" in err and str(CAP) in err
     assert not (tmp_path / "rank0.pages").exists()  # not even created
     assert kvp("put", *where, "--file-size", "1M", "other", input=b"x")[0] == 0
-    rc, _, _ = kvp("put", *where, "k", input=os.urandom(PAGE))
-    assert rc == 2
+    for n in (PAGE + 1, PAGE - 1, CAP + 1):  # over a page; no room for the trailer
+        rc, _, err = kvp("put", *where, "k", input=os.urandom(n))
+        assert rc == 2, n
+        assert f"takes exactly {PAGE} bytes" in err and f"at most {CAP}" in err
     assert kvp("exists", *where, "k")[0] == 1
+
+
+def test_page_round_trips_between_two_stores(tmp_path, where):
+    """A whole page (as an engine writes it) is stored raw and comes back whole;
+    a short payload comes back as it was; both survive get from one store, put
+    into another and get from that one."""
+    other = ["--file", tmp_path / "other.pages", "--page-size", "64K", "--file-size", "1M"]
+    whole = os.urandom(PAGE)
+    short = os.urandom(1000) + b"\0" * 24
+    for key, data in (("whole", whole), ("short", short)):
+        assert kvp("put", *where, "--file-size", "1M", key, input=data)[:1] == (0,)
+        rc, got1, err = kvp("get", *where, key)
+        assert (rc, err) == (0, "") and got1 == data
+        rc, _, err = kvp("put", *other, key, input=got1)
+        assert (rc, err) == (0, ""), key
+        rc, got2, err = kvp("get", *other, key)
+        assert (rc, err) == (0, "") and got2 == data
+    # The whole page is in both files as it is: no trailer took its last 16 bytes.
+    for f in ("rank0.pages", "other.pages"):
+        assert whole in (tmp_path / f).read_bytes()
+
+
+def test_whole_page_ending_in_a_trailer_refused(tmp_path, where):
+    """A page put short by the command line and read whole from the file ends in
+    a valid length trailer: put of it as one page would come back shortened, so
+    it is refused (nothing changed), naming the length to put instead. The same
+    page with its check broken is no trailer: stored raw, given back whole."""
+    payload = os.urandom(5000)
+    assert kvp("put", *where, "--file-size", "1M", "short", input=payload)[0] == 0
+    raw = (tmp_path / "rank0.pages").read_bytes()
+    at = raw.index(payload)
+    page = raw[at:at + PAGE]
+    assert page[-16:-8] == b"kvpageC1"
+    rc, out, err = kvp("put", *where, "k", input=page)
+    assert (rc, out) == (2, b"")
+    assert "length trailer" in err and "head -c 5000" in err
+    assert kvp("exists", *where, "k")[0] == 1
+    assert (tmp_path / "rank0.pages").read_bytes() == raw
+    # What it says works: the first 5000 bytes store the very same page.
+    assert kvp("put", *where, "k", input=page[:5000])[0] == 0
+    assert kvp("get", *where, "k")[1] == payload
+    broken = page[:-1] + bytes([page[-1] ^ 1])
+    assert kvp("put", *where, "k2", input=broken)[0] == 0
+    assert kvp("get", *where, "k2")[1] == broken
 
 
 def test_two_ranks_key_there_only_when_both_put(tmp_path):
@@ -184,6 +231,23 @@ def test_remote_keys_on_server(tmp_path, start_server):
     invariants(st)
 
 
+def test_rank_without_a_free_page_says_so(tmp_path, start_server):
+    """Every page reserved by another writer's allocation (not confirmed): put
+    names the rank and why no page could be had, not "No space left on device"."""
+    srv = start_server("--data-dir", tmp_path / "srv")
+    flags = ["--file", tmp_path / "r.pages", "--page-size", "64K", "--meta", srv.url()]
+    assert kvp("put", *flags, "--file-size", "256K", "k0", input=b"x")[0] == 0
+    c = srv.client()  # 4 pages: the 4th allocation evicts k0
+    assert sorted(c.v_alloc(0, ["a", "b", "c", "d"])) == [0, 1, 2, 3]
+    c.close()
+    rc, out, err = kvp("put", *flags, "k1", input=b"y")
+    assert (rc, out) == (3, b"")
+    assert "rank 0 of default/kv has no free page: all 4 are taken, 4 reserved by writes " \
+           "not yet confirmed, 0 holding keys" in err, err
+    assert "No space left" not in err and "-28" not in err
+    assert kvp("exists", *flags, "k1")[0] == 1
+
+
 def test_bench_store(tmp_path):
     rc, out, err = kvp("bench", "store", "--file", tmp_path / "b.pages", "--page-size", "64K",
                        "--batch", "16", "--rounds", "3", "--json")
@@ -200,6 +264,16 @@ def test_bench_store(tmp_path):
     lines = out.decode().splitlines()
     assert lines[0].startswith("round 0:") and lines[1].startswith("round 1:")
     assert "store / page file" in out.decode() and "\r" not in err
+    # "costs 8.0%" or "is faster by 8.0%" per direction, never a signed percentage
+    m = re.search(r"store / page file: put ([\d.]+), get ([\d.]+) \(the store (costs|is faster "
+                  r"by) ([\d.]+)% on put, (costs|is faster by) ([\d.]+)% on get\)", out.decode())
+    assert m, out.decode()
+    for ratio, words, pct in ((m[1], m[3], m[4]), (m[2], m[5], m[6])):
+        signed = float(pct) if words == "costs" else -float(pct)
+        # the ratio is printed to 3 decimals, the percentage to 1
+        lo, hi = ((1 / (float(ratio) + d) - 1) * 100 for d in (0.0005, -0.0005))
+        assert lo - 0.06 <= signed <= hi + 0.06, (ratio, words, pct)
+        assert words == "costs" or float(pct) > 0, (words, pct)
     rc, _, err = kvp("bench", "store", "--rounds", "0")
     assert rc == 2 and "--rounds '0' is not a count" in err
 

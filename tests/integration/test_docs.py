@@ -2,7 +2,8 @@
 examples on every subcommand, the man page kvpage(1) (built beside the
 binary from docs/kvpage.1.scd) and bash completion
 (contrib/bash-completion/kvpage), each checked against the flags the
-commands really take."""
+commands really take; and the README's lists of the Debian packages that
+scripts/install-deps installs."""
 import os
 import re
 import subprocess
@@ -12,7 +13,8 @@ import pytest
 from kvpserver import require_bin
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-COMPLETION = os.path.join(HERE, "..", "..", "contrib", "bash-completion", "kvpage")
+TOP = os.path.join(HERE, "..", "..")
+COMPLETION = os.path.join(TOP, "contrib", "bash-completion", "kvpage")
 
 
 def run(*args):
@@ -24,8 +26,8 @@ def flags_of(help_text):
     return sorted(set(re.findall(r"^\s+(--[a-z][a-z-]*)", help_text, re.M)))
 
 
-COMMANDS = [["serve"], ["put"], ["get"], ["exists"], ["delete"], ["bench", "store"],
-            ["bench", "io"], ["bench", "meta"], ["inspect"], ["fsck"]]
+COMMANDS = [["serve"], ["put"], ["get"], ["exists"], ["delete"], ["bench"], ["bench", "store"],
+            ["bench", "io"], ["bench", "meta"], ["inspect"], ["fsck"], ["version"]]
 
 
 @pytest.mark.parametrize("cmd", COMMANDS, ids=" ".join)
@@ -41,9 +43,59 @@ def test_help_of_every_command_has_examples(cmd):
 def test_top_level_help():
     p = run("help")
     assert p.returncode == 0
-    for c in ("serve", "put", "get", "exists", "delete", "bench", "inspect", "fsck", "help"):
+    for c in ("serve", "put", "get", "exists", "delete", "bench", "inspect", "fsck", "help",
+              "version"):
         assert f"  {c}" in p.stdout, c
     assert run("nosuch").returncode == 2
+
+
+def test_version_is_the_servers(start_server, tmp_path):
+    """kvpage --version and kvpage version print what GET /v1/stats reports,
+    the project's version (CMakeLists.txt, as libkvpage.so's)."""
+    with open(os.path.join(HERE, "..", "..", "CMakeLists.txt")) as f:
+        project = re.search(r"project\(kvpage VERSION (\S+)", f.read()).group(1)
+    served = start_server("--data-dir", tmp_path / "d").stats()["server"]["version"]
+    assert served == project
+    for args in (["--version"], ["version"]):
+        p = run(*args)
+        assert (p.returncode, p.stdout, p.stderr) == (0, f"kvpage {project}\n", ""), args
+    assert run("version", "extra").returncode == 2
+
+
+@pytest.mark.parametrize("cmd", ["get", "exists", "delete"])
+def test_store_commands_list_only_their_own_flags(cmd):
+    common = ["--deployment", "--file", "--meta", "--page-size", "--pool", "--rank", "--timeout"]
+    assert flags_of(run(cmd, "--help").stdout) == common
+    assert flags_of(run("put", "--help").stdout) == sorted(common + ["--file-size",
+                                                                     "--no-durable"])
+
+
+def _install_deps(*flags):
+    p = subprocess.run([os.path.join(TOP, "scripts", "install-deps"), "--print", *flags],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    return p.stdout.split()
+
+
+def test_readme_lists_what_install_deps_installs():
+    """The README's "The two commands" names the packages of scripts/install-deps:
+    what building and serving need (make run, build, install), then what the
+    tests add (make test and each of its parts)."""
+    with open(os.path.join(TOP, "README.md")) as f:
+        readme = " ".join(f.read().split())
+    build = re.search(r"installs what building and serving need: `([^`]*)`", readme)
+    tests = re.search(r"also installs what the tests use \([^)]*\): `([^`]*)`", readme)
+    assert build and tests, "the README's package lists moved"
+    assert build[1].split() == _install_deps()
+    assert build[1].split() + tests[1].split() == _install_deps("--test")
+    assert set(_install_deps("--test")) < set(_install_deps("--bench"))
+    with open(os.path.join(TOP, "Makefile")) as f:
+        prereqs = dict(re.findall(r"^([a-z-]+):(.*)$", f.read(), re.M))
+    for t in ("build", "run", "asan", "tsan", "install"):
+        assert "test-deps" not in prereqs[t].split(), t
+    for t in ("test", "unit", "install-test", "unit-asan", "unit-tsan", "integration",
+              "integration-redis", "integration-tsan", "python-test", "python-tsan"):
+        assert "test-deps" in prereqs[t].split(), t
 
 
 def _man_page():
@@ -66,6 +118,8 @@ def test_man_page_renders_without_warnings_and_names_every_flag():
         flags += flags_of(run(*cmd, "--help").stdout)
     missing = sorted({f for f in flags if f not in text and f != "--help"})
     assert not missing, f"flags not in the man page: {missing}"
+    # A line that starts with "." is a roff request: "./kvpage-data" once lost its "./".
+    assert "(default ./kvpage-data)" in text
 
 
 def _complete(*words):

@@ -35,7 +35,8 @@ def _traffic(srv):
 def test_metrics_pass_promtool(start_server):
     tool = shutil.which("promtool")
     if not tool:
-        pytest.fail("promtool not found (scripts/install-deps installs prometheus)", pytrace=False)
+        pytest.fail("promtool not found (scripts/install-deps --test installs prometheus)",
+                    pytrace=False)
     srv = start_server()
     _traffic(srv)
     text = srv.client().get("/metrics").text

@@ -17,7 +17,7 @@ def chromium():
         p = shutil.which(name)
         if p:
             return p
-    pytest.fail("chromium not found (scripts/install-deps installs it)", pytrace=False)
+    pytest.fail("chromium not found (scripts/install-deps --test installs it)", pytrace=False)
 
 
 def browse(url, tmp_path, screenshot=None, size="1280,800"):

@@ -17,7 +17,7 @@ UNIT = os.path.join(HERE, "..", "..", "contrib", "systemd", "kvpage.service")
 def test_unit_passes_systemd_analyze_verify(tmp_path):
     tool = shutil.which("systemd-analyze")
     if not tool:
-        pytest.fail("systemd-analyze not found (scripts/install-deps installs systemd)",
+        pytest.fail("systemd-analyze not found (scripts/install-deps --test installs systemd)",
                     pytrace=False)
     text = open(UNIT).read()
     assert "ExecStart=/usr/local/bin/kvpage serve" in text

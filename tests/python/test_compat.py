@@ -89,6 +89,27 @@ def test_non_contiguous_tensor(client):
     good_batch(client)
 
 
+@pytest.mark.parametrize("op", ["batch_read", "batch_write"])
+def test_errors_name_the_clients_call(client, op):
+    """The engines call batch_read and batch_write: a refused batch says
+    which, never kvpage's PageFile.read / PageFile.write underneath."""
+    call = getattr(client, op)
+    bad = [([0] * (ENTRIES + 1), [np.zeros(16, np.uint8)] * (ENTRIES + 1)),
+           ([0], [np.zeros(BPP + 1, np.uint8)]),
+           ([0, BPP], [np.zeros(16, np.uint8)]),
+           (["x"], [np.zeros(16, np.uint8)]),
+           ([0], [np.zeros((64, 64), np.uint8)[:, ::2]]),
+           ([0], ["not a buffer"])]
+    for offsets, tensors in bad:
+        with pytest.raises((ValueError, TypeError)) as ei:
+            call(offsets, tensors)
+        msg = str(ei.value)
+        assert op in msg and "PageFile" not in msg, msg
+        if isinstance(ei.value, ValueError):
+            assert msg.startswith("Hf3fsClient.check Failed: "), msg
+    good_batch(client)
+
+
 def test_numpy_and_bytearray(client):
     a = np.frombuffer(os.urandom(BPP), dtype=np.uint8).copy()
     assert client.batch_write([2 * BPP], [a]) == [BPP]

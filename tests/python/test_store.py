@@ -1,7 +1,8 @@
 """kvpage.Store from Python, embedded, on a real kvpage serve and on Redis: put/get
 round trips with numpy, bytearrays and CPU torch tensors, hits not rewritten,
 a missing key leaving its buffer untouched, exists, delete, clear, stats,
-errors as exceptions, reopen, threads."""
+errors as exceptions, reopen, threads; a page put from Python through
+kvpage get and kvpage put into another store."""
 import os
 import threading
 
@@ -147,3 +148,25 @@ def test_mmap_reads(tmp_path, monkeypatch):
         dst = [np.zeros(BPP, dtype=np.uint8) for _ in keys]
         assert s.get(keys, dst) == (10, [BPP] * 10)
         assert all((a == b).all() for a, b in zip(src, dst))
+
+
+def test_engine_page_through_the_command_line_unchanged(tmp_path):
+    """A whole page put from Python (as an engine writes pages) comes back
+    whole from `kvpage get`, and `kvpage put` of that into another store keeps
+    it as it is (an input of exactly one page is stored raw)."""
+    import subprocess
+    from kvpserver import require_bin
+    page = os.urandom(BPP)
+    with kvpage.Store(tmp_path / "a.pages", 64 * BPP, BPP) as s:
+        assert s.put(["k"], [bytearray(page)]) == [kvpage.STORED]
+    flags = ["--page-size", str(BPP), "k"]
+    got = subprocess.run([require_bin(), "get", "--file", str(tmp_path / "a.pages"), *flags],
+                         capture_output=True, check=True, timeout=60).stdout
+    assert got == page
+    p = subprocess.run([require_bin(), "put", "--file", str(tmp_path / "b.pages"), "--file-size",
+                        str(64 * BPP), *flags], input=got, capture_output=True, timeout=60)
+    assert (p.returncode, p.stderr) == (0, b"")
+    out = bytearray(BPP)
+    with kvpage.Store(tmp_path / "b.pages", 64 * BPP, BPP) as s:
+        assert s.get(["k"], [out]) == (1, [BPP])
+    assert bytes(out) == page

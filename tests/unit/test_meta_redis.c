@@ -1316,7 +1316,7 @@ int main(int argc, char **argv)
     uint64_t seed = argc > 2 ? strtoull(argv[2], NULL, 10) : 1;
     if (system("command -v redis-server >/dev/null && command -v redis-cli >/dev/null") != 0) {
         printf("test_meta_redis: redis-server or redis-cli is not installed "
-               "(scripts/install-deps): skipped\n");
+               "(scripts/install-deps --test): skipped\n");
         return 77; /* ctest's SKIP_RETURN_CODE */
     }
     snprintf(tmpdir, sizeof tmpdir, "/tmp/kvp-redis-XXXXXX");
