@@ -11,7 +11,7 @@ PREFIX     ?= /usr/local
 CMAKE_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo $(if $(KVP_WERROR),-DKVP_WERROR=ON)
 
 .PHONY: all deps test-deps build asan tsan run install test unit install-test unit-asan unit-tsan \
-        integration integration-redis integration-tsan python-test python-tsan clean format \
+        integration integration-redis integration-tsan python-test python-tsan readme-test clean format \
         format-check
 
 all: build
@@ -134,8 +134,15 @@ python-tsan: test-deps tsan
 	  KVPAGE_BIN=$(CURDIR)/$(TSAN_BUILD)/kvpage KVPAGE_LIB=$(CURDIR)/$(TSAN_BUILD)/libkvpage.so \
 	  $(PYTHON) -m pytest -q -p no:cacheprovider tests/python
 
-test: test-deps unit install-test unit-asan integration integration-redis python-test unit-tsan \
-      integration-tsan python-tsan
+# Every fenced block of README.md run or checked as a new user would run it
+# (tests/readme: its markers say how), against the release build.
+readme-test: test-deps build
+	@echo "README blocks: release build"
+	@KVPAGE_BIN=$(CURDIR)/$(BUILD)/kvpage KVPAGE_LIB=$(CURDIR)/$(BUILD)/libkvpage.so \
+	  $(PYTHON) -m pytest -q -p no:cacheprovider tests/readme
+
+test: test-deps unit install-test unit-asan integration integration-redis python-test readme-test \
+      unit-tsan integration-tsan python-tsan
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
