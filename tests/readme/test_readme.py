@@ -59,8 +59,8 @@ BIN = os.path.abspath(kvpserver.BIN)
 BUILD = os.path.dirname(BIN)
 LIB = os.environ.get("KVPAGE_LIB") or os.path.join(BUILD, "libkvpage.so")
 PYTHON = "/usr/bin/python3"
-KINDS = ("sh", "sh-checkout", "sh-servers", "python", "c", "pkg-config", "cmake", "prometheus", "sglang",
-         "vllm", "vllm-stock", "sglang-stock")
+KINDS = ("sh", "sh-checkout", "sh-servers", "python", "c", "pkg-config", "cmake", "prometheus",
+         "sglang", "vllm", "vllm-stock", "sglang-stock")
 MARK = re.compile(r"^\s*<!-- readme-test: (.*?) -->\s*$")
 FENCE = re.compile(r"^(\s*)```(\w*)\s*$")
 
@@ -164,7 +164,8 @@ def world(tmp_path):
 
 
 def run(cmd, world, timeout=300, **kw):
-    p = subprocess.run(cmd, cwd=kw.pop("cwd", None) or world.tmp, env=kw.pop("env", None) or world.env(),
+    cwd, env = kw.pop("cwd", None) or world.tmp, kw.pop("env", None) or world.env()
+    p = subprocess.run(cmd, cwd=cwd, env=env,
                        capture_output=True, text=True, timeout=timeout, **kw)
     assert p.returncode == 0, f"{cmd}: exit {p.returncode}\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}"
     return p
