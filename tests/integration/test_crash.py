@@ -78,7 +78,8 @@ def check_recovered(srv, acked):
 def crash_rounds(tmp_path, fsync, rounds, seed, extra=(), more_until_snapshot=0):
     """rounds kill-and-restart rounds; then up to more_until_snapshot more
     while no snapshot has been written yet (a slow build, e.g. with
-    ThreadSanitizer, often gets killed before its first snapshot is done)."""
+    ThreadSanitizer, or a loaded machine, often gets killed before its first
+    snapshot is done), each waiting for a snapshot before its kill."""
     rng = random.Random(seed)
     data = tmp_path / f"data-{fsync}"
     acked = {}
@@ -99,6 +100,15 @@ def crash_rounds(tmp_path, fsync, rounds, seed, extra=(), more_until_snapshot=0)
                        for t in range(4)]
             for t in threads:
                 t.start()
+            if rnd >= rounds:
+                # An extra round, none of the kills so far came after a
+                # snapshot (a loaded or sanitized build writes slowly): this
+                # one waits for a snapshot (up to 20 s), then kills at once
+                # or a moment later.
+                deadline = time.monotonic() + 20
+                while ("snapshot at log position" not in srv.stderr()
+                       and time.monotonic() < deadline):
+                    time.sleep(0.05)
             time.sleep(rng.uniform(0.05, 0.6))
         finally:
             srv.stop(signal.SIGKILL)
