@@ -65,12 +65,28 @@ static char *location_deployment(const char *loc)
     return n ? strndup(p, n) : NULL;
 }
 
-/* Initializes the store's rank with its page count: refused (-EEXIST,
- * KVP_RULE_RESIZE_HELD) when the rank holds data with another count. */
+/* The error of a file that holds no page, or more than a rank may have. */
+static int pages_err(const char *path, uint64_t size, uint64_t bpp, struct kvp_error *err)
+{
+    uint64_t np = size / bpp;
+    kvp__set_err(err, -EINVAL, KVP_RULE_NUM_PAGES, -1, (int64_t)np, KVP_MAX_PAGES,
+                 "the file %s of %llu bytes holds %llu pages of %llu bytes (1 .. %u allowed)", path,
+                 (unsigned long long)size, (unsigned long long)np, (unsigned long long)bpp,
+                 KVP_MAX_PAGES);
+    return -EINVAL;
+}
+
+/* Opens the store's namespace and initializes its rank with its page count:
+ * refused (-EEXIST, KVP_RULE_RESIZE_HELD) when the rank holds data with
+ * another count. */
 static int init_rank(struct kvp_store *s, const char *path, struct kvp_error *err)
 {
+    int rc = kvp_meta_ns(s->meta, s->deployment, strlen(s->deployment), s->pool, strlen(s->pool), 1,
+                         &s->ns, err);
+    if (rc)
+        return rc;
     struct kvp_error e2 = {0};
-    int rc = kvp_meta_init_rank(s->ns, s->rank, s->num_pages, &e2);
+    rc = kvp_meta_init_rank(s->ns, s->rank, s->num_pages, &e2);
     if (rc == -EEXIST)
         kvp__set_err(err, rc, KVP_RULE_RESIZE_HELD, -1, e2.value, (int64_t)s->num_pages,
                      "the metadata at %s has rank %u of %s/%s with %lld pages and holds data in "
@@ -191,14 +207,8 @@ static int check_file(const struct kvp_store_opts *o, int *exists, uint64_t *np,
     uint64_t size = o->file_size ? o->file_size : S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0;
     if (o->file_size || S_ISREG(st.st_mode)) {
         *np = size / o->bytes_per_page;
-        if (*np == 0 || *np > KVP_MAX_PAGES) {
-            kvp__set_err(err, -EINVAL, KVP_RULE_NUM_PAGES, -1, (int64_t)*np, KVP_MAX_PAGES,
-                         "the file %s of %llu bytes holds %llu pages of %llu bytes (1 .. %u "
-                         "allowed)",
-                         o->path, (unsigned long long)size, (unsigned long long)*np,
-                         (unsigned long long)o->bytes_per_page, KVP_MAX_PAGES);
-            return -EINVAL;
-        }
+        if (*np == 0 || *np > KVP_MAX_PAGES)
+            return pages_err(o->path, size, o->bytes_per_page, err);
     }
     if (*exists)
         return 0;
@@ -329,9 +339,7 @@ KVP_API int kvp_store_open(const struct kvp_store_opts *opts_in, struct kvp_stor
         goto nomem;
     if (s->num_pages) {
         /* Whether the metadata takes this rank with this page count. */
-        rc = kvp_meta_ns(s->meta, s->deployment, strlen(s->deployment), s->pool, strlen(s->pool), 1,
-                         &s->ns, err);
-        if (rc || (rc = init_rank(s, o.path, err)) != 0)
+        if ((rc = init_rank(s, o.path, err)) != 0)
             goto fail;
     }
     rc = kvp__pieces_open(o.threads, &s->pieces);
@@ -368,18 +376,11 @@ KVP_API int kvp_store_open(const struct kvp_store_opts *opts_in, struct kvp_stor
     if (!s->num_pages) { /* a block device: its size is known now */
         np = kvp_pagefile_size(s->pf) / s->bpp;
         if (np == 0 || np > KVP_MAX_PAGES) {
-            kvp__set_err(err, -EINVAL, KVP_RULE_NUM_PAGES, -1, (int64_t)np, KVP_MAX_PAGES,
-                         "the file %s of %llu bytes holds %llu pages of %llu bytes (1 .. %u "
-                         "allowed)",
-                         o.path, (unsigned long long)kvp_pagefile_size(s->pf),
-                         (unsigned long long)np, (unsigned long long)s->bpp, KVP_MAX_PAGES);
-            rc = -EINVAL;
+            rc = pages_err(o.path, kvp_pagefile_size(s->pf), s->bpp, err);
             goto fail;
         }
         s->num_pages = np;
-        rc = kvp_meta_ns(s->meta, s->deployment, strlen(s->deployment), s->pool, strlen(s->pool), 1,
-                         &s->ns, err);
-        if (rc || (rc = init_rank(s, o.path, err)) != 0)
+        if ((rc = init_rank(s, o.path, err)) != 0)
             goto fail;
     }
     free(owner_loc);

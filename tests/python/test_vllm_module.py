@@ -100,8 +100,9 @@ def _fresh_kvpage_vllm():
     return importlib.import_module("kvpage.vllm")
 
 
-@pytest.fixture
-def fake_vllm(monkeypatch):
+def install_fake_vllm(monkeypatch):
+    """The stand-in vllm package tree in sys.modules (undone with
+    monkeypatch); returns the connector module."""
     parts = CONNECTOR.split(".")
     mods = {}
     for i in range(1, len(parts) + 1):
@@ -114,7 +115,12 @@ def fake_vllm(monkeypatch):
             setattr(mods[".".join(parts[:i - 1])], parts[i - 1], m)
     cm = mods[CONNECTOR]
     exec(compile(FAKE_CONNECTOR_SOURCE, CONNECTOR.replace(".", "/") + ".py", "exec"), cm.__dict__)
-    yield cm
+    return cm
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    yield install_fake_vllm(monkeypatch)
     sys.modules.pop("kvpage.vllm", None)
 
 

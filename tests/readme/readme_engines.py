@@ -13,7 +13,6 @@ import os
 import re
 import shlex
 import sys
-import types
 
 import torch
 
@@ -56,32 +55,14 @@ def sglang(world, text):
         b.close()
 
 
-def _install_fake_vllm():
-    import test_vllm_module as vm
-    parts = vm.CONNECTOR.split(".")
-    mods = {}
-    saved = {}
-    for i in range(1, len(parts) + 1):
-        name = ".".join(parts[:i])
-        m = types.ModuleType(name)
-        m.__path__ = []
-        mods[name] = m
-        saved[name] = sys.modules.get(name)
-        sys.modules[name] = m
-        if i > 1:
-            setattr(mods[".".join(parts[:i - 1])], parts[i - 1], m)
-    cm = mods[vm.CONNECTOR]
-    exec(compile(vm.FAKE_CONNECTOR_SOURCE, vm.CONNECTOR.replace(".", "/") + ".py", "exec"),
-         cm.__dict__)
-    sys.modules.pop("kvpage.vllm", None)
-    return vm, saved
-
-
 def vllm(world, text):
     text = world.sub(text)
     ktc_json = _flag_json(text, "--kv-transfer-config")
-    vm, saved = _install_fake_vllm()
-    try:
+    import pytest
+    import test_vllm_module as vm
+    with pytest.MonkeyPatch.context() as mp:
+        vm.install_fake_vllm(mp)
+        mp.delitem(sys.modules, "kvpage.vllm", raising=False)
         extra = dict(ktc_json.get("kv_connector_extra_config", {}))
         os.makedirs(os.path.dirname(extra["hf3fs_storage_path"]), exist_ok=True)
         extra["hf3fs_file_size"] = 1 << 20
@@ -101,13 +82,7 @@ def vllm(world, text):
         assert all(torch.equal(a, b) for a, b in zip(pages, back))
         for cl in worker._clients:
             cl.close()
-    finally:
-        for name, m in saved.items():
-            if m is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = m
-        sys.modules.pop("kvpage.vllm", None)
+    sys.modules.pop("kvpage.vllm", None)  # it was bound to the stand-in
 
 
 def vllm_stock(world, text):

@@ -33,16 +33,13 @@ test started on a free port; 6379 and 18001 free ports; /var/lib/redis a
 temporary directory. The environment a block gets is the README's own plus
 KVPAGE_LIB (the library under test) where the block does not install one.
 """
-import json
 import os
 import re
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
