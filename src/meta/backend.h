@@ -86,8 +86,11 @@ extern const struct kvp__meta_ops kvp__local_ops;
 /* A remote kvpage serve (src/client/http.c): http://HOST:PORT[/ns/NAME]. */
 extern const struct kvp__meta_ops kvp__http_ops;
 /* A Redis server or Redis Cluster (src/meta/redis.c):
- * redis://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...][/DB][?prefix=NAME]. */
+ * redis://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...][/DB][?prefix=NAME&wait=N&wait_ms=T]. */
 extern const struct kvp__meta_ops kvp__redis_ops;
+/* The same with its master named by Redis Sentinel:
+ * redis-sentinel://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...]/MASTER[/DB][?...]. */
+extern const struct kvp__meta_ops kvp__redis_sentinel_ops;
 
 /*
  * What the Redis behind a redis:// handle promises for changes it has

@@ -97,6 +97,7 @@ static struct scheme schemes[8] = {
     {"file", &kvp__local_ops},
     {"http", &kvp__http_ops},
     {"redis", &kvp__redis_ops},
+    {"redis-sentinel", &kvp__redis_sentinel_ops},
 };
 
 int kvp__meta_register(const char *scheme, const struct kvp__meta_ops *ops)

@@ -95,6 +95,8 @@ struct rmeta {
     char prefix[MAX_PREFIX + 1];
     char loc[256]; /* the seeds (never the password), for messages */
     int db;
+    int wait_replicas; /* ?wait=N (0: none) within wait_ms */
+    uint32_t wait_ms;
     uint64_t lease_ms, grace_ms;
     struct kvp__rscript scripts[SC_COUNT];
     pthread_mutex_t lock; /* guards nss */
@@ -127,13 +129,31 @@ static char *pct_decode(const char *s, size_t n)
     return o;
 }
 
-static int bad_url(struct kvp_error *err, const char *what)
+static int bad_url(struct kvp_error *err, int sentinel, const char *what)
 {
-    set_err(err, -EINVAL, KVP_RULE_ARG, -1, 0, 0,
-            "redis location: %s (redis://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...][/DB]"
-            "[?prefix=NAME])",
-            what);
+    if (sentinel)
+        set_err(err, -EINVAL, KVP_RULE_ARG, -1, 0, 0,
+                "redis-sentinel location: %s (redis-sentinel://[USER[:PASSWORD]@]HOST:PORT"
+                "[,HOST:PORT...]/MASTER[/DB][?prefix=NAME&wait=N&wait_ms=T])",
+                what);
+    else
+        set_err(err, -EINVAL, KVP_RULE_ARG, -1, 0, 0,
+                "redis location: %s (redis://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...][/DB]"
+                "[?prefix=NAME&wait=N&wait_ms=T])",
+                what);
     return -EINVAL;
+}
+
+/* A number option's value: 0, or -1 when it is not a number in [lo, hi]. */
+static int opt_num(const char *s, size_t n, long lo, long hi, long *out)
+{
+    char buf[16];
+    if (n == 0 || n >= sizeof buf || strspn(s, "0123456789") < n)
+        return -1;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    *out = strtol(buf, NULL, 10);
+    return *out < lo || *out > hi ? -1 : 0;
 }
 
 /* As a deployment's name ([A-Za-z0-9._-]), at most MAX_PREFIX bytes. */
@@ -142,14 +162,17 @@ static int prefix_valid(const char *s, size_t n)
     return n <= MAX_PREFIX && kvp_deployment_valid(s, n);
 }
 
-/* Parses where (the location after "redis:") into cfg and prefix. */
-static int parse_url(const char *where, struct kvp__rcfg *cfg, char *prefix, struct kvp_error *err)
+/* Parses where (the location after "redis:", or after "redis-sentinel:"
+ * when sentinel) into cfg and prefix. */
+static int parse_url(const char *where, int sentinel, struct kvp__rcfg *cfg, char *prefix,
+                     struct kvp_error *err)
 {
     char msg[160];
     memset(cfg, 0, sizeof *cfg);
     strcpy(prefix, "kvp");
     if (strncmp(where, "//", 2))
-        return bad_url(err, "must start with redis://");
+        return bad_url(err, sentinel,
+                       sentinel ? "must start with redis-sentinel://" : "must start with redis://");
     const char *s = where + 2;
     const char *q = strchr(s, '?');
     const char *end = q ? q : s + strlen(s);
@@ -166,17 +189,17 @@ static int parse_url(const char *where, struct kvp__rcfg *cfg, char *prefix, str
         const char *colon = memchr(s, ':', (size_t)(at - s));
         size_t ul = colon ? (size_t)(colon - s) : (size_t)(at - s);
         if (ul && !(cfg->user = pct_decode(s, ul))) {
-            rc = bad_url(err, "the user has a bad %-escape");
+            rc = bad_url(err, sentinel, "the user has a bad %-escape");
             goto fail;
         }
         if (colon && !(cfg->pass = pct_decode(colon + 1, (size_t)(at - colon - 1)))) {
-            rc = bad_url(err, "the password has a bad %-escape");
+            rc = bad_url(err, sentinel, "the password has a bad %-escape");
             goto fail;
         }
         hosts = at + 1;
     }
     if (hosts == auth_end) {
-        rc = bad_url(err, "names no HOST:PORT");
+        rc = bad_url(err, sentinel, "names no HOST:PORT");
         goto fail;
     }
     for (const char *h = hosts; h < auth_end;) {
@@ -186,14 +209,14 @@ static int parse_url(const char *where, struct kvp__rcfg *cfg, char *prefix, str
         if (*h == '[') { /* [IPv6]:PORT */
             const char *rb = memchr(h, ']', (size_t)(he - h));
             if (!rb) {
-                rc = bad_url(err, "an IPv6 address lacks its ']'");
+                rc = bad_url(err, sentinel, "an IPv6 address lacks its ']'");
                 goto fail;
             }
             hs = h + 1;
             hend = rb;
             colon = rb + 1 < he && rb[1] == ':' ? rb + 1 : NULL;
             if (rb + 1 < he && !colon) {
-                rc = bad_url(err, "junk after an IPv6 address");
+                rc = bad_url(err, sentinel, "junk after an IPv6 address");
                 goto fail;
             }
         } else {
@@ -205,23 +228,23 @@ static int parse_url(const char *where, struct kvp__rcfg *cfg, char *prefix, str
         }
         if (hend == hs) {
             snprintf(msg, sizeof msg, "host %zu is empty", cfg->nseeds + 1);
-            rc = bad_url(err, msg);
+            rc = bad_url(err, sentinel, msg);
             goto fail;
         }
-        long port = 6379;
+        long port = sentinel ? 26379 : 6379;
         if (colon) {
             char *pe;
             port = strtol(colon + 1, &pe, 10);
             if (colon + 1 == he || pe != he || port < 1 || port > 65535) {
                 snprintf(msg, sizeof msg, "port '%.*s' is not a number in 1..65535",
                          (int)(he - colon - 1 > 16 ? 16 : he - colon - 1), colon + 1);
-                rc = bad_url(err, msg);
+                rc = bad_url(err, sentinel, msg);
                 goto fail;
             }
         }
         if (cfg->nseeds == KVP_REDIS_MAX_SEEDS) {
             snprintf(msg, sizeof msg, "more than %d seed nodes", KVP_REDIS_MAX_SEEDS);
-            rc = bad_url(err, msg);
+            rc = bad_url(err, sentinel, msg);
             goto fail;
         }
         if (!(cfg->host[cfg->nseeds] = strndup(hs, (size_t)(hend - hs)))) {
@@ -231,10 +254,25 @@ static int parse_url(const char *where, struct kvp__rcfg *cfg, char *prefix, str
         }
         cfg->port[cfg->nseeds++] = (int)port;
         if (comma && comma + 1 == auth_end) {
-            rc = bad_url(err, "ends with a ','");
+            rc = bad_url(err, sentinel, "ends with a ','");
             goto fail;
         }
         h = comma ? comma + 1 : auth_end;
+    }
+    if (sentinel) { /* /MASTER[/DB] */
+        const char *ne = slash ? memchr(slash + 1, '/', (size_t)(end - slash - 1)) : NULL;
+        if (!ne)
+            ne = end;
+        if (!slash || ne == slash + 1) {
+            rc = bad_url(err, sentinel, "names no master (/MASTER after the sentinels)");
+            goto fail;
+        }
+        if (!(cfg->master_name = pct_decode(slash + 1, (size_t)(ne - slash - 1))) ||
+            strpbrk(cfg->master_name, " \r\n\t") || strlen(cfg->master_name) > 64) {
+            rc = bad_url(err, sentinel, "the master's name is not 1..64 characters without spaces");
+            goto fail;
+        }
+        slash = ne < end ? ne : NULL;
     }
     if (slash && slash + 1 < end) {
         char *pe;
@@ -242,12 +280,12 @@ static int parse_url(const char *where, struct kvp__rcfg *cfg, char *prefix, str
         if (pe != end || db < 0 || db > INT_MAX || slash[1] < '0' || slash[1] > '9') {
             snprintf(msg, sizeof msg, "database '%.*s' is not a number",
                      (int)(end - slash - 1 > 16 ? 16 : end - slash - 1), slash + 1);
-            rc = bad_url(err, msg);
+            rc = bad_url(err, sentinel, msg);
             goto fail;
         }
         cfg->db = (int)db;
-        if (db && cfg->nseeds > 1) {
-            rc = bad_url(err, "a Redis Cluster has only database 0");
+        if (db && cfg->nseeds > 1 && !sentinel) {
+            rc = bad_url(err, sentinel, "a Redis Cluster has only database 0");
             goto fail;
         }
     }
@@ -256,19 +294,39 @@ static int parse_url(const char *where, struct kvp__rcfg *cfg, char *prefix, str
         size_t l = amp ? (size_t)(amp - p) : strlen(p);
         if (l > 7 && !strncmp(p, "prefix=", 7)) {
             if (!prefix_valid(p + 7, l - 7)) {
-                rc = bad_url(err, "prefix must be 1..64 characters of [A-Za-z0-9._-]");
+                rc = bad_url(err, sentinel, "prefix must be 1..64 characters of [A-Za-z0-9._-]");
                 goto fail;
             }
             memcpy(prefix, p + 7, l - 7);
             prefix[l - 7] = '\0';
+        } else if (l > 5 && !strncmp(p, "wait=", 5)) {
+            long v;
+            if (opt_num(p + 5, l - 5, 0, 64, &v)) {
+                rc = bad_url(err, sentinel, "wait must be a number of replicas in 0..64");
+                goto fail;
+            }
+            cfg->wait_replicas = (int)v;
+        } else if (l > 8 && !strncmp(p, "wait_ms=", 8)) {
+            long v;
+            if (opt_num(p + 8, l - 8, 1, 60000, &v)) {
+                rc = bad_url(err, sentinel, "wait_ms must be a number of milliseconds in 1..60000");
+                goto fail;
+            }
+            cfg->wait_ms = (uint32_t)v;
         } else {
-            snprintf(msg, sizeof msg, "unknown parameter '%.*s' (known: prefix)",
+            snprintf(msg, sizeof msg, "unknown parameter '%.*s' (known: prefix, wait, wait_ms)",
                      (int)(l > 32 ? 32 : l), p);
-            rc = bad_url(err, msg);
+            rc = bad_url(err, sentinel, msg);
             goto fail;
         }
         p = amp ? amp + 1 : NULL;
     }
+    if (cfg->wait_ms && !cfg->wait_replicas) {
+        rc = bad_url(err, sentinel, "wait_ms needs wait=N (the replicas to wait for)");
+        goto fail;
+    }
+    if (cfg->wait_replicas && !cfg->wait_ms)
+        cfg->wait_ms = 1000;
     /* Credentials from the environment when the location has none. */
     const char *env;
     if (!at && (env = getenv("KVPAGE_REDIS_USER")) && *env && !(cfg->user = strdup(env)))
@@ -282,6 +340,7 @@ nomem:
 fail:
     free(cfg->user);
     free(cfg->pass);
+    free(cfg->master_name);
     for (size_t i = 0; i < cfg->nseeds; i++)
         free(cfg->host[i]);
     memset(cfg, 0, sizeof *cfg);
@@ -1340,6 +1399,19 @@ static int rd_values(struct kvp_meta *front, kvp_meta_value_fn fn, void *arg)
          NULL, NULL},
         {"redis", "nodes", "kvpage_redis_nodes", "Redis nodes known (seeds and cluster nodes).",
          KVP_VALUE_GAUGE, 0, s.nodes, NULL, NULL},
+        {"redis", "waits", "kvpage_redis_waits_total",
+         "WAITs for replicas after changes (the location's wait=N).", KVP_VALUE_COUNTER, 0, s.waits,
+         NULL, NULL},
+        {"redis", "waits_short", "kvpage_redis_waits_short_total",
+         "WAITs that saw fewer replicas than wait=N asks for (the change was refused with 503 "
+         "although applied on the master).",
+         KVP_VALUE_COUNTER, 0, s.wait_short, NULL, NULL},
+        {"redis", "master_asks", "kvpage_redis_master_asks_total",
+         "Questions to the sentinels for the master (redis-sentinel://).", KVP_VALUE_COUNTER, 0,
+         s.master_asks, NULL, NULL},
+        {"redis", "master_switches", "kvpage_redis_master_switches_total",
+         "Failovers followed: the sentinels named another master (redis-sentinel://).",
+         KVP_VALUE_COUNTER, 0, s.switches, NULL, NULL},
         /* kvpage serve reads this one at start to warn (the binary links
          * only the public API, so not kvp__redis_durability). */
         {"redis", "durability", "kvpage_redis_durability",
@@ -1377,8 +1449,12 @@ static int rd_describe(struct kvp_meta *front, char *buf, size_t len)
     struct rmeta *m = front->be;
     char d[160];
     int level = kvp__redis_durability(front, d, sizeof d);
-    return snprintf(buf, len, "Redis %s db %d, prefix %s (%s: %s)", m->loc, m->db, m->prefix, d,
-                    durability_meaning(level));
+    char w[96] = "";
+    if (m->wait_replicas)
+        snprintf(w, sizeof w, "; each change waits for %d replica(s), at most %u ms",
+                 m->wait_replicas, m->wait_ms);
+    return snprintf(buf, len, "Redis %s db %d, prefix %s (%s: %s%s)", m->loc, m->db, m->prefix, d,
+                    durability_meaning(level), w);
 }
 
 static int rd_snapshot(struct kvp_meta *front)
@@ -1436,7 +1512,8 @@ static int dur_one(void *arg, const char *node, redisReply *reply, int rc,
 
 int kvp__redis_durability(struct kvp_meta *front, char *buf, size_t len)
 {
-    if (!front || front->ops != &kvp__redis_ops || !front->be)
+    if (!front || (front->ops != &kvp__redis_ops && front->ops != &kvp__redis_sentinel_ops) ||
+        !front->be)
         return -EINVAL;
     struct rmeta *m = front->be;
     struct dur d = {-1, "", 0};
@@ -1489,7 +1566,8 @@ static void rd_close(struct kvp_meta *front)
     front->be = NULL;
 }
 
-static int rd_open(struct kvp_meta *front, const char *where, struct kvp_error *err)
+static int open_either(struct kvp_meta *front, const char *where, int sentinel,
+                       struct kvp_error *err)
 {
     struct rmeta *m = calloc(1, sizeof *m);
     if (!m) {
@@ -1497,26 +1575,34 @@ static int rd_open(struct kvp_meta *front, const char *where, struct kvp_error *
         return -ENOMEM;
     }
     struct kvp__rcfg cfg;
-    int rc = parse_url(where ? where : "", &cfg, m->prefix, err);
+    int rc = parse_url(where ? where : "", sentinel, &cfg, m->prefix, err);
     if (rc) {
         free(m);
         return rc;
     }
     m->db = cfg.db;
+    m->wait_replicas = cfg.wait_replicas;
+    m->wait_ms = cfg.wait_ms;
     cfg.log = front->opts.log;
     cfg.log_arg = front->opts.log_arg;
     cfg.connect_timeout_ms = front->opts.connect_timeout_ms ? front->opts.connect_timeout_ms : 2000;
     cfg.timeout_ms = front->opts.timeout_ms ? front->opts.timeout_ms : 10000;
     /* For messages: the seeds, never the password. */
     size_t o = 0;
+    if (sentinel)
+        o = (size_t)snprintf(m->loc, sizeof m->loc, "master '%.64s' of sentinels ",
+                             cfg.master_name);
     for (size_t i = 0; i < cfg.nseeds && o < sizeof m->loc; i++)
         o += (size_t)snprintf(m->loc + o, sizeof m->loc - o, "%s%s:%d", i ? "," : "", cfg.host[i],
                               cfg.port[i]);
     m->front = front;
     m->lease_ms = front->opts.lease_ms;
     m->grace_ms = front->opts.read_grace_ms;
-    for (int i = 0; i < SC_COUNT; i++)
+    for (int i = 0; i < SC_COUNT; i++) {
         m->scripts[i].body = script_body[i];
+        m->scripts[i].change = i == SC_INIT || i == SC_ALLOCATE || i == SC_CONFIRM ||
+                               i == SC_DELETE || i == SC_CLEAR || i == SC_NS_CREATE;
+    }
     pthread_mutex_init(&m->lock, NULL);
     if ((rc = kvp__rconn_open(&m->c, &cfg, err)) != 0) {
         pthread_mutex_destroy(&m->lock);
@@ -1539,25 +1625,32 @@ static int rd_open(struct kvp_meta *front, const char *where, struct kvp_error *
     return 0;
 }
 
+static int rd_open(struct kvp_meta *front, const char *where, struct kvp_error *err)
+{
+    return open_either(front, where, 0, err);
+}
+
+static int rd_open_sentinel(struct kvp_meta *front, const char *where, struct kvp_error *err)
+{
+    return open_either(front, where, 1, err);
+}
+
+#define RD_OPS                                                                                     \
+    .close = rd_close, .ns = rd_ns, .init_rank = rd_init_rank, .allocate = rd_allocate,            \
+    .confirm = rd_confirm, .exists = rd_exists, .lookup = rd_lookup, .del = rd_delete,             \
+    .clear = rd_clear, .nranks = rd_nranks, .stats = rd_stats, .check = rd_check, .wait = rd_wait, \
+    .when_durable = rd_when_durable, .values = rd_values, .health = rd_health,                     \
+    .snapshot = rd_snapshot, .describe = rd_describe
+
+/* The same backend, its master named by sentinels. */
+const struct kvp__meta_ops kvp__redis_sentinel_ops = {
+    .name = "redis-sentinel",
+    .open = rd_open_sentinel,
+    RD_OPS,
+};
+
 const struct kvp__meta_ops kvp__redis_ops = {
     .name = "redis",
     .open = rd_open,
-    .close = rd_close,
-    .ns = rd_ns,
-    .init_rank = rd_init_rank,
-    .allocate = rd_allocate,
-    .confirm = rd_confirm,
-    .exists = rd_exists,
-    .lookup = rd_lookup,
-    .del = rd_delete,
-    .clear = rd_clear,
-    .nranks = rd_nranks,
-    .stats = rd_stats,
-    .check = rd_check,
-    .wait = rd_wait,
-    .when_durable = rd_when_durable,
-    .values = rd_values,
-    .health = rd_health,
-    .snapshot = rd_snapshot,
-    .describe = rd_describe,
+    RD_OPS,
 };

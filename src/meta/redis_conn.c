@@ -13,6 +13,18 @@
  * map is read again after a connection to a node failed, and each call
  * tries a bounded number of times, so that no call waits much longer than
  * its timeouts.
+ *
+ * Sentinel (redis-sentinel://): the seeds are sentinels; the master is the
+ * address they give for the master's name, checked with ROLE. A call that
+ * cannot reach the master, loses its connection or is refused as READONLY
+ * (the master was demoted) asks the sentinels again and, when they name
+ * another master, goes there: a failover is followed without a restart.
+ * Until a master answers, calls fail (503 in kvpage serve) within their
+ * timeouts.
+ *
+ * WAIT (?wait=N): a command that may write is followed on its connection by
+ * WAIT N T; fewer than N replicas fail the call, although the change is
+ * applied on the master (protocol-notes, "Waiting for replicas").
  */
 #include <errno.h>
 #include <poll.h>
@@ -21,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "meta/redis_conn.h"
@@ -56,6 +69,14 @@ struct kvp__rconn {
     size_t nnodes;
     uint8_t slots[NSLOTS]; /* node index, or NO_NODE */
     atomic_uint_fast64_t connects, failures, redirects, script_loads;
+    atomic_uint_fast64_t waits, wait_short, master_asks, switches;
+    /* Sentinel: the master's index in nodes[] (outside a cluster, nodes[0]
+     * otherwise); asking the sentinels is one call at a time (ask_lock),
+     * and a call that waited for another's answer takes it (asked_ms). */
+    int sentinel;
+    atomic_size_t master;
+    pthread_mutex_t ask_lock;
+    atomic_uint_fast64_t asked_ms;
 };
 
 /* ---------------------------------------------------------------- CRC16 (XMODEM) */
@@ -160,8 +181,9 @@ static int reply_error(const struct rnode *n, const redisReply *r, struct kvp_er
              !strncmp(r->str, "NOPERM", 6))
         rc = -EACCES;
     else if (!strncmp(r->str, "LOADING", 7) || !strncmp(r->str, "BUSY", 4) ||
-             !strncmp(r->str, "TRYAGAIN", 8) || !strncmp(r->str, "CLUSTERDOWN", 11))
-        rc = -EAGAIN;
+             !strncmp(r->str, "TRYAGAIN", 8) || !strncmp(r->str, "CLUSTERDOWN", 11) ||
+             !strncmp(r->str, "READONLY", 8) || !strncmp(r->str, "MASTERDOWN", 10))
+        rc = -EAGAIN; /* READONLY: a demoted master, shortly a replica of the new one */
     kvp__set_err(err, rc, KVP_RULE_UNAVAILABLE, -1, 0, 0, "redis %s: %.200s", n->name, r->str);
     return rc;
 }
@@ -383,7 +405,7 @@ static int refresh_map(struct kvp__rconn *c, struct kvp_error *err)
 static struct rnode *node_for(struct kvp__rconn *c, int slot)
 {
     pthread_mutex_lock(&c->lock);
-    struct rnode *n = c->nodes[0];
+    struct rnode *n = c->nodes[atomic_load(&c->master)];
     if (c->cluster && slot >= 0 && c->slots[slot] != NO_NODE)
         n = c->nodes[c->slots[slot]];
     pthread_mutex_unlock(&c->lock);
@@ -412,6 +434,206 @@ static struct rnode *redirect_target(struct kvp__rconn *c, const char *msg, int 
     }
     pthread_mutex_unlock(&c->lock);
     return n;
+}
+
+/* ---------------------------------------------------------------- Sentinel */
+
+/* Whether n says it is a master (ROLE). 0, or -EAGAIN / the failure. */
+static int check_master(struct kvp__rconn *c, struct rnode *n, struct kvp_error *err)
+{
+    int fresh, rc;
+    uint64_t ep;
+    redisContext *x = node_take(c, n, &fresh, &ep, err, &rc);
+    if (!x)
+        return rc;
+    errno = 0;
+    redisReply *r = redisCommand(x, "ROLE");
+    if (!r) {
+        rc = ctx_error(c, n, x, errno, err);
+        redisFree(x);
+        drop_idle(n);
+        return rc;
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+        rc = reply_error(n, r, err);
+    } else if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+               r->element[0]->type != REDIS_REPLY_STRING || strcmp(r->element[0]->str, "master")) {
+        rc = -EAGAIN;
+        kvp__set_err(err, rc, KVP_RULE_UNAVAILABLE, -1, 0, 0,
+                     "redis %s, named master of '%.64s' by the sentinels, is not a master (a "
+                     "failover in progress)",
+                     n->name, c->cfg.master_name);
+    }
+    freeReplyObject(r);
+    node_put(c, n, x, ep);
+    return rc;
+}
+
+/* The master's address from the sentinel at seed i: *host (to free) and
+ * *port, or the reason in why. */
+static int sentinel_master(struct kvp__rconn *c, size_t i, char **host, int *port, char *why,
+                           size_t len)
+{
+    *host = NULL;
+    errno = 0;
+    redisContext *x =
+        redisConnectWithTimeout(c->cfg.host[i], c->cfg.port[i], tv_ms(c->cfg.connect_timeout_ms));
+    if (!x || x->err || redisSetTimeout(x, tv_ms(c->cfg.timeout_ms)) != REDIS_OK) {
+        snprintf(why, len, "sentinel %.64s:%d: %s", c->cfg.host[i], c->cfg.port[i],
+                 x ? x->errstr : "cannot allocate a connection");
+        if (x)
+            redisFree(x);
+        return -ECONNREFUSED;
+    }
+    redisReply *r = redisCommand(x, "SENTINEL get-master-addr-by-name %s", c->cfg.master_name);
+    int rc = -EIO;
+    if (!r)
+        snprintf(why, len, "sentinel %.64s:%d: %s", c->cfg.host[i], c->cfg.port[i], x->errstr);
+    else if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+             r->element[0]->type == REDIS_REPLY_STRING &&
+             r->element[1]->type == REDIS_REPLY_STRING) {
+        *port = atoi(r->element[1]->str);
+        if (*port > 0 && *port < 65536 && (*host = strdup(r->element[0]->str)))
+            rc = 0;
+        else
+            snprintf(why, len, "sentinel %.64s:%d: a bad address", c->cfg.host[i], c->cfg.port[i]);
+    } else if (r->type == REDIS_REPLY_NIL)
+        snprintf(why, len, "sentinel %.64s:%d knows no master named '%.64s'", c->cfg.host[i],
+                 c->cfg.port[i], c->cfg.master_name);
+    else
+        snprintf(why, len, "sentinel %.64s:%d: %.120s", c->cfg.host[i], c->cfg.port[i],
+                 r->type == REDIS_REPLY_ERROR ? r->str : "an unexpected answer");
+    if (r)
+        freeReplyObject(r);
+    redisFree(x);
+    return rc;
+}
+
+/*
+ * Asks the sentinels, in order, for the master's address until one gives
+ * an address that answers ROLE as a master, and makes it the master. One
+ * call asks at a time; a call that began before the last question (since,
+ * in mono_ms; 0: always ask) takes its answer. 0, or the failure.
+ */
+static int ask_sentinels(struct kvp__rconn *c, uint64_t since, struct kvp_error *err)
+{
+    pthread_mutex_lock(&c->ask_lock);
+    if (since && atomic_load(&c->asked_ms) >= since) {
+        pthread_mutex_unlock(&c->ask_lock);
+        return 0;
+    }
+    atomic_fetch_add(&c->master_asks, 1);
+    char why[256] = "no sentinel answered";
+    int rc = -EIO;
+    for (size_t i = 0; i < c->cfg.nseeds; i++) {
+        char *host;
+        int port;
+        if ((rc = sentinel_master(c, i, &host, &port, why, sizeof why)) != 0)
+            continue;
+        size_t idx;
+        pthread_mutex_lock(&c->lock);
+        struct rnode *n = node_get_locked(c, host, strlen(host), port, &idx);
+        pthread_mutex_unlock(&c->lock);
+        free(host);
+        struct kvp_error e = {0};
+        if (!n) {
+            rc = -ENOMEM;
+            snprintf(why, sizeof why, "more than %d Redis nodes", MAX_NODES);
+            continue;
+        }
+        if ((rc = check_master(c, n, &e)) != 0) {
+            snprintf(why, sizeof why, "%s", e.msg);
+            continue;
+        }
+        size_t old = atomic_exchange(&c->master, idx);
+        atomic_store(&c->asked_ms, mono_ms());
+        pthread_mutex_unlock(&c->ask_lock);
+        if (old != idx && since) {
+            atomic_fetch_add(&c->switches, 1);
+            if (c->cfg.log) {
+                char line[300];
+                snprintf(line, sizeof line,
+                         "redis sentinel: the master of '%.64s' is now %s (was %s); calls go "
+                         "there",
+                         c->cfg.master_name, n->name, c->nodes[old]->name);
+                c->cfg.log(c->cfg.log_arg, 1, line);
+            }
+        }
+        return 0;
+    }
+    atomic_store(&c->asked_ms, mono_ms());
+    pthread_mutex_unlock(&c->ask_lock);
+    kvp__set_err(err, rc ? rc : -EIO, KVP_RULE_UNAVAILABLE, -1, 0, 0,
+                 "redis-sentinel: no master of '%.64s' answers (%s)", c->cfg.master_name, why);
+    return rc ? rc : -EIO;
+}
+
+/* A call that began at since failed for want of n: with sentinels, asks
+ * them again; 1 when the master is now another node (worth a retry). */
+static int follow_master(struct kvp__rconn *c, struct rnode *n, uint64_t since)
+{
+    if (!c->sentinel)
+        return 0;
+    ask_sentinels(c, since, NULL);
+    return node_for(c, -1) != n;
+}
+
+/* ---------------------------------------------------------------- WAIT */
+
+/* Whether a command is a change (then ?wait= waits for it). */
+static int cmd_writes(const struct kvp__rscript *s, int argc, const char **argv)
+{
+    static const char *const reads[] = {"ZSCORE",  "ZRANGE", "ZCARD", "HLEN", "HGET",
+                                        "HGETALL", "HMGET",  "HKEYS", "PING", "EXISTS"};
+    if (s)
+        return s->change;
+    for (size_t i = 0; argc > 0 && i < sizeof reads / sizeof *reads; i++)
+        if (!strcasecmp(argv[0], reads[i]))
+            return 0;
+    return 1;
+}
+
+/* The answer to a WAIT sent on n (r NULL: x failed): 0 when enough
+ * replicas have the change, else the failure. */
+static int wait_result(struct kvp__rconn *c, struct rnode *n, redisContext *x, redisReply *r,
+                       int saved_errno, struct kvp_error *err)
+{
+    if (!r)
+        return ctx_error(c, n, x, saved_errno, err);
+    atomic_fetch_add(&c->waits, 1);
+    int rc = 0;
+    if (r->type == REDIS_REPLY_ERROR) {
+        rc = reply_error(n, r, err);
+    } else if (r->type != REDIS_REPLY_INTEGER || r->integer < c->cfg.wait_replicas) {
+        long long got = r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
+        atomic_fetch_add(&c->wait_short, 1);
+        rc = -ETIMEDOUT;
+        kvp__set_err(err, rc, KVP_RULE_UNAVAILABLE, -1, got, c->cfg.wait_replicas,
+                     "redis %s: the change reached %lld of the %d replica(s) that wait= asks "
+                     "for within %u ms; it is applied on the master and a failover may lose it",
+                     n->name, got, c->cfg.wait_replicas, c->cfg.wait_ms);
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+/* The read timeout while a WAIT may block: its own time on top. */
+static uint32_t wait_timeout(const struct kvp__rconn *c)
+{
+    return c->cfg.timeout_ms + c->cfg.wait_ms;
+}
+
+/* Sends WAIT on x after a write and reads its answer. */
+static int wait_replicas(struct kvp__rconn *c, struct rnode *n, redisContext *x,
+                         struct kvp_error *err)
+{
+    redisSetTimeout(x, tv_ms(wait_timeout(c)));
+    errno = 0;
+    redisReply *r = redisCommand(x, "WAIT %d %u", c->cfg.wait_replicas, c->cfg.wait_ms);
+    int e = errno;
+    if (r)
+        redisSetTimeout(x, tv_ms(c->cfg.timeout_ms));
+    return wait_result(c, n, x, r, e, err);
 }
 
 /* ---------------------------------------------------------------- commands */
@@ -459,7 +681,8 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
     /* Repeats (redirections, failovers, reloads) start only within one
      * connect and one command timeout of the call's start, so that a call
      * never takes much longer than a single try could. */
-    uint64_t deadline = mono_ms() + c->cfg.connect_timeout_ms + c->cfg.timeout_ms;
+    uint64_t start = mono_ms();
+    uint64_t deadline = start + c->cfg.connect_timeout_ms + c->cfg.timeout_ms;
     for (int attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
         if (attempt && mono_ms() >= deadline)
             break;
@@ -474,6 +697,9 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
              * slot (a failover): read the map again and retry. */
             if (c->cluster && rc != -EACCES && attempt < 2 && mono_ms() < deadline &&
                 refresh_map(c, NULL) == 0)
+                continue;
+            /* With sentinels: a failover may have named another master. */
+            if (rc != -EACCES && attempt < 2 && follow_master(c, n, start))
                 continue;
             return rc;
         }
@@ -529,6 +755,8 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
              * asking it again would wait as long once more). */
             if (c->cluster && rc != -ETIMEDOUT && mono_ms() < deadline)
                 refresh_map(c, NULL);
+            if (rc != -ETIMEDOUT)
+                follow_master(c, n, start);
             /* A pooled connection found dead (the server restarted): the
              * command may not have reached it, and an idempotent one is
              * safe to send again anyway. A timeout is not repeated. */
@@ -567,8 +795,22 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
             if (rc == -EAGAIN && attempt + 1 < MAX_ATTEMPTS) {
                 if (c->cluster && mono_ms() < deadline)
                     refresh_map(c, NULL);
+                /* READONLY: Redis refused it, so it is safe to send again. */
+                if (follow_master(c, n, start))
+                    continue;
                 sleep_ms(20L << attempt); /* a failover or a loading node: shortly */
                 continue;
+            }
+            return rc;
+        }
+        if (c->cfg.wait_replicas && cmd_writes(script, argc, argv) &&
+            (rc = wait_replicas(c, n, x, err)) != 0) {
+            freeReplyObject(r);
+            if (x->err) {
+                redisFree(x);
+                drop_idle(n);
+            } else {
+                node_put(c, n, x, ep);
             }
             return rc;
         }
@@ -591,6 +833,7 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
 
 int kvp__rconn_multi(struct kvp__rconn *c, struct kvp__rcmd *cmds, size_t n, struct kvp_error *err)
 {
+    uint64_t start = mono_ms();
     uint8_t *nidx = malloc(n ? n : 1); /* each command's place in nodes[] below */
     /* 0 to run alone, 1 sent, 2 answered, 3 failed (cmds[].rc, .err) */
     uint8_t *state = calloc(n ? n : 1, 1);
@@ -637,6 +880,15 @@ int kvp__rconn_multi(struct kvp__rconn *c, struct kvp__rcmd *cmds, size_t n, str
             if (redisAppendCommandArgv(x, cmds[j].argc, cmds[j].argv, cmds[j].lens) == REDIS_OK)
                 state[j] = 1;
         }
+        /* ?wait=: one WAIT after the node's commands covers them all. */
+        int waiting = 0;
+        for (size_t j = 0; c->cfg.wait_replicas && j < n && !waiting; j++)
+            waiting = nidx[j] == d && state[j] == 1 &&
+                      cmd_writes(cmds[j].script, cmds[j].argc, cmds[j].argv);
+        if (waiting) {
+            redisAppendCommand(x, "WAIT %d %u", c->cfg.wait_replicas, c->cfg.wait_ms);
+            redisSetTimeout(x, tv_ms(wait_timeout(c)));
+        }
         for (size_t j = 0; j < n && x; j++) {
             if (nidx[j] != d || state[j] != 1)
                 continue;
@@ -669,6 +921,28 @@ int kvp__rconn_multi(struct kvp__rconn *c, struct kvp__rcmd *cmds, size_t n, str
                 state[j] = 2;
             }
         }
+        if (x && waiting) {
+            redisReply *r = NULL;
+            errno = 0;
+            if (redisGetReply(x, (void **)&r) != REDIS_OK)
+                r = NULL;
+            struct kvp_error e = {0};
+            int rc = wait_result(c, nodes[d], x, r, errno, &e);
+            if (!x->err)
+                redisSetTimeout(x, tv_ms(c->cfg.timeout_ms));
+            for (size_t k = 0; rc && k < n; k++)
+                if (nidx[k] == d && state[k] == 2 &&
+                    cmd_writes(cmds[k].script, cmds[k].argc, cmds[k].argv)) {
+                    freeReplyObject(cmds[k].reply);
+                    cmds[k].reply = NULL;
+                    state[k] = 3, cmds[k].rc = rc, cmds[k].err = e;
+                }
+            if (x->err) {
+                redisFree(x);
+                x = NULL;
+                drop_idle(nodes[d]);
+            }
+        }
         if (x)
             node_put(c, nodes[d], x, ep[d]);
     }
@@ -677,6 +951,8 @@ int kvp__rconn_multi(struct kvp__rconn *c, struct kvp__rcmd *cmds, size_t n, str
      * its error rather than each trying to connect again. */
     if (any_down && c->cluster)
         refresh_map(c, NULL);
+    if (any_down && c->sentinel)
+        ask_sentinels(c, start, NULL);
     for (size_t i = 0; any_down && i < n; i++) {
         size_t d = nidx[i];
         if (down_rc[d] && state[i] == 0 && node_for(c, cmds[i].slot) == nodes[d])
@@ -705,7 +981,7 @@ static size_t masters(struct kvp__rconn *c, struct rnode **out)
     size_t k = 0;
     pthread_mutex_lock(&c->lock);
     if (!c->cluster) {
-        out[k++] = c->nodes[0];
+        out[k++] = c->nodes[atomic_load(&c->master)];
     } else {
         uint8_t seen[MAX_NODES] = {0};
         for (size_t s = 0; s < NSLOTS; s++)
@@ -730,9 +1006,12 @@ int kvp__rconn_each_master(struct kvp__rconn *c, int argc, const char **argv, kv
         int fresh, rc;
         redisReply *r = NULL;
         uint64_t ep;
+        uint64_t start = mono_ms();
         redisContext *x = node_take(c, ms[i], &fresh, &ep, &e, &rc);
-        if (!x)
+        if (!x) {
             node_failed(c, ms[i], rc, &e);
+            follow_master(c, ms[i], start); /* for the next call */
+        }
         if (x) {
             errno = 0;
             r = redisCommandArgv(x, argc, argv, NULL);
@@ -741,6 +1020,7 @@ int kvp__rconn_each_master(struct kvp__rconn *c, int argc, const char **argv, kv
                 redisFree(x);
                 drop_idle(ms[i]);
                 node_failed(c, ms[i], rc, &e);
+                follow_master(c, ms[i], start);
             } else {
                 if (r->type == REDIS_REPLY_ERROR)
                     rc = reply_error(ms[i], r, &e);
@@ -790,8 +1070,14 @@ void kvp__rconn_stats(struct kvp__rconn *c, struct kvp__rconn_stats *s)
     s->failures = atomic_load(&c->failures);
     s->redirects = atomic_load(&c->redirects);
     s->script_loads = atomic_load(&c->script_loads);
+    s->waits = atomic_load(&c->waits);
+    s->wait_short = atomic_load(&c->wait_short);
+    s->master_asks = atomic_load(&c->master_asks);
+    s->switches = atomic_load(&c->switches);
     pthread_mutex_lock(&c->lock);
     s->nodes = c->nnodes;
+    snprintf(s->master, sizeof s->master, "%s",
+             c->sentinel && c->nnodes ? c->nodes[atomic_load(&c->master)]->name : "");
     pthread_mutex_unlock(&c->lock);
 }
 
@@ -801,6 +1087,7 @@ static void cfg_free(struct kvp__rcfg *cfg)
 {
     free(cfg->user);
     free(cfg->pass);
+    free(cfg->master_name);
     for (size_t i = 0; i < cfg->nseeds; i++)
         free(cfg->host[i]);
     memset(cfg, 0, sizeof *cfg);
@@ -818,7 +1105,18 @@ int kvp__rconn_open(struct kvp__rconn **out, struct kvp__rcfg *cfg, struct kvp_e
     c->cfg = *cfg;
     memset(cfg, 0, sizeof *cfg);
     pthread_mutex_init(&c->lock, NULL);
+    pthread_mutex_init(&c->ask_lock, NULL);
     memset(c->slots, NO_NODE, sizeof c->slots);
+    if (c->cfg.master_name) { /* the seeds are sentinels: the master is theirs to name */
+        c->sentinel = 1;
+        int rc = ask_sentinels(c, 0, err);
+        if (rc) {
+            kvp__rconn_close(c);
+            return rc;
+        }
+        *out = c;
+        return 0;
+    }
     for (size_t i = 0; i < c->cfg.nseeds; i++)
         if (!node_get_locked(c, c->cfg.host[i], strlen(c->cfg.host[i]), c->cfg.port[i], NULL)) {
             kvp__rconn_close(c);
@@ -881,6 +1179,7 @@ void kvp__rconn_close(struct kvp__rconn *c)
         free(n);
     }
     pthread_mutex_destroy(&c->lock);
+    pthread_mutex_destroy(&c->ask_lock);
     cfg_free(&c->cfg);
     free(c);
 }

@@ -21,6 +21,14 @@ struct kvp__rcfg {
     size_t nseeds;
     char *host[KVP_REDIS_MAX_SEEDS];
     int port[KVP_REDIS_MAX_SEEDS];
+    /* redis-sentinel://: the seeds are sentinels, asked for the address of
+     * the master of this name (at open, and again after a call found the
+     * master gone or demoted). NULL: the seeds are Redis nodes. */
+    char *master_name;
+    /* ?wait=N&wait_ms=T: after every command that may write, WAIT N T on
+     * its connection; fewer replicas than N fail the call (0: no WAIT). */
+    int wait_replicas;
+    uint32_t wait_ms;
     /* Where an outage of a node and its end are said, once each (may be
      * NULL): level 1 (warning) when a call first fails for want of the node,
      * 2 (information) when it answers again. */
@@ -31,14 +39,16 @@ struct kvp__rcfg {
 /* A Lua script, run with EVALSHA; its SHA is learnt from SCRIPT LOAD. */
 struct kvp__rscript {
     const char *body;
+    int change;   /* a change acknowledged to the caller: ?wait= waits for it (not for an
+                     LRU touch of a lookup, nor a read) */
     char sha[41]; /* "" until loaded once (guarded by the connection's lock) */
 };
 
 struct kvp__rconn;
 
 /* Connects to a seed (with several seeds, or when a seed is a cluster node,
- * also reads the slot map). Takes over cfg's strings. 0, or a negative errno
- * with err (KVP_RULE_UNAVAILABLE). */
+ * also reads the slot map; with master_name, asks the sentinels first). Takes over cfg's strings.
+ * 0, or a negative errno with err (KVP_RULE_UNAVAILABLE). */
 int kvp__rconn_open(struct kvp__rconn **out, struct kvp__rcfg *cfg, struct kvp_error *err);
 void kvp__rconn_close(struct kvp__rconn *c);
 
@@ -95,6 +105,9 @@ int kvp__rconn_ping(struct kvp__rconn *c, char *why, size_t len);
 struct kvp__rconn_stats {
     uint64_t connects, failures, redirects, script_loads;
     uint64_t nodes;
+    uint64_t waits, wait_short;     /* WAITs sent; those that saw fewer replicas than asked */
+    uint64_t master_asks, switches; /* questions to the sentinels; master changes followed */
+    char master[80];                /* with sentinels: the master now ("" unknown) */
 };
 void kvp__rconn_stats(struct kvp__rconn *c, struct kvp__rconn_stats *s);
 

@@ -281,7 +281,7 @@ static void show_location(const char *loc, char *out, size_t len)
 static int open_meta(const char *loc, const char *shown, const struct kvp_meta_opts *mo,
                      struct kvp_meta **meta, struct kvp_error *err)
 {
-    int remote = loc && strncmp(loc, "redis://", 8) == 0;
+    int remote = loc && strncmp(loc, "mem:", 4) != 0; /* --meta: any remote location */
     uint64_t give_up = kvp__mono_ns() + UINT64_C(30000000000), said = 0;
     for (;;) {
         memset(err, 0, sizeof *err);
@@ -339,7 +339,7 @@ static void usage(FILE *f)
             "  --max-keys N           most keys in one request (default 1000000)\n"
             "  --max-body-memory N    memory all bodies over 1 MiB may take at once (default\n"
             "                         1G, at least --max-body); past it they get 503\n"
-            "  --threads N            HTTP worker threads (default 1, 8 with --meta redis://;\n"
+            "  --threads N            HTTP worker threads (default 1, 8 with --meta;\n"
             "                         bodies over 1 MiB are handled by one more thread, off\n"
             "                         the event loop)\n"
             "  --idle-timeout S       close a connection idle between requests for S seconds\n"
@@ -354,8 +354,11 @@ static void usage(FILE *f)
             "                         (default ./kvpage-data); 'none' keeps state in memory only\n"
             "  --meta LOCATION        keep the state in Redis instead, shared by every server\n"
             "                         given the same LOCATION: redis://[USER[:PASS]@]HOST:PORT\n"
-            "                         [/DB][?prefix=NAME], or redis://H1:P1,H2:P2,... for a\n"
-            "                         Redis Cluster (password also from $KVPAGE_REDIS_PASSWORD)\n"
+            "                         [/DB][?prefix=NAME], redis://H1:P1,H2:P2,... for a\n"
+            "                         Redis Cluster, redis-sentinel://S1:P1,S2:P2/MASTER[/DB]\n"
+            "                         for a master that Sentinel fails over; ?wait=N[&wait_ms=T]\n"
+            "                         acknowledges a change once N replicas have it (password\n"
+            "                         also from $KVPAGE_REDIS_PASSWORD)\n"
             "  --fsync MODE           always, batch (default: group commit) or never\n"
             "  --snapshot-bytes N     write a snapshot once the log has grown by N bytes, or\n"
             "                         by the last snapshot's size if larger (default 64M)\n"
@@ -1170,9 +1173,13 @@ int kvp__serve_main(int argc, char **argv)
             data_dir_given = 1;
             break;
         case O_META:
-            if (strncmp(v, "redis://", 8) != 0) {
+            /* Any location of a remote backend; the metadata layer knows
+             * the schemes (and says which it knows). */
+            if (!strncmp(v, "file:", 5) || !strncmp(v, "mem:", 4) || v[0] == '/' || v[0] == '.' ||
+                !strchr(v, ':')) {
                 status = bad_value("--meta", v,
-                                   "expected redis://HOST:PORT[/DB] or redis://H1:P1,H2:P2,... "
+                                   "expected redis://HOST:PORT[/DB], redis://H1:P1,H2:P2,... or "
+                                   "redis-sentinel://S1:P1,S2:P2,.../MASTER "
                                    "(a data directory goes in --data-dir)");
                 goto out;
             }

@@ -242,3 +242,24 @@ def counts(st, rank, deployment="default", pool="kv"):
     """(num_pages, free, reserved, held) of one rank."""
     r = rank_stats(st, rank, deployment, pool)
     return (r["num_pages"], r["free"], r["reserved"], r["held"])
+
+
+def every_route_unavailable(c, name=None):
+    """Every route that needs the state answers 503 `Service unavailable:
+    ...` within 15 s (never a hang, never a 500), naming `name` if given;
+    /v1/stats too."""
+    import time
+    for path, body in (("/keys/batch_exists", {"keys": ["x"]}),
+                       ("/keys/batch_allocate", {"rank": 0, "keys": [["y", ""]]}),
+                       ("/keys/get_locations", {"rank": 0, "keys": ["x"]}),
+                       ("/0/exists", {"keys": ["x"]}),
+                       ("/rank/1/initialize", {"num_pages": 4})):
+        t0 = time.monotonic()
+        resp = c.post(path, body)
+        assert time.monotonic() - t0 < 15, f"{path} hung"
+        expect(resp, 503)
+        detail = resp.json()["detail"]
+        assert detail.startswith("Service unavailable: "), detail
+        assert name is None or name in detail, detail
+    resp = c.get("/v1/stats")
+    assert resp.status_code == 503, resp.text

@@ -187,3 +187,113 @@ class Cluster:
         for n in self.nodes:
             n.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+REDIS_SENTINEL = shutil.which("redis-sentinel") or "/usr/bin/redis-sentinel"
+
+
+class Sentinels:
+    """A master (AOF appendfsync always), `replicas` replicas of it and
+    `count` Redis Sentinels watching it under the name `name`, all on free
+    loopback ports. down_ms: how long the master may not answer before the
+    sentinels fail it over (quorum 2)."""
+
+    def __init__(self, name="kvp", replicas=1, count=3, down_ms=1000):
+        self.name = name
+        self.dir = tempfile.mkdtemp(prefix="kvpage-redis-sentinel-")
+        self.down_ms = down_ms
+        self.master = Redis(["--appendonly", "yes", "--appendfsync", "always"],
+                            os.path.join(self.dir, "m"))
+        self.replicas = [Redis(["--appendonly", "yes", "--appendfsync", "always"],
+                               os.path.join(self.dir, f"r{i}")) for i in range(replicas)]
+        self.sentinels = []
+        self.count = count
+        for n in [self.master] + self.replicas:
+            os.makedirs(n.dir)
+
+    def start(self):
+        self.master.start()
+        for r in self.replicas:
+            r.args += ["--replicaof", "127.0.0.1", str(self.master.port)]
+            r.start()
+        for i in range(self.count):
+            d = os.path.join(self.dir, f"s{i}")
+            os.makedirs(d)
+            self.sentinels.append(self._sentinel(d))
+        deadline = time.monotonic() + 30
+        while self.master_port() != self.master.port or not self.replicated():
+            if time.monotonic() > deadline:
+                raise RuntimeError("the sentinels or the replicas did not come up")
+            time.sleep(0.05)
+        return self
+
+    def _sentinel(self, d):
+        for _ in range(5):
+            port = _free_port()
+            conf = os.path.join(d, "sentinel.conf")  # sentinels rewrite their file
+            with open(conf, "w") as f:
+                f.write(f"port {port}\nbind 127.0.0.1\ndir {d}\nprotected-mode no\n"
+                        f"sentinel monitor {self.name} 127.0.0.1 {self.master.port} 2\n"
+                        f"sentinel down-after-milliseconds {self.name} {self.down_ms}\n"
+                        f"sentinel failover-timeout {self.name} 10000\n")
+            proc = subprocess.Popen([REDIS_SENTINEL, conf, "--logfile",
+                                     os.path.join(d, "sentinel.log")],
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and proc.poll() is None:
+                if _ping(port):
+                    return (proc, port)
+                time.sleep(0.02)
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        raise RuntimeError("redis-sentinel did not start")
+
+    def master_port(self):
+        """The master's port as the first sentinel that answers says, or None."""
+        for _, port in self.sentinels:
+            r = subprocess.run([REDIS_CLI, "-p", str(port), "sentinel",
+                                "get-master-addr-by-name", self.name],
+                               capture_output=True, text=True, timeout=10)
+            lines = r.stdout.split()
+            if r.returncode == 0 and len(lines) == 2:
+                return int(lines[1])
+        return None
+
+    def node(self, port):
+        return next(n for n in [self.master] + self.replicas if n.port == port)
+
+    def replicated(self):
+        """True when the master at the sentinels' address has every
+        replica connected and caught up."""
+        port = self.master_port()
+        if port is None:
+            return False
+        try:
+            info = dict(line.split(":", 1) for line in
+                        self.node(port).cli("info", "replication").splitlines() if ":" in line)
+        except (RuntimeError, StopIteration):
+            return False
+        want = int(info.get("master_repl_offset", "-1"))
+        got = [int(dict(kv.split("=") for kv in v.split(","))["offset"])
+               for k, v in info.items() if k.startswith("slave") and "state=online" in v]
+        if info.get("role") != "master" or len(got) != len(self.replicas) or \
+                min(got, default=want) < want:
+            return False
+        # and it acknowledges (online is said before the replica has loaded)
+        return not self.replicas or \
+            self.node(port).cli("wait", str(len(self.replicas)), "100") == str(len(self.replicas))
+
+    def url(self, query=""):
+        return ("redis-sentinel://" + ",".join(f"127.0.0.1:{p}" for _, p in self.sentinels) +
+                f"/{self.name}" + (f"?{query}" if query else ""))
+
+    def close(self):
+        for proc, _ in self.sentinels:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        for n in [self.master] + self.replicas:
+            n.close()
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -9,6 +9,10 @@ says how it is run; a block without one fails the test. KIND is one of:
   sh-servers    bash -e: the block starts servers in the background; then
                 every `kvpage serve --listen` of it must answer /healthz,
                 and a key put through the first exists through the others
+  sh-sentinel   bash -e, the block's server started in the background over a
+                master, a replica and three redis-sentinels (redisfix.py)
+                that stand for the block's sentinel addresses; it must
+                answer /healthz and take a put
   python        Debian's python3 with the source tree's package
   c             compiled (a fragment inside main()) against the build tree
   pkg-config    the build installed into a temporary prefix, the block run
@@ -56,7 +60,7 @@ BIN = os.path.abspath(kvpserver.BIN)
 BUILD = os.path.dirname(BIN)
 LIB = os.environ.get("KVPAGE_LIB") or os.path.join(BUILD, "libkvpage.so")
 PYTHON = "/usr/bin/python3"
-KINDS = ("sh", "sh-checkout", "sh-servers", "python", "c", "pkg-config", "cmake", "prometheus",
+KINDS = ("sh", "sh-checkout", "sh-servers", "sh-sentinel", "python", "c", "pkg-config", "cmake", "prometheus",
          "sglang", "vllm", "vllm-stock", "sglang-stock")
 MARK = re.compile(r"^\s*<!-- readme-test: (.*?) -->\s*$")
 FENCE = re.compile(r"^(\s*)```(\w*)\s*$")
@@ -236,6 +240,21 @@ def check_block(world, kind, text):
              f"kvpage put --file a.pages --file-size 1M --page-size 4K --meta {urls[0]} K p.bin"] +
             [f"/usr/bin/python3 -c {shlex.quote(EXISTS_VIA)} {u}" for u in urls[1:]])
         run_sh(world, WAIT_READY + text + check + "\n")
+    elif kind == "sh-sentinel":
+        import redisfix
+        found = re.search(r"redis-sentinel://([\d.:,]+)/(\w+)", text)
+        assert found, "the block names no redis-sentinel:// location"
+        st = redisfix.Sentinels(name=found.group(2)).start()
+        try:
+            text = text.replace(found.group(1), ",".join(f"127.0.0.1:{p}" for _, p in st.sentinels))
+            text = world.sub(text)
+            url = "http://" + re.search(r"kvpage serve --listen (\S+)", text).group(1)
+            run_sh(world, WAIT_READY + text.rstrip() + " &\n" + f"wait_ready {url}\n" +
+                   "head -c 1000 /dev/urandom > p.bin\n"
+                   f"kvpage put --file a.pages --file-size 1M --page-size 4K --meta {url} K p.bin\n"
+                   f"/usr/bin/python3 -c {shlex.quote(EXISTS_VIA)} {url}\n")
+        finally:
+            st.close()
     elif kind == "sh-checkout":
         run_sh(world, world.sub(text), cwd=ROOT)
     elif kind == "python":
