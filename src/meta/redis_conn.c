@@ -44,6 +44,7 @@
 #define MAX_ATTEMPTS 6 /* tries of one call (redirections, reloads, failovers) */
 #define NSLOTS 16384
 #define NO_NODE 0xff
+#define MAX_COMBINERS 2 /* batches in flight per node */
 
 struct rnode {
     char *host;
@@ -59,6 +60,30 @@ struct rnode {
     uint64_t epoch;   /* raised when down is set; each call notes it at its start */
     uint64_t down_ms; /* since when */
     uint64_t down_calls;
+    /* Combining: calls queue their commands here; up to MAX_COMBINERS of
+     * them at once each take the whole queue and send it on one
+     * connection, read every reply and hand them out (under qlock; each
+     * caller waits on a condition variable of its own, woken when its
+     * jobs are done or when it is the first in the queue and a combiner
+     * is free). */
+    pthread_mutex_t qlock;
+    struct rjob *qhead, **qtail;
+    int combining;
+};
+
+/* One command of a combined batch, and its outcome. */
+struct rjob {
+    int argc;
+    const char **argv;
+    const size_t *lens;
+    int wait;          /* a WAIT follows it (?wait=) */
+    redisReply *reply; /* the answer (maybe an error reply) */
+    int rc, wait_rc;   /* no answer (err); the WAIT's verdict (err) */
+    int sent, fresh;   /* with rc: whether it was sent, on a new connection */
+    struct kvp_error err;
+    int done;
+    pthread_cond_t *cv; /* its caller waits on this one (under the node's qlock) */
+    struct rjob *next;
 };
 
 struct kvp__rconn {
@@ -77,6 +102,8 @@ struct kvp__rconn {
     atomic_size_t master;
     pthread_mutex_t ask_lock;
     atomic_uint_fast64_t asked_ms;
+    int combine; /* calls share round trips (KVPAGE_REDIS_COMBINE=0: each its own) */
+    atomic_uint_fast64_t batches, batched;
 };
 
 /* ---------------------------------------------------------------- CRC16 (XMODEM) */
@@ -120,6 +147,8 @@ static struct rnode *node_get_locked(struct kvp__rconn *c, const char *host, siz
     n->port = port;
     snprintf(n->name, sizeof n->name, "%.64s:%d", n->host, port);
     pthread_mutex_init(&n->lock, NULL);
+    pthread_mutex_init(&n->qlock, NULL);
+    n->qtail = &n->qhead;
     if (index)
         *index = c->nnodes;
     c->nodes[c->nnodes++] = n;
@@ -636,6 +665,125 @@ static int wait_replicas(struct kvp__rconn *c, struct rnode *n, redisContext *x,
     return wait_result(c, n, x, r, e, err);
 }
 
+/* ---------------------------------------------------------------- combining */
+
+/* Sends a batch of jobs on one connection to n, pipelined, and reads their
+ * answers (and WAITs) in order. A connection that fails fails the jobs not
+ * yet answered, marked sent or not. */
+static void run_batch(struct kvp__rconn *c, struct rnode *n, struct rjob *batch)
+{
+    int fresh, rc;
+    uint64_t ep;
+    struct kvp_error e = {0};
+    redisContext *x = node_take(c, n, &fresh, &ep, &e, &rc);
+    size_t k = 0;
+    int waiting = 0;
+    for (struct rjob *j = batch; j; j = j->next) {
+        k++;
+        waiting |= j->wait;
+        if (!x) {
+            j->rc = rc, j->err = e, j->sent = 0;
+            continue;
+        }
+        redisAppendCommandArgv(x, j->argc, j->argv, j->lens);
+        if (j->wait)
+            redisAppendCommand(x, "WAIT %d %u", c->cfg.wait_replicas, c->cfg.wait_ms);
+    }
+    if (!x)
+        return;
+    atomic_fetch_add(&c->batches, 1);
+    atomic_fetch_add(&c->batched, k);
+    if (waiting)
+        redisSetTimeout(x, tv_ms(wait_timeout(c)));
+    for (struct rjob *j = batch; j; j = j->next) {
+        if (!x) { /* after the connection failed: maybe sent, maybe run */
+            j->rc = rc, j->err = e, j->sent = 1, j->fresh = fresh;
+            continue;
+        }
+        redisReply *r = NULL;
+        errno = 0;
+        if (redisGetReply(x, (void **)&r) != REDIS_OK || !r) {
+            j->rc = ctx_error(c, n, x, errno, &j->err);
+        } else {
+            j->reply = r;
+            if (j->wait) {
+                redisReply *w = NULL;
+                errno = 0;
+                if (redisGetReply(x, (void **)&w) != REDIS_OK)
+                    w = NULL;
+                j->wait_rc = wait_result(c, n, x, w, errno, &j->err);
+            }
+        }
+        if (x->err) {
+            rc = j->rc ? j->rc : j->wait_rc, e = j->err;
+            j->sent = 1, j->fresh = fresh;
+            redisFree(x);
+            x = NULL;
+            drop_idle(n);
+        }
+    }
+    if (x) {
+        if (waiting)
+            redisSetTimeout(x, tv_ms(c->cfg.timeout_ms));
+        node_put(c, n, x, ep);
+    }
+}
+
+/* Runs jobs (a list) on n, combined with other calls' jobs for n. */
+static void combine(struct kvp__rconn *c, struct rnode *n, struct rjob *jobs)
+{
+    pthread_cond_t cv;
+    pthread_cond_init(&cv, NULL);
+    struct rjob *last = jobs;
+    for (struct rjob *j = jobs; j; j = j->next) {
+        j->cv = &cv;
+        last = j;
+    }
+    pthread_mutex_lock(&n->qlock);
+    *n->qtail = jobs;
+    n->qtail = &last->next;
+    for (;;) {
+        int done = 1;
+        for (struct rjob *j = jobs; j && done; j = j == last ? NULL : j->next)
+            done = j->done;
+        if (done)
+            break;
+        if (n->combining < MAX_COMBINERS && n->qhead) {
+            struct rjob *batch = n->qhead;
+            n->qhead = NULL;
+            n->qtail = &n->qhead;
+            n->combining++;
+            pthread_mutex_unlock(&n->qlock);
+            run_batch(c, n, batch);
+            pthread_mutex_lock(&n->qlock);
+            for (struct rjob *j = batch, *nx; j; j = nx) {
+                nx = j->next;
+                j->done = 1;
+                if (j->cv != &cv && (!nx || nx->cv != j->cv))
+                    pthread_cond_signal(j->cv);
+            }
+            n->combining--;
+            if (n->qhead) /* the next batch's first caller combines it */
+                pthread_cond_signal(n->qhead->cv);
+        } else {
+            pthread_cond_wait(&cv, &n->qlock);
+        }
+    }
+    pthread_mutex_unlock(&n->qlock);
+    pthread_cond_destroy(&cv);
+}
+
+/* An error reply that says the command was not run (safe to send again). */
+static int not_run(const redisReply *r)
+{
+    static const char *const p[] = {"MOVED ",   "ASK ",        "NOSCRIPT",   "READONLY", "LOADING",
+                                    "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "BUSY "};
+    for (size_t i = 0; i < sizeof p / sizeof *p; i++)
+        if (!strncmp(r->str, p[i], strlen(p[i])))
+            return 1;
+    return 0;
+}
+
 /* ---------------------------------------------------------------- commands */
 
 static void sleep_ms(long ms)
@@ -687,6 +835,62 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
         if (attempt && mono_ms() >= deadline)
             break;
         struct rnode *n = ask ? ask : node_for(c, slot);
+        if (script) {
+            pthread_mutex_lock(&c->lock);
+            memcpy(sha, script->sha, sizeof sha);
+            pthread_mutex_unlock(&c->lock);
+        }
+        /* The first try shares a round trip with other calls to n; what
+         * it meets (a redirection, an unloaded script, a failover) is dealt
+         * with by a try of its own below. */
+        if (attempt == 0 && c->combine && argc <= 1000 && (!script || sha[0])) {
+            if (script)
+                argv[1] = sha, l[1] = 40;
+            struct rjob j = {.argc = argc,
+                             .argv = argv,
+                             .lens = lens,
+                             .wait = c->cfg.wait_replicas && cmd_writes(script, argc, argv)};
+            combine(c, n, &j);
+            if (j.rc) {
+                atomic_fetch_add(&c->failures, 1);
+                if (err)
+                    *err = j.err;
+                rc = j.rc;
+                if (!j.sent) { /* as a failed connect below */
+                    node_failed(c, n, rc, err);
+                    if (rc != -EACCES &&
+                        (c->cluster ? refresh_map(c, NULL) == 0 : follow_master(c, n, start)))
+                        continue;
+                    return rc;
+                }
+                if (c->cluster && rc != -ETIMEDOUT) /* as a lost connection below */
+                    refresh_map(c, NULL);
+                if (rc != -ETIMEDOUT)
+                    follow_master(c, n, start);
+                if (!j.fresh && idempotent && rc != -ETIMEDOUT) {
+                    lost = n;
+                    continue;
+                }
+                node_failed(c, n, rc, err);
+                return rc;
+            }
+            if (j.reply->type == REDIS_REPLY_ERROR) {
+                int again = not_run(j.reply);
+                rc = reply_error(n, j.reply, err);
+                freeReplyObject(j.reply);
+                if (again)
+                    continue;
+                return rc;
+            }
+            if (j.wait_rc) {
+                freeReplyObject(j.reply);
+                if (err)
+                    *err = j.err;
+                return j.wait_rc;
+            }
+            *out = j.reply;
+            return 0;
+        }
         int fresh;
         uint64_t ep;
         redisContext *x = node_take(c, n, &fresh, &ep, err, &rc);
@@ -704,9 +908,6 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
             return rc;
         }
         if (script) {
-            pthread_mutex_lock(&c->lock);
-            memcpy(sha, script->sha, sizeof sha);
-            pthread_mutex_unlock(&c->lock);
             if (!sha[0]) {
                 if ((rc = load_script(c, n, x, script, err)) != 0) {
                     node_put(c, n, x, ep);
@@ -831,6 +1032,74 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
     return rc;
 }
 
+/* kvp__rconn_multi's commands for node nd (nidx d), combined with other
+ * calls' commands: state[] and cmds[] as there; a node that cannot be
+ * reached sets down and down_rc. */
+static void multi_combined(struct kvp__rconn *c, struct rnode *nd, size_t d, struct kvp__rcmd *cmds,
+                           size_t n, const uint8_t *nidx, uint8_t *state, char (*sha)[41],
+                           struct kvp_error *down, int *down_rc)
+{
+    size_t k = 0, m = 0;
+    for (size_t j = 0; j < n; j++)
+        k += nidx[j] == d;
+    struct rjob *jobs = calloc(k ? k : 1, sizeof *jobs);
+    size_t *which = malloc((k ? k : 1) * sizeof *which);
+    struct rjob *head = NULL, **tail = &head;
+    for (size_t j = 0; jobs && which && j < n; j++) {
+        if (nidx[j] != d)
+            continue;
+        if (cmds[j].script) {
+            pthread_mutex_lock(&c->lock);
+            memcpy(sha[j], cmds[j].script->sha, sizeof sha[j]);
+            pthread_mutex_unlock(&c->lock);
+            if (!sha[j][0])
+                continue; /* loaded by kvp__rconn_cmd, alone */
+            cmds[j].argv[1] = sha[j];
+            cmds[j].lens[1] = 40;
+        }
+        jobs[m] = (struct rjob){.argc = cmds[j].argc,
+                                .argv = cmds[j].argv,
+                                .lens = cmds[j].lens,
+                                .wait = c->cfg.wait_replicas &&
+                                        cmd_writes(cmds[j].script, cmds[j].argc, cmds[j].argv)};
+        *tail = &jobs[m];
+        tail = &jobs[m].next;
+        which[m++] = j;
+    }
+    if (head)
+        combine(c, nd, head);
+    int timed_out = 0;
+    struct kvp_error te = {0};
+    for (size_t i = 0; i < m; i++) {
+        struct rjob *b = &jobs[i];
+        size_t j = which[i];
+        if (b->rc && !b->sent) {
+            *down_rc = b->rc, *down = b->err; /* state 0: failed below with the node */
+        } else if (b->rc == -ETIMEDOUT) {
+            state[j] = 3, cmds[j].rc = b->rc, cmds[j].err = b->err;
+            timed_out = 1, te = b->err;
+        } else if (b->rc) {
+            /* lost: alone below (every command here is idempotent) */
+        } else if (b->reply->type == REDIS_REPLY_ERROR) {
+            freeReplyObject(b->reply); /* MOVED, NOSCRIPT, ...: alone below */
+        } else if (b->wait_rc) {
+            freeReplyObject(b->reply);
+            state[j] = 3, cmds[j].rc = b->wait_rc, cmds[j].err = b->err;
+        } else {
+            cmds[j].reply = b->reply;
+            state[j] = 2;
+        }
+    }
+    if (*down_rc) {
+        atomic_fetch_add(&c->failures, 1);
+        node_failed(c, nd, *down_rc, down);
+    }
+    if (timed_out)
+        node_failed(c, nd, -ETIMEDOUT, &te);
+    free(jobs);
+    free(which);
+}
+
 int kvp__rconn_multi(struct kvp__rconn *c, struct kvp__rcmd *cmds, size_t n, struct kvp_error *err)
 {
     uint64_t start = mono_ms();
@@ -858,6 +1127,11 @@ int kvp__rconn_multi(struct kvp__rconn *c, struct kvp__rcmd *cmds, size_t n, str
     for (size_t d = 0; nidx && state && sha && d < nn; d++) {
         int fresh;
         memset(&down[d], 0, sizeof down[d]);
+        if (c->combine) {
+            multi_combined(c, nodes[d], d, cmds, n, nidx, state, sha, &down[d], &down_rc[d]);
+            any_down |= down_rc[d] != 0;
+            continue;
+        }
         redisContext *x = node_take(c, nodes[d], &fresh, &ep[d], &down[d], &down_rc[d]);
         if (!x) {
             atomic_fetch_add(&c->failures, 1);
@@ -1074,6 +1348,8 @@ void kvp__rconn_stats(struct kvp__rconn *c, struct kvp__rconn_stats *s)
     s->wait_short = atomic_load(&c->wait_short);
     s->master_asks = atomic_load(&c->master_asks);
     s->switches = atomic_load(&c->switches);
+    s->batches = atomic_load(&c->batches);
+    s->batched = atomic_load(&c->batched);
     pthread_mutex_lock(&c->lock);
     s->nodes = c->nnodes;
     snprintf(s->master, sizeof s->master, "%s",
@@ -1107,6 +1383,8 @@ int kvp__rconn_open(struct kvp__rconn **out, struct kvp__rcfg *cfg, struct kvp_e
     pthread_mutex_init(&c->lock, NULL);
     pthread_mutex_init(&c->ask_lock, NULL);
     memset(c->slots, NO_NODE, sizeof c->slots);
+    const char *comb = getenv("KVPAGE_REDIS_COMBINE");
+    c->combine = !comb || strcmp(comb, "0") != 0;
     if (c->cfg.master_name) { /* the seeds are sentinels: the master is theirs to name */
         c->sentinel = 1;
         int rc = ask_sentinels(c, 0, err);
@@ -1175,6 +1453,7 @@ void kvp__rconn_close(struct kvp__rconn *c)
         for (int j = 0; j < n->nidle; j++)
             redisFree(n->idle[j]);
         pthread_mutex_destroy(&n->lock);
+        pthread_mutex_destroy(&n->qlock);
         free(n->host);
         free(n);
     }

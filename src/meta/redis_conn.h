@@ -107,6 +107,7 @@ struct kvp__rconn_stats {
     uint64_t nodes;
     uint64_t waits, wait_short;     /* WAITs sent; those that saw fewer replicas than asked */
     uint64_t master_asks, switches; /* questions to the sentinels; master changes followed */
+    uint64_t batches, batched;      /* combined round trips; the commands they carried */
     char master[80];                /* with sentinels: the master now ("" unknown) */
 };
 void kvp__rconn_stats(struct kvp__rconn *c, struct kvp__rconn_stats *s);
