@@ -86,6 +86,12 @@ struct rns {
     char *tag; /* DEP/HEXPOOL */
     size_t taglen;
     char *ranks_key; /* PREFIX:{DEP/HEXPOOL}:ranks */
+    /* The ranks as last read (under m->lock): a request over every rank
+     * asks them with the list in one round trip, and again only when the
+     * list it read with them differs. */
+    uint32_t *seen_ranks;
+    size_t nseen;
+    int seen_valid;
     struct rns *next;
 };
 
@@ -536,6 +542,7 @@ static void ns_free(struct rns *ns)
     free(ns->pool);
     free(ns->tag);
     free(ns->ranks_key);
+    free(ns->seen_ranks);
     free(ns);
 }
 
@@ -661,6 +668,9 @@ static int cmp_u64(const void *a, const void *b)
 }
 
 /* The namespace's listed ranks, ascending, and their num_pages (np may be NULL). */
+static int parse_ranks(struct rmeta *m, redisReply *r, uint32_t **ranks, uint32_t **np, size_t *n,
+                       struct kvp_error *err);
+
 static int list_ranks(struct rmeta *m, const char *ranks_key, uint32_t **ranks, uint32_t **np,
                       size_t *n, struct kvp_error *err)
 {
@@ -674,6 +684,14 @@ static int list_ranks(struct rmeta *m, const char *ranks_key, uint32_t **ranks, 
     int rc = kvp__rconn_cmd(m->c, key_slot(ranks_key), NULL, 1, 2, argv, lens, &r, err);
     if (rc)
         return rc;
+    return parse_ranks(m, r, ranks, np, n, err);
+}
+
+/* The ranks (sorted) and their page counts of an HGETALL of a ranks key
+ * (r, freed here). */
+static int parse_ranks(struct rmeta *m, redisReply *r, uint32_t **ranks, uint32_t **np, size_t *n,
+                       struct kvp_error *err)
+{
     if (r->type != REDIS_REPLY_ARRAY || r->elements % 2) {
         freeReplyObject(r);
         return unexpected(m, "HGETALL", err);
@@ -905,9 +923,24 @@ static int rd_confirm(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *k
 
 typedef int (*rank_reply_fn)(void *arg, size_t j, redisReply *r, struct kvp_error *err);
 
+static int ranks_batch_pre(struct rns *ns, const uint32_t *ranks, size_t nr, int sc, size_t nargs,
+                           const char *const *args, const size_t *alens, size_t min,
+                           rank_reply_fn fn, void *arg, struct kvp__rcmd *pre,
+                           struct kvp_error *err);
+
 static int ranks_batch(struct rns *ns, const uint32_t *ranks, size_t nr, int sc, size_t nargs,
                        const char *const *args, const size_t *alens, size_t min, rank_reply_fn fn,
                        void *arg, struct kvp_error *err)
+{
+    return ranks_batch_pre(ns, ranks, nr, sc, nargs, args, alens, min, fn, arg, NULL, err);
+}
+
+/* As ranks_batch, with pre (may be NULL) sent first in the same round trip
+ * (its reply, or NULL, left in pre->reply for the caller). */
+static int ranks_batch_pre(struct rns *ns, const uint32_t *ranks, size_t nr, int sc, size_t nargs,
+                           const char *const *args, const size_t *alens, size_t min,
+                           rank_reply_fn fn, void *arg, struct kvp__rcmd *pre,
+                           struct kvp_error *err)
 {
     struct rmeta *m = ns->m;
     size_t klen = strlen(m->prefix) + ns->taglen + 32;
@@ -918,16 +951,18 @@ static int ranks_batch(struct rns *ns, const uint32_t *ranks, size_t nr, int sc,
         return -E2BIG;
     }
     size_t chunk = nr < BATCH_RANKS ? (nr ? nr : 1) : BATCH_RANKS;
-    struct kvp__rcmd *cmds = calloc(chunk, sizeof *cmds);
+    struct kvp__rcmd *all = calloc(chunk + 1, sizeof *all), *cmds = all ? all + 1 : NULL;
     char *kbuf = malloc(chunk * NRKEYS * klen);
     const char **argv = malloc(chunk * argc * sizeof *argv);
     size_t *lens = malloc(chunk * argc * sizeof *lens);
     int rc = 0;
+    if (pre)
+        pre->reply = NULL;
     if (!cmds || !kbuf || !argv || !lens) {
         rc = -ENOMEM;
         set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
     }
-    for (size_t base = 0; !rc && base < nr; base += chunk) {
+    for (size_t base = 0; !rc && (base < nr || (pre && base == 0)); base += chunk) {
         size_t c = nr - base < chunk ? nr - base : chunk;
         for (size_t j = 0; j < c; j++) {
             const char **v = argv + j * argc;
@@ -956,7 +991,14 @@ static int ranks_batch(struct rns *ns, const uint32_t *ranks, size_t nr, int sc,
                                          .argv = v,
                                          .lens = l};
         }
-        rc = kvp__rconn_multi(m->c, cmds, c, err);
+        if (pre && base == 0) { /* first, in the same round trip */
+            all[0] = *pre;
+            rc = kvp__rconn_multi(m->c, all, c + 1, err);
+            pre->reply = all[0].reply;
+            pre->rc = all[0].rc;
+        } else {
+            rc = kvp__rconn_multi(m->c, cmds, c, err);
+        }
         for (size_t j = 0; j < c; j++) {
             redisReply *r = cmds[j].reply;
             int bad = sc == SC_HMGET
@@ -972,7 +1014,7 @@ static int ranks_batch(struct rns *ns, const uint32_t *ranks, size_t nr, int sc,
                 freeReplyObject(r);
         }
     }
-    free(cmds);
+    free(all);
     free(kbuf);
     free(argv);
     free(lens);
@@ -1002,24 +1044,93 @@ static int held_reply(void *arg, size_t j, redisReply *r, struct kvp_error *err)
 static int held_elsewhere(struct rns *ns, int64_t except, const struct kvp_str *keys, size_t n,
                           uint8_t *out, size_t *nranks, struct kvp_error *err)
 {
-    uint32_t *ranks;
-    size_t nr;
-    int rc = list_ranks(ns->m, ns->ranks_key, &ranks, NULL, &nr, err);
-    if (rc)
-        return rc;
-    *nranks = nr;
-    memset(out, 1, n);
-    size_t k = 0;
-    for (size_t j = 0; j < nr; j++)
-        if ((int64_t)ranks[j] != except)
-            ranks[k++] = ranks[j];
-    struct args a;
-    if (k && n && (rc = args_init(&a, n, 0, err)) == 0) {
-        arg_keys(&a, keys, n);
-        struct held_arg h = {out, n};
-        rc = ranks_batch(ns, ranks, k, SC_HMGET, a.n, a.v, a.len, 0, held_reply, &h, err);
-        args_free(&a);
+    struct rmeta *m = ns->m;
+    /* The ranks last seen, asked for with the list itself in one round
+     * trip; asked again only if the list read with them differs. */
+    uint32_t *guess = NULL, *ranks = NULL;
+    size_t ng = 0, nr = 0;
+    int have = 0, rc = 0;
+    pthread_mutex_lock(&m->lock);
+    if (ns->seen_valid && (guess = malloc((ns->nseen ? ns->nseen : 1) * sizeof *guess))) {
+        memcpy(guess, ns->seen_ranks, ns->nseen * sizeof *guess);
+        ng = ns->nseen;
+        have = 1;
     }
+    pthread_mutex_unlock(&m->lock);
+    struct args a;
+    int args_ok = n && (rc = args_init(&a, n, 0, err)) == 0;
+    if (rc)
+        goto out;
+    if (args_ok)
+        arg_keys(&a, keys, n);
+    struct held_arg h = {out, n};
+    if (have) {
+        size_t k = 0, lens[2] = {7, strlen(ns->ranks_key)};
+        uint32_t *ask = malloc((ng ? ng : 1) * sizeof *ask);
+        const char *argv[2] = {"HGETALL", ns->ranks_key};
+        struct kvp__rcmd pre = {
+            .slot = key_slot(ns->ranks_key), .argc = 2, .argv = argv, .lens = lens};
+        if (!ask) {
+            rc = -ENOMEM;
+            set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+            goto out;
+        }
+        for (size_t j = 0; j < ng; j++)
+            if ((int64_t)guess[j] != except)
+                ask[k++] = guess[j];
+        memset(out, 1, n);
+        rc = ranks_batch_pre(ns, ask, args_ok ? k : 0, SC_HMGET, args_ok ? a.n : 0,
+                             args_ok ? a.v : NULL, args_ok ? a.len : NULL, 0, held_reply, &h, &pre,
+                             err);
+        free(ask);
+        if (!rc && !pre.reply)
+            rc = unexpected(m, "HGETALL", err);
+        if (rc) {
+            if (pre.reply)
+                freeReplyObject(pre.reply);
+            goto out;
+        }
+        if ((rc = parse_ranks(m, pre.reply, &ranks, NULL, &nr, err)) != 0)
+            goto out;
+        if (nr == ng && !memcmp(ranks, guess, nr * sizeof *ranks))
+            goto done; /* the list was as seen: the answers stand */
+    } else if ((rc = list_ranks(m, ns->ranks_key, &ranks, NULL, &nr, err)) != 0) {
+        goto out;
+    }
+    /* The ranks as they are now: asked (again). */
+    memset(out, 1, n);
+    if (args_ok) {
+        size_t k = 0;
+        uint32_t *ask = malloc((nr ? nr : 1) * sizeof *ask);
+        if (!ask) {
+            rc = -ENOMEM;
+            set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+            goto out;
+        }
+        for (size_t j = 0; j < nr; j++)
+            if ((int64_t)ranks[j] != except)
+                ask[k++] = ranks[j];
+        if (k)
+            rc = ranks_batch(ns, ask, k, SC_HMGET, a.n, a.v, a.len, 0, held_reply, &h, err);
+        free(ask);
+        if (rc)
+            goto out;
+    }
+done:
+    *nranks = nr;
+    pthread_mutex_lock(&m->lock);
+    if (!ns->seen_valid || ns->nseen != nr || memcmp(ns->seen_ranks, ranks, nr * sizeof *ranks)) {
+        free(ns->seen_ranks);
+        ns->seen_ranks = ranks;
+        ns->nseen = nr;
+        ns->seen_valid = 1;
+        ranks = NULL;
+    }
+    pthread_mutex_unlock(&m->lock);
+out:
+    if (args_ok)
+        args_free(&a);
+    free(guess);
     free(ranks);
     return rc;
 }

@@ -54,6 +54,24 @@ def test_two_servers_answer_as_one(redis, start_server):
         assert counts(st, 0, pool="extra") == (32, 30, 0, 2)
 
 
+def test_a_rank_added_through_another_server_counts_at_once(redis, start_server):
+    # batch_exists asks every rank with the list of ranks it last saw, in one
+    # round trip, and again when the list has changed: a rank initialized
+    # through another server must count in the very next answer.
+    loc = redis.url(prefix="newrank")
+    a, b = start_server("--meta", loc).client(), start_server("--meta", loc).client()
+    a.v_init(0, 64)
+    keys = _keys("n", 6)
+    a.v_write(0, keys)
+    assert a.v_exists(keys) == [True] * 6
+    b.v_init(1, 64)
+    assert a.v_exists(keys) == [False] * 6  # rank 1 holds none of them
+    b.v_write(1, keys[:3])
+    assert a.v_exists(keys) == [True] * 3 + [False] * 3
+    b.post("/clear")
+    assert a.v_exists(keys) == [False] * 6
+
+
 def test_concurrent_allocations_through_two_servers_never_share_a_page(redis, start_server):
     loc = redis.url(prefix="conc")
     servers = [start_server("--meta", loc), start_server("--meta", loc)]
