@@ -39,6 +39,7 @@
 #include "kvpage/meta.h"
 #include "meta/backend.h"
 #include "meta/redis_conn.h"
+#include "meta_diff.h"
 
 /* ---------------------------------------------------------------- Redis servers */
 
@@ -230,47 +231,9 @@ static void on_signal(int sig)
 
 /* ---------------------------------------------------------------- helpers */
 
-static struct kvp_str K(const char *s) {
-    return (struct kvp_str){s, strlen(s)};
-}
-
-static struct kvp_ns *
-ns_of(struct kvp_meta *m, const char *dep, const char *pool, size_t plen)
-{
-    struct kvp_ns *ns = NULL;
-    struct kvp_error e = {0};
-    if (kvp_meta_ns(m, dep, strlen(dep), pool, plen, 1, &ns, &e))
-        fprintf(stderr, "ns: %s\n", e.msg);
-    return ns;
-}
-
-static void invariants(struct kvp_meta *m)
-{
-    struct kvp_error e = {0};
-    int rc = kvp_meta_check(m, &e);
-    if (rc)
-        fprintf(stderr, "invariant: %s\n", e.msg);
-    CHECK_EQ(rc, 0);
-}
-
-static struct kvp_meta *open_redis(const char *loc, uint64_t lease, uint64_t grace)
-{
-    struct kvp_meta_opts o;
-    kvp_meta_opts_init(&o);
-    o.lease_ms = lease;
-    o.read_grace_ms = grace;
-    o.timeout_ms = 2000;
-    o.connect_timeout_ms = 1000;
-    struct kvp_meta *m = NULL;
-    struct kvp_error e = {0};
-    if (kvp_meta_open_at(loc, &o, &m, &e))
-        fprintf(stderr, "open %s: %s\n", loc, e.msg);
-    return m;
-}
-
 static int64_t put(struct kvp_ns *ns, uint32_t rank, const char *key)
 {
-    struct kvp_str k = K(key);
+    struct kvp_str k = diff_key(key);
     int64_t p;
     struct kvp_error e = {0};
     if (kvp_meta_allocate(ns, rank, &k, 1, &p, NULL, &e) != 0 || p < 0)
@@ -280,293 +243,19 @@ static int64_t put(struct kvp_ns *ns, uint32_t rank, const char *key)
     return p;
 }
 
-/* ---------------------------------------------------------------- the differential run */
-
-static uint64_t rng = 1;
-static uint32_t rnd(uint32_t n)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng % n);
-}
-
-#define DKEYS 20
-#define DNS 3
-#define DRANKS 5
-static char dkeys[DKEYS][KVP_MAX_KEY_LEN + 1];
-static const uint32_t drank_ids[DRANKS] = {0, 1, 2, 7, 1000};
-
-struct last_alloc { /* per namespace and rank: reservations not yet confirmed or released */
-    int key[16];
-    int64_t page[16];
-    int n;
-};
-
-struct stats_copy {
-    char text[8192];
-    size_t len;
-};
-
-static int stats_fn(const char *dep, const char *pool, const struct kvp_rank_stats *r, size_t n,
-                    void *arg)
-{
-    struct stats_copy *s = arg;
-    s->len += (size_t)snprintf(s->text + s->len, sizeof s->text - s->len, "[%s|", dep);
-    for (const char *p = pool; *p && s->len < sizeof s->text - 4; p++)
-        s->len +=
-            (size_t)snprintf(s->text + s->len, sizeof s->text - s->len, "%02x", (unsigned char)*p);
-    for (size_t i = 0; i < n && s->len < sizeof s->text - 200; i++)
-        s->len += (size_t)snprintf(
-            s->text + s->len, sizeof s->text - s->len,
-            " r%u np%llu f%llu rs%llu h%llu k%llu hit%llu mis%llu al%llu ev%llu ex%llu rh%llu",
-            r[i].rank, (unsigned long long)r[i].num_pages, (unsigned long long)r[i].free,
-            (unsigned long long)r[i].reserved, (unsigned long long)r[i].held,
-            (unsigned long long)r[i].keys, (unsigned long long)r[i].hits,
-            (unsigned long long)r[i].misses, (unsigned long long)r[i].allocations,
-            (unsigned long long)r[i].evictions, (unsigned long long)r[i].expired_reservations,
-            (unsigned long long)r[i].release_of_held_page);
-    if (s->len < sizeof s->text - 2)
-        s->text[s->len++] = ']';
-    s->text[s->len] = '\0';
-    return 0;
-}
-
-static int evictions_fn(const char *dep, const char *pool, const struct kvp_rank_stats *r, size_t n,
-                        void *arg)
-{
-    (void)dep;
-    (void)pool;
-    for (size_t i = 0; i < n; i++)
-        *(uint64_t *)arg += r[i].evictions;
-    return 0;
-}
-
-static int diff_failed;
-static int rules_seen[32];        /* errors both backends gave, by rule */
-static int none_given, hits_seen; /* allocations of -1, and hits */
-
-static void same_err(int step, const char *what, int rc1, const struct kvp_error *e1, int rc2,
-                     const struct kvp_error *e2)
-{
-    int same = rc1 == rc2 && (rc1 == 0 || (e1->code == e2->code && e1->rule == e2->rule &&
-                                           e1->index == e2->index && e1->value == e2->value &&
-                                           e1->limit == e2->limit && !strcmp(e1->msg, e2->msg)));
-    CHECK(same);
-    if (same && rc1 && e1->rule >= 0 && e1->rule < 32)
-        rules_seen[e1->rule]++;
-    if (!same && diff_failed++ < 10)
-        fprintf(stderr,
-                "step %d %s: mem rc %d rule %d i %lld v %lld l %lld '%s' / redis rc %d rule %d "
-                "i %lld v %lld l %lld '%s'\n",
-                step, what, rc1, e1->rule, (long long)e1->index, (long long)e1->value,
-                (long long)e1->limit, e1->msg, rc2, e2->rule, (long long)e2->index,
-                (long long)e2->value, (long long)e2->limit, e2->msg);
-}
-
-static void same_i64(int step, const char *what, const int64_t *a, const int64_t *b, size_t n)
-{
-    int same = !n || !memcmp(a, b, n * sizeof *a);
-    CHECK(same);
-    if (!same && diff_failed++ < 10) {
-        fprintf(stderr, "step %d %s:", step, what);
-        for (size_t i = 0; i < n; i++)
-            fprintf(stderr, " %lld/%lld", (long long)a[i], (long long)b[i]);
-        fprintf(stderr, "\n");
-    }
-}
-
-static void same_u8(int step, const char *what, const uint8_t *a, const uint8_t *b, size_t n)
-{
-    int same = !n || !memcmp(a, b, n);
-    CHECK(same);
-    if (!same && diff_failed++ < 10) {
-        fprintf(stderr, "step %d %s:", step, what);
-        for (size_t i = 0; i < n; i++)
-            fprintf(stderr, " %d/%d", a[i], b[i]);
-        fprintf(stderr, "\n");
-    }
-}
-
-/* Runs steps random operations on mem: and on the redis location, comparing. */
-static void differential(const char *loc, int steps, uint64_t seed)
-{
-    rng = seed;
-    struct kvp_meta_opts o;
-    kvp_meta_opts_init(&o);
-    o.lease_ms = 3600 * 1000;
-    o.read_grace_ms = 0;
-    struct kvp_meta *mm = NULL, *rm = open_redis(loc, o.lease_ms, 0);
-    CHECK_EQ(kvp_meta_open_at("mem:", &o, &mm, NULL), 0);
-    CHECK(rm != NULL);
-    if (!mm || !rm) {
-        kvp_meta_close(mm);
-        kvp_meta_close(rm);
-        return;
-    }
-    static const char *const pools[DNS] = {"p0", "pool/with:{braces}", "\xff\xfe bytes"};
-    static const char *const deps[DNS] = {"d", "d", "dep-2.x"};
-    struct kvp_ns *mns[DNS], *rns[DNS];
-    struct last_alloc last[DNS][DRANKS];
-    memset(last, 0, sizeof last);
-    for (int i = 0; i < DNS; i++) {
-        mns[i] = ns_of(mm, deps[i], pools[i], strlen(pools[i]));
-        rns[i] = ns_of(rm, deps[i], pools[i], strlen(pools[i]));
-        CHECK(mns[i] && rns[i]);
-        if (!mns[i] || !rns[i])
-            goto out;
-    }
-    for (int i = 0; i < DKEYS; i++)
-        snprintf(dkeys[i], sizeof dkeys[i], "key-%d", i);
-    /* Keys are bytes: braces (no hash tag of ours), high bytes, the longest. */
-    snprintf(dkeys[3], sizeof dkeys[3], "{k3}\xff\x01 \"%%s");
-    memset(dkeys[DKEYS - 1], 'L', KVP_MAX_KEY_LEN);
-    dkeys[DKEYS - 1][KVP_MAX_KEY_LEN] = '\0';
-    for (int step = 0; step < steps && diff_failed < 10; step++) {
-        int x = (int)rnd(DNS), ri = (int)rnd(DRANKS);
-        uint32_t rank = drank_ids[ri];
-        struct kvp_ns *a = mns[x], *b = rns[x];
-        struct kvp_error e1 = {0}, e2 = {0};
-        int rc1 = 0, rc2 = 0;
-        uint32_t op = rnd(100);
-        struct kvp_str keys[8];
-        int kidx[8];
-        size_t n = 1 + rnd(6);
-        for (size_t i = 0; i < n; i++) {
-            /* a few keys often, so that hits, duplicates and evictions happen */
-            kidx[i] = (int)(rnd(3) ? rnd(8) : rnd(DKEYS));
-            keys[i] = K(dkeys[kidx[i]]);
-        }
-        if (op < 8) {
-            uint64_t np = 1 + rnd(8);
-            rc1 = kvp_meta_init_rank(a, rank, np, &e1);
-            rc2 = kvp_meta_init_rank(b, rank, np, &e2);
-            same_err(step, "init", rc1, &e1, rc2, &e2);
-        } else if (op < 33) {
-            int64_t p1[8], p2[8];
-            uint8_t x1[8], x2[8];
-            rc1 = kvp_meta_allocate(a, rank, keys, n, p1, x1, &e1);
-            rc2 = kvp_meta_allocate(b, rank, keys, n, p2, x2, &e2);
-            same_err(step, "allocate", rc1, &e1, rc2, &e2);
-            if (!rc1 && !rc2) {
-                same_i64(step, "allocate pages", p1, p2, n);
-                same_u8(step, "allocate existed", x1, x2, n);
-                struct last_alloc *l = &last[x][ri];
-                for (size_t i = 0; i < n; i++) {
-                    if (p1[i] >= 0 && !x1[i]) {
-                        if (l->n == 16) /* the oldest is forgotten */
-                            memmove(l->key, l->key + 1, 15 * sizeof *l->key),
-                                memmove(l->page, l->page + 1, 15 * sizeof *l->page), l->n--;
-                        l->key[l->n] = kidx[i], l->page[l->n++] = p1[i];
-                    }
-                    none_given += p1[i] == -1;
-                    hits_seen += x1[i];
-                }
-            }
-        } else if (op < 60) {
-            struct last_alloc *l = &last[x][ri];
-            int64_t pages[8], rel[8];
-            size_t nc = 0, nr = 0;
-            while (l->n > 0 && nc + nr < 6) {
-                l->n--;
-                if (rnd(10) < 6) {
-                    keys[nc] = K(dkeys[l->key[l->n]]);
-                    pages[nc++] = l->page[l->n];
-                } else {
-                    rel[nr++] = l->page[l->n];
-                }
-            }
-            uint32_t twist = rnd(12);
-            if (twist == 0 && nc < 8) { /* a page of another key, or out of range */
-                keys[nc] = K(dkeys[rnd(DKEYS)]);
-                pages[nc++] = (int64_t)rnd(8) - (rnd(4) == 0 ? 3 : 0);
-            } else if (twist == 1 && nr < 8) {
-                rel[nr++] = (int64_t)rnd(9) - 1;
-            } else if (twist == 2 && nc > 0 && nc < 8) { /* one page for two keys */
-                keys[nc] = K(dkeys[rnd(DKEYS)]);
-                pages[nc] = pages[0];
-                nc++;
-            } else if (twist == 3 && nc < 8) {
-                keys[nc] = K(dkeys[rnd(DKEYS)]);
-                pages[nc++] = rnd(2) ? INT64_MAX : 2147483647;
-            }
-            rc1 = kvp_meta_confirm(a, rank, keys, pages, nc, rel, nr, &e1);
-            rc2 = kvp_meta_confirm(b, rank, keys, pages, nc, rel, nr, &e2);
-            same_err(step, "confirm", rc1, &e1, rc2, &e2);
-        } else if (op < 72) {
-            int64_t r = rnd(3) ? (int64_t)rank : -1;
-            uint8_t x1[8], x2[8];
-            rc1 = kvp_meta_exists(a, r, keys, n, x1, &e1);
-            rc2 = kvp_meta_exists(b, r, keys, n, x2, &e2);
-            same_err(step, "exists", rc1, &e1, rc2, &e2);
-            if (!rc1 && !rc2)
-                same_u8(step, "exists out", x1, x2, n);
-        } else if (op < 87) {
-            int co = (int)rnd(2);
-            int64_t p1[8], p2[8];
-            rc1 = kvp_meta_lookup(a, rank, co, keys, n, p1, &e1);
-            rc2 = kvp_meta_lookup(b, rank, co, keys, n, p2, &e2);
-            same_err(step, "lookup", rc1, &e1, rc2, &e2);
-            if (!rc1 && !rc2)
-                same_i64(step, "lookup pages", p1, p2, n);
-        } else if (op < 96) {
-            int64_t r = rnd(2) ? (int64_t)rank : -1;
-            rc1 = kvp_meta_delete(a, r, keys, n, &e1);
-            rc2 = kvp_meta_delete(b, r, keys, n, &e2);
-            same_err(step, "delete", rc1, &e1, rc2, &e2);
-        } else {
-            int64_t r = rnd(3) ? (int64_t)rank : -1;
-            rc1 = kvp_meta_clear(a, r, &e1);
-            rc2 = kvp_meta_clear(b, r, &e2);
-            same_err(step, "clear", rc1, &e1, rc2, &e2);
-        }
-        CHECK_EQ(kvp_meta_nranks(a), kvp_meta_nranks(b));
-        static struct stats_copy s1, s2;
-        s1.len = s2.len = 0;
-        s1.text[0] = s2.text[0] = '\0';
-        CHECK_EQ(kvp_meta_stats(mm, stats_fn, &s1), 0);
-        CHECK_EQ(kvp_meta_stats(rm, stats_fn, &s2), 0);
-        int same = !strcmp(s1.text, s2.text);
-        CHECK(same);
-        if (!same && diff_failed++ < 10)
-            fprintf(stderr, "step %d stats:\n mem   %s\n redis %s\n", step, s1.text, s2.text);
-        invariants(mm);
-        invariants(rm);
-    }
-    /* The run met every rule it can break, evictions and exhaustion. */
-    static const int rules[] = {KVP_RULE_RANK_NOT_INIT, KVP_RULE_RESIZE_HELD, KVP_RULE_CONFIRM_PAGE,
-                                KVP_RULE_RELEASE_PAGE, KVP_RULE_HELD_BY_OTHER};
-    printf("differential: errors not_init %d resize %d confirm_page %d release_page %d "
-           "held_by_other %d; %d hits, %d allocations of -1\n",
-           rules_seen[rules[0]], rules_seen[rules[1]], rules_seen[rules[2]], rules_seen[rules[3]],
-           rules_seen[rules[4]], hits_seen, none_given);
-    uint64_t ev = 0;
-    CHECK_EQ(kvp_meta_stats(mm, evictions_fn, &ev), 0);
-    printf("differential: %llu evictions\n", (unsigned long long)ev);
-    if (steps >= 500) {
-        for (size_t i = 0; i < sizeof rules / sizeof *rules; i++)
-            CHECK(rules_seen[rules[i]] > 0);
-        CHECK(hits_seen > 0 && none_given > 0 && ev > 0);
-    }
-    memset(rules_seen, 0, sizeof rules_seen);
-    none_given = hits_seen = 0;
-out:
-    kvp_meta_close(mm);
-    kvp_meta_close(rm);
-}
-
 /* ---------------------------------------------------------------- time: grace and lease */
 
 static void grace_and_lease(struct kvp_meta *m, const char *what)
 {
-    struct kvp_ns *ns = ns_of(m, "time", what, strlen(what));
+    struct kvp_ns *ns = diff_ns(m, "time", what, strlen(what));
     CHECK(ns != NULL);
     if (!ns)
         return;
     CHECK_EQ(kvp_meta_init_rank(ns, 0, 2, NULL), 0);
     CHECK_EQ(put(ns, 0, "k1"), 0);
     CHECK_EQ(put(ns, 0, "k2"), 1);
-    struct kvp_str k1 = K("k1"), k2 = K("k2"), k3 = K("k3"), k4 = K("k4");
+    struct kvp_str k1 = diff_key("k1"), k2 = diff_key("k2"), k3 = diff_key("k3"),
+                   k4 = diff_key("k4");
     int64_t p;
     uint8_t ex;
     CHECK_EQ(kvp_meta_lookup(ns, 0, 0, &k1, 1, &p, NULL), 0); /* k1 in grace */
@@ -582,15 +271,15 @@ static void grace_and_lease(struct kvp_meta *m, const char *what)
     CHECK_EQ(p, 0); /* the grace is over */
     /* Leases: k3's and k4's reservations run out. */
     sleep_ms(2800);
-    struct kvp_str k5 = K("k5");
+    struct kvp_str k5 = diff_key("k5");
     CHECK_EQ(kvp_meta_allocate(ns, 0, &k5, 1, &p, NULL, NULL), 0);
     CHECK_EQ(p, 0); /* most recently freed: k4's page 0 expired after k3's page 1 */
-    struct stats_copy s = {.len = 0};
-    CHECK_EQ(kvp_meta_stats(m, stats_fn, &s), 0);
+    struct diff_stats_copy s = {.len = 0};
+    CHECK_EQ(kvp_meta_stats(m, diff_stats_fn, &s), 0);
     CHECK(strstr(s.text, " ex2 ") != NULL);
     if (!strstr(s.text, " ex2 "))
         fprintf(stderr, "%s stats: %s\n", what, s.text);
-    invariants(m);
+    diff_invariants(m);
 }
 
 /* ---------------------------------------------------------------- threads */
@@ -612,7 +301,7 @@ static void *worker_main(void *arg)
     for (int it = 0; it < 150; it++) {
         for (int i = 0; i < 8; i++) {
             snprintf(names[i], sizeof names[i], "t-%d", (it * 8 + i + w->id * 3) % TKEYS);
-            keys[i] = K(names[i]);
+            keys[i] = diff_key(names[i]);
         }
         int64_t pages[8];
         uint8_t ex[8];
@@ -638,14 +327,14 @@ static void *worker_main(void *arg)
 
 static void threads_test(const char *loc)
 {
-    struct kvp_meta *m1 = open_redis(loc, 60000, 0), *m2 = open_redis(loc, 60000, 0);
+    struct kvp_meta *m1 = diff_open(loc, 60000, 0), *m2 = diff_open(loc, 60000, 0);
     CHECK(m1 && m2);
     if (!m1 || !m2) {
         kvp_meta_close(m1);
         kvp_meta_close(m2);
         return;
     }
-    struct kvp_ns *n1 = ns_of(m1, "thr", "p", 1), *n2 = ns_of(m2, "thr", "p", 1);
+    struct kvp_ns *n1 = diff_ns(m1, "thr", "p", 1), *n2 = diff_ns(m2, "thr", "p", 1);
     CHECK_EQ(kvp_meta_init_rank(n1, 0, 64, NULL), 0);
     CHECK_EQ(kvp_meta_init_rank(n2, 0, 64, NULL), 0);
     pthread_t t[THREADS];
@@ -658,14 +347,14 @@ static void threads_test(const char *loc)
         pthread_join(t[i], NULL);
         CHECK_EQ(w[i].fails, 0);
     }
-    invariants(m1);
+    diff_invariants(m1);
     /* Every held page has one key: the pages of all keys are distinct. */
     char seen[64] = {0};
     int dup = 0, held = 0;
     for (int k = 0; k < TKEYS; k++) {
         char name[32];
         snprintf(name, sizeof name, "t-%d", k);
-        struct kvp_str key = K(name);
+        struct kvp_str key = diff_key(name);
         int64_t p;
         uint8_t e1, e2;
         CHECK_EQ(kvp_meta_lookup(n2, 0, 0, &key, 1, &p, NULL), 0);
@@ -779,15 +468,15 @@ static void big_rank(int port, const char *loc)
 {
     char out[64];
     CHECK_EQ(raw(port, out, sizeof out, "FLUSHALL"), 0);
-    struct kvp_meta *m = open_redis(loc, 60000, 0);
+    struct kvp_meta *m = diff_open(loc, 60000, 0);
     CHECK(m != NULL);
     if (!m)
         return;
-    struct kvp_ns *ns = ns_of(m, "big", "p", 1);
+    struct kvp_ns *ns = diff_ns(m, "big", "p", 1);
     CHECK_EQ(kvp_meta_init_rank(ns, 3, 2147483647ull, NULL), 0);
     CHECK_EQ(put(ns, 3, "a"), 0);
     CHECK_EQ(put(ns, 3, "b"), 1);
-    struct kvp_str k = K("c");
+    struct kvp_str k = diff_key("c");
     int64_t p = 2147483646;
     CHECK_EQ(kvp_meta_confirm(ns, 3, &k, &p, 1, NULL, 0, NULL), 0); /* the last page, directly */
     CHECK_EQ(raw(port, out, sizeof out, "DBSIZE"), 0);
@@ -801,7 +490,7 @@ static void big_rank(int port, const char *loc)
         freeReplyObject(r);
     if (c)
         redisFree(c);
-    invariants(m);
+    diff_invariants(m);
     kvp_meta_close(m);
 }
 
@@ -814,21 +503,21 @@ static int port_of_loc(const char *loc)
 
 static void two_handles(const char *loc)
 {
-    struct kvp_meta *a = open_redis(loc, 60000, 0), *b = open_redis(loc, 60000, 0);
+    struct kvp_meta *a = diff_open(loc, 60000, 0), *b = diff_open(loc, 60000, 0);
     CHECK(a && b);
     if (!a || !b) {
         kvp_meta_close(a);
         kvp_meta_close(b);
         return;
     }
-    struct kvp_ns *na = ns_of(a, "two", "p", 1), *nb = NULL;
+    struct kvp_ns *na = diff_ns(a, "two", "p", 1), *nb = NULL;
     CHECK_EQ(kvp_meta_ns(b, "two", 3, "p", 1, 0, &nb, NULL), 0); /* made by the other */
     CHECK_EQ(kvp_meta_ns(b, "two", 3, "q", 1, 0, &nb, NULL), -ENOENT);
     CHECK_EQ(kvp_meta_ns(b, "two", 3, "p", 1, 0, &nb, NULL), 0);
     CHECK_EQ(kvp_meta_init_rank(na, 0, 8, NULL), 0);
     CHECK_EQ(kvp_meta_init_rank(nb, 1, 8, NULL), 0);
     CHECK_EQ(kvp_meta_nranks(na), 2);
-    struct kvp_str k = K("shared");
+    struct kvp_str k = diff_key("shared");
     int64_t p0, p1, q;
     CHECK_EQ(kvp_meta_allocate(na, 0, &k, 1, &p0, NULL, NULL), 0);
     CHECK_EQ(kvp_meta_confirm(na, 0, &k, &p0, 1, NULL, 0, NULL), 0);
@@ -844,7 +533,7 @@ static void two_handles(const char *loc)
     CHECK_EQ(kvp_meta_lookup(nb, 0, 1, &k, 1, &q, NULL), 0);
     CHECK_EQ(q, p0);
     /* A confirmation of that page for another key through the other handle. */
-    struct kvp_str o = K("other");
+    struct kvp_str o = diff_key("other");
     struct kvp_error e = {0};
     CHECK_EQ(kvp_meta_confirm(nb, 0, &o, &p0, 1, NULL, 0, &e), -EEXIST);
     CHECK_EQ(e.rule, KVP_RULE_HELD_BY_OTHER);
@@ -893,7 +582,7 @@ static void two_handles(const char *loc)
     uint64_t t = 0;
     CHECK_EQ(kvp_meta_clear_async(na, -1, &t, NULL), 0);
     CHECK_EQ(t, 0);
-    invariants(a);
+    diff_invariants(a);
     kvp_meta_close(a);
     kvp_meta_close(b);
 }
@@ -930,11 +619,11 @@ static void restart_test(int i)
     CHECK(m != NULL);
     if (!m)
         return;
-    struct kvp_ns *ns = ns_of(m, "rs", "p", 1);
+    struct kvp_ns *ns = diff_ns(m, "rs", "p", 1);
     CHECK_EQ(kvp_meta_init_rank(ns, 0, 4, NULL), 0);
     CHECK_EQ(put(ns, 0, "a"), 0);
     server_kill(i);
-    struct kvp_str k = K("a");
+    struct kvp_str k = diff_key("a");
     int64_t p;
     struct kvp_error e = {0};
     uint64_t t0 = mono_ms();
@@ -975,8 +664,8 @@ static void restart_test(int i)
     CHECK_EQ(atomic_load(&outage_lines[1]), 1);
     CHECK_EQ(atomic_load(&outage_lines[2]), 1); /* and its end once */
     CHECK(strstr(outage_last, "answers again, after") != NULL);
-    static struct stats_copy sc;
-    CHECK_EQ(kvp_meta_stats(m, stats_fn, &sc), 0);
+    static struct diff_stats_copy sc;
+    CHECK_EQ(kvp_meta_stats(m, diff_stats_fn, &sc), 0);
     CHECK(strstr(sc.text, "[rs|70 r0 np4 f3 rs0 h1") != NULL); /* listed again by init_rank */
     /* Killed and back between two calls: the pooled connections are dead,
      * and an allocation (never repeated) still goes through. */
@@ -1003,12 +692,12 @@ static void restart_test(int i)
     /* Out of memory in Redis: -ENOSPC. */
     char out[64];
     CHECK_EQ(raw(port, out, sizeof out, "CONFIG SET maxmemory 1"), 0);
-    struct kvp_str nk = K("new");
+    struct kvp_str nk = diff_key("new");
     memset(&e, 0, sizeof e);
     CHECK_EQ(kvp_meta_allocate(ns, 0, &nk, 1, &p, NULL, &e), -ENOSPC);
     CHECK_EQ(e.rule, KVP_RULE_UNAVAILABLE);
     CHECK_EQ(raw(port, out, sizeof out, "CONFIG SET maxmemory 0"), 0);
-    invariants(m);
+    diff_invariants(m);
     kvp_meta_close(m);
 }
 
@@ -1017,9 +706,9 @@ static void auth_test(int port)
     char out[64], loc[96];
     CHECK_EQ(raw(port, out, sizeof out, "ACL SETUSER kvu on >s3cret ~* &* +@all"), 0);
     snprintf(loc, sizeof loc, "redis://kvu:s3cret@127.0.0.1:%d/2?prefix=auth", port);
-    struct kvp_meta *m = open_redis(loc, 60000, 0);
+    struct kvp_meta *m = diff_open(loc, 60000, 0);
     CHECK(m != NULL);
-    struct kvp_ns *ns = m ? ns_of(m, "a", "p", 1) : NULL;
+    struct kvp_ns *ns = m ? diff_ns(m, "a", "p", 1) : NULL;
     CHECK(ns && kvp_meta_init_rank(ns, 0, 2, NULL) == 0);
     CHECK_EQ(raw(port, out, sizeof out, "SELECT 2"), 0); /* (each raw() is a new connection) */
     kvp_meta_close(m);
@@ -1033,9 +722,9 @@ static void auth_test(int port)
     setenv("KVPAGE_REDIS_USER", "kvu", 1);
     setenv("KVPAGE_REDIS_PASSWORD", "s3cret", 1);
     snprintf(loc, sizeof loc, "redis://127.0.0.1:%d/2?prefix=auth", port);
-    m = open_redis(loc, 60000, 0);
+    m = diff_open(loc, 60000, 0);
     CHECK(m != NULL);
-    ns = m ? ns_of(m, "a", "p", 1) : NULL;
+    ns = m ? diff_ns(m, "a", "p", 1) : NULL;
     CHECK(ns && kvp_meta_nranks(ns) == 1); /* database 2, as above */
     kvp_meta_close(m);
     unsetenv("KVPAGE_REDIS_USER");
@@ -1053,12 +742,12 @@ static void single_server(int steps, uint64_t seed)
     char loc[64];
     uint64_t t0 = mono_ms();
     snprintf(loc, sizeof loc, "redis://127.0.0.1:%d?prefix=diff", port);
-    differential(loc, steps, seed);
+    meta_differential(loc, steps, seed);
     printf("differential, one server: %d steps in %llu ms\n", steps,
            (unsigned long long)(mono_ms() - t0));
     bad_locations();
     snprintf(loc, sizeof loc, "redis://127.0.0.1:%d?prefix=time", port);
-    struct kvp_meta *rm = open_redis(loc, 2500, 1000), *mm = NULL;
+    struct kvp_meta *rm = diff_open(loc, 2500, 1000), *mm = NULL;
     struct kvp_meta_opts o;
     kvp_meta_opts_init(&o);
     o.lease_ms = 2500;
@@ -1164,7 +853,7 @@ static int owner_of(int slot, const int *ports, int n)
 static void lookup_mid_move(void *arg)
 {
     struct kvp_ns *ns = arg;
-    struct kvp_str keys[2] = {K("a"), K("b")};
+    struct kvp_str keys[2] = {diff_key("a"), diff_key("b")};
     int64_t pages[2] = {-5, -5};
     struct kvp_error e = {0};
     uint64_t t0 = mono_ms();
@@ -1219,7 +908,7 @@ static void cluster(int steps, uint64_t seed)
     snprintf(loc, sizeof loc, "redis://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d?prefix=cl", ports[0],
              ports[1], ports[2]);
     t0 = mono_ms();
-    differential(loc, steps, seed + 1);
+    meta_differential(loc, steps, seed + 1);
     printf("differential, cluster: %d steps in %llu ms\n", steps,
            (unsigned long long)(mono_ms() - t0));
     /* The ranks landed on more than one shard. */
@@ -1233,22 +922,22 @@ static void cluster(int steps, uint64_t seed)
     /* A seed that is down: the next one answers, and gives the map. */
     int dead = free_port(0);
     snprintf(loc, sizeof loc, "redis://127.0.0.1:%d,127.0.0.1:%d?prefix=cl", dead, ports[2]);
-    struct kvp_meta *dm = open_redis(loc, 60000, 0);
+    struct kvp_meta *dm = diff_open(loc, 60000, 0);
     CHECK(dm != NULL);
     char why[128] = "";
     CHECK(dm && kvp_meta_health(dm, why, sizeof why) == 0);
-    struct kvp_ns *dns = dm ? ns_of(dm, "d", "p0", 2) : NULL; /* of the differential run */
+    struct kvp_ns *dns = dm ? diff_ns(dm, "d", "p0", 2) : NULL; /* of the differential run */
     CHECK(dns && kvp_meta_nranks(dns) > 0);
     kvp_meta_close(dm);
     snprintf(loc, sizeof loc, "redis://127.0.0.1:%d,127.0.0.1:%d", ports[0], ports[1]);
     two_handles(loc);
     threads_test(loc);
     /* MOVED: the slot of a rank in use goes to another master. */
-    struct kvp_meta *m = open_redis(loc, 60000, 0);
+    struct kvp_meta *m = diff_open(loc, 60000, 0);
     CHECK(m != NULL);
     if (!m)
         return;
-    struct kvp_ns *ns = ns_of(m, "mv", "p", 1);
+    struct kvp_ns *ns = diff_ns(m, "mv", "p", 1);
     CHECK_EQ(kvp_meta_init_rank(ns, 0, 8, NULL), 0);
     CHECK_EQ(put(ns, 0, "a"), 0);
     CHECK_EQ(put(ns, 0, "b"), 1);
@@ -1268,7 +957,7 @@ static void cluster(int steps, uint64_t seed)
     CHECK(redirects > before); /* the ASK */
     before = redirects;
     CHECK_EQ(owner_of(slot, ports, 3), dst);
-    struct kvp_str keys[2] = {K("a"), K("b")};
+    struct kvp_str keys[2] = {diff_key("a"), diff_key("b")};
     int64_t pages[2];
     struct kvp_error e = {0};
     CHECK_EQ(kvp_meta_lookup(ns, 0, 0, keys, 2, pages, &e), 0);
@@ -1306,7 +995,7 @@ static void cluster(int steps, uint64_t seed)
     CHECK_EQ(pages[1], 1);
     CHECK_EQ(kvp_meta_values(m, redirects_fn, &redirects), 0);
     CHECK(redirects > before); /* the MOVED */
-    invariants(m);
+    diff_invariants(m);
     kvp_meta_close(m);
 }
 
