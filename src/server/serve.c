@@ -240,15 +240,15 @@ static void notify_systemd(const char *msg)
     close(fd);
 }
 
-struct redis_durability {
+struct remote_durability {
     int level; /* as the value kvpage_redis_durability: 3 always ... 0 unknown; -1 absent */
     char how[160];
 };
 
 static int find_durability(const struct kvp_meta_value *v, void *arg)
 {
-    struct redis_durability *d = arg;
-    if (strcmp(v->section, "redis") != 0 || strcmp(v->key, "durability") != 0)
+    struct remote_durability *d = arg;
+    if (strcmp(v->key, "durability") != 0) /* a remote backend's promise, whatever its name */
         return 0;
     d->level = (int)v->value;
     snprintf(d->how, sizeof d->how, "%s", v->label_value ? v->label_value : "");
@@ -301,7 +301,7 @@ static int open_meta(const char *loc, const char *shown, const struct kvp_meta_o
  * "Durability with Redis"). */
 static void durability_warning(struct kvp_meta *meta, const char *loc, int fsync_mode)
 {
-    struct redis_durability d = {-1, ""};
+    struct remote_durability d = {-1, ""};
     kvp_meta_values(meta, find_durability, &d);
     int level = d.level - 1; /* 2 always, 1 everysec, 0 no AOF, -1 unknown */
     const char *how = d.how;
@@ -1022,262 +1022,262 @@ static int open_listener(const struct listen_addr *la, const char *text)
     return fd;
 }
 
-int kvp__serve_main(int argc, char **argv)
-{
-    enum {
-        O_LISTEN = 1,
-        O_ALLOW,
-        O_TOKEN,
-        O_LEASE,
-        O_GRACE,
-        O_MAXBODY,
-        O_MAXKEYS,
-        O_THREADS,
-        O_DATADIR,
-        O_META,
-        O_FSYNC,
-        O_SNAPBYTES,
-        O_LOGLEVEL,
-        O_LOGFORMAT,
-        O_IDLE,
-        O_REQTIME,
-        O_CONNS_CLIENT,
-        O_CONNS,
-        O_BODYMEM,
-        O_HELP
-    };
-    static const struct option opts[] = {
-        {"listen", required_argument, NULL, O_LISTEN},
-        {"allow", required_argument, NULL, O_ALLOW},
-        {"token", required_argument, NULL, O_TOKEN},
-        {"lease-seconds", required_argument, NULL, O_LEASE},
-        {"read-grace-ms", required_argument, NULL, O_GRACE},
-        {"max-body", required_argument, NULL, O_MAXBODY},
-        {"max-keys", required_argument, NULL, O_MAXKEYS},
-        {"threads", required_argument, NULL, O_THREADS},
-        {"data-dir", required_argument, NULL, O_DATADIR},
-        {"meta", required_argument, NULL, O_META},
-        {"fsync", required_argument, NULL, O_FSYNC},
-        {"snapshot-bytes", required_argument, NULL, O_SNAPBYTES},
-        {"log-level", required_argument, NULL, O_LOGLEVEL},
-        {"log-format", required_argument, NULL, O_LOGFORMAT},
-        {"idle-timeout", required_argument, NULL, O_IDLE},
-        {"request-timeout", required_argument, NULL, O_REQTIME},
-        {"max-conns-per-client", required_argument, NULL, O_CONNS_CLIENT},
-        {"max-conns", required_argument, NULL, O_CONNS},
-        {"max-body-memory", required_argument, NULL, O_BODYMEM},
-        {"help", no_argument, NULL, O_HELP},
-        {NULL, 0, NULL, 0},
-    };
-    const char *listen_text = "127.0.0.1:18000";
-    const char *token = getenv("KVPAGE_TOKEN");
-    const char *data_dir = "./kvpage-data";
-    const char *meta_loc = NULL; /* --meta redis://... */
-    int data_dir_given = 0, threads_given = 0;
-    uint64_t lease_ms = 120000, grace_ms = 5000, max_body = KVP_DEFAULT_MAX_BODY,
-             max_keys = KVP_DEFAULT_MAX_KEYS, threads = 1, snapshot_bytes = 0;
-    uint64_t idle_timeout = 60, request_timeout = 30, max_conns_client = 1024, max_conns = 0;
-    uint64_t max_body_memory = UINT64_C(1) << 30;
-    struct kvp_cidr *allow = NULL;
-    size_t nallow = 0;
-    int fsync_mode = KVP_FSYNC_BATCH;
-    int status = 2;
+/* ---------------------------------------------------------------- the flags */
 
-    if (token && !*token)
-        token = NULL;
-    if (KVP_JSON_ARENA)
-        json_set_alloc_funcs(arena_malloc, arena_free);
+/* What the flags ask for: parse fills it, run acts on it. */
+struct serve_cfg {
+    const char *listen_text, *token, *data_dir, *meta_loc;
+    int data_dir_given, threads_given, fsync_mode;
+    uint64_t lease_ms, grace_ms, max_body, max_keys, threads, snapshot_bytes;
+    uint64_t idle_timeout, request_timeout, max_conns_client, max_conns, max_body_memory;
+    struct kvp_cidr *allow;
+    size_t nallow;
+};
+
+struct flag;
+/* Sets the flag's field from its value: 0, or the exit status (2, usage). */
+typedef int (*flag_set_fn)(struct serve_cfg *c, const struct flag *f, const char *v);
+
+/* One flag of kvpage serve: --NAME VALUE, set into the field at off. */
+struct flag {
+    const char *name;
+    flag_set_fn set; /* NULL: --help */
+    size_t off;      /* of a uint64_t (set_num) or a const char * (set_str) */
+    int suffixes;    /* set_num: K/M/G suffixes allowed */
+    uint64_t lo, hi; /* set_num: the accepted range */
+    const char *why; /* what a bad value gets told */
+};
+
+static int bad_flag(const struct flag *f, const char *v)
+{
+    char name[40];
+    snprintf(name, sizeof name, "--%s", f->name);
+    return bad_value(name, v, f->why);
+}
+
+static int set_num(struct serve_cfg *c, const struct flag *f, const char *v)
+{
+    uint64_t n;
+    if (kvp__parse_size(v, f->suffixes, &n) || n < f->lo || n > f->hi)
+        return bad_flag(f, v);
+    *(uint64_t *)((char *)c + f->off) = n;
+    return 0;
+}
+
+static int set_str(struct serve_cfg *c, const struct flag *f, const char *v)
+{
+    *(const char **)((char *)c + f->off) = v;
+    return 0;
+}
+
+static int set_nonempty(struct serve_cfg *c, const struct flag *f, const char *v)
+{
+    return *v ? set_str(c, f, v) : bad_flag(f, v);
+}
+
+static int set_threads(struct serve_cfg *c, const struct flag *f, const char *v)
+{
+    c->threads_given = 1;
+    return set_num(c, f, v);
+}
+
+static int set_data_dir(struct serve_cfg *c, const struct flag *f, const char *v)
+{
+    c->data_dir_given = 1;
+    return set_nonempty(c, f, v);
+}
+
+static int set_allow(struct serve_cfg *c, const struct flag *f, const char *v)
+{
+    struct kvp_cidr *a = realloc(c->allow, (c->nallow + 1) * sizeof *a);
+    if (!a) {
+        fprintf(stderr, "kvpage serve: out of memory\n");
+        return 2;
+    }
+    c->allow = a;
+    if (kvp__cidr_parse(v, &c->allow[c->nallow]))
+        return bad_flag(f, v);
+    c->nallow++;
+    return 0;
+}
+
+static int set_lease(struct serve_cfg *c, const struct flag *f, const char *v)
+{
+    char *end;
+    errno = 0;
+    double s = strtod(v, &end);
+    if (errno || end == v || *end || !isfinite(s) || s <= 0 || s > 1e9)
+        return bad_flag(f, v);
+    c->lease_ms = (uint64_t)(s * 1000.0 + 0.5);
+    if (!c->lease_ms)
+        c->lease_ms = 1;
+    return 0;
+}
+
+/* Any location of a remote backend: the metadata layer knows the schemes
+ * (and says which it knows); a data directory goes in --data-dir. */
+static int set_meta(struct serve_cfg *c, const struct flag *f, const char *v)
+{
+    if (!strncmp(v, "file:", 5) || !strncmp(v, "mem:", 4) || v[0] == '/' || v[0] == '.' ||
+        !strchr(v, ':'))
+        return bad_flag(f, v);
+    c->meta_loc = v;
+    return 0;
+}
+
+static int set_fsync(struct serve_cfg *c, const struct flag *f, const char *v)
+{
+    if (!strcmp(v, "always"))
+        c->fsync_mode = KVP_FSYNC_ALWAYS;
+    else if (!strcmp(v, "batch"))
+        c->fsync_mode = KVP_FSYNC_BATCH;
+    else if (!strcmp(v, "never"))
+        c->fsync_mode = KVP_FSYNC_NEVER;
+    else
+        return bad_flag(f, v);
+    return 0;
+}
+
+static int set_log_level(struct serve_cfg *c, const struct flag *f, const char *v)
+{
+    (void)c;
+    int lvl = kvp__log_parse_level(v);
+    if (lvl < 0)
+        return bad_flag(f, v);
+    kvp__log_set_level(lvl);
+    return 0;
+}
+
+static int set_log_format(struct serve_cfg *c, const struct flag *f, const char *v)
+{
+    (void)c;
+    if (strcmp(v, "text") && strcmp(v, "json"))
+        return bad_flag(f, v);
+    kvp__log_set_json(!strcmp(v, "json"));
+    return 0;
+}
+
+#define CFG(field) offsetof(struct serve_cfg, field)
+#define BYTES_WHY "expected a positive number of bytes (K/M/G suffixes allowed)"
+#define SECONDS_WHY "expected a whole number of seconds (0: no timeout)"
+
+static const struct flag serve_flags[] = {
+    {"listen", set_str, CFG(listen_text), 0, 0, 0, NULL}, /* checked by run */
+    {"allow", set_allow, 0, 0, 0, 0,
+     "expected an IPv4 or IPv6 address with an optional /prefix, e.g. 10.0.0.0/8 or fd00::/8"},
+    {"token", set_nonempty, CFG(token), 0, 0, 0, "the token must not be empty"},
+    {"lease-seconds", set_lease, 0, 0, 0, 0, "expected a positive number of seconds"},
+    {"read-grace-ms", set_num, CFG(grace_ms), 0, 0, UINT64_C(1) << 40,
+     "expected a number of milliseconds >= 0"},
+    {"max-body", set_num, CFG(max_body), 1, 1, SIZE_MAX / 2, BYTES_WHY},
+    {"max-keys", set_num, CFG(max_keys), 0, 1, UINT64_C(1) << 40, "expected a positive integer"},
+    {"threads", set_threads, CFG(threads), 0, 1, 1024, "expected an integer from 1 to 1024"},
+    {"data-dir", set_data_dir, CFG(data_dir), 0, 0, 0, "expected a directory or 'none'"},
+    {"meta", set_meta, 0, 0, 0, 0,
+     "expected redis://HOST:PORT[/DB], redis://H1:P1,H2:P2,... or "
+     "redis-sentinel://S1:P1,S2:P2,.../MASTER (a data directory goes in --data-dir)"},
+    {"fsync", set_fsync, 0, 0, 0, 0, "expected always, batch or never"},
+    {"snapshot-bytes", set_num, CFG(snapshot_bytes), 1, UINT64_C(64) << 10, UINT64_C(1) << 50,
+     "expected a number of bytes of at least 64K (K/M/G suffixes allowed)"},
+    {"log-level", set_log_level, 0, 0, 0, 0, "expected error, warn, info or debug"},
+    {"log-format", set_log_format, 0, 0, 0, 0, "expected text or json"},
+    {"idle-timeout", set_num, CFG(idle_timeout), 0, 0, 86400 * 365, SECONDS_WHY},
+    {"request-timeout", set_num, CFG(request_timeout), 0, 0, 86400 * 365, SECONDS_WHY},
+    {"max-conns-per-client", set_num, CFG(max_conns_client), 0, 1, UINT64_C(1) << 30,
+     "expected a positive integer"},
+    {"max-conns", set_num, CFG(max_conns), 0, 1, UINT64_C(1) << 30, "expected a positive integer"},
+    {"max-body-memory", set_num, CFG(max_body_memory), 1, 1, SIZE_MAX / 2, BYTES_WHY},
+    {"help", NULL, 0, 0, 0, 0, NULL},
+};
+#define NFLAGS (sizeof serve_flags / sizeof *serve_flags)
+
+/* Fills cfg from the command line (defaults first): -1 to go on and run,
+ * else the exit status (0 after --help, 2 for a usage error). */
+static int serve_parse(int argc, char **argv, struct serve_cfg *cfg)
+{
+    *cfg = (struct serve_cfg){
+        .listen_text = "127.0.0.1:18000",
+        .token = getenv("KVPAGE_TOKEN"),
+        .data_dir = "./kvpage-data",
+        .fsync_mode = KVP_FSYNC_BATCH,
+        .lease_ms = 120000,
+        .grace_ms = 5000,
+        .max_body = KVP_DEFAULT_MAX_BODY,
+        .max_keys = KVP_DEFAULT_MAX_KEYS,
+        .threads = 1,
+        .idle_timeout = 60,
+        .request_timeout = 30,
+        .max_conns_client = 1024,
+        .max_body_memory = UINT64_C(1) << 30,
+    };
+    if (cfg->token && !*cfg->token)
+        cfg->token = NULL;
+    struct option opts[NFLAGS + 1];
+    for (size_t i = 0; i < NFLAGS; i++)
+        opts[i] =
+            (struct option){serve_flags[i].name,
+                            serve_flags[i].set ? required_argument : no_argument, NULL, (int)i + 1};
+    opts[NFLAGS] = (struct option){NULL, 0, NULL, 0};
     opterr = 0;
     optind = 1;
     int o;
     while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-        const char *v = optarg;
-        uint64_t n;
-        switch (o) {
-        case O_LISTEN:
-            listen_text = v;
-            break;
-        case O_ALLOW: {
-            struct kvp_cidr *a = realloc(allow, (nallow + 1) * sizeof *a);
-            if (!a) {
-                fprintf(stderr, "kvpage serve: out of memory\n");
-                goto out;
+        if (o >= 1 && (size_t)o <= NFLAGS) {
+            const struct flag *f = &serve_flags[o - 1];
+            if (!f->set) {
+                usage(stdout);
+                return 0;
             }
-            allow = a;
-            if (kvp__cidr_parse(v, &allow[nallow])) {
-                status = bad_value("--allow", v,
-                                   "expected an IPv4 or IPv6 address with an optional "
-                                   "/prefix, e.g. 10.0.0.0/8 or fd00::/8");
-                goto out;
-            }
-            nallow++;
-            break;
-        }
-        case O_TOKEN:
-            if (!*v) {
-                status = bad_value("--token", v, "the token must not be empty");
-                goto out;
-            }
-            token = v;
-            break;
-        case O_LEASE: {
-            char *end;
-            errno = 0;
-            double s = strtod(v, &end);
-            if (errno || end == v || *end || !isfinite(s) || s <= 0 || s > 1e9) {
-                status = bad_value("--lease-seconds", v, "expected a positive number of seconds");
-                goto out;
-            }
-            lease_ms = (uint64_t)(s * 1000.0 + 0.5);
-            if (!lease_ms)
-                lease_ms = 1;
-            break;
-        }
-        case O_GRACE:
-            if (kvp__parse_size(v, 0, &n) || n > UINT64_C(1) << 40) {
-                status = bad_value("--read-grace-ms", v, "expected a number of milliseconds >= 0");
-                goto out;
-            }
-            grace_ms = n;
-            break;
-        case O_MAXBODY:
-            if (kvp__parse_size(v, 1, &n) || n == 0 || n > SIZE_MAX / 2) {
-                status = bad_value("--max-body", v,
-                                   "expected a positive number of bytes (K/M/G "
-                                   "suffixes allowed)");
-                goto out;
-            }
-            max_body = n;
-            break;
-        case O_MAXKEYS:
-            if (kvp__parse_size(v, 0, &n) || n == 0 || n > (UINT64_C(1) << 40)) {
-                status = bad_value("--max-keys", v, "expected a positive integer");
-                goto out;
-            }
-            max_keys = n;
-            break;
-        case O_THREADS:
-            if (kvp__parse_size(v, 0, &n) || n == 0 || n > 1024) {
-                status = bad_value("--threads", v, "expected an integer from 1 to 1024");
-                goto out;
-            }
-            threads = n;
-            threads_given = 1;
-            break;
-        case O_DATADIR:
-            if (!*v) {
-                status = bad_value("--data-dir", v, "expected a directory or 'none'");
-                goto out;
-            }
-            data_dir = v;
-            data_dir_given = 1;
-            break;
-        case O_META:
-            /* Any location of a remote backend; the metadata layer knows
-             * the schemes (and says which it knows). */
-            if (!strncmp(v, "file:", 5) || !strncmp(v, "mem:", 4) || v[0] == '/' || v[0] == '.' ||
-                !strchr(v, ':')) {
-                status = bad_value("--meta", v,
-                                   "expected redis://HOST:PORT[/DB], redis://H1:P1,H2:P2,... or "
-                                   "redis-sentinel://S1:P1,S2:P2,.../MASTER "
-                                   "(a data directory goes in --data-dir)");
-                goto out;
-            }
-            meta_loc = v;
-            break;
-        case O_FSYNC:
-            if (!strcmp(v, "always"))
-                fsync_mode = KVP_FSYNC_ALWAYS;
-            else if (!strcmp(v, "batch"))
-                fsync_mode = KVP_FSYNC_BATCH;
-            else if (!strcmp(v, "never"))
-                fsync_mode = KVP_FSYNC_NEVER;
-            else {
-                status = bad_value("--fsync", v, "expected always, batch or never");
-                goto out;
-            }
-            break;
-        case O_SNAPBYTES:
-            if (kvp__parse_size(v, 1, &n) || n < (UINT64_C(64) << 10) || n > (UINT64_C(1) << 50)) {
-                status = bad_value("--snapshot-bytes", v,
-                                   "expected a number of bytes of at least "
-                                   "64K (K/M/G suffixes allowed)");
-                goto out;
-            }
-            snapshot_bytes = n;
-            break;
-        case O_LOGLEVEL: {
-            int lvl = kvp__log_parse_level(v);
-            if (lvl < 0) {
-                status = bad_value("--log-level", v, "expected error, warn, info or debug");
-                goto out;
-            }
-            kvp__log_set_level(lvl);
-            break;
-        }
-        case O_LOGFORMAT:
-            if (strcmp(v, "text") && strcmp(v, "json")) {
-                status = bad_value("--log-format", v, "expected text or json");
-                goto out;
-            }
-            kvp__log_set_json(!strcmp(v, "json"));
-            break;
-        case O_IDLE:
-        case O_REQTIME:
-            if (kvp__parse_size(v, 0, &n) || n > 86400 * 365) {
-                status = bad_value(o == O_IDLE ? "--idle-timeout" : "--request-timeout", v,
-                                   "expected a whole number of seconds (0: no timeout)");
-                goto out;
-            }
-            *(o == O_IDLE ? &idle_timeout : &request_timeout) = n;
-            break;
-        case O_CONNS_CLIENT:
-        case O_CONNS:
-            if (kvp__parse_size(v, 0, &n) || n == 0 || n > (UINT64_C(1) << 30)) {
-                status = bad_value(o == O_CONNS ? "--max-conns" : "--max-conns-per-client", v,
-                                   "expected a positive integer");
-                goto out;
-            }
-            *(o == O_CONNS ? &max_conns : &max_conns_client) = n;
-            break;
-        case O_BODYMEM:
-            if (kvp__parse_size(v, 1, &n) || n == 0 || n > SIZE_MAX / 2) {
-                status = bad_value("--max-body-memory", v,
-                                   "expected a positive number of bytes "
-                                   "(K/M/G suffixes allowed)");
-                goto out;
-            }
-            max_body_memory = n;
-            break;
-        case O_HELP:
-            usage(stdout);
-            status = 0;
-            goto out;
-        case ':':
+            int rc = f->set(cfg, f, optarg);
+            if (rc)
+                return rc;
+        } else if (o == ':') {
             fprintf(stderr, "kvpage serve: %s needs a value\n", argv[optind - 1]);
             usage(stderr);
-            goto out;
-        default:
+            return 2;
+        } else {
             fprintf(stderr, "kvpage serve: unknown option '%s'\n", argv[optind - 1]);
             usage(stderr);
-            goto out;
+            return 2;
         }
     }
     if (optind < argc) {
         fprintf(stderr, "kvpage serve: unexpected argument '%s'\n", argv[optind]);
         usage(stderr);
-        goto out;
+        return 2;
     }
-    if (meta_loc && data_dir_given) {
+    if (cfg->meta_loc && cfg->data_dir_given) {
         fprintf(stderr, "kvpage serve: --meta and --data-dir exclude each other: the state is "
                         "either in Redis or in a data directory\n");
-        goto out;
+        return 2;
     }
-    /* Every call to Redis waits for a round trip: more threads keep the
-     * server answering while some wait (a slow or unreachable Redis must not
-     * stall every client behind one request). */
-    if (meta_loc && !threads_given)
-        threads = 8;
+    /* Every call to a remote store waits for a round trip: more threads keep
+     * the server answering while some wait (a slow or unreachable store must
+     * not stall every client behind one request). */
+    if (cfg->meta_loc && !cfg->threads_given)
+        cfg->threads = 8;
+    return -1;
+}
+
+/* ---------------------------------------------------------------- running */
+
+/* Runs the server that sc describes until SIGTERM or SIGINT: the exit
+ * status. */
+static int serve_run(const struct serve_cfg *sc)
+{
+    const char *listen_text = sc->listen_text, *token = sc->token, *data_dir = sc->data_dir;
+    const char *meta_loc = sc->meta_loc;
+    uint64_t lease_ms = sc->lease_ms, grace_ms = sc->grace_ms, max_body = sc->max_body,
+             max_keys = sc->max_keys, threads = sc->threads, snapshot_bytes = sc->snapshot_bytes;
+    uint64_t idle_timeout = sc->idle_timeout, request_timeout = sc->request_timeout,
+             max_conns_client = sc->max_conns_client, max_conns = sc->max_conns,
+             max_body_memory = sc->max_body_memory;
+    const struct kvp_cidr *allow = sc->allow;
+    size_t nallow = sc->nallow;
+    int fsync_mode = sc->fsync_mode;
+    int status = 2;
+    if (KVP_JSON_ARENA)
+        json_set_alloc_funcs(arena_malloc, arena_free);
     struct listen_addr la;
     if (parse_listen(listen_text, &la)) {
         status =
@@ -1519,6 +1519,15 @@ int kvp__serve_main(int argc, char **argv)
     kvp_meta_close(meta);
     free(S);
 out:
-    free(allow);
+    return status;
+}
+
+int kvp__serve_main(int argc, char **argv)
+{
+    struct serve_cfg cfg;
+    int status = serve_parse(argc, argv, &cfg);
+    if (status < 0)
+        status = serve_run(&cfg);
+    free(cfg.allow);
     return status;
 }
