@@ -732,6 +732,44 @@ static void auth_test(int port)
     CHECK_EQ(raw(port, out, sizeof out, "ACL DELUSER kvu"), 0);
 }
 
+static int combined_fn(const struct kvp_meta_value *v, void *arg)
+{
+    if (!strcmp(v->key, "round_trips"))
+        ((uint64_t *)arg)[0] = v->value;
+    if (!strcmp(v->key, "combined_commands"))
+        ((uint64_t *)arg)[1] = v->value;
+    return 0;
+}
+
+/* KVPAGE_REDIS_COMBINE=1 (read at open): the differential run and the
+ * threads again, with calls sharing round trips. */
+static void combined(int port, int steps, uint64_t seed)
+{
+    char loc[64];
+    setenv("KVPAGE_REDIS_COMBINE", "1", 1);
+    snprintf(loc, sizeof loc, "redis://127.0.0.1:%d?prefix=comb", port);
+    meta_differential(loc, steps, seed);
+    snprintf(loc, sizeof loc, "redis://127.0.0.1:%d?prefix=combt", port);
+    threads_test(loc);
+    struct kvp_meta *m = diff_open(loc, 60000, 0);
+    CHECK(m != NULL);
+    if (m) {
+        struct kvp_ns *ns = diff_ns(m, "c", "p", 1);
+        CHECK_EQ(kvp_meta_init_rank(ns, 0, 8, NULL), 0);
+        for (int i = 0; i < 8; i++) {
+            char key[8];
+            snprintf(key, sizeof key, "k%d", i);
+            CHECK_EQ(put(ns, 0, key), i);
+        }
+        uint64_t v[2] = {0, 0};
+        CHECK_EQ(kvp_meta_values(m, combined_fn, v), 0);
+        /* after each script's first call (which loads it) they went through the combiner */
+        CHECK(v[0] >= 10 && v[1] >= v[0]);
+        kvp_meta_close(m);
+    }
+    unsetenv("KVPAGE_REDIS_COMBINE");
+}
+
 static void single_server(int steps, uint64_t seed)
 {
     if (server_start(0, 0, NULL)) {
@@ -763,6 +801,7 @@ static void single_server(int steps, uint64_t seed)
     snprintf(loc, sizeof loc, "redis://127.0.0.1:%d", port);
     two_handles(loc);
     threads_test(loc);
+    combined(port, steps / 4, seed + 7);
     auth_test(port);
     big_rank(port, loc);
     restart_test(0);
