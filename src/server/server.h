@@ -107,6 +107,11 @@ struct kvp_server {
     uint64_t started_ns; /* kvp__mono_ns() at kvp__server_init, for the uptime */
 };
 
+/* access.c: whether the client at sa may ask (--allow; NULL sa: yes), and
+ * whether an Authorization header carries the server's bearer token. */
+int kvp__client_allowed(const struct kvp_server *srv, const struct sockaddr *sa);
+int kvp__token_ok(const struct kvp_server *srv, const char *authorization);
+
 /* Sets up srv over an open meta. cfg is copied (its strings and allow array
  * must outlive srv). Always succeeds. */
 void kvp__server_init(struct kvp_server *srv, struct kvp_meta *meta,
