@@ -635,6 +635,29 @@ static size_t segments_of(const char *s, size_t n)
     return k;
 }
 
+/* The engines' protocols: their routes (a range of enum kvp_route), the
+ * fast path for their bodies (1: answered without jansson) and their
+ * handlers (vllm.c, sglang.c). */
+struct dialect {
+    const char *name;
+    int first, last;
+    int (*fast)(struct kvp_ctx *c, int route);
+    void (*handle)(struct kvp_ctx *c, int route);
+};
+
+static const struct dialect dialects[] = {
+    {"vllm", KVP_ROUTE_VLLM_INIT, KVP_ROUTE_VLLM_DELETE, kvp__vllm_fast, kvp__vllm_handle},
+    {"sglang", KVP_ROUTE_SGL_INIT, KVP_ROUTE_SGL_GET, kvp__sglang_fast, kvp__sglang_handle},
+};
+
+static const struct dialect *dialect_of(int route)
+{
+    for (size_t i = 0; i < sizeof dialects / sizeof *dialects; i++)
+        if (route >= dialects[i].first && route <= dialects[i].last)
+            return &dialects[i];
+    return NULL;
+}
+
 static void dispatch(struct kvp_ctx *c)
 {
     struct kvp_server *srv = c->srv;
@@ -736,8 +759,12 @@ static void dispatch(struct kvp_ctx *c)
     }
 
     c->body = NULL;
-    if (req->body_len && !srv->cfg.no_fast_bodies &&
-        (kvp__vllm_fast(c, m.route) || kvp__sglang_fast(c, m.route)))
+    const struct dialect *d = dialect_of(m.route);
+    if (!d) { /* every POST route is a dialect's */
+        kvp__reply_internal(c, -EINVAL, "routing");
+        return;
+    }
+    if (req->body_len && !srv->cfg.no_fast_bodies && d->fast(c, m.route))
         return;
     if (req->body_len) {
         struct kvp_guard_fail gf;
@@ -759,10 +786,7 @@ static void dispatch(struct kvp_ctx *c)
         }
         c->body = j;
     }
-    if (m.route >= KVP_ROUTE_SGL_INIT)
-        kvp__sglang_handle(c, m.route);
-    else
-        kvp__vllm_handle(c, m.route);
+    d->handle(c, m.route);
     if (!(c->srv->cfg.json_is_scratch && c->srv->cfg.json_is_scratch()))
         json_decref(c->body);
     c->body = NULL;
