@@ -54,126 +54,18 @@
 #include <jsmn.h>
 
 #include "meta/backend.h"
+#include "util/hex.h"
+#include "util/jsonw.h"
 
 #define KVP_HTTP_IDLE 32                     /* idle easy handles kept */
 #define KVP_HTTP_MAX_REPLY ((size_t)1 << 30) /* a larger reply is an error */
 
 /* ---------------------------------------------------------------- buffers */
 
-struct hbuf {
-    char *p;
-    size_t len, cap;
-    int oom;
-};
-
-static int hb_reserve(struct hbuf *b, size_t more)
+/* A C string into a buffer. */
+static void put_lit(struct kvp_buf *b, const char *s)
 {
-    if (b->oom)
-        return -1;
-    if (b->len + more + 1 <= b->cap)
-        return 0;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + more + 1)
-        cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) {
-        b->oom = 1;
-        return -1;
-    }
-    b->p = p;
-    b->cap = cap;
-    return 0;
-}
-
-static void hb_put(struct hbuf *b, const char *s, size_t n)
-{
-    if (hb_reserve(b, n))
-        return;
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void hb_lit(struct hbuf *b, const char *s)
-{
-    hb_put(b, s, strlen(s));
-}
-
-static void hb_int(struct hbuf *b, long long v)
-{
-    char t[24];
-    int n = snprintf(t, sizeof t, "%lld", v);
-    hb_put(b, t, (size_t)n);
-}
-
-/* A JSON string of n bytes (valid UTF-8, no NUL): '"', '\\' and control
- * bytes escaped, everything else as it is. */
-static void hb_str(struct hbuf *b, const char *s, size_t n)
-{
-    static const char hex[] = "0123456789abcdef";
-    if (hb_reserve(b, n * 6 + 2))
-        return;
-    char *o = b->p + b->len;
-    *o++ = '"';
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') {
-            *o++ = '\\';
-            *o++ = (char)c;
-        } else if (c < 0x20 || c == 0x7f) {
-            memcpy(o, "\\u00", 4);
-            o[4] = hex[c >> 4];
-            o[5] = hex[c & 15];
-            o += 6;
-        } else {
-            *o++ = (char)c;
-        }
-    }
-    *o++ = '"';
-    b->len = (size_t)(o - b->p);
-    b->p[b->len] = '\0';
-}
-
-static void hb_free(struct hbuf *b)
-{
-    free(b->p);
-    *b = (struct hbuf){0};
-}
-
-/* Strict UTF-8 (no overlong forms, no surrogates, at most U+10FFFF): what
- * the server's JSON parser takes. */
-static int utf8_valid(const char *str, size_t n)
-{
-    const unsigned char *s = (const unsigned char *)str;
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t len;
-        unsigned cp, min;
-        if ((c & 0xe0) == 0xc0)
-            len = 2, cp = c & 0x1f, min = 0x80;
-        else if ((c & 0xf0) == 0xe0)
-            len = 3, cp = c & 0x0f, min = 0x800;
-        else if ((c & 0xf8) == 0xf0)
-            len = 4, cp = c & 0x07, min = 0x10000;
-        else
-            return 0;
-        if (n - i < len)
-            return 0;
-        for (size_t k = 1; k < len; k++) {
-            if ((s[i + k] & 0xc0) != 0x80)
-                return 0;
-            cp = (cp << 6) | (s[i + k] & 0x3f);
-        }
-        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-            return 0;
-        i += len;
-    }
-    return 1;
+    kvp__buf_put(b, s, strlen(s));
 }
 
 /* ---------------------------------------------------------------- JSON replies */
@@ -282,19 +174,11 @@ static int jbool(const struct jdoc *d, int i, uint8_t *out)
     return 0;
 }
 
-static int hexval(char c)
-{
-    return c >= '0' && c <= '9'   ? c - '0'
-           : c >= 'a' && c <= 'f' ? c - 'a' + 10
-           : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                  : -1;
-}
-
 static unsigned hex4(const char *s)
 {
     unsigned v = 0;
     for (int k = 0; k < 4; k++) {
-        int h = hexval(s[k]);
+        int h = kvp__hex_value(s[k]);
         if (h < 0)
             return 0x110000;
         v = v * 16 + (unsigned)h;
@@ -454,11 +338,11 @@ static int seek_cb(void *arg, curl_off_t off, int origin)
 
 static size_t write_cb(char *src, size_t size, size_t nitems, void *arg)
 {
-    struct hbuf *b = arg;
+    struct kvp_buf *b = arg;
     size_t n = size * nitems;
     if (b->len + n > KVP_HTTP_MAX_REPLY)
         return 0;
-    hb_put(b, src, n);
+    kvp__buf_put(b, src, n);
     return b->oom ? 0 : n;
 }
 
@@ -506,11 +390,11 @@ static void give(struct hbe *b, CURL *h)
 struct req {
     const char *method; /* "POST" or "GET" */
     char path[KVP_MAX_NAME_LEN + 96];
-    const struct hbuf *body; /* POST */
+    const struct kvp_buf *body; /* POST */
     int idempotent;
     /* the answer */
     long status;
-    struct hbuf reply;
+    struct kvp_buf reply;
 };
 
 static int curl_errno(CURLcode c)
@@ -550,7 +434,7 @@ static int perform(struct hbe *b, struct req *r, struct kvp_error *err)
     char ebuf[CURL_ERROR_SIZE];
     ebuf[0] = '\0';
     struct upload up = {0};
-    hb_free(&r->reply);
+    kvp__buf_free(&r->reply);
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, ebuf);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &r->reply);
@@ -624,7 +508,7 @@ static int call(struct hbe *b, struct req *r, struct kvp_error *err)
 }
 
 /* What the server's error reply says: its "detail", else its text. */
-static void detail_of(const struct hbuf *reply, char *out, size_t cap)
+static void detail_of(const struct kvp_buf *reply, char *out, size_t cap)
 {
     out[0] = '\0';
     if (!reply->len)
@@ -743,7 +627,7 @@ static struct hns *hns_of(struct kvp_ns *ns)
 static int keys_utf8(const struct kvp_str *keys, size_t n, struct kvp_error *err)
 {
     for (size_t i = 0; i < n; i++)
-        if (!utf8_valid(keys[i].ptr, keys[i].len)) {
+        if (!kvp__utf8_valid(keys[i].ptr, keys[i].len)) {
             kvp__set_err(err, -EINVAL, KVP_RULE_KEY, (int64_t)i, (int64_t)keys[i].len,
                          KVP_MAX_KEY_LEN,
                          "key %zu is not valid UTF-8: the http:// backend sends keys as JSON "
@@ -754,27 +638,27 @@ static int keys_utf8(const struct kvp_str *keys, size_t n, struct kvp_error *err
     return 0;
 }
 
-static void put_keys(struct hbuf *body, const char *field, const struct kvp_str *keys, size_t n)
+static void put_keys(struct kvp_buf *body, const char *field, const struct kvp_str *keys, size_t n)
 {
-    hb_reserve(body, n * 8 + 32);
-    hb_lit(body, "\"");
-    hb_lit(body, field);
-    hb_lit(body, "\": [");
+    kvp__buf_reserve(body, n * 8 + 32);
+    put_lit(body, "\"");
+    put_lit(body, field);
+    put_lit(body, "\": [");
     for (size_t i = 0; i < n; i++) {
         if (i)
-            hb_lit(body, ", ");
-        hb_str(body, keys[i].ptr, keys[i].len);
+            put_lit(body, ", ");
+        kvp__jw_str(body, keys[i].ptr, keys[i].len);
     }
-    hb_lit(body, "]");
+    put_lit(body, "]");
 }
 
 /* , "namespace": POOL — always on SGLang routes, on vLLM routes unless kv. */
-static void put_pool(struct hbuf *body, const struct hns *s, int vllm)
+static void put_pool(struct kvp_buf *body, const struct hns *s, int vllm)
 {
     if (vllm && s->kv)
         return;
-    hb_lit(body, body->len > 1 ? ", \"namespace\": " : "\"namespace\": ");
-    hb_str(body, s->pool, s->plen);
+    put_lit(body, body->len > 1 ? ", \"namespace\": " : "\"namespace\": ");
+    kvp__jw_str(body, s->pool, s->plen);
 }
 
 static void rank_path(struct req *r, const struct hns *s, int64_t rank, const char *op)
@@ -789,11 +673,11 @@ static void route_path(struct req *r, const struct hns *s, const char *route)
 
 /* Sends body (POST) or nothing (GET) to r's path and checks the status is
  * want. 0, or the mapped error. body is freed. */
-static int run(struct hbe *b, struct req *r, struct hbuf *body, long want, enum op op, int64_t rank,
-               const int64_t *pages, size_t n, struct kvp_error *err)
+static int run(struct hbe *b, struct req *r, struct kvp_buf *body, long want, enum op op,
+               int64_t rank, const int64_t *pages, size_t n, struct kvp_error *err)
 {
     if (body && body->oom) {
-        hb_free(body);
+        kvp__buf_free(body);
         kvp__set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
         return -ENOMEM;
     }
@@ -801,13 +685,13 @@ static int run(struct hbe *b, struct req *r, struct hbuf *body, long want, enum 
     r->method = body ? "POST" : "GET";
     int rc = call(b, r, err);
     if (body)
-        hb_free(body);
+        kvp__buf_free(body);
     if (rc)
         return rc;
     if (r->status != want)
         rc = status_error(b, r, op, rank, pages, n, err);
     if (rc)
-        hb_free(&r->reply);
+        kvp__buf_free(&r->reply);
     return rc;
 }
 
@@ -817,7 +701,7 @@ static int reply_list(struct hbe *b, struct req *r, struct jdoc *d, const char *
 {
     if (jparse(d, r->reply.p ? r->reply.p : "", r->reply.len)) {
         int rc = bad_reply(b, r, "is not JSON", err);
-        hb_free(&r->reply);
+        kvp__buf_free(&r->reply);
         return rc;
     }
     int a = jget(d, 0, field);
@@ -826,7 +710,7 @@ static int reply_list(struct hbe *b, struct req *r, struct jdoc *d, const char *
         snprintf(what, sizeof what, "has no list \"%s\" of %zu elements", field, n);
         int rc = bad_reply(b, r, what, err);
         free(d->t);
-        hb_free(&r->reply);
+        kvp__buf_free(&r->reply);
         return rc;
     }
     *arr = a;
@@ -846,16 +730,16 @@ static int keys_call(struct kvp_ns *ns, int64_t rank, int vllm, const char *rout
     int rc = keys_utf8(keys, n, err);
     if (rc)
         return rc;
-    struct hbuf body = {0};
-    hb_lit(&body, "{");
+    struct kvp_buf body = {0};
+    put_lit(&body, "{");
     if (vllm && rank >= 0) {
-        hb_lit(&body, "\"rank\": ");
-        hb_int(&body, rank);
-        hb_lit(&body, ", ");
+        put_lit(&body, "\"rank\": ");
+        kvp__jw_int(&body, rank);
+        put_lit(&body, ", ");
     }
     put_keys(&body, "keys", keys, n);
     put_pool(&body, s, vllm);
-    hb_lit(&body, "}");
+    put_lit(&body, "}");
     if (vllm)
         route_path(r, s, route);
     else
@@ -870,16 +754,16 @@ static int h_init_rank(struct kvp_ns *ns, uint32_t rank, uint32_t num_pages, uin
     struct hns *s = hns_of(ns);
     struct hbe *b = be_of(ns->meta);
     struct req r = {.idempotent = 1};
-    struct hbuf body = {0};
-    hb_lit(&body, "{\"num_pages\": ");
-    hb_int(&body, num_pages);
+    struct kvp_buf body = {0};
+    put_lit(&body, "{\"num_pages\": ");
+    kvp__jw_int(&body, num_pages);
     put_pool(&body, s, 0);
-    hb_lit(&body, "}");
+    put_lit(&body, "}");
     rank_path(&r, s, rank, "initialize");
     int rc = run(b, &r, &body, 204, OP_INIT, rank, NULL, 0, err);
     if (rc == -EEXIST && err && err->limit == 0)
         err->limit = num_pages;
-    hb_free(&r.reply);
+    kvp__buf_free(&r.reply);
     return rc;
 }
 
@@ -910,7 +794,7 @@ static int h_allocate(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *ke
         i = jskip(&d, i);
     }
     free(d.t);
-    hb_free(&r.reply);
+    kvp__buf_free(&r.reply);
     return rc;
 }
 
@@ -924,28 +808,28 @@ static int h_confirm(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *key
     if (rc)
         return rc;
     struct req r = {.idempotent = 1}; /* a confirmation again changes nothing */
-    struct hbuf body = {0};
-    hb_reserve(&body, n * 16 + nrel * 8 + 64);
-    hb_lit(&body, "{\"written_keys_to_confirm\": [");
+    struct kvp_buf body = {0};
+    kvp__buf_reserve(&body, n * 16 + nrel * 8 + 64);
+    put_lit(&body, "{\"written_keys_to_confirm\": [");
     for (size_t i = 0; i < n; i++) {
-        hb_lit(&body, i ? ", [" : "[");
-        hb_str(&body, keys[i].ptr, keys[i].len);
-        hb_lit(&body, ", ");
-        hb_int(&body, pages[i]);
-        hb_lit(&body, "]");
+        put_lit(&body, i ? ", [" : "[");
+        kvp__jw_str(&body, keys[i].ptr, keys[i].len);
+        put_lit(&body, ", ");
+        kvp__jw_int(&body, pages[i]);
+        put_lit(&body, "]");
     }
-    hb_lit(&body, "], \"pages_to_release\": [");
+    put_lit(&body, "], \"pages_to_release\": [");
     for (size_t i = 0; i < nrel; i++) {
         if (i)
-            hb_lit(&body, ", ");
-        hb_int(&body, release[i]);
+            put_lit(&body, ", ");
+        kvp__jw_int(&body, release[i]);
     }
-    hb_lit(&body, "]");
+    put_lit(&body, "]");
     put_pool(&body, s, 0);
-    hb_lit(&body, "}");
+    put_lit(&body, "}");
     rank_path(&r, s, rank, "confirm_write");
     rc = run(b, &r, &body, 204, OP_CONFIRM, rank, pages, n, err);
-    hb_free(&r.reply);
+    kvp__buf_free(&r.reply);
     return rc;
 }
 
@@ -968,7 +852,7 @@ static int h_exists(struct kvp_ns *ns, int64_t rank, const struct kvp_str *keys,
             break;
         }
     free(d.t);
-    hb_free(&r.reply);
+    kvp__buf_free(&r.reply);
     return rc;
 }
 
@@ -993,7 +877,7 @@ static int h_lookup(struct kvp_ns *ns, uint32_t rank, int complete_only, const s
             break;
         }
     free(d.t);
-    hb_free(&r.reply);
+    kvp__buf_free(&r.reply);
     return rc;
 }
 
@@ -1003,7 +887,7 @@ static int h_delete(struct kvp_ns *ns, int64_t rank, const struct kvp_str *keys,
     struct req r = {.idempotent = 1};
     int rc = keys_call(ns, rank, rank < 0, rank < 0 ? "/keys/delete" : "delete_keys", keys, n, 204,
                        &r, err);
-    hb_free(&r.reply);
+    kvp__buf_free(&r.reply);
     return rc;
 }
 
@@ -1012,16 +896,16 @@ static int h_clear(struct kvp_ns *ns, int64_t rank, uint64_t *ticket, struct kvp
     struct hns *s = hns_of(ns);
     struct hbe *b = be_of(ns->meta);
     struct req r = {.idempotent = 1};
-    struct hbuf body = {0};
-    hb_lit(&body, "{");
+    struct kvp_buf body = {0};
+    put_lit(&body, "{");
     put_pool(&body, s, rank < 0);
-    hb_lit(&body, "}");
+    put_lit(&body, "}");
     if (rank < 0)
         route_path(&r, s, "/clear");
     else
         rank_path(&r, s, rank, "clear");
     int rc = run(b, &r, &body, 204, OP_OTHER, rank, NULL, 0, err);
-    hb_free(&r.reply);
+    kvp__buf_free(&r.reply);
     return rc;
 }
 
@@ -1042,7 +926,7 @@ static int walk_stats(struct hbe *b, kvp_meta_stats_fn fn, void *arg, struct kvp
         (a = jget(&d, 0, "namespaces")) < 0 || d.t[a].type != JSMN_ARRAY) {
         free(d.t);
         rc = bad_reply(b, &r, "has no list \"namespaces\"", err);
-        hb_free(&r.reply);
+        kvp__buf_free(&r.reply);
         return rc;
     }
     static const char *const fields[] = {"num_pages",
@@ -1106,7 +990,7 @@ static int walk_stats(struct hbe *b, kvp_meta_stats_fn fn, void *arg, struct kvp
     }
     free(ranks);
     free(d.t);
-    hb_free(&r.reply);
+    kvp__buf_free(&r.reply);
     return rc;
 }
 
@@ -1154,7 +1038,7 @@ static int h_ns(struct kvp_meta *m, const char *dep, size_t dlen, const char *po
                      (int)dlen, dep, b->root, b->fixed_dep, b->fixed_dep);
         return -EINVAL;
     }
-    if (!utf8_valid(pool, plen)) {
+    if (!kvp__utf8_valid(pool, plen)) {
         kvp__set_err(err, -EINVAL, KVP_RULE_NAMESPACE, -1, 0, 0,
                      "pool is not valid UTF-8: the http:// backend sends it as a JSON string");
         return -EINVAL;
@@ -1270,11 +1154,11 @@ static int h_health(struct kvp_meta *m, int *scope, char *why, size_t len)
     if (rc) {
         if (why && len)
             snprintf(why, len, "%s", err.msg);
-        hb_free(&r.reply);
+        kvp__buf_free(&r.reply);
         return rc;
     }
     detail_of(&r.reply, text, sizeof text);
-    hb_free(&r.reply);
+    kvp__buf_free(&r.reply);
     if (r.status == 200 && !strcmp(text, "ok"))
         return 0;
     if (r.status == 200 && !strncmp(text, "degraded: ", 10))

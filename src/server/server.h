@@ -15,7 +15,7 @@
 #include <sys/socket.h>
 
 #include "kvpage/meta.h"
-#include "server/jsonw.h"
+#include "util/jsonw.h"
 
 /* An --allow entry. family is AF_INET or AF_INET6; addr holds 4 or 16 bytes. */
 struct kvp_cidr {

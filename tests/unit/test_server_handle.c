@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "kvpage/meta.h"
-#include "server/jsonw.h"
+#include "util/jsonw.h"
 #include "server/server.h"
 
 static int passed, failed;

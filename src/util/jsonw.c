@@ -1,4 +1,4 @@
-#include "server/jsonw.h"
+#include "util/jsonw.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -108,8 +108,7 @@ static int plain8(const unsigned char *s)
     return !(((q - ones) & ~q & high) | ((b - ones) & ~b & high));
 }
 
-/* Length of the valid UTF-8 sequence starting at s (at most n bytes), or 0. */
-static size_t utf8_seq(const unsigned char *s, size_t n)
+size_t kvp__utf8_seq(const unsigned char *s, size_t n)
 {
     unsigned char c = s[0];
     size_t len;
@@ -165,7 +164,7 @@ void kvp__jw_str(struct kvp_buf *b, const char *str, size_t n)
         }
         unsigned char c = s[i];
         if (esc_class(c) == 2) {
-            size_t l = utf8_seq(s + i, n - i);
+            size_t l = kvp__utf8_seq(s + i, n - i);
             if (l) {
                 memcpy(o, s + i, l);
                 o += l;
@@ -240,4 +239,16 @@ void kvp__jw_page_or_null(struct kvp_buf *b, int64_t v)
         kvp__jw_lit(b, "null");
     else
         kvp__jw_uint(b, (uint64_t)v);
+}
+
+int kvp__utf8_valid(const char *str, size_t n)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    for (size_t i = 0; i < n;) {
+        size_t l = s[i] < 0x80 ? 1 : kvp__utf8_seq(s + i, n - i);
+        if (!l)
+            return 0;
+        i += l;
+    }
+    return 1;
 }

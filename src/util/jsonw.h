@@ -1,13 +1,17 @@
 /*
- * A growable output buffer and a small JSON writer over it. Responses are
- * written with this instead of building jansson trees and calling json_dumps:
- * one buffer per connection, reused across requests.
+ * A growable output buffer and a small JSON writer over it, with the UTF-8
+ * check both use: the server writes its responses with it (instead of
+ * building jansson trees and calling json_dumps: one buffer per
+ * connection, reused across requests), and the http:// backend
+ * (src/client/http.c) its request bodies. Compiled into the library and
+ * into the server (CMakeLists.txt), whose binary links only the library's
+ * public API.
  *
  * Allocation failure sets buf->oom and turns every later append into a no-op;
  * the caller checks oom once at the end.
  */
-#ifndef KVP_SERVER_JSONW_H
-#define KVP_SERVER_JSONW_H
+#ifndef KVP_UTIL_JSONW_H
+#define KVP_UTIL_JSONW_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -36,5 +40,12 @@ void kvp__jw_int(struct kvp_buf *b, int64_t v);
 void kvp__jw_uint(struct kvp_buf *b, uint64_t v);
 /* `null` when v < 0, else the integer. */
 void kvp__jw_page_or_null(struct kvp_buf *b, int64_t v);
+
+/* Length of the valid UTF-8 sequence (not ASCII) starting at s, within n
+ * bytes, or 0: strict (no overlong forms, no surrogates, at most U+10FFFF),
+ * as the server's JSON parser takes it. */
+size_t kvp__utf8_seq(const unsigned char *s, size_t n);
+/* Whether s[0..n) is all valid UTF-8. */
+int kvp__utf8_valid(const char *s, size_t n);
 
 #endif
