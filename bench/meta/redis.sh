@@ -12,7 +12,12 @@
 #              processes at once; requests/s added up, p99 the larger)
 # Redis runs without persistence (--save '' --appendonly no) unless
 # REDIS_ARGS says otherwise; its CPU seconds per request (from
-# /proc/PID/stat) are reported beside each Redis case.
+# /proc/PID/stat) are reported beside each Redis case, and so is the time
+# Redis spent in commands (the usec of every cmdstat_ line of INFO
+# commandstats, reset with CONFIG RESETSTAT before each case: scripts, and
+# the plain commands such as exists' HMGET) per request and, for
+# allocconfirm, per allocate + confirm pair; each case's INFO commandstats
+# is kept as cmdstats-LABEL-REP.txt.
 #
 # Env: KVPAGE (binary, default build/kvpage), DUR (seconds per run, 8),
 #      REPS (3), T (server threads, 2), REDIS_ARGS, OUT (results dir,
@@ -88,6 +93,7 @@ field() { sed -E "s/.*\\b$2=([^ ]+).*/\\1/" <<<"$1"; }
 run() {
     local label=$1 rep=$2 script=$3 vars=$4; shift 4
     local ports=("$@") n=${#ports[@]} i
+    redis-cli -p "$RPORT" CONFIG RESETSTAT >/dev/null
     local c0; c0=$(cpu_s "$RPID")
     local wpids=()
     for i in "${!ports[@]}"; do
@@ -97,17 +103,27 @@ run() {
     done
     wait "${wpids[@]}"
     local c1; c1=$(cpu_s "$RPID")
-    local rps=0 p99=0 reqs=0 r
+    local cs=$OUT/cmdstats-$label-$rep.txt
+    redis-cli -p "$RPORT" INFO commandstats | tr -d '\r' >"$cs"
+    local cmd_us; cmd_us=$(sed -nE 's/^cmdstat_.*[:,]usec=([0-9]+),.*/\1/p' "$cs" | awk '{s += $1} END {print s + 0}')
+    local rps=0 p99=0 reqs=0 pairs=0 r
     for i in "${!ports[@]}"; do
         r=$(cat "$TMP/w$i")
         rps=$("$PY" -c "print($rps + $(field "$r" rps))")
         reqs=$("$PY" -c "print($reqs + $(field "$r" requests))")
         p99=$("$PY" -c "print(max($p99, $(field "$r" p99_ms)))")
+        if [[ $r == *pairs_ok=* ]]; then pairs=$((pairs + $(field "$r" pairs_ok))); fi
         rm -f "$TMP/w$i"
     done
     local us; us=$("$PY" -c "print(round(($c1 - $c0) * 1e6 / max($reqs, 1), 1))")
-    echo "$label rep=$rep rps=$rps p99_ms=$p99 requests=$reqs redis_cpu_us_per_req=$us" >>"$RESULTS"
-    log "$label rep $rep: rps=$rps p99_ms=$p99 redis_us/req=$us"
+    local cu; cu=$("$PY" -c "print(round($cmd_us / max($reqs, 1), 1))")
+    local cp=""
+    if [ "$pairs" -gt 0 ]; then
+        cp=" redis_cmd_us_per_pair=$("$PY" -c "print(round($cmd_us / $pairs, 1))")"
+    fi
+    echo "$label rep=$rep rps=$rps p99_ms=$p99 requests=$reqs pairs=$pairs" \
+        "redis_cpu_us_per_req=$us redis_cmd_us_per_req=$cu$cp" >>"$RESULTS"
+    log "$label rep $rep: rps=$rps p99_ms=$p99 redis_us/req=$us redis_cmd_us/req=$cu$cp"
 }
 
 for rep in $(seq "$REPS"); do
@@ -138,15 +154,21 @@ for line in open(sys.argv[1]):
     f = line.split()
     kv = dict(x.split("=", 1) for x in f[1:])
     rows[f[0]].append(kv)
-print("| op | backend | requests/s | p99 ms | Redis CPU µs per request | ÷ in-process |")
-print("|---|---|---|---|---|---|")
+print("| op | backend | requests/s | p99 ms | Redis CPU µs per request "
+      "| Redis command µs per request | per pair | ÷ in-process |")
+print("|---|---|---|---|---|---|---|---|")
 for op in ("exists", "allocconfirm"):
     base = statistics.median(float(r["rps"]) for r in rows[f"local_{op}"])
     for b in ("local", "redis1", "redis2"):
         rs = rows[f"{b}_{op}"]
         rps = statistics.median(float(r["rps"]) for r in rs)
         p99 = statistics.median(float(r["p99_ms"]) for r in rs)
-        cpu = statistics.median(float(r["redis_cpu_us_per_req"]) for r in rs) if b != "local" else None
+        med = lambda f: (statistics.median(float(r[f]) for r in rs)
+                         if b != "local" and all(f in r for r in rs) else None)
+        show = lambda v: "" if v is None else f"{v:.1f}"
+        cpu, cmd, pair = (med("redis_cpu_us_per_req"), med("redis_cmd_us_per_req"),
+                          med("redis_cmd_us_per_pair"))
         name = {"local": "in-process", "redis1": "Redis, 1 server", "redis2": "Redis, 2 servers"}[b]
-        print(f"| {op} 64 | {name} | {rps:,.0f} | {p99:.2f} | {'' if cpu is None else f'{cpu:.1f}'} | {rps / base:.2f} |")
+        print(f"| {op} 64 | {name} | {rps:,.0f} | {p99:.2f} | {show(cpu)} | {show(cmd)} "
+              f"| {show(pair)} | {rps / base:.2f} |")
 EOF

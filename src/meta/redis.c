@@ -291,10 +291,11 @@ fail:
 /* ---------------------------------------------------------------- keys and scripts */
 
 #define KEY_MAX 520 /* PREFIX:{DEP/HEXPOOL/RANK}:field */
-#define NRKEYS 8
+#define NRKEYS 7
+#define NRKEYS_TEXT "7"
+#define K2P_FIELD 5 /* rank_fields[K2P_FIELD]: key -> page */
 
-static const char *const rank_fields[NRKEYS] = {"m",   "free",  "res", "rs",
-                                                "lru", "grace", "k2p", "p2k"};
+static const char *const rank_fields[NRKEYS] = {"m", "free", "res", "lru", "grace", "k2p", "p2k"};
 
 struct rkeys {
     char k[NRKEYS][KEY_MAX];
@@ -878,12 +879,12 @@ static int ranks_batch(struct rns *ns, const uint32_t *ranks, size_t nr, int sc,
             char *kb = kbuf + j * NRKEYS * klen;
             if (sc == SC_HMGET) {
                 v[o] = "HMGET", l[o++] = 5;
-                v[o] = kb,
-                l[o++] = (size_t)snprintf(kb, klen, "%s:{%s}:%s", m->prefix, tag, rank_fields[6]);
+                v[o] = kb, l[o++] = (size_t)snprintf(kb, klen, "%s:{%s}:%s", m->prefix, tag,
+                                                     rank_fields[K2P_FIELD]);
             } else {
                 v[o] = "EVALSHA", l[o++] = 7;
                 v[o] = "", l[o++] = 0;
-                v[o] = "8", l[o++] = 1;
+                v[o] = NRKEYS_TEXT, l[o++] = 1;
                 for (int f = 0; f < NRKEYS; f++)
                     v[o] = kb + f * klen,
                     l[o++] = (size_t)snprintf(kb + f * klen, klen, "%s:{%s}:%s", m->prefix, tag,
