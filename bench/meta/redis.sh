@@ -13,11 +13,14 @@
 # Redis runs without persistence (--save '' --appendonly no) unless
 # REDIS_ARGS says otherwise; its CPU seconds per request (from
 # /proc/PID/stat) are reported beside each Redis case, and so is the time
-# Redis spent in commands (the usec of every cmdstat_ line of INFO
-# commandstats, reset with CONFIG RESETSTAT before each case: scripts, and
-# the plain commands such as exists' HMGET) per request and, for
-# allocconfirm, per allocate + confirm pair; each case's INFO commandstats
-# is kept as cmdstats-LABEL-REP.txt.
+# Redis spent in commands, from INFO commandstats (reset with CONFIG
+# RESETSTAT before each case; each case's is kept as
+# cmdstats-LABEL-REP.txt), per request and, for allocconfirm, per allocate +
+# confirm pair: redis_cmd_us_* sums the usec of every cmdstat_ line (but
+# CONFIG's and INFO's), which counts a command a script runs twice (in the
+# script's usec and in its own); redis_top_us_* counts each request's own
+# commands once: the scripts' (EVAL*, FCALL*) when any ran, else the plain
+# commands' (each request here runs either scripts or plain commands only).
 #
 # Env: KVPAGE (binary, default build/kvpage), DUR (seconds per run, 8),
 #      REPS (3), T (server threads, 2), REDIS_ARGS, OUT (results dir,
@@ -105,7 +108,13 @@ run() {
     local c1; c1=$(cpu_s "$RPID")
     local cs=$OUT/cmdstats-$label-$rep.txt
     redis-cli -p "$RPORT" INFO commandstats | tr -d '\r' >"$cs"
-    local cmd_us; cmd_us=$(sed -nE 's/^cmdstat_.*[:,]usec=([0-9]+),.*/\1/p' "$cs" | awk '{s += $1} END {print s + 0}')
+    local sums cmd_us top_us
+    sums=$(sed -nE 's/^cmdstat_([^:]+):.*[:,]usec=([0-9]+),.*/\1 \2/p' "$cs" | awk '
+        $1 ~ /^(config|info)/ { next }
+        { all += $2 }
+        $1 ~ /^(eval|evalsha|eval_ro|evalsha_ro|fcall|fcall_ro)$/ { sc += $2; n++ }
+        END { print all + 0, (n ? sc : all) + 0 }')
+    read -r cmd_us top_us <<<"$sums"
     local rps=0 p99=0 reqs=0 pairs=0 r
     for i in "${!ports[@]}"; do
         r=$(cat "$TMP/w$i")
@@ -116,14 +125,16 @@ run() {
         rm -f "$TMP/w$i"
     done
     local us; us=$("$PY" -c "print(round(($c1 - $c0) * 1e6 / max($reqs, 1), 1))")
-    local cu; cu=$("$PY" -c "print(round($cmd_us / max($reqs, 1), 1))")
-    local cp=""
+    local cu tu cp=""
+    cu=$("$PY" -c "print(round($cmd_us / max($reqs, 1), 1))")
+    tu=$("$PY" -c "print(round($top_us / max($reqs, 1), 1))")
     if [ "$pairs" -gt 0 ]; then
-        cp=" redis_cmd_us_per_pair=$("$PY" -c "print(round($cmd_us / $pairs, 1))")"
+        cp=$("$PY" -c "print(f' redis_cmd_us_per_pair={$cmd_us / $pairs:.1f}'
+                      f' redis_top_us_per_pair={$top_us / $pairs:.1f}')")
     fi
     echo "$label rep=$rep rps=$rps p99_ms=$p99 requests=$reqs pairs=$pairs" \
-        "redis_cpu_us_per_req=$us redis_cmd_us_per_req=$cu$cp" >>"$RESULTS"
-    log "$label rep $rep: rps=$rps p99_ms=$p99 redis_us/req=$us redis_cmd_us/req=$cu$cp"
+        "redis_cpu_us_per_req=$us redis_cmd_us_per_req=$cu redis_top_us_per_req=$tu$cp" >>"$RESULTS"
+    log "$label rep $rep: rps=$rps p99_ms=$p99 redis_us/req=$us top_us/req=$tu$cp"
 }
 
 for rep in $(seq "$REPS"); do
@@ -155,7 +166,7 @@ for line in open(sys.argv[1]):
     kv = dict(x.split("=", 1) for x in f[1:])
     rows[f[0]].append(kv)
 print("| op | backend | requests/s | p99 ms | Redis CPU µs per request "
-      "| Redis command µs per request | per pair | ÷ in-process |")
+      "| Redis command µs per request (top, all) | per pair (top, all) | ÷ in-process |")
 print("|---|---|---|---|---|---|---|---|")
 for op in ("exists", "allocconfirm"):
     base = statistics.median(float(r["rps"]) for r in rows[f"local_{op}"])
@@ -166,9 +177,11 @@ for op in ("exists", "allocconfirm"):
         med = lambda f: (statistics.median(float(r[f]) for r in rs)
                          if b != "local" and all(f in r for r in rs) else None)
         show = lambda v: "" if v is None else f"{v:.1f}"
-        cpu, cmd, pair = (med("redis_cpu_us_per_req"), med("redis_cmd_us_per_req"),
-                          med("redis_cmd_us_per_pair"))
+        two = lambda a, b: "" if med(a) is None else f"{show(med(a))}, {show(med(b))}"
+        cpu = med("redis_cpu_us_per_req")
+        cmd = two("redis_top_us_per_req", "redis_cmd_us_per_req")
+        pair = two("redis_top_us_per_pair", "redis_cmd_us_per_pair")
         name = {"local": "in-process", "redis1": "Redis, 1 server", "redis2": "Redis, 2 servers"}[b]
-        print(f"| {op} 64 | {name} | {rps:,.0f} | {p99:.2f} | {show(cpu)} | {show(cmd)} "
-              f"| {show(pair)} | {rps / base:.2f} |")
+        print(f"| {op} 64 | {name} | {rps:,.0f} | {p99:.2f} | {show(cpu)} | {cmd} "
+              f"| {pair} | {rps / base:.2f} |")
 EOF

@@ -726,7 +726,7 @@ static int rd_allocate(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *
     arg_keys(&a, keys, n);
     redisReply *r;
     /* Not repeated after a lost connection: it may have handed out pages. */
-    rc = run_rank(ns, rank, SC_ALLOCATE, 0, a.n, a.v, a.len, 1 + 2 * n, &r, err);
+    rc = run_rank(ns, rank, SC_ALLOCATE, 0, a.n, a.v, a.len, 3, &r, err);
     args_free(&a);
     if (rc)
         return rc;
@@ -734,13 +734,22 @@ static int rd_allocate(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *
         freeReplyObject(r);
         return not_init(rank, err);
     }
-    for (size_t i = 0; i < n; i++) {
-        pages[i] = rint_at(r, 1 + i);
+    /* {0, the pages in decimal separated by spaces, a '0'/'1' per key} */
+    const redisReply *pr = r->element[1], *er = r->element[2];
+    int bad = pr->type != REDIS_REPLY_STRING || er->type != REDIS_REPLY_STRING || er->len != n;
+    const char *s = bad ? NULL : pr->str, *end = s ? s + pr->len : NULL;
+    for (size_t i = 0; i < n && !bad; i++) {
+        char *e;
+        long long v = strtoll(s, &e, 10);
+        bad = e == s || e > end || v < -1 || v > (long long)KVP_MAX_PAGES ||
+              (i + 1 < n ? *e != ' ' : e != end);
+        pages[i] = v;
         if (existed)
-            existed[i] = rint_at(r, 1 + n + i) == 1;
+            existed[i] = er->str[i] == '1';
+        s = e + 1;
     }
     freeReplyObject(r);
-    return 0;
+    return bad ? unexpected(ns->m, "the allocate script", err) : 0;
 }
 
 /* The index of the first confirmation (in page, then index order) whose page

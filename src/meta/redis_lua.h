@@ -4,12 +4,15 @@
  * many kvpage processes share the store. Each rank script gets the same
  * seven keys, all with the rank's hash tag (one cluster slot):
  *
- *   KEYS[1] m      HASH   num_pages, hwm (pages >= hwm were never handed out
- *                         from the free set), top (no page >= top is HELD
- *                         or RESERVED: 1 + the highest page ever handed out
- *                         or confirmed, at least hwm), clock (LRU counter),
- *                         fseq (free-set counter), rseq (reservation
- *                         counter), and the counters of kvp_rank_stats
+ *   KEYS[1] m      STRING the rank's fields, in decimal separated by
+ *                         spaces: num_pages, hwm (pages >= hwm were never
+ *                         handed out from the free set), top (no page >= top
+ *                         is HELD or RESERVED: 1 + the highest page ever
+ *                         handed out or confirmed, at least hwm), clock (LRU
+ *                         counter), fseq (free-set counter), rseq
+ *                         (reservation counter), then the counters of
+ *                         kvp_rank_stats: hits, misses, allocations,
+ *                         evictions, expired, release_held
  *   KEYS[2] free   ZSET   FREE pages below hwm, scored by fseq: the highest
  *                         is the most recently freed
  *   KEYS[3] res    ZSET   RESERVED pages by lease deadline (ms, Redis TIME)
@@ -27,8 +30,8 @@
  * replicate their effects, so reading it is allowed). Every integer given
  * to redis.call is text made with string.format('%d') (a Lua number would
  * be formatted with %.17g, a cost of its own), and a script reads the
- * rank's fields with one HMGET and writes those that changed with one
- * HSET. Each script starts with a shebang (Redis 7): a script that may grow
+ * rank's fields with one GET and writes them back, when they changed, with
+ * one SET. Each script starts with a shebang (Redis 7): a script that may grow
  * the store (allocate, confirm, init) is refused up front when Redis is at
  * its maxmemory, never half-way (Redis does not undo a script's writes);
  * lookups, deletes, clears and stats may run (they free memory or rewrite
@@ -52,27 +55,30 @@
     "  local t = call('TIME')\n"                                                                   \
     "  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"                         \
     "end\n"                                                                                        \
+    "-- the rank's fields: one string in M, the numbers of F separated by spaces\n"                \
     "local F = {'num_pages', 'hwm', 'top', 'clock', 'fseq', 'rseq', 'hits', 'misses', "            \
     "'allocations',\n"                                                                             \
     "  'evictions', 'expired', 'release_held'}\n"                                                  \
-    "local st, st0 = nil, {}\n"                                                                    \
+    "local st, st0 = nil, nil\n"                                                                   \
     "-- the rank's fields, or nil when it is not initialized\n"                                    \
     "local function load()\n"                                                                      \
-    "  local v = call('HMGET', M, unpack(F))\n"                                                    \
-    "  if not v[1] then return nil end\n"                                                          \
+    "  st0 = call('GET', M)\n"                                                                     \
+    "  if not st0 then return nil end\n"                                                           \
     "  st = {}\n"                                                                                  \
-    "  for i = 1, #F do local x = tonumber(v[i] or 0); st[F[i]] = x; st0[F[i]] = x end\n"          \
-    "  if not v[3] then st.top = st.num_pages; st0.top = nil end\n"                                \
+    "  local i = 0\n"                                                                              \
+    "  for x in string.gmatch(st0, '%S+') do i = i + 1; st[F[i]] = tonumber(x) end\n"              \
     "  return st\n"                                                                                \
+    "end\n"                                                                                        \
+    "local function packed()\n"                                                                    \
+    "  return fmt('%d %d %d %d %d %d %d %d %d %d %d %d', st.num_pages, st.hwm, st.top, "           \
+    "st.clock,\n"                                                                                  \
+    "    st.fseq, st.rseq, st.hits, st.misses, st.allocations, st.evictions, st.expired,\n"        \
+    "    st.release_held)\n"                                                                       \
     "end\n"                                                                                        \
     "-- writes back what changed\n"                                                                \
     "local function store()\n"                                                                     \
-    "  local a = {}\n"                                                                             \
-    "  for i = 1, #F do\n"                                                                         \
-    "    local f = F[i]\n"                                                                         \
-    "    if st[f] ~= st0[f] then a[#a + 1] = f; a[#a + 1] = I(st[f]) end\n"                        \
-    "  end\n"                                                                                      \
-    "  if #a > 0 then call('HSET', M, unpack(a)) end\n"                                            \
+    "  local v = packed()\n"                                                                       \
+    "  if v ~= st0 then call('SET', M, v) end\n"                                                   \
     "end\n"                                                                                        \
     "-- a P2K value: a RESERVED page's is NUL and its rseq, a HELD one's its key\n"                \
     "local function is_res(v) return byte(v, 1) == 0 end\n"                                        \
@@ -80,12 +86,25 @@
     "-- redis.call(cmd, key, list...) in pieces of at most 4000 arguments (the\n"                  \
     "-- most Lua's unpack passes), the replies of the pieces end to end\n"                         \
     "local function bulk(cmd, key, list)\n"                                                        \
-    "  local out, n = {}, #list\n"                                                                 \
+    "  local n = #list\n"                                                                          \
+    "  if n <= 4000 then\n"                                                                        \
+    "    if n == 0 then return {} end\n"                                                           \
+    "    return call(cmd, key, unpack(list))\n"                                                    \
+    "  end\n"                                                                                      \
+    "  local out = {}\n"                                                                           \
     "  for i = 1, n, 4000 do\n"                                                                    \
     "    local r = call(cmd, key, unpack(list, i, math.min(i + 3999, n)))\n"                       \
     "    if type(r) == 'table' then for j = 1, #r do out[#out + 1] = r[j] end end\n"               \
     "  end\n"                                                                                      \
     "  return out\n"                                                                               \
+    "end\n"                                                                                        \
+    "-- bulk of ARGV[first..]\n"                                                                   \
+    "local function bulk_argv(cmd, key, first)\n"                                                  \
+    "  local n = #ARGV - first + 1\n"                                                              \
+    "  if n >= 1 and n <= 4000 then return call(cmd, key, unpack(ARGV, first)) end\n"              \
+    "  local l = {}\n"                                                                             \
+    "  for i = first, #ARGV do l[#l + 1] = ARGV[i] end\n"                                          \
+    "  return bulk(cmd, key, l)\n"                                                                 \
     "end\n"                                                                                        \
     "-- HDEL of the read graces of pages, when there are any\n"                                    \
     "local function ungrace(list)\n"                                                               \
@@ -123,10 +142,7 @@
 #define KVP_LUA_INIT                                                                               \
     "#!lua\n" KVP_LUA_PRELUDE "local np = tonumber(ARGV[1])\n"                                     \
     "if not load() then\n"                                                                         \
-    "  call('HSET', M, 'num_pages', ARGV[1], 'hwm', '0', 'top', '0', 'clock', '0', 'fseq', '0',\n" \
-    "    'rseq', '0', 'hits', '0', 'misses', '0', 'allocations', '0', 'evictions', '0', "          \
-    "'expired', '0',\n"                                                                            \
-    "    'release_held', '0')\n"                                                                   \
+    "  call('SET', M, fmt('%d 0 0 0 0 0 0 0 0 0 0 0', np))\n"                                      \
     "  return {0}\n"                                                                               \
     "end\n"                                                                                        \
     "if st.num_pages == np then return {0} end\n"                                                  \
@@ -137,51 +153,50 @@
     "clear_pages(); st.num_pages = np; store()\n"                                                  \
     "return {0}\n"
 
-/* ARGV: lease_ms, scan bound, keys. {0, pages..., existed...} / {ST_NOT_INIT}. */
+/* ARGV: lease_ms, scan bound, keys. {0, "page page ...", "0101..." (existed)} /
+ * {ST_NOT_INIT}. */
 #define KVP_LUA_ALLOCATE                                                                           \
     "#!lua\n" KVP_LUA_PRELUDE "if not load() then return {1} end\n"                                \
     "local lease, scan_max = tonumber(ARGV[1]), tonumber(ARGV[2])\n"                               \
     "local n = #ARGV - 2\n"                                                                        \
     "local now = now_ms()\n"                                                                       \
     "expire(now)\n"                                                                                \
-    "local keys = {}\n"                                                                            \
-    "for i = 1, n do keys[i] = ARGV[i + 2] end\n"                                                  \
-    "local cur = bulk('HMGET', K2P, keys)\n"                                                       \
-    "local pages, existed, marked, seen = {}, {}, {}, {}\n"                                        \
+    "local cur = bulk_argv('HMGET', K2P, 3)\n"                                                     \
+    "local pages, existed, marked, seen = {}, {}, {}, {} -- pages as text\n"                       \
     "-- hits first, touched last to first: earlier keys end up more recent\n"                      \
     "local hits, lru = 0, {}\n"                                                                    \
     "for i = n, 1, -1 do\n"                                                                        \
     "  local p = cur[i]\n"                                                                         \
     "  if p then\n"                                                                                \
-    "    pages[i] = tonumber(p); existed[i] = 1\n"                                                 \
+    "    pages[i] = p; existed[i] = '1'\n"                                                         \
     "    st.clock = st.clock + 1; lru[#lru + 1] = I(st.clock); lru[#lru + 1] = p\n"                \
     "    marked[p] = true; hits = hits + 1\n"                                                      \
-    "  else pages[i] = -2; existed[i] = 0 end\n"                                                   \
+    "  else pages[i] = false; existed[i] = '0' end\n"                                              \
     "end\n"                                                                                        \
     "bulk('ZADD', LRU, lru)\n"                                                                     \
     "st.hits = st.hits + hits\n"                                                                   \
     "-- the keys that need a page, in order; a key given again shares the first's\n"               \
     "local want = {}\n"                                                                            \
     "for i = 1, n do\n"                                                                            \
-    "  local key = keys[i]\n"                                                                      \
+    "  local key = ARGV[i + 2]\n"                                                                  \
     "  if not seen[key] then\n"                                                                    \
     "    seen[key] = i\n"                                                                          \
-    "    if pages[i] == -2 then want[#want + 1] = i end\n"                                         \
+    "    if not pages[i] then want[#want + 1] = i end\n"                                           \
     "  end\n"                                                                                      \
     "end\n"                                                                                        \
     "local nw = #want\n"                                                                           \
-    "local got, gotn = {}, {} -- the pages found, as text and as numbers\n"                        \
+    "local got = {} -- the pages found\n"                                                          \
     "-- FREE pages below hwm, the most recently freed first\n"                                     \
     "if nw > 0 then\n"                                                                             \
     "  local t = call('ZPOPMAX', FREE, nw)\n"                                                      \
-    "  for j = 1, #t, 2 do got[#got + 1] = t[j]; gotn[#gotn + 1] = tonumber(t[j]) end\n"           \
+    "  for j = 1, #t, 2 do got[#got + 1] = t[j] end\n"                                             \
     "end\n"                                                                                        \
     "-- then pages never handed out, from hwm up: those below top may be HELD (one\n"              \
     "-- confirmed without a reservation) or RESERVED, those at or above it are FREE\n"             \
     "while #got < nw and st.hwm < st.num_pages do\n"                                               \
     "  if st.hwm >= st.top then\n"                                                                 \
     "    local k = math.min(nw - #got, st.num_pages - st.hwm)\n"                                   \
-    "    for j = st.hwm, st.hwm + k - 1 do got[#got + 1] = I(j); gotn[#gotn + 1] = j end\n"        \
+    "    for j = st.hwm, st.hwm + k - 1 do got[#got + 1] = I(j) end\n"                             \
     "    st.hwm = st.hwm + k; st.top = st.hwm\n"                                                   \
     "  else\n"                                                                                     \
     "    local k = math.min(nw - #got + 16, st.top - st.hwm, 2000)\n"                              \
@@ -192,7 +207,7 @@
     "    for j = 1, k do\n"                                                                        \
     "      if #got >= nw then break end\n"                                                         \
     "      st.hwm = base + j\n"                                                                    \
-    "      if not h[j] then got[#got + 1] = cand[j]; gotn[#gotn + 1] = base + j - 1 end\n"         \
+    "      if not h[j] then got[#got + 1] = cand[j] end\n"                                         \
     "    end\n"                                                                                    \
     "  end\n"                                                                                      \
     "end\n"                                                                                        \
@@ -216,7 +231,7 @@
     "        skip = skip + 1\n"                                                                    \
     "        if skip >= scan_max then stop = true; break end\n"                                    \
     "      else\n"                                                                                 \
-    "        evicted[#evicted + 1] = p; got[#got + 1] = p; gotn[#gotn + 1] = tonumber(p)\n"        \
+    "        evicted[#evicted + 1] = p; got[#got + 1] = p\n"                                       \
     "        if ks[j] then ekeys[#ekeys + 1] = ks[j] end\n"                                        \
     "      end\n"                                                                                  \
     "    end\n"                                                                                    \
@@ -234,18 +249,16 @@
     "  if p then\n"                                                                                \
     "    st.rseq = st.rseq + 1\n"                                                                  \
     "    res[#res + 1] = dl; res[#res + 1] = p\n"                                                  \
-    "    rs[#rs + 1] = p; rs[#rs + 1] = '\\0' .. I(st.rseq)\n"                                     \
-    "    allocs = allocs + 1; pages[i] = gotn[j]\n"                                                \
-    "  else pages[i] = -1 end\n"                                                                   \
+    "    rs[#rs + 1] = p; rs[#rs + 1] = fmt('\\0%d', st.rseq)\n"                                   \
+    "    allocs = allocs + 1; pages[i] = p\n"                                                      \
+    "  else pages[i] = '-1' end\n"                                                                 \
     "end\n"                                                                                        \
     "bulk('ZADD', RES, res); bulk('HSET', P2K, rs)\n"                                              \
-    "for i = 1, n do if pages[i] == -2 then pages[i] = pages[seen[keys[i]]] end end\n"             \
+    "for i = 1, n do if not pages[i] then pages[i] = pages[seen[ARGV[i + 2]]] end end\n"           \
     "st.misses = st.misses + nw; st.allocations = st.allocations + allocs\n"                       \
     "store()\n"                                                                                    \
-    "local r = {0}\n"                                                                              \
-    "for i = 1, n do r[i + 1] = pages[i] end\n"                                                    \
-    "for i = 1, n do r[n + i + 1] = existed[i] end\n"                                              \
-    "return r\n"
+    "-- the pages in decimal separated by spaces (-1: none), a '0' or '1' per key\n"               \
+    "return {0, table.concat(pages, ' '), table.concat(existed)}\n"
 
 /* ARGV: n, nrel, the index of a page confirmed for two keys (-1: none),
  * keys, pages, releases (pages in decimal, as %lld writes them). {0} /
@@ -340,9 +353,8 @@
 
 /* ARGV: keys. {0, held...} / {ST_NOT_INIT}. Read only. */
 #define KVP_LUA_EXISTS                                                                             \
-    "#!lua flags=no-writes\n" KVP_LUA_PRELUDE                                                      \
-    "if call('HEXISTS', M, 'num_pages') == 0 then return {1} end\n"                                \
-    "local v, r = bulk('HMGET', K2P, ARGV), {0}\n"                                                 \
+    "#!lua flags=no-writes\n" KVP_LUA_PRELUDE "if call('EXISTS', M) == 0 then return {1} end\n"    \
+    "local v, r = bulk_argv('HMGET', K2P, 1), {0}\n"                                               \
     "for i = 1, #ARGV do r[i + 1] = v[i] and 1 or 0 end\n"                                         \
     "return r\n"
 
@@ -353,9 +365,7 @@
     "local grace, complete, others = tonumber(ARGV[1]), ARGV[2] == '1', ARGV[3]\n"                 \
     "local n = #ARGV - 3\n"                                                                        \
     "local now = now_ms()\n"                                                                       \
-    "local keys = {}\n"                                                                            \
-    "for i = 1, n do keys[i] = ARGV[i + 3] end\n"                                                  \
-    "local v = bulk('HMGET', K2P, keys)\n"                                                         \
+    "local v = bulk_argv('HMGET', K2P, 4)\n"                                                       \
     "local r = {0}\n"                                                                              \
     "local hits, misses, lru, gset, gdel = 0, 0, {}, {}, {}\n"                                     \
     "local gend = I(now + grace)\n"                                                                \
@@ -377,7 +387,7 @@
 /* ARGV: keys. {0} / {ST_NOT_INIT}. */
 #define KVP_LUA_DELETE                                                                             \
     "#!lua flags=allow-oom\n" KVP_LUA_PRELUDE "if not load() then return {1} end\n"                \
-    "local v = bulk('HMGET', K2P, ARGV)\n"                                                         \
+    "local v = bulk_argv('HMGET', K2P, 1)\n"                                                       \
     "local gone, dp, dk, fadd = {}, {}, {}, {}\n"                                                  \
     "for i = 1, #ARGV do\n"                                                                        \
     "  local key, p = ARGV[i], v[i]\n"                                                             \
@@ -412,6 +422,8 @@
     "#!lua flags=no-writes\n" KVP_LUA_PRELUDE "if not load() then return {1} end\n"                \
     "local np, hwm, top = st.num_pages, st.hwm, st.top\n"                                          \
     "local function bad(msg) return {6, msg} end\n"                                                \
+    "for i = 1, #F do if not st[F[i]] then return bad('rank field ' .. F[i] .. ' is missing') "    \
+    "end end\n"                                                                                    \
     "if not np or np < 1 or np > 2147483647 then return bad('num_pages is out of range') end\n"    \
     "if not hwm or hwm < 0 or hwm > np then return bad('hwm ' .. tostring(hwm) ..\n"               \
     "  ' is outside [0, num_pages]') end\n"                                                        \
