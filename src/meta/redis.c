@@ -784,6 +784,18 @@ static int64_t dup_confirmation(const struct kvp_str *keys, const int64_t *pages
     return found;
 }
 
+static long long max_page(const int64_t *pages, size_t n)
+{
+    long long m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (pages[i] < 0 || pages[i] > (int64_t)KVP_MAX_PAGES)
+            return -1;
+        if (pages[i] > m)
+            m = pages[i];
+    }
+    return m;
+}
+
 static int rd_confirm(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *keys,
                       const int64_t *pages, size_t n, const int64_t *release, size_t nrel,
                       uint64_t *ticket, struct kvp_error *err)
@@ -798,11 +810,15 @@ static int rd_confirm(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *k
     }
     struct args a;
     int rc;
-    if ((rc = args_init(&a, 3 + 2 * n + nrel, 3 + n + nrel, err)) != 0)
+    if ((rc = args_init(&a, 5 + 2 * n + nrel, 5 + n + nrel, err)) != 0)
         return rc;
     arg_int(&a, (long long)n);
     arg_int(&a, (long long)nrel);
     arg_int(&a, dup);
+    /* The highest page of each list when all are in [0, 2^31), else -1: one
+     * comparison with num_pages spares the script checking each. */
+    arg_int(&a, max_page(pages, n));
+    arg_int(&a, max_page(release, nrel));
     arg_keys(&a, keys, n);
     for (size_t i = 0; i < n; i++)
         arg_int(&a, pages[i]);

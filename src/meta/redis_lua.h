@@ -98,12 +98,13 @@
     "  end\n"                                                                                      \
     "  return out\n"                                                                               \
     "end\n"                                                                                        \
-    "-- bulk of ARGV[first..]\n"                                                                   \
-    "local function bulk_argv(cmd, key, first)\n"                                                  \
-    "  local n = #ARGV - first + 1\n"                                                              \
-    "  if n >= 1 and n <= 4000 then return call(cmd, key, unpack(ARGV, first)) end\n"              \
+    "-- bulk of ARGV[first..last] (last: #ARGV when nil)\n"                                        \
+    "local function bulk_argv(cmd, key, first, last)\n"                                            \
+    "  last = last or #ARGV\n"                                                                     \
+    "  local n = last - first + 1\n"                                                               \
+    "  if n >= 1 and n <= 4000 then return call(cmd, key, unpack(ARGV, first, last)) end\n"        \
     "  local l = {}\n"                                                                             \
-    "  for i = first, #ARGV do l[#l + 1] = ARGV[i] end\n"                                          \
+    "  for i = first, last do l[#l + 1] = ARGV[i] end\n"                                           \
     "  return bulk(cmd, key, l)\n"                                                                 \
     "end\n"                                                                                        \
     "-- HDEL of the read graces of pages, when there are any\n"                                    \
@@ -260,67 +261,77 @@
     "-- the pages in decimal separated by spaces (-1: none), a '0' or '1' per key\n"               \
     "return {0, table.concat(pages, ' '), table.concat(existed)}\n"
 
-/* ARGV: n, nrel, the index of a page confirmed for two keys (-1: none),
+/* ARGV: n, nrel, the index of a page confirmed for two keys (-1: none), the
+ * highest page and release when all are in [0, 2^31) (else -1),
  * keys, pages, releases (pages in decimal, as %lld writes them). {0} /
  * {ST_NOT_INIT} / {ST_CONFIRM_PAGE, i, np} / {ST_RELEASE_PAGE, i, np} /
  * {ST_HELD_BY_OTHER, i}. */
 #define KVP_LUA_CONFIRM                                                                            \
     "#!lua\n" KVP_LUA_PRELUDE "if not load() then return {1} end\n"                                \
     "local n, nrel, dup = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])\n"               \
+    "local maxp, maxr = tonumber(ARGV[4]), tonumber(ARGV[5])\n"                                    \
     "local np = st.num_pages\n"                                                                    \
-    "-- the pages come as the C side writes them (%lld): their text is canonical\n"                \
+    "-- ARGV[5 + i]: key i; ARGV[k0 + i]: its page; ARGV[r0 + i]: release i\n"                     \
+    "local k0, r0 = 5 + n, 5 + 2 * n\n"                                                            \
+    "-- the pages come as the C side writes them (%lld): their text is canonical;\n"               \
+    "-- maxp (maxr) is the highest of them when all are in [0, 2^31), else -1\n"                   \
     "local function page(s)\n"                                                                     \
     "  local p = tonumber(s)\n"                                                                    \
     "  if not p or p < 0 or p >= np or p ~= math.floor(p) then return nil end\n"                   \
     "  return p\n"                                                                                 \
     "end\n"                                                                                        \
-    "local ps, pt, rel, relt, keys = {}, {}, {}, {}, {}\n"                                         \
-    "for i = 1, n do\n"                                                                            \
-    "  pt[i] = ARGV[3 + n + i]; ps[i] = page(pt[i])\n"                                             \
-    "  if not ps[i] then return {3, i - 1, np} end\n"                                              \
+    "local ps, rel = {}, {}\n"                                                                     \
+    "if maxp >= 0 and maxp < np then\n"                                                            \
+    "  for i = 1, n do ps[i] = tonumber(ARGV[k0 + i]) end\n"                                       \
+    "else\n"                                                                                       \
+    "  for i = 1, n do ps[i] = page(ARGV[k0 + i]); if not ps[i] then return {3, i - 1, np} end "   \
     "end\n"                                                                                        \
-    "for i = 1, nrel do\n"                                                                         \
-    "  relt[i] = ARGV[3 + 2 * n + i]; rel[i] = page(relt[i])\n"                                    \
-    "  if not rel[i] then return {4, i - 1, np} end\n"                                             \
     "end\n"                                                                                        \
-    "for i = 1, n do keys[i] = ARGV[3 + i] end\n"                                                  \
-    "local owner = bulk('HMGET', P2K, pt)\n"                                                       \
+    "if maxr >= 0 and maxr < np then\n"                                                            \
+    "  for i = 1, nrel do rel[i] = tonumber(ARGV[r0 + i]) end\n"                                   \
+    "else\n"                                                                                       \
+    "  for i = 1, nrel do rel[i] = page(ARGV[r0 + i]); if not rel[i] then return {4, i - 1, np} "  \
+    "end end\n"                                                                                    \
+    "end\n"                                                                                        \
+    "local owner = bulk_argv('HMGET', P2K, k0 + 1, k0 + n)\n"                                      \
     "for i = 1, n do\n"                                                                            \
     "  local o = owner[i]\n"                                                                       \
-    "  if o and o ~= keys[i] and not is_res(o) then return {5, i - 1} end\n"                       \
+    "  if o and o ~= ARGV[5 + i] and not is_res(o) then return {5, i - 1} end\n"                   \
     "end\n"                                                                                        \
     "if dup >= 0 then return {5, dup} end\n"                                                       \
     "-- what the pages and keys are before, then this request's changes on top\n"                  \
     "local held, reserved, haskey = {}, {}, {}\n"                                                  \
-    "local kpage = bulk('HMGET', K2P, keys)\n"                                                     \
+    "local kpage = bulk_argv('HMGET', K2P, 6, 5 + n)\n"                                            \
     "for i = 1, n do\n"                                                                            \
     "  local o = owner[i]\n"                                                                       \
     "  if o then if is_res(o) then reserved[ps[i]] = true else held[ps[i]] = true end end\n"       \
-    "  if kpage[i] then haskey[keys[i]] = true end\n"                                              \
+    "  if kpage[i] then haskey[ARGV[5 + i]] = true end\n"                                          \
     "end\n"                                                                                        \
     "if nrel > 0 then\n"                                                                           \
-    "  local ro = bulk('HMGET', P2K, relt)\n"                                                      \
+    "  local ro = bulk_argv('HMGET', P2K, r0 + 1, r0 + nrel)\n"                                    \
     "  for i = 1, nrel do\n"                                                                       \
     "    local o = ro[i]\n"                                                                        \
     "    if o then if is_res(o) then reserved[rel[i]] = true else held[rel[i]] = true end end\n"   \
     "  end\n"                                                                                      \
     "end\n"                                                                                        \
     "local freeop = {} -- page -> its new free-set score, or false: taken out\n"                   \
-    "local unres, untext = {}, {} -- pages no longer RESERVED (as text)\n"                         \
+    "local unres, untext = {}, {} -- pages no longer RESERVED (and their text)\n"                  \
     "local hp, hk, lru = {}, {}, {}\n"                                                             \
     "local function to_free(p)\n"                                                                  \
     "  if p < st.hwm then st.fseq = st.fseq + 1; freeop[p] = st.fseq end\n"                        \
     "end\n"                                                                                        \
     "for i = 1, n do\n"                                                                            \
-    "  local p, key = ps[i], keys[i]\n"                                                            \
+    "  local p, key = ps[i], ARGV[5 + i]\n"                                                        \
     "  if not held[p] then\n"                                                                      \
-    "    if reserved[p] then reserved[p] = nil; unres[#unres + 1] = p; untext[p] = pt[i]\n"        \
+    "    local pt = ARGV[k0 + i]\n"                                                                \
+    "    if reserved[p] then reserved[p] = nil; unres[#unres + 1] = p; untext[p] = pt\n"           \
     "    elseif p < st.hwm then freeop[p] = false end\n"                                           \
     "    -- the key's first confirmed page wins\n"                                                 \
     "    if haskey[key] then to_free(p) else\n"                                                    \
     "      held[p] = true; haskey[key] = true\n"                                                   \
-    "      hp[#hp + 1] = pt[i]; hp[#hp + 1] = key; hk[#hk + 1] = key; hk[#hk + 1] = pt[i]\n"       \
-    "      st.clock = st.clock + 1; lru[#lru + 1] = I(st.clock); lru[#lru + 1] = pt[i]\n"          \
+    "      local h = #hp\n"                                                                        \
+    "      hp[h + 1] = pt; hp[h + 2] = key; hk[h + 1] = key; hk[h + 2] = pt\n"                     \
+    "      st.clock = st.clock + 1; lru[h + 1] = I(st.clock); lru[h + 2] = pt\n"                   \
     "      if p >= st.top then st.top = p + 1 end\n"                                               \
     "    end\n"                                                                                    \
     "  end\n"                                                                                      \
@@ -328,7 +339,7 @@
     "local rh = 0\n"                                                                               \
     "for i = 1, nrel do\n"                                                                         \
     "  local p = rel[i]\n"                                                                         \
-    "  if reserved[p] then reserved[p] = nil; unres[#unres + 1] = p; untext[p] = relt[i]; "        \
+    "  if reserved[p] then reserved[p] = nil; unres[#unres + 1] = p; untext[p] = ARGV[r0 + i]; "   \
     "to_free(p)\n"                                                                                 \
     "  elseif held[p] then rh = rh + 1 end\n"                                                      \
     "end\n"                                                                                        \
