@@ -291,11 +291,12 @@ fail:
 /* ---------------------------------------------------------------- keys and scripts */
 
 #define KEY_MAX 520 /* PREFIX:{DEP/HEXPOOL/RANK}:field */
-#define NRKEYS 7
-#define NRKEYS_TEXT "7"
+#define NRKEYS 8
+#define NRKEYS_TEXT "8"
 #define K2P_FIELD 5 /* rank_fields[K2P_FIELD]: key -> page */
 
-static const char *const rank_fields[NRKEYS] = {"m", "free", "res", "lru", "grace", "k2p", "p2k"};
+static const char *const rank_fields[NRKEYS] = {"m",     "free", "res", "lru",
+                                                "grace", "k2p",  "p2k", "rb"};
 
 struct rkeys {
     char k[NRKEYS][KEY_MAX];

@@ -2,7 +2,7 @@
  * The Lua scripts of the redis:// backend (src/meta/redis.c). Every
  * operation on one rank is one script, so Redis runs it atomically, however
  * many kvpage processes share the store. Each rank script gets the same
- * seven keys, all with the rank's hash tag (one cluster slot):
+ * eight keys, all with the rank's hash tag (one cluster slot):
  *
  *   KEYS[1] m      STRING the rank's fields, in decimal separated by
  *                         spaces: num_pages, hwm (pages >= hwm were never
@@ -10,29 +10,36 @@
  *                         is HELD or RESERVED: 1 + the highest page ever
  *                         handed out or confirmed, at least hwm), clock (LRU
  *                         counter), fseq (free-set counter), rseq
- *                         (reservation counter), then the counters of
+ *                         (reservation counter: one per page reserved), nres
+ *                         (RESERVED pages), then the counters of
  *                         kvp_rank_stats: hits, misses, allocations,
  *                         evictions, expired, release_held
  *   KEYS[2] free   ZSET   FREE pages below hwm, scored by fseq: the highest
  *                         is the most recently freed
- *   KEYS[3] res    ZSET   RESERVED pages by lease deadline (ms, Redis TIME)
+ *   KEYS[3] res    ZSET   reservations (one per allocation that reserved
+ *                         pages, named by the rseq of its first page) by
+ *                         lease deadline (ms, Redis TIME)
  *   KEYS[4] lru    ZSET   HELD pages by clock: the lowest is the least recent
  *   KEYS[5] grace  HASH   HELD page -> end of its read grace (ms)
  *   KEYS[6] k2p    HASH   key -> HELD page
  *   KEYS[7] p2k    HASH   HELD page -> its key; RESERVED page -> a NUL byte
- *                         and the reservation's rseq in decimal (no key has
- *                         a NUL: rseq orders reservations with one deadline
- *                         as they were made)
+ *                         and its reservation's name (no key has a NUL)
+ *   KEYS[8] rb     HASH   reservation -> its pages in decimal separated by
+ *                         spaces, in rseq order (some may no longer be
+ *                         RESERVED by it); '#' .. reservation -> how many
+ *                         still are. A reservation goes when that reaches 0
+ *                         or its deadline passes: its pages still RESERVED
+ *                         by it then expire, by deadline, then rseq
  *
  * A page is HELD when p2k has it with a key, RESERVED when p2k has it with
- * a reservation (and res has it), else FREE. A rank of 2^31 pages costs one
- * small hash until its pages are used. Time is Redis's TIME (scripts
- * replicate their effects, so reading it is allowed). Every integer given
+ * a reservation (which res and rb have), else FREE. A rank of 2^31 pages
+ * costs one small string until its pages are used. Time is Redis's TIME
+ * (scripts replicate their effects, so reading it is allowed). Every integer given
  * to redis.call is text made with string.format('%d') (a Lua number would
  * be formatted with %.17g, a cost of its own), and a script reads the
  * rank's fields with one GET and writes them back, when they changed, with
- * one SET. Each script starts with a shebang (Redis 7): a script that may grow
- * the store (allocate, confirm, init) is refused up front when Redis is at
+ * one SET. Each script starts with a shebang (Redis 7): a script that may
+ * grow the store (allocate, confirm, init) is refused up front when Redis is at
  * its maxmemory, never half-way (Redis does not undo a script's writes);
  * lookups, deletes, clears and stats may run (they free memory or rewrite
  * in place), exists and check are read only.
@@ -45,8 +52,9 @@
 #define KVP_META_REDIS_LUA_H
 
 #define KVP_LUA_PRELUDE                                                                            \
-    "local M, FREE, RES, LRU, GRACE, K2P, P2K = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], "     \
-    "KEYS[6], KEYS[7]\n"                                                                           \
+    "local M, FREE, RES, LRU, GRACE, K2P, P2K, RB = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], " \
+    "KEYS[6],\n"                                                                                   \
+    "  KEYS[7], KEYS[8]\n"                                                                         \
     "local call, fmt, byte = redis.call, string.format, string.byte\n"                             \
     "-- integers go to Redis as text made here: a Lua number would be formatted\n"                 \
     "-- with %.17g\n"                                                                              \
@@ -56,9 +64,8 @@
     "  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"                         \
     "end\n"                                                                                        \
     "-- the rank's fields: one string in M, the numbers of F separated by spaces\n"                \
-    "local F = {'num_pages', 'hwm', 'top', 'clock', 'fseq', 'rseq', 'hits', 'misses', "            \
-    "'allocations',\n"                                                                             \
-    "  'evictions', 'expired', 'release_held'}\n"                                                  \
+    "local F = {'num_pages', 'hwm', 'top', 'clock', 'fseq', 'rseq', 'nres', 'hits', 'misses',\n"   \
+    "  'allocations', 'evictions', 'expired', 'release_held'}\n"                                   \
     "local st, st0 = nil, nil\n"                                                                   \
     "-- the rank's fields, or nil when it is not initialized\n"                                    \
     "local function load()\n"                                                                      \
@@ -70,9 +77,10 @@
     "  return st\n"                                                                                \
     "end\n"                                                                                        \
     "local function packed()\n"                                                                    \
-    "  return fmt('%d %d %d %d %d %d %d %d %d %d %d %d', st.num_pages, st.hwm, st.top, "           \
+    "  return fmt('%d %d %d %d %d %d %d %d %d %d %d %d %d', st.num_pages, st.hwm, st.top, "        \
     "st.clock,\n"                                                                                  \
-    "    st.fseq, st.rseq, st.hits, st.misses, st.allocations, st.evictions, st.expired,\n"        \
+    "    st.fseq, st.rseq, st.nres, st.hits, st.misses, st.allocations, st.evictions, "            \
+    "st.expired,\n"                                                                                \
     "    st.release_held)\n"                                                                       \
     "end\n"                                                                                        \
     "-- writes back what changed\n"                                                                \
@@ -80,7 +88,8 @@
     "  local v = packed()\n"                                                                       \
     "  if v ~= st0 then call('SET', M, v) end\n"                                                   \
     "end\n"                                                                                        \
-    "-- a P2K value: a RESERVED page's is NUL and its rseq, a HELD one's its key\n"                \
+    "-- a P2K value: a RESERVED page's is NUL and its reservation's number, a HELD\n"              \
+    "-- one's its key\n"                                                                           \
     "local function is_res(v) return byte(v, 1) == 0 end\n"                                        \
     "local function is_held(v) return v and byte(v, 1) ~= 0 end\n"                                 \
     "-- redis.call(cmd, key, list...) in pieces of at most 4000 arguments (the\n"                  \
@@ -111,44 +120,58 @@
     "local function ungrace(list)\n"                                                               \
     "  if #list > 0 and call('EXISTS', GRACE) == 1 then bulk('HDEL', GRACE, list) end\n"           \
     "end\n"                                                                                        \
-    "-- expired reservations go back to FREE, oldest first (by deadline, then rseq)\n"             \
+    "-- expired reservations go back to FREE, oldest first: by deadline, then\n"                   \
+    "-- rseq (a reservation's number, then the page's place in it)\n"                              \
     "local function expire(now)\n"                                                                 \
     "  local ex = call('ZRANGEBYSCORE', RES, '-inf', I(now), 'WITHSCORES')\n"                      \
     "  if #ex == 0 then return end\n"                                                              \
-    "  local ps = {}\n"                                                                            \
-    "  for i = 1, #ex, 2 do ps[#ps + 1] = ex[i] end\n"                                             \
+    "  local bs, cs, mk = {}, {}, {}\n"                                                            \
+    "  for i = 1, #ex, 2 do\n"                                                                     \
+    "    local b = ex[i]\n"                                                                        \
+    "    bs[#bs + 1] = b; cs[#cs + 1] = '#' .. b; mk[#mk + 1] = '\\0' .. b\n"                      \
+    "  end\n"                                                                                      \
+    "  local lists = bulk('HMGET', RB, bs)\n"                                                      \
+    "  local ps, of = {}, {} -- the pages of the reservations, the index of theirs\n"              \
+    "  for j = 1, #bs do\n"                                                                        \
+    "    for p in string.gmatch(lists[j] or '', '%S+') do ps[#ps + 1] = p; of[#ps] = j end\n"      \
+    "  end\n"                                                                                      \
     "  local v = bulk('HMGET', P2K, ps)\n"                                                         \
-    "  local it = {}\n"                                                                            \
-    "  for j = 1, #ps do\n"                                                                        \
-    "    local s = v[j] and tonumber(string.sub(v[j], 2)) or 0\n"                                  \
-    "    it[j] = {tonumber(ex[2 * j]), s, ps[j]}\n"                                                \
+    "  local it = {} -- the pages still RESERVED by these reservations\n"                          \
+    "  for k = 1, #ps do\n"                                                                        \
+    "    local j = of[k]\n"                                                                        \
+    "    if v[k] == mk[j] then it[#it + 1] = {tonumber(ex[2 * j]), tonumber(bs[j]), k, ps[k]} "    \
+    "end\n"                                                                                        \
     "  end\n"                                                                                      \
-    "  table.sort(it, function(a, b) if a[1] ~= b[1] then return a[1] < b[1] end\n"                \
-    "    return a[2] < b[2] end)\n"                                                                \
-    "  local fadd = {}\n"                                                                          \
+    "  table.sort(it, function(a, b)\n"                                                            \
+    "    if a[1] ~= b[1] then return a[1] < b[1] end\n"                                            \
+    "    if a[2] ~= b[2] then return a[2] < b[2] end\n"                                            \
+    "    return a[3] < b[3] end)\n"                                                                \
+    "  local fadd, pd = {}, {}\n"                                                                  \
     "  for _, e in ipairs(it) do\n"                                                                \
-    "    local p = tonumber(e[3])\n"                                                               \
-    "    if p < st.hwm then st.fseq = st.fseq + 1; fadd[#fadd + 1] = I(st.fseq); fadd[#fadd + 1] " \
-    "= e[3] end\n"                                                                                 \
+    "    pd[#pd + 1] = e[4]\n"                                                                     \
+    "    if tonumber(e[4]) < st.hwm then\n"                                                        \
+    "      st.fseq = st.fseq + 1; fadd[#fadd + 1] = I(st.fseq); fadd[#fadd + 1] = e[4]\n"          \
+    "    end\n"                                                                                    \
     "  end\n"                                                                                      \
-    "  bulk('ZREM', RES, ps); bulk('HDEL', P2K, ps); bulk('ZADD', FREE, fadd)\n"                   \
-    "  st.expired = st.expired + #it\n"                                                            \
+    "  bulk('ZREM', RES, bs); bulk('HDEL', RB, bs); bulk('HDEL', RB, cs)\n"                        \
+    "  bulk('HDEL', P2K, pd); bulk('ZADD', FREE, fadd)\n"                                          \
+    "  st.expired = st.expired + #it; st.nres = st.nres - #it\n"                                   \
     "end\n"                                                                                        \
     "local function clear_pages()\n"                                                               \
-    "  call('DEL', FREE, RES, LRU, GRACE, K2P, P2K)\n"                                             \
-    "  st.hwm = 0; st.top = 0\n"                                                                   \
+    "  call('DEL', FREE, RES, LRU, GRACE, K2P, P2K, RB)\n"                                         \
+    "  st.hwm = 0; st.top = 0; st.nres = 0\n"                                                      \
     "end\n"
 
 /* ARGV: num_pages. {0} / {ST_RESIZE_HELD, old num_pages}. */
 #define KVP_LUA_INIT                                                                               \
     "#!lua\n" KVP_LUA_PRELUDE "local np = tonumber(ARGV[1])\n"                                     \
     "if not load() then\n"                                                                         \
-    "  call('SET', M, fmt('%d 0 0 0 0 0 0 0 0 0 0 0', np))\n"                                      \
+    "  call('SET', M, fmt('%d 0 0 0 0 0 0 0 0 0 0 0 0', np))\n"                                    \
     "  return {0}\n"                                                                               \
     "end\n"                                                                                        \
     "if st.num_pages == np then return {0} end\n"                                                  \
     "expire(now_ms())\n"                                                                           \
-    "if call('ZCARD', LRU) > 0 or call('ZCARD', RES) > 0 then\n"                                   \
+    "if call('ZCARD', LRU) > 0 or st.nres > 0 then\n"                                              \
     "  store(); return {2, st.num_pages}\n"                                                        \
     "end\n"                                                                                        \
     "clear_pages(); st.num_pages = np; store()\n"                                                  \
@@ -243,18 +266,26 @@
     "  bulk('HDEL', K2P, ekeys); bulk('ZREM', LRU, evicted); ungrace(evicted)\n"                   \
     "  st.evictions = st.evictions + #evicted\n"                                                   \
     "end\n"                                                                                        \
-    "local res, rs, allocs = {}, {}, 0\n"                                                          \
-    "local dl = I(now + lease)\n"                                                                  \
+    "-- one reservation of the pages, numbered by its first rseq: res has it by\n"                 \
+    "-- deadline, rb its pages in order and their count ('#' .. its number), and\n"                \
+    "-- each page's P2K value names it\n"                                                          \
+    "local rp, rs, allocs = {}, {}, 0\n"                                                           \
+    "local mk = fmt('\\0%d', st.rseq + 1)\n"                                                       \
     "for j = 1, nw do\n"                                                                           \
     "  local i, p = want[j], got[j]\n"                                                             \
     "  if p then\n"                                                                                \
-    "    st.rseq = st.rseq + 1\n"                                                                  \
-    "    res[#res + 1] = dl; res[#res + 1] = p\n"                                                  \
-    "    rs[#rs + 1] = p; rs[#rs + 1] = fmt('\\0%d', st.rseq)\n"                                   \
-    "    allocs = allocs + 1; pages[i] = p\n"                                                      \
+    "    allocs = allocs + 1; rp[allocs] = p\n"                                                    \
+    "    rs[#rs + 1] = p; rs[#rs + 1] = mk\n"                                                      \
+    "    pages[i] = p\n"                                                                           \
     "  else pages[i] = '-1' end\n"                                                                 \
     "end\n"                                                                                        \
-    "bulk('ZADD', RES, res); bulk('HSET', P2K, rs)\n"                                              \
+    "if allocs > 0 then\n"                                                                         \
+    "  local b = I(st.rseq + 1)\n"                                                                 \
+    "  call('ZADD', RES, I(now + lease), b)\n"                                                     \
+    "  call('HSET', RB, b, table.concat(rp, ' '), '#' .. b, I(allocs))\n"                          \
+    "  bulk('HSET', P2K, rs)\n"                                                                    \
+    "  st.rseq = st.rseq + allocs; st.nres = st.nres + allocs\n"                                   \
+    "end\n"                                                                                        \
     "for i = 1, n do if not pages[i] then pages[i] = pages[seen[ARGV[i + 2]]] end end\n"           \
     "st.misses = st.misses + nw; st.allocations = st.allocations + allocs\n"                       \
     "store()\n"                                                                                    \
@@ -300,22 +331,27 @@
     "end\n"                                                                                        \
     "if dup >= 0 then return {5, dup} end\n"                                                       \
     "-- what the pages and keys are before, then this request's changes on top\n"                  \
-    "local held, reserved, haskey = {}, {}, {}\n"                                                  \
+    "local held, reserved, haskey = {}, {}, {} -- reserved: page -> its P2K value\n"               \
     "local kpage = bulk_argv('HMGET', K2P, 6, 5 + n)\n"                                            \
     "for i = 1, n do\n"                                                                            \
     "  local o = owner[i]\n"                                                                       \
-    "  if o then if is_res(o) then reserved[ps[i]] = true else held[ps[i]] = true end end\n"       \
+    "  if o then if is_res(o) then reserved[ps[i]] = o else held[ps[i]] = true end end\n"          \
     "  if kpage[i] then haskey[ARGV[5 + i]] = true end\n"                                          \
     "end\n"                                                                                        \
     "if nrel > 0 then\n"                                                                           \
     "  local ro = bulk_argv('HMGET', P2K, r0 + 1, r0 + nrel)\n"                                    \
     "  for i = 1, nrel do\n"                                                                       \
     "    local o = ro[i]\n"                                                                        \
-    "    if o then if is_res(o) then reserved[rel[i]] = true else held[rel[i]] = true end end\n"   \
+    "    if o then if is_res(o) then reserved[rel[i]] = o else held[rel[i]] = true end end\n"      \
     "  end\n"                                                                                      \
     "end\n"                                                                                        \
     "local freeop = {} -- page -> its new free-set score, or false: taken out\n"                   \
-    "local unres, untext = {}, {} -- pages no longer RESERVED (and their text)\n"                  \
+    "local unres, untext, dec = {}, {}, {} -- pages no longer RESERVED, their text; per "          \
+    "reservation\n"                                                                                \
+    "local function unreserve(p, pt)\n"                                                            \
+    "  local r = reserved[p]\n"                                                                    \
+    "  reserved[p] = nil; unres[#unres + 1] = p; untext[p] = pt; dec[r] = (dec[r] or 0) + 1\n"     \
+    "end\n"                                                                                        \
     "local hp, hk, lru = {}, {}, {}\n"                                                             \
     "local function to_free(p)\n"                                                                  \
     "  if p < st.hwm then st.fseq = st.fseq + 1; freeop[p] = st.fseq end\n"                        \
@@ -324,7 +360,7 @@
     "  local p, key = ps[i], ARGV[5 + i]\n"                                                        \
     "  if not held[p] then\n"                                                                      \
     "    local pt = ARGV[k0 + i]\n"                                                                \
-    "    if reserved[p] then reserved[p] = nil; unres[#unres + 1] = p; untext[p] = pt\n"           \
+    "    if reserved[p] then unreserve(p, pt)\n"                                                   \
     "    elseif p < st.hwm then freeop[p] = false end\n"                                           \
     "    -- the key's first confirmed page wins\n"                                                 \
     "    if haskey[key] then to_free(p) else\n"                                                    \
@@ -339,18 +375,23 @@
     "local rh = 0\n"                                                                               \
     "for i = 1, nrel do\n"                                                                         \
     "  local p = rel[i]\n"                                                                         \
-    "  if reserved[p] then reserved[p] = nil; unres[#unres + 1] = p; untext[p] = ARGV[r0 + i]; "   \
-    "to_free(p)\n"                                                                                 \
+    "  if reserved[p] then unreserve(p, ARGV[r0 + i]); to_free(p)\n"                               \
     "  elseif held[p] then rh = rh + 1 end\n"                                                      \
     "end\n"                                                                                        \
-    "-- a page no longer RESERVED leaves P2K unless it is now HELD (its HSET below)\n"             \
-    "local zr, pd = {}, {}\n"                                                                      \
+    "-- a page no longer RESERVED leaves P2K unless it is now HELD (its HSET below),\n"            \
+    "-- and its reservation once none of its pages is RESERVED\n"                                  \
+    "local pd = {}\n"                                                                              \
     "for j = 1, #unres do\n"                                                                       \
     "  local p = unres[j]\n"                                                                       \
-    "  zr[j] = untext[p]\n"                                                                        \
     "  if not held[p] then pd[#pd + 1] = untext[p] end\n"                                          \
     "end\n"                                                                                        \
-    "bulk('ZREM', RES, zr); bulk('HDEL', P2K, pd)\n"                                               \
+    "bulk('HDEL', P2K, pd)\n"                                                                      \
+    "for r, k in pairs(dec) do\n"                                                                  \
+    "  local b = string.sub(r, 2)\n"                                                               \
+    "  if call('HINCRBY', RB, '#' .. b, -k) <= 0 then call('ZREM', RES, b); call('HDEL', RB, b, "  \
+    "'#' .. b) end\n"                                                                              \
+    "end\n"                                                                                        \
+    "st.nres = st.nres - #unres\n"                                                                 \
     "local frem, fadd = {}, {}\n"                                                                  \
     "for p, s in pairs(freeop) do\n"                                                               \
     "  if s then fadd[#fadd + 1] = I(s); fadd[#fadd + 1] = I(p) else frem[#frem + 1] = I(p) end\n" \
@@ -424,7 +465,7 @@
 #define KVP_LUA_STATS                                                                              \
     "#!lua flags=allow-oom\n" KVP_LUA_PRELUDE "if not load() then return {1} end\n"                \
     "expire(now_ms()); store()\n"                                                                  \
-    "local res, held = call('ZCARD', RES), call('HLEN', K2P)\n"                                    \
+    "local res, held = st.nres, call('HLEN', K2P)\n"                                               \
     "return {0, st.num_pages, st.num_pages - res - held, res, held, st.hits, st.misses,\n"         \
     "  st.allocations, st.evictions, st.expired, st.release_held}\n"
 
@@ -443,6 +484,7 @@
     "local function inrange(p) return p and p >= 0 and p < np and p == math.floor(p) end\n"        \
     "local all = call('HGETALL', P2K)\n"                                                           \
     "local nheld, nres, below = 0, 0, 0\n"                                                         \
+    "local rcount, rpages, rof = {}, {}, {} -- per reservation its RESERVED pages; each page's\n"  \
     "for i = 1, #all, 2 do\n"                                                                      \
     "  local ps, v = all[i], all[i + 1]\n"                                                         \
     "  local p = tonumber(ps)\n"                                                                   \
@@ -450,10 +492,10 @@
     "  if p >= top then return bad('page ' .. ps .. ' is not FREE but at or above top ' .. "       \
     "I(top)) end\n"                                                                                \
     "  if is_res(v) then\n"                                                                        \
-    "    if not tonumber(string.sub(v, 2)) then return bad('RESERVED page ' .. ps ..\n"            \
-    "      ' has no reservation number') end\n"                                                    \
-    "    if not call('ZSCORE', RES, ps) then return bad('RESERVED page ' .. ps ..\n"               \
-    "      ' has no lease deadline') end\n"                                                        \
+    "    local b = string.sub(v, 2)\n"                                                             \
+    "    if not tonumber(b) then return bad('RESERVED page ' .. ps .. ' has no reservation "       \
+    "number') end\n"                                                                               \
+    "    rcount[b] = (rcount[b] or 0) + 1; rpages[#rpages + 1] = ps; rof[#rof + 1] = b\n"          \
     "    nres = nres + 1\n"                                                                        \
     "  else\n"                                                                                     \
     "    if call('HGET', K2P, v) ~= ps then\n"                                                     \
@@ -469,8 +511,26 @@
     "  ' keys but ' .. nheld .. ' held pages') end\n"                                              \
     "if call('ZCARD', LRU) ~= nheld then return bad('LRU has ' ..\n"                               \
     "  call('ZCARD', LRU) .. ' pages, ' .. nheld .. ' are HELD') end\n"                            \
-    "if call('ZCARD', RES) ~= nres then return bad('lease deadlines do not match the ' ..\n"       \
-    "  'reservations') end\n"                                                                      \
+    "if st.nres ~= nres then return bad('nres ' .. I(st.nres) .. ' but ' .. I(nres) ..\n"          \
+    "  ' RESERVED pages') end\n"                                                                   \
+    "local rl = call('ZRANGE', RES, 0, -1)\n"                                                      \
+    "if call('HLEN', RB) ~= 2 * #rl then return bad('rb does not match the reservations') end\n"   \
+    "local inlist, sum = {}, 0\n"                                                                  \
+    "for _, b in ipairs(rl) do\n"                                                                  \
+    "  local list, c = call('HGET', RB, b), tonumber(call('HGET', RB, '#' .. b))\n"                \
+    "  if not list or not c then return bad('reservation ' .. b .. ' has no pages') end\n"         \
+    "  if c ~= (rcount[b] or 0) or c < 1 then return bad('reservation ' .. b .. ' counts ' .. "    \
+    "I(c) ..\n"                                                                                    \
+    "    ' pages, ' .. I(rcount[b] or 0) .. ' are RESERVED by it') end\n"                          \
+    "  for p in string.gmatch(list, '%S+') do inlist[b .. ' ' .. p] = true end\n"                  \
+    "  sum = sum + c\n"                                                                            \
+    "end\n"                                                                                        \
+    "if sum ~= nres then return bad('a RESERVED page names a reservation that is gone') end\n"     \
+    "for k = 1, #rpages do\n"                                                                      \
+    "  if not inlist[rof[k] .. ' ' .. rpages[k]] then return bad('RESERVED page ' .. rpages[k] "   \
+    "..\n"                                                                                         \
+    "    ' is not in its reservation ' .. rof[k]) end\n"                                           \
+    "end\n"                                                                                        \
     "local fr = call('ZRANGE', FREE, 0, -1)\n"                                                     \
     "for _, ps in ipairs(fr) do\n"                                                                 \
     "  local p = tonumber(ps)\n"                                                                   \
