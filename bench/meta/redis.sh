@@ -12,7 +12,15 @@
 #              processes at once; requests/s added up, p99 the larger)
 # Redis runs without persistence (--save '' --appendonly no) unless
 # REDIS_ARGS says otherwise; its CPU seconds per request (from
-# /proc/PID/stat) are reported beside each Redis case.
+# /proc/PID/stat) are reported beside each Redis case, and so is the time
+# Redis spent in commands, from INFO commandstats (reset with CONFIG
+# RESETSTAT before each case; each case's is kept as
+# cmdstats-LABEL-REP.txt), per request and, for allocconfirm, per allocate +
+# confirm pair: redis_cmd_us_* sums the usec of every cmdstat_ line (but
+# CONFIG's and INFO's), which counts a command a script runs twice (in the
+# script's usec and in its own); redis_top_us_* counts each request's own
+# commands once: the scripts' (EVAL*, FCALL*) when any ran, else the plain
+# commands' (each request here runs either scripts or plain commands only).
 #
 # Env: KVPAGE (binary, default build/kvpage), DUR (seconds per run, 8),
 #      REPS (3), T (server threads, 2), REDIS_ARGS, OUT (results dir,
@@ -88,6 +96,7 @@ field() { sed -E "s/.*\\b$2=([^ ]+).*/\\1/" <<<"$1"; }
 run() {
     local label=$1 rep=$2 script=$3 vars=$4; shift 4
     local ports=("$@") n=${#ports[@]} i
+    redis-cli -p "$RPORT" CONFIG RESETSTAT >/dev/null
     local c0; c0=$(cpu_s "$RPID")
     local wpids=()
     for i in "${!ports[@]}"; do
@@ -97,17 +106,35 @@ run() {
     done
     wait "${wpids[@]}"
     local c1; c1=$(cpu_s "$RPID")
-    local rps=0 p99=0 reqs=0 r
+    local cs=$OUT/cmdstats-$label-$rep.txt
+    redis-cli -p "$RPORT" INFO commandstats | tr -d '\r' >"$cs"
+    local sums cmd_us top_us
+    sums=$(sed -nE 's/^cmdstat_([^:]+):.*[:,]usec=([0-9]+),.*/\1 \2/p' "$cs" | awk '
+        $1 ~ /^(config|info)/ { next }
+        { all += $2 }
+        $1 ~ /^(eval|evalsha|eval_ro|evalsha_ro|fcall|fcall_ro)$/ { sc += $2; n++ }
+        END { print all + 0, (n ? sc : all) + 0 }')
+    read -r cmd_us top_us <<<"$sums"
+    local rps=0 p99=0 reqs=0 pairs=0 r
     for i in "${!ports[@]}"; do
         r=$(cat "$TMP/w$i")
         rps=$("$PY" -c "print($rps + $(field "$r" rps))")
         reqs=$("$PY" -c "print($reqs + $(field "$r" requests))")
         p99=$("$PY" -c "print(max($p99, $(field "$r" p99_ms)))")
+        if [[ $r == *pairs_ok=* ]]; then pairs=$((pairs + $(field "$r" pairs_ok))); fi
         rm -f "$TMP/w$i"
     done
     local us; us=$("$PY" -c "print(round(($c1 - $c0) * 1e6 / max($reqs, 1), 1))")
-    echo "$label rep=$rep rps=$rps p99_ms=$p99 requests=$reqs redis_cpu_us_per_req=$us" >>"$RESULTS"
-    log "$label rep $rep: rps=$rps p99_ms=$p99 redis_us/req=$us"
+    local cu tu cp=""
+    cu=$("$PY" -c "print(round($cmd_us / max($reqs, 1), 1))")
+    tu=$("$PY" -c "print(round($top_us / max($reqs, 1), 1))")
+    if [ "$pairs" -gt 0 ]; then
+        cp=$("$PY" -c "print(f' redis_cmd_us_per_pair={$cmd_us / $pairs:.1f}'
+                      f' redis_top_us_per_pair={$top_us / $pairs:.1f}')")
+    fi
+    echo "$label rep=$rep rps=$rps p99_ms=$p99 requests=$reqs pairs=$pairs" \
+        "redis_cpu_us_per_req=$us redis_cmd_us_per_req=$cu redis_top_us_per_req=$tu$cp" >>"$RESULTS"
+    log "$label rep $rep: rps=$rps p99_ms=$p99 redis_us/req=$us top_us/req=$tu$cp"
 }
 
 for rep in $(seq "$REPS"); do
@@ -138,15 +165,23 @@ for line in open(sys.argv[1]):
     f = line.split()
     kv = dict(x.split("=", 1) for x in f[1:])
     rows[f[0]].append(kv)
-print("| op | backend | requests/s | p99 ms | Redis CPU µs per request | ÷ in-process |")
-print("|---|---|---|---|---|---|")
+print("| op | backend | requests/s | p99 ms | Redis CPU µs per request "
+      "| Redis command µs per request (top, all) | per pair (top, all) | ÷ in-process |")
+print("|---|---|---|---|---|---|---|---|")
 for op in ("exists", "allocconfirm"):
     base = statistics.median(float(r["rps"]) for r in rows[f"local_{op}"])
     for b in ("local", "redis1", "redis2"):
         rs = rows[f"{b}_{op}"]
         rps = statistics.median(float(r["rps"]) for r in rs)
         p99 = statistics.median(float(r["p99_ms"]) for r in rs)
-        cpu = statistics.median(float(r["redis_cpu_us_per_req"]) for r in rs) if b != "local" else None
+        med = lambda f: (statistics.median(float(r[f]) for r in rs)
+                         if b != "local" and all(f in r for r in rs) else None)
+        show = lambda v: "" if v is None else f"{v:.1f}"
+        two = lambda a, b: "" if med(a) is None else f"{show(med(a))}, {show(med(b))}"
+        cpu = med("redis_cpu_us_per_req")
+        cmd = two("redis_top_us_per_req", "redis_cmd_us_per_req")
+        pair = two("redis_top_us_per_pair", "redis_cmd_us_per_pair")
         name = {"local": "in-process", "redis1": "Redis, 1 server", "redis2": "Redis, 2 servers"}[b]
-        print(f"| {op} 64 | {name} | {rps:,.0f} | {p99:.2f} | {'' if cpu is None else f'{cpu:.1f}'} | {rps / base:.2f} |")
+        print(f"| {op} 64 | {name} | {rps:,.0f} | {p99:.2f} | {show(cpu)} | {cmd} "
+              f"| {pair} | {rps / base:.2f} |")
 EOF

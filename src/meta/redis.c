@@ -357,9 +357,11 @@ fail:
 
 #define KEY_MAX 520 /* PREFIX:{DEP/HEXPOOL/RANK}:field */
 #define NRKEYS 8
+#define NRKEYS_TEXT "8"
+#define K2P_FIELD 5 /* rank_fields[K2P_FIELD]: key -> page */
 
-static const char *const rank_fields[NRKEYS] = {"m",   "free",  "res", "rs",
-                                                "lru", "grace", "k2p", "p2k"};
+static const char *const rank_fields[NRKEYS] = {"m",     "free", "res", "lru",
+                                                "grace", "k2p",  "p2k", "rb"};
 
 struct rkeys {
     char k[NRKEYS][KEY_MAX];
@@ -802,7 +804,7 @@ static int rd_allocate(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *
     arg_keys(&a, keys, n);
     redisReply *r;
     /* Not repeated after a lost connection: it may have handed out pages. */
-    rc = run_rank(ns, rank, SC_ALLOCATE, 0, a.n, a.v, a.len, 1 + 2 * n, &r, err);
+    rc = run_rank(ns, rank, SC_ALLOCATE, 0, a.n, a.v, a.len, 3, &r, err);
     args_free(&a);
     if (rc)
         return rc;
@@ -810,13 +812,22 @@ static int rd_allocate(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *
         freeReplyObject(r);
         return not_init(rank, err);
     }
-    for (size_t i = 0; i < n; i++) {
-        pages[i] = rint_at(r, 1 + i);
+    /* {0, the pages in decimal separated by spaces, a '0'/'1' per key} */
+    const redisReply *pr = r->element[1], *er = r->element[2];
+    int bad = pr->type != REDIS_REPLY_STRING || er->type != REDIS_REPLY_STRING || er->len != n;
+    const char *s = bad ? NULL : pr->str, *end = s ? s + pr->len : NULL;
+    for (size_t i = 0; i < n && !bad; i++) {
+        char *e;
+        long long v = strtoll(s, &e, 10);
+        bad = e == s || e > end || v < -1 || v > (long long)KVP_MAX_PAGES ||
+              (i + 1 < n ? *e != ' ' : e != end);
+        pages[i] = v;
         if (existed)
-            existed[i] = rint_at(r, 1 + n + i) == 1;
+            existed[i] = er->str[i] == '1';
+        s = e + 1;
     }
     freeReplyObject(r);
-    return 0;
+    return bad ? unexpected(ns->m, "the allocate script", err) : 0;
 }
 
 /* The index of the first confirmation (in page, then index order) whose page
@@ -851,6 +862,18 @@ static int64_t dup_confirmation(const struct kvp_str *keys, const int64_t *pages
     return found;
 }
 
+static long long max_page(const int64_t *pages, size_t n)
+{
+    long long m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (pages[i] < 0 || pages[i] > (int64_t)KVP_MAX_PAGES)
+            return -1;
+        if (pages[i] > m)
+            m = pages[i];
+    }
+    return m;
+}
+
 static int rd_confirm(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *keys,
                       const int64_t *pages, size_t n, const int64_t *release, size_t nrel,
                       uint64_t *ticket, struct kvp_error *err)
@@ -865,11 +888,15 @@ static int rd_confirm(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *k
     }
     struct args a;
     int rc;
-    if ((rc = args_init(&a, 3 + 2 * n + nrel, 3 + n + nrel, err)) != 0)
+    if ((rc = args_init(&a, 5 + 2 * n + nrel, 5 + n + nrel, err)) != 0)
         return rc;
     arg_int(&a, (long long)n);
     arg_int(&a, (long long)nrel);
     arg_int(&a, dup);
+    /* The highest page of each list when all are in [0, 2^31), else -1: one
+     * comparison with num_pages spares the script checking each. */
+    arg_int(&a, max_page(pages, n));
+    arg_int(&a, max_page(release, nrel));
     arg_keys(&a, keys, n);
     for (size_t i = 0; i < n; i++)
         arg_int(&a, pages[i]);
@@ -972,12 +999,12 @@ static int ranks_batch_pre(struct rns *ns, const uint32_t *ranks, size_t nr, int
             char *kb = kbuf + j * NRKEYS * klen;
             if (sc == SC_HMGET) {
                 v[o] = "HMGET", l[o++] = 5;
-                v[o] = kb,
-                l[o++] = (size_t)snprintf(kb, klen, "%s:{%s}:%s", m->prefix, tag, rank_fields[6]);
+                v[o] = kb, l[o++] = (size_t)snprintf(kb, klen, "%s:{%s}:%s", m->prefix, tag,
+                                                     rank_fields[K2P_FIELD]);
             } else {
                 v[o] = "EVALSHA", l[o++] = 7;
                 v[o] = "", l[o++] = 0;
-                v[o] = "8", l[o++] = 1;
+                v[o] = NRKEYS_TEXT, l[o++] = 1;
                 for (int f = 0; f < NRKEYS; f++)
                     v[o] = kb + f * klen,
                     l[o++] = (size_t)snprintf(kb + f * klen, klen, "%s:{%s}:%s", m->prefix, tag,

@@ -4,26 +4,43 @@
  * many kvpage processes share the store. Each rank script gets the same
  * eight keys, all with the rank's hash tag (one cluster slot):
  *
- *   KEYS[1] m      HASH   num_pages, hwm (pages >= hwm were never handed out
- *                         from the free set), clock (LRU counter), fseq
- *                         (free-set counter), rseq (reservation counter), and
- *                         the counters of kvp_rank_stats
+ *   KEYS[1] m      STRING the rank's fields, in decimal separated by
+ *                         spaces: num_pages, hwm (pages >= hwm were never
+ *                         handed out from the free set), top (no page >= top
+ *                         is HELD or RESERVED: 1 + the highest page ever
+ *                         handed out or confirmed, at least hwm), clock (LRU
+ *                         counter), fseq (free-set counter), rseq
+ *                         (reservation counter: one per page reserved), nres
+ *                         (RESERVED pages), then the counters of
+ *                         kvp_rank_stats: hits, misses, allocations,
+ *                         evictions, expired, release_held
  *   KEYS[2] free   ZSET   FREE pages below hwm, scored by fseq: the highest
  *                         is the most recently freed
- *   KEYS[3] res    ZSET   RESERVED pages by lease deadline (ms, Redis TIME)
- *   KEYS[4] rs     HASH   RESERVED page -> its reservation's rseq (orders
- *                         reservations with one deadline as they were made)
- *   KEYS[5] lru    ZSET   HELD pages by clock: the lowest is the least recent
- *   KEYS[6] grace  HASH   HELD page -> end of its read grace (ms)
- *   KEYS[7] k2p    HASH   key -> page
- *   KEYS[8] p2k    HASH   page -> key
+ *   KEYS[3] res    ZSET   reservations (one per allocation that reserved
+ *                         pages, named by the rseq of its first page) by
+ *                         lease deadline (ms, Redis TIME)
+ *   KEYS[4] lru    ZSET   HELD pages by clock: the lowest is the least recent
+ *   KEYS[5] grace  HASH   HELD page -> end of its read grace (ms)
+ *   KEYS[6] k2p    HASH   key -> HELD page
+ *   KEYS[7] p2k    HASH   HELD page -> its key; RESERVED page -> a NUL byte
+ *                         and its reservation's name (no key has a NUL)
+ *   KEYS[8] rb     HASH   reservation -> its pages in decimal separated by
+ *                         spaces, in rseq order (some may no longer be
+ *                         RESERVED by it); '#' .. reservation -> how many
+ *                         still are. A reservation goes when that reaches 0
+ *                         or its deadline passes: its pages still RESERVED
+ *                         by it then expire, by deadline, then rseq
  *
- * A page is HELD when p2k has it, RESERVED when res has it, else FREE. A
- * rank of 2^31 pages costs one small hash until its pages are used. Time is
- * Redis's TIME (scripts replicate their effects, so reading it is allowed).
- * Each script starts with a shebang (Redis 7): a script that may grow the
- * store (allocate, confirm, init) is refused up front when Redis is at its
- * maxmemory, never half-way (Redis does not undo a script's writes);
+ * A page is HELD when p2k has it with a key, RESERVED when p2k has it with
+ * a reservation (which res and rb have), else FREE. A rank of 2^31 pages
+ * costs one small string until its pages are used. Time is Redis's TIME
+ * (scripts replicate their effects, so reading it is allowed). Every integer given
+ * to redis.call is text made with string.format('%d') (a Lua number would
+ * be formatted with %.17g, a cost of its own), and a script reads the
+ * rank's fields with one GET and writes them back, when they changed, with
+ * one SET. Each script starts with a shebang (Redis 7): a script that may
+ * grow the store (allocate, confirm, init) is refused up front when Redis is at
+ * its maxmemory, never half-way (Redis does not undo a script's writes);
  * lookups, deletes, clears and stats may run (they free memory or rewrite
  * in place), exists and check are read only.
  *
@@ -35,163 +52,203 @@
 #define KVP_META_REDIS_LUA_H
 
 #define KVP_LUA_PRELUDE                                                                            \
-    "local M, FREE, RES, RS, LRU, GRACE, K2P, P2K = KEYS[1], KEYS[2], KEYS[3], KEYS[4], "          \
-    "KEYS[5], KEYS[6], KEYS[7], KEYS[8]\n"                                                         \
+    "local M, FREE, RES, LRU, GRACE, K2P, P2K, RB = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], " \
+    "KEYS[6],\n"                                                                                   \
+    "  KEYS[7], KEYS[8]\n"                                                                         \
+    "local call, fmt, byte = redis.call, string.format, string.byte\n"                             \
+    "-- integers go to Redis as text made here: a Lua number would be formatted\n"                 \
+    "-- with %.17g\n"                                                                              \
+    "local function I(x) return fmt('%d', x) end\n"                                                \
     "local function now_ms()\n"                                                                    \
-    "  local t = redis.call('TIME')\n"                                                             \
+    "  local t = call('TIME')\n"                                                                   \
     "  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"                         \
     "end\n"                                                                                        \
-    "local st = nil\n"                                                                             \
-    "local cnt = {}\n"                                                                             \
+    "-- the rank's fields: one string in M, the numbers of F separated by spaces\n"                \
+    "local F = {'num_pages', 'hwm', 'top', 'clock', 'fseq', 'rseq', 'nres', 'hits', 'misses',\n"   \
+    "  'allocations', 'evictions', 'expired', 'release_held'}\n"                                   \
+    "local st, st0 = nil, nil\n"                                                                   \
     "-- the rank's fields, or nil when it is not initialized\n"                                    \
     "local function load()\n"                                                                      \
-    "  local v = redis.call('HMGET', M, 'num_pages', 'hwm', 'clock', 'fseq', 'rseq')\n"            \
-    "  if not v[1] then return nil end\n"                                                          \
-    "  st = {np = tonumber(v[1]), hwm = tonumber(v[2]), clock = tonumber(v[3]),\n"                 \
-    "        fseq = tonumber(v[4]), rseq = tonumber(v[5])}\n"                                      \
-    "  st.hwm0, st.clock0, st.fseq0, st.rseq0 = st.hwm, st.clock, st.fseq, st.rseq\n"              \
+    "  st0 = call('GET', M)\n"                                                                     \
+    "  if not st0 then return nil end\n"                                                           \
+    "  st = {}\n"                                                                                  \
+    "  local i = 0\n"                                                                              \
+    "  for x in string.gmatch(st0, '%S+') do i = i + 1; st[F[i]] = tonumber(x) end\n"              \
     "  return st\n"                                                                                \
     "end\n"                                                                                        \
-    "local function count(f, by) if by ~= 0 then cnt[f] = (cnt[f] or 0) + by end end\n"            \
+    "local function packed()\n"                                                                    \
+    "  return fmt('%d %d %d %d %d %d %d %d %d %d %d %d %d', st.num_pages, st.hwm, st.top, "        \
+    "st.clock,\n"                                                                                  \
+    "    st.fseq, st.rseq, st.nres, st.hits, st.misses, st.allocations, st.evictions, "            \
+    "st.expired,\n"                                                                                \
+    "    st.release_held)\n"                                                                       \
+    "end\n"                                                                                        \
     "-- writes back what changed\n"                                                                \
     "local function store()\n"                                                                     \
-    "  local a = {}\n"                                                                             \
-    "  if st.hwm ~= st.hwm0 then a[#a+1] = 'hwm'; a[#a+1] = st.hwm end\n"                          \
-    "  if st.clock ~= st.clock0 then a[#a+1] = 'clock'; a[#a+1] = st.clock end\n"                  \
-    "  if st.fseq ~= st.fseq0 then a[#a+1] = 'fseq'; a[#a+1] = st.fseq end\n"                      \
-    "  if st.rseq ~= st.rseq0 then a[#a+1] = 'rseq'; a[#a+1] = st.rseq end\n"                      \
-    "  if #a > 0 then redis.call('HSET', M, unpack(a)) end\n"                                      \
-    "  for f, by in pairs(cnt) do redis.call('HINCRBY', M, f, by) end\n"                           \
+    "  local v = packed()\n"                                                                       \
+    "  if v ~= st0 then call('SET', M, v) end\n"                                                   \
     "end\n"                                                                                        \
-    "local function is_held(p) return redis.call('HEXISTS', P2K, p) == 1 end\n"                    \
-    "local function is_reserved(p) return redis.call('ZSCORE', RES, p) ~= false end\n"             \
-    "-- p, unlinked from its state, becomes FREE (the free set only below hwm)\n"                  \
-    "local function to_free(p)\n"                                                                  \
-    "  if p < st.hwm then st.fseq = st.fseq + 1; redis.call('ZADD', FREE, st.fseq, p) end\n"       \
-    "end\n"                                                                                        \
-    "local function unreserve(p) redis.call('ZREM', RES, p); redis.call('HDEL', RS, p) end\n"      \
-    "local function touch(p) st.clock = st.clock + 1; redis.call('ZADD', LRU, st.clock, p) end\n"  \
-    "local function hold(p, key)\n"                                                                \
-    "  redis.call('HSET', P2K, p, key); redis.call('HSET', K2P, key, p)\n"                         \
-    "  touch(p) -- a page that was not HELD has no grace (unhold and clears drop it)\n"            \
-    "end\n"                                                                                        \
-    "local function unhold(p)\n"                                                                   \
-    "  local key = redis.call('HGET', P2K, p)\n"                                                   \
-    "  redis.call('HDEL', P2K, p); redis.call('HDEL', K2P, key)\n"                                 \
-    "  redis.call('ZREM', LRU, p); redis.call('HDEL', GRACE, p)\n"                                 \
-    "end\n"                                                                                        \
-    "-- expired reservations go back to FREE, oldest first\n"                                      \
-    "local function expire(now)\n"                                                                 \
-    "  local ex = redis.call('ZRANGEBYSCORE', RES, '-inf', now, 'WITHSCORES')\n"                   \
-    "  if #ex == 0 then return end\n"                                                              \
-    "  local it = {}\n"                                                                            \
-    "  for i = 1, #ex, 2 do\n"                                                                     \
-    "    it[#it+1] = {tonumber(ex[i+1]), tonumber(redis.call('HGET', RS, ex[i]) or 0), "           \
-    "tonumber(ex[i])}\n"                                                                           \
-    "  end\n"                                                                                      \
-    "  table.sort(it, function(a, b) if a[1] ~= b[1] then return a[1] < b[1] end "                 \
-    "return a[2] < b[2] end)\n"                                                                    \
-    "  for _, e in ipairs(it) do unreserve(e[3]); to_free(e[3]) end\n"                             \
-    "  count('expired', #it)\n"                                                                    \
-    "end\n"                                                                                        \
-    "local function clear_pages()\n"                                                               \
-    "  redis.call('DEL', FREE, RES, RS, LRU, GRACE, K2P, P2K)\n"                                   \
-    "  st.hwm = 0\n"                                                                               \
-    "end\n"                                                                                        \
+    "-- a P2K value: a RESERVED page's is NUL and its reservation's number, a HELD\n"              \
+    "-- one's its key\n"                                                                           \
+    "local function is_res(v) return byte(v, 1) == 0 end\n"                                        \
+    "local function is_held(v) return v and byte(v, 1) ~= 0 end\n"                                 \
     "-- redis.call(cmd, key, list...) in pieces of at most 4000 arguments (the\n"                  \
     "-- most Lua's unpack passes), the replies of the pieces end to end\n"                         \
     "local function bulk(cmd, key, list)\n"                                                        \
-    "  local out, n = {}, #list\n"                                                                 \
+    "  local n = #list\n"                                                                          \
+    "  if n <= 4000 then\n"                                                                        \
+    "    if n == 0 then return {} end\n"                                                           \
+    "    return call(cmd, key, unpack(list))\n"                                                    \
+    "  end\n"                                                                                      \
+    "  local out = {}\n"                                                                           \
     "  for i = 1, n, 4000 do\n"                                                                    \
-    "    local r = redis.call(cmd, key, unpack(list, i, math.min(i + 3999, n)))\n"                 \
+    "    local r = call(cmd, key, unpack(list, i, math.min(i + 3999, n)))\n"                       \
     "    if type(r) == 'table' then for j = 1, #r do out[#out + 1] = r[j] end end\n"               \
     "  end\n"                                                                                      \
     "  return out\n"                                                                               \
+    "end\n"                                                                                        \
+    "-- bulk of ARGV[first..last] (last: #ARGV when nil)\n"                                        \
+    "local function bulk_argv(cmd, key, first, last)\n"                                            \
+    "  last = last or #ARGV\n"                                                                     \
+    "  local n = last - first + 1\n"                                                               \
+    "  if n >= 1 and n <= 4000 then return call(cmd, key, unpack(ARGV, first, last)) end\n"        \
+    "  local l = {}\n"                                                                             \
+    "  for i = first, last do l[#l + 1] = ARGV[i] end\n"                                           \
+    "  return bulk(cmd, key, l)\n"                                                                 \
+    "end\n"                                                                                        \
+    "-- HDEL of the read graces of pages, when there are any\n"                                    \
+    "local function ungrace(list)\n"                                                               \
+    "  if #list > 0 and call('EXISTS', GRACE) == 1 then bulk('HDEL', GRACE, list) end\n"           \
+    "end\n"                                                                                        \
+    "-- expired reservations go back to FREE, oldest first: by deadline, then\n"                   \
+    "-- rseq (a reservation's number, then the page's place in it)\n"                              \
+    "local function expire(now)\n"                                                                 \
+    "  local ex = call('ZRANGEBYSCORE', RES, '-inf', I(now), 'WITHSCORES')\n"                      \
+    "  if #ex == 0 then return end\n"                                                              \
+    "  local bs, cs, mk = {}, {}, {}\n"                                                            \
+    "  for i = 1, #ex, 2 do\n"                                                                     \
+    "    local b = ex[i]\n"                                                                        \
+    "    bs[#bs + 1] = b; cs[#cs + 1] = '#' .. b; mk[#mk + 1] = '\\0' .. b\n"                      \
+    "  end\n"                                                                                      \
+    "  local lists = bulk('HMGET', RB, bs)\n"                                                      \
+    "  local ps, of = {}, {} -- the pages of the reservations, the index of theirs\n"              \
+    "  for j = 1, #bs do\n"                                                                        \
+    "    for p in string.gmatch(lists[j] or '', '%S+') do ps[#ps + 1] = p; of[#ps] = j end\n"      \
+    "  end\n"                                                                                      \
+    "  local v = bulk('HMGET', P2K, ps)\n"                                                         \
+    "  local it = {} -- the pages still RESERVED by these reservations\n"                          \
+    "  for k = 1, #ps do\n"                                                                        \
+    "    local j = of[k]\n"                                                                        \
+    "    if v[k] == mk[j] then it[#it + 1] = {tonumber(ex[2 * j]), tonumber(bs[j]), k, ps[k]} "    \
+    "end\n"                                                                                        \
+    "  end\n"                                                                                      \
+    "  table.sort(it, function(a, b)\n"                                                            \
+    "    if a[1] ~= b[1] then return a[1] < b[1] end\n"                                            \
+    "    if a[2] ~= b[2] then return a[2] < b[2] end\n"                                            \
+    "    return a[3] < b[3] end)\n"                                                                \
+    "  local fadd, pd = {}, {}\n"                                                                  \
+    "  for _, e in ipairs(it) do\n"                                                                \
+    "    pd[#pd + 1] = e[4]\n"                                                                     \
+    "    if tonumber(e[4]) < st.hwm then\n"                                                        \
+    "      st.fseq = st.fseq + 1; fadd[#fadd + 1] = I(st.fseq); fadd[#fadd + 1] = e[4]\n"          \
+    "    end\n"                                                                                    \
+    "  end\n"                                                                                      \
+    "  bulk('ZREM', RES, bs); bulk('HDEL', RB, bs); bulk('HDEL', RB, cs)\n"                        \
+    "  bulk('HDEL', P2K, pd); bulk('ZADD', FREE, fadd)\n"                                          \
+    "  st.expired = st.expired + #it; st.nres = st.nres - #it\n"                                   \
+    "end\n"                                                                                        \
+    "local function clear_pages()\n"                                                               \
+    "  call('DEL', FREE, RES, LRU, GRACE, K2P, P2K, RB)\n"                                         \
+    "  st.hwm = 0; st.top = 0; st.nres = 0\n"                                                      \
     "end\n"
 
 /* ARGV: num_pages. {0} / {ST_RESIZE_HELD, old num_pages}. */
 #define KVP_LUA_INIT                                                                               \
     "#!lua\n" KVP_LUA_PRELUDE "local np = tonumber(ARGV[1])\n"                                     \
     "if not load() then\n"                                                                         \
-    "  redis.call('HSET', M, 'num_pages', np, 'hwm', 0, 'clock', 0, 'fseq', 0, 'rseq', 0,\n"       \
-    "    'hits', 0, 'misses', 0, 'allocations', 0, 'evictions', 0, 'expired', 0, "                 \
-    "'release_held', 0)\n"                                                                         \
+    "  call('SET', M, fmt('%d 0 0 0 0 0 0 0 0 0 0 0 0', np))\n"                                    \
     "  return {0}\n"                                                                               \
     "end\n"                                                                                        \
-    "if st.np == np then return {0} end\n"                                                         \
+    "if st.num_pages == np then return {0} end\n"                                                  \
     "expire(now_ms())\n"                                                                           \
-    "if redis.call('ZCARD', LRU) > 0 or redis.call('ZCARD', RES) > 0 then\n"                       \
-    "  store(); return {2, st.np}\n"                                                               \
+    "if call('ZCARD', LRU) > 0 or st.nres > 0 then\n"                                              \
+    "  store(); return {2, st.num_pages}\n"                                                        \
     "end\n"                                                                                        \
-    "clear_pages(); store()\n"                                                                     \
-    "redis.call('HSET', M, 'num_pages', np)\n"                                                     \
+    "clear_pages(); st.num_pages = np; store()\n"                                                  \
     "return {0}\n"
 
-/* ARGV: lease_ms, scan bound, keys. {0, pages..., existed...} / {ST_NOT_INIT}. */
+/* ARGV: lease_ms, scan bound, keys. {0, "page page ...", "0101..." (existed)} /
+ * {ST_NOT_INIT}. */
 #define KVP_LUA_ALLOCATE                                                                           \
     "#!lua\n" KVP_LUA_PRELUDE "if not load() then return {1} end\n"                                \
     "local lease, scan_max = tonumber(ARGV[1]), tonumber(ARGV[2])\n"                               \
     "local n = #ARGV - 2\n"                                                                        \
     "local now = now_ms()\n"                                                                       \
     "expire(now)\n"                                                                                \
-    "local keys = {}\n"                                                                            \
-    "for i = 1, n do keys[i] = ARGV[i + 2] end\n"                                                  \
-    "local cur = bulk('HMGET', K2P, keys)\n"                                                       \
-    "local pages, existed, marked, seen = {}, {}, {}, {}\n"                                        \
+    "local cur = bulk_argv('HMGET', K2P, 3)\n"                                                     \
+    "local pages, existed, marked, seen = {}, {}, {}, {} -- pages as text\n"                       \
     "-- hits first, touched last to first: earlier keys end up more recent\n"                      \
     "local hits, lru = 0, {}\n"                                                                    \
     "for i = n, 1, -1 do\n"                                                                        \
     "  local p = cur[i]\n"                                                                         \
     "  if p then\n"                                                                                \
-    "    p = tonumber(p); pages[i] = p; existed[i] = 1\n"                                          \
-    "    st.clock = st.clock + 1; lru[#lru + 1] = st.clock; lru[#lru + 1] = p\n"                   \
+    "    pages[i] = p; existed[i] = '1'\n"                                                         \
+    "    st.clock = st.clock + 1; lru[#lru + 1] = I(st.clock); lru[#lru + 1] = p\n"                \
     "    marked[p] = true; hits = hits + 1\n"                                                      \
-    "  else pages[i] = -2; existed[i] = 0 end\n"                                                   \
+    "  else pages[i] = false; existed[i] = '0' end\n"                                              \
     "end\n"                                                                                        \
     "bulk('ZADD', LRU, lru)\n"                                                                     \
-    "count('hits', hits)\n"                                                                        \
+    "st.hits = st.hits + hits\n"                                                                   \
     "-- the keys that need a page, in order; a key given again shares the first's\n"               \
     "local want = {}\n"                                                                            \
     "for i = 1, n do\n"                                                                            \
-    "  local key = keys[i]\n"                                                                      \
+    "  local key = ARGV[i + 2]\n"                                                                  \
     "  if not seen[key] then\n"                                                                    \
     "    seen[key] = i\n"                                                                          \
-    "    if pages[i] == -2 then want[#want + 1] = i end\n"                                         \
+    "    if not pages[i] then want[#want + 1] = i end\n"                                           \
     "  end\n"                                                                                      \
     "end\n"                                                                                        \
-    "local got = {}\n"                                                                             \
+    "local nw = #want\n"                                                                           \
+    "local got = {} -- the pages found\n"                                                          \
     "-- FREE pages below hwm, the most recently freed first\n"                                     \
-    "if #want > 0 then\n"                                                                          \
-    "  local t = redis.call('ZPOPMAX', FREE, #want)\n"                                             \
-    "  for j = 1, #t, 2 do got[#got + 1] = tonumber(t[j]) end\n"                                   \
+    "if nw > 0 then\n"                                                                             \
+    "  local t = call('ZPOPMAX', FREE, nw)\n"                                                      \
+    "  for j = 1, #t, 2 do got[#got + 1] = t[j] end\n"                                             \
     "end\n"                                                                                        \
-    "-- then pages never handed out, from hwm up (one confirmed without a\n"                       \
-    "-- reservation may be HELD there)\n"                                                          \
-    "while #got < #want and st.hwm < st.np do\n"                                                   \
-    "  local k = math.min(#want - #got + 16, st.np - st.hwm, 2000)\n"                              \
-    "  local cand = {}\n"                                                                          \
-    "  for j = 1, k do cand[j] = st.hwm + j - 1 end\n"                                             \
-    "  local h = redis.call('HMGET', P2K, unpack(cand))\n"                                         \
-    "  local r = redis.call('ZMSCORE', RES, unpack(cand))\n"                                       \
-    "  for j = 1, k do\n"                                                                          \
-    "    if #got >= #want then break end\n"                                                        \
-    "    st.hwm = cand[j] + 1\n"                                                                   \
-    "    if not h[j] and not r[j] then got[#got + 1] = cand[j] end\n"                              \
+    "-- then pages never handed out, from hwm up: those below top may be HELD (one\n"              \
+    "-- confirmed without a reservation) or RESERVED, those at or above it are FREE\n"             \
+    "while #got < nw and st.hwm < st.num_pages do\n"                                               \
+    "  if st.hwm >= st.top then\n"                                                                 \
+    "    local k = math.min(nw - #got, st.num_pages - st.hwm)\n"                                   \
+    "    for j = st.hwm, st.hwm + k - 1 do got[#got + 1] = I(j) end\n"                             \
+    "    st.hwm = st.hwm + k; st.top = st.hwm\n"                                                   \
+    "  else\n"                                                                                     \
+    "    local k = math.min(nw - #got + 16, st.top - st.hwm, 2000)\n"                              \
+    "    local cand = {}\n"                                                                        \
+    "    for j = 1, k do cand[j] = I(st.hwm + j - 1) end\n"                                        \
+    "    local h = call('HMGET', P2K, unpack(cand))\n"                                             \
+    "    local base = st.hwm\n"                                                                    \
+    "    for j = 1, k do\n"                                                                        \
+    "      if #got >= nw then break end\n"                                                         \
+    "      st.hwm = base + j\n"                                                                    \
+    "      if not h[j] then got[#got + 1] = cand[j] end\n"                                         \
+    "    end\n"                                                                                    \
     "  end\n"                                                                                      \
     "end\n"                                                                                        \
     "-- then the least recent HELD pages, not in their read grace nor returned by\n"               \
     "-- this request; at most scan_max skipped for their grace\n"                                  \
     "local evicted, ekeys = {}, {}\n"                                                              \
-    "if #got < #want and scan_max > 0 then\n"                                                      \
+    "if #got < nw and scan_max > 0 then\n"                                                         \
+    "  local graces = call('EXISTS', GRACE) == 1\n"                                                \
     "  local off, skip, stop = 0, 0, false\n"                                                      \
-    "  while #got < #want and not stop do\n"                                                       \
-    "    local b = redis.call('ZRANGE', LRU, off, off + 63)\n"                                     \
+    "  while #got < nw and not stop do\n"                                                          \
+    "    local b = call('ZRANGE', LRU, off, off + 63)\n"                                           \
     "    if #b == 0 then break end\n"                                                              \
-    "    local g = redis.call('HMGET', GRACE, unpack(b))\n"                                        \
-    "    local ks = redis.call('HMGET', P2K, unpack(b))\n"                                         \
+    "    local g = graces and call('HMGET', GRACE, unpack(b)) or {}\n"                             \
+    "    local ks = call('HMGET', P2K, unpack(b))\n"                                               \
     "    for j = 1, #b do\n"                                                                       \
-    "      if #got >= #want then break end\n"                                                      \
-    "      local p = tonumber(b[j])\n"                                                             \
+    "      if #got >= nw then break end\n"                                                         \
+    "      local p = b[j]\n"                                                                       \
     "      if marked[p] then stop = true; break end\n"                                             \
     "      off = off + 1\n"                                                                        \
     "      if g[j] and tonumber(g[j]) > now then\n"                                                \
@@ -204,107 +261,152 @@
     "    end\n"                                                                                    \
     "  end\n"                                                                                      \
     "end\n"                                                                                        \
+    "-- (their P2K entries become reservations below)\n"                                           \
     "if #evicted > 0 then\n"                                                                       \
-    "  bulk('HDEL', P2K, evicted); bulk('HDEL', K2P, ekeys)\n"                                     \
-    "  bulk('ZREM', LRU, evicted); bulk('HDEL', GRACE, evicted)\n"                                 \
-    "  count('evictions', #evicted)\n"                                                             \
+    "  bulk('HDEL', K2P, ekeys); bulk('ZREM', LRU, evicted); ungrace(evicted)\n"                   \
+    "  st.evictions = st.evictions + #evicted\n"                                                   \
     "end\n"                                                                                        \
-    "local res, rs, allocs = {}, {}, 0\n"                                                          \
-    "for j = 1, #want do\n"                                                                        \
+    "-- one reservation of the pages, numbered by its first rseq: res has it by\n"                 \
+    "-- deadline, rb its pages in order and their count ('#' .. its number), and\n"                \
+    "-- each page's P2K value names it\n"                                                          \
+    "local rp, rs, allocs = {}, {}, 0\n"                                                           \
+    "local mk = fmt('\\0%d', st.rseq + 1)\n"                                                       \
+    "for j = 1, nw do\n"                                                                           \
     "  local i, p = want[j], got[j]\n"                                                             \
     "  if p then\n"                                                                                \
-    "    st.rseq = st.rseq + 1\n"                                                                  \
-    "    res[#res + 1] = now + lease; res[#res + 1] = p\n"                                         \
-    "    rs[#rs + 1] = p; rs[#rs + 1] = st.rseq\n"                                                 \
-    "    allocs = allocs + 1; pages[i] = p\n"                                                      \
-    "  else pages[i] = -1 end\n"                                                                   \
+    "    allocs = allocs + 1; rp[allocs] = p\n"                                                    \
+    "    rs[#rs + 1] = p; rs[#rs + 1] = mk\n"                                                      \
+    "    pages[i] = p\n"                                                                           \
+    "  else pages[i] = '-1' end\n"                                                                 \
     "end\n"                                                                                        \
-    "bulk('ZADD', RES, res); bulk('HSET', RS, rs)\n"                                               \
-    "for i = 1, n do if pages[i] == -2 then pages[i] = pages[seen[keys[i]]] end end\n"             \
-    "count('misses', #want); count('allocations', allocs)\n"                                       \
+    "if allocs > 0 then\n"                                                                         \
+    "  local b = I(st.rseq + 1)\n"                                                                 \
+    "  call('ZADD', RES, I(now + lease), b)\n"                                                     \
+    "  call('HSET', RB, b, table.concat(rp, ' '), '#' .. b, I(allocs))\n"                          \
+    "  bulk('HSET', P2K, rs)\n"                                                                    \
+    "  st.rseq = st.rseq + allocs; st.nres = st.nres + allocs\n"                                   \
+    "end\n"                                                                                        \
+    "for i = 1, n do if not pages[i] then pages[i] = pages[seen[ARGV[i + 2]]] end end\n"           \
+    "st.misses = st.misses + nw; st.allocations = st.allocations + allocs\n"                       \
     "store()\n"                                                                                    \
-    "local r = {0}\n"                                                                              \
-    "for i = 1, n do r[i + 1] = pages[i] end\n"                                                    \
-    "for i = 1, n do r[n + i + 1] = existed[i] end\n"                                              \
-    "return r\n"
+    "-- the pages in decimal separated by spaces (-1: none), a '0' or '1' per key\n"               \
+    "return {0, table.concat(pages, ' '), table.concat(existed)}\n"
 
-/* ARGV: n, nrel, the index of a page confirmed for two keys (-1: none),
- * keys, pages, releases. {0} / {ST_NOT_INIT} / {ST_CONFIRM_PAGE, i, np} /
- * {ST_RELEASE_PAGE, i, np} / {ST_HELD_BY_OTHER, i}. */
+/* ARGV: n, nrel, the index of a page confirmed for two keys (-1: none), the
+ * highest page and release when all are in [0, 2^31) (else -1),
+ * keys, pages, releases (pages in decimal, as %lld writes them). {0} /
+ * {ST_NOT_INIT} / {ST_CONFIRM_PAGE, i, np} / {ST_RELEASE_PAGE, i, np} /
+ * {ST_HELD_BY_OTHER, i}. */
 #define KVP_LUA_CONFIRM                                                                            \
     "#!lua\n" KVP_LUA_PRELUDE "if not load() then return {1} end\n"                                \
     "local n, nrel, dup = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])\n"               \
+    "local maxp, maxr = tonumber(ARGV[4]), tonumber(ARGV[5])\n"                                    \
+    "local np = st.num_pages\n"                                                                    \
+    "-- ARGV[5 + i]: key i; ARGV[k0 + i]: its page; ARGV[r0 + i]: release i\n"                     \
+    "local k0, r0 = 5 + n, 5 + 2 * n\n"                                                            \
+    "-- the pages come as the C side writes them (%lld): their text is canonical;\n"               \
+    "-- maxp (maxr) is the highest of them when all are in [0, 2^31), else -1\n"                   \
     "local function page(s)\n"                                                                     \
     "  local p = tonumber(s)\n"                                                                    \
-    "  if not p or p < 0 or p >= st.np or p ~= math.floor(p) then return nil end\n"                \
+    "  if not p or p < 0 or p >= np or p ~= math.floor(p) then return nil end\n"                   \
     "  return p\n"                                                                                 \
     "end\n"                                                                                        \
-    "local ps, rel, keys = {}, {}, {}\n"                                                           \
-    "for i = 1, n do ps[i] = page(ARGV[3 + n + i]); if not ps[i] then return {3, i - 1, st.np} "   \
+    "local ps, rel = {}, {}\n"                                                                     \
+    "if maxp >= 0 and maxp < np then\n"                                                            \
+    "  for i = 1, n do ps[i] = tonumber(ARGV[k0 + i]) end\n"                                       \
+    "else\n"                                                                                       \
+    "  for i = 1, n do ps[i] = page(ARGV[k0 + i]); if not ps[i] then return {3, i - 1, np} end "   \
+    "end\n"                                                                                        \
+    "end\n"                                                                                        \
+    "if maxr >= 0 and maxr < np then\n"                                                            \
+    "  for i = 1, nrel do rel[i] = tonumber(ARGV[r0 + i]) end\n"                                   \
+    "else\n"                                                                                       \
+    "  for i = 1, nrel do rel[i] = page(ARGV[r0 + i]); if not rel[i] then return {4, i - 1, np} "  \
     "end end\n"                                                                                    \
-    "for i = 1, nrel do rel[i] = page(ARGV[3 + 2 * n + i]); if not rel[i] then return {4, i - 1, " \
-    "st.np} end end\n"                                                                             \
-    "for i = 1, n do keys[i] = ARGV[3 + i] end\n"                                                  \
-    "local owner = bulk('HMGET', P2K, ps)\n"                                                       \
+    "end\n"                                                                                        \
+    "local owner = bulk_argv('HMGET', P2K, k0 + 1, k0 + n)\n"                                      \
     "for i = 1, n do\n"                                                                            \
-    "  if owner[i] and owner[i] ~= keys[i] then return {5, i - 1} end\n"                           \
+    "  local o = owner[i]\n"                                                                       \
+    "  if o and o ~= ARGV[5 + i] and not is_res(o) then return {5, i - 1} end\n"                   \
     "end\n"                                                                                        \
     "if dup >= 0 then return {5, dup} end\n"                                                       \
     "-- what the pages and keys are before, then this request's changes on top\n"                  \
-    "local held, reserved, haskey = {}, {}, {}\n"                                                  \
-    "local resv, kpage = bulk('ZMSCORE', RES, ps), bulk('HMGET', K2P, keys)\n"                     \
+    "local held, reserved, haskey = {}, {}, {} -- reserved: page -> its P2K value\n"               \
+    "local kpage = bulk_argv('HMGET', K2P, 6, 5 + n)\n"                                            \
     "for i = 1, n do\n"                                                                            \
-    "  if owner[i] then held[ps[i]] = true end\n"                                                  \
-    "  if resv[i] then reserved[ps[i]] = true end\n"                                               \
-    "  if kpage[i] then haskey[keys[i]] = true end\n"                                              \
+    "  local o = owner[i]\n"                                                                       \
+    "  if o then if is_res(o) then reserved[ps[i]] = o else held[ps[i]] = true end end\n"          \
+    "  if kpage[i] then haskey[ARGV[5 + i]] = true end\n"                                          \
     "end\n"                                                                                        \
-    "local rres, rheld = bulk('ZMSCORE', RES, rel), bulk('HMGET', P2K, rel)\n"                     \
-    "for i = 1, nrel do\n"                                                                         \
-    "  if rres[i] then reserved[rel[i]] = true end\n"                                              \
-    "  if rheld[i] then held[rel[i]] = true end\n"                                                 \
+    "if nrel > 0 then\n"                                                                           \
+    "  local ro = bulk_argv('HMGET', P2K, r0 + 1, r0 + nrel)\n"                                    \
+    "  for i = 1, nrel do\n"                                                                       \
+    "    local o = ro[i]\n"                                                                        \
+    "    if o then if is_res(o) then reserved[rel[i]] = o else held[rel[i]] = true end end\n"      \
+    "  end\n"                                                                                      \
     "end\n"                                                                                        \
-    "local freeop, unres = {}, {} -- page -> its new free-set score, or false: taken out\n"        \
-    "local hp, hk, hg, lru = {}, {}, {}, {}\n"                                                     \
+    "local freeop = {} -- page -> its new free-set score, or false: taken out\n"                   \
+    "local unres, untext, dec = {}, {}, {} -- pages no longer RESERVED, their text; per "          \
+    "reservation\n"                                                                                \
+    "local function unreserve(p, pt)\n"                                                            \
+    "  local r = reserved[p]\n"                                                                    \
+    "  reserved[p] = nil; unres[#unres + 1] = p; untext[p] = pt; dec[r] = (dec[r] or 0) + 1\n"     \
+    "end\n"                                                                                        \
+    "local hp, hk, lru = {}, {}, {}\n"                                                             \
     "local function to_free(p)\n"                                                                  \
     "  if p < st.hwm then st.fseq = st.fseq + 1; freeop[p] = st.fseq end\n"                        \
     "end\n"                                                                                        \
     "for i = 1, n do\n"                                                                            \
-    "  local p, key = ps[i], keys[i]\n"                                                            \
+    "  local p, key = ps[i], ARGV[5 + i]\n"                                                        \
     "  if not held[p] then\n"                                                                      \
-    "    if reserved[p] then reserved[p] = nil; unres[#unres + 1] = p\n"                           \
+    "    local pt = ARGV[k0 + i]\n"                                                                \
+    "    if reserved[p] then unreserve(p, pt)\n"                                                   \
     "    elseif p < st.hwm then freeop[p] = false end\n"                                           \
     "    -- the key's first confirmed page wins\n"                                                 \
     "    if haskey[key] then to_free(p) else\n"                                                    \
     "      held[p] = true; haskey[key] = true\n"                                                   \
-    "      hp[#hp + 1] = p; hp[#hp + 1] = key; hk[#hk + 1] = key; hk[#hk + 1] = p\n"               \
-    "      hg[#hg + 1] = p\n"                                                                      \
-    "      st.clock = st.clock + 1; lru[#lru + 1] = st.clock; lru[#lru + 1] = p\n"                 \
+    "      local h = #hp\n"                                                                        \
+    "      hp[h + 1] = pt; hp[h + 2] = key; hk[h + 1] = key; hk[h + 2] = pt\n"                     \
+    "      st.clock = st.clock + 1; lru[h + 1] = I(st.clock); lru[h + 2] = pt\n"                   \
+    "      if p >= st.top then st.top = p + 1 end\n"                                               \
     "    end\n"                                                                                    \
     "  end\n"                                                                                      \
     "end\n"                                                                                        \
     "local rh = 0\n"                                                                               \
     "for i = 1, nrel do\n"                                                                         \
     "  local p = rel[i]\n"                                                                         \
-    "  if reserved[p] then reserved[p] = nil; unres[#unres + 1] = p; to_free(p)\n"                 \
+    "  if reserved[p] then unreserve(p, ARGV[r0 + i]); to_free(p)\n"                               \
     "  elseif held[p] then rh = rh + 1 end\n"                                                      \
     "end\n"                                                                                        \
-    "bulk('ZREM', RES, unres); bulk('HDEL', RS, unres)\n"                                          \
+    "-- a page no longer RESERVED leaves P2K unless it is now HELD (its HSET below),\n"            \
+    "-- and its reservation once none of its pages is RESERVED\n"                                  \
+    "local pd = {}\n"                                                                              \
+    "for j = 1, #unres do\n"                                                                       \
+    "  local p = unres[j]\n"                                                                       \
+    "  if not held[p] then pd[#pd + 1] = untext[p] end\n"                                          \
+    "end\n"                                                                                        \
+    "bulk('HDEL', P2K, pd)\n"                                                                      \
+    "for r, k in pairs(dec) do\n"                                                                  \
+    "  local b = string.sub(r, 2)\n"                                                               \
+    "  if call('HINCRBY', RB, '#' .. b, -k) <= 0 then call('ZREM', RES, b); call('HDEL', RB, b, "  \
+    "'#' .. b) end\n"                                                                              \
+    "end\n"                                                                                        \
+    "st.nres = st.nres - #unres\n"                                                                 \
     "local frem, fadd = {}, {}\n"                                                                  \
     "for p, s in pairs(freeop) do\n"                                                               \
-    "  if s then fadd[#fadd + 1] = s; fadd[#fadd + 1] = p else frem[#frem + 1] = p end\n"          \
+    "  if s then fadd[#fadd + 1] = I(s); fadd[#fadd + 1] = I(p) else frem[#frem + 1] = I(p) end\n" \
     "end\n"                                                                                        \
     "bulk('ZREM', FREE, frem); bulk('ZADD', FREE, fadd)\n"                                         \
-    "bulk('HSET', P2K, hp); bulk('HSET', K2P, hk); bulk('HDEL', GRACE, hg); bulk('ZADD', LRU, "    \
-    "lru)\n"                                                                                       \
-    "count('release_held', rh)\n"                                                                  \
+    "-- a page that was not HELD has no read grace (unholding drops it)\n"                         \
+    "bulk('HSET', P2K, hp); bulk('HSET', K2P, hk); bulk('ZADD', LRU, lru)\n"                       \
+    "st.release_held = st.release_held + rh\n"                                                     \
     "store()\n"                                                                                    \
     "return {0}\n"
 
 /* ARGV: keys. {0, held...} / {ST_NOT_INIT}. Read only. */
 #define KVP_LUA_EXISTS                                                                             \
-    "#!lua flags=no-writes\n" KVP_LUA_PRELUDE                                                      \
-    "if redis.call('HEXISTS', M, 'num_pages') == 0 then return {1} end\n"                          \
-    "local v, r = bulk('HMGET', K2P, ARGV), {0}\n"                                                 \
+    "#!lua flags=no-writes\n" KVP_LUA_PRELUDE "if call('EXISTS', M) == 0 then return {1} end\n"    \
+    "local v, r = bulk_argv('HMGET', K2P, 1), {0}\n"                                               \
     "for i = 1, #ARGV do r[i + 1] = v[i] and 1 or 0 end\n"                                         \
     "return r\n"
 
@@ -315,41 +417,39 @@
     "local grace, complete, others = tonumber(ARGV[1]), ARGV[2] == '1', ARGV[3]\n"                 \
     "local n = #ARGV - 3\n"                                                                        \
     "local now = now_ms()\n"                                                                       \
-    "local keys = {}\n"                                                                            \
-    "for i = 1, n do keys[i] = ARGV[i + 3] end\n"                                                  \
-    "local v = bulk('HMGET', K2P, keys)\n"                                                         \
+    "local v = bulk_argv('HMGET', K2P, 4)\n"                                                       \
     "local r = {0}\n"                                                                              \
     "local hits, misses, lru, gset, gdel = 0, 0, {}, {}, {}\n"                                     \
+    "local gend = I(now + grace)\n"                                                                \
     "for i = n, 1, -1 do\n"                                                                        \
     "  local p = v[i]\n"                                                                           \
-    "  if p and complete and string.byte(others, i) ~= 49 then p = nil end\n"                      \
+    "  if p and complete and byte(others, i) ~= 49 then p = nil end\n"                             \
     "  if not p then r[i + 1] = -1; misses = misses + 1 else\n"                                    \
-    "    p = tonumber(p); r[i + 1] = p; hits = hits + 1\n"                                         \
-    "    st.clock = st.clock + 1; lru[#lru + 1] = st.clock; lru[#lru + 1] = p\n"                   \
-    "    if grace > 0 then gset[#gset + 1] = p; gset[#gset + 1] = now + grace\n"                   \
+    "    r[i + 1] = tonumber(p); hits = hits + 1\n"                                                \
+    "    st.clock = st.clock + 1; lru[#lru + 1] = I(st.clock); lru[#lru + 1] = p\n"                \
+    "    if grace > 0 then gset[#gset + 1] = p; gset[#gset + 1] = gend\n"                          \
     "    else gdel[#gdel + 1] = p end\n"                                                           \
     "  end\n"                                                                                      \
     "end\n"                                                                                        \
-    "bulk('ZADD', LRU, lru); bulk('HSET', GRACE, gset); bulk('HDEL', GRACE, gdel)\n"               \
-    "count('hits', hits); count('misses', misses)\n"                                               \
+    "bulk('ZADD', LRU, lru); bulk('HSET', GRACE, gset); ungrace(gdel)\n"                           \
+    "st.hits = st.hits + hits; st.misses = st.misses + misses\n"                                   \
     "store()\n"                                                                                    \
     "return r\n"
 
 /* ARGV: keys. {0} / {ST_NOT_INIT}. */
 #define KVP_LUA_DELETE                                                                             \
     "#!lua flags=allow-oom\n" KVP_LUA_PRELUDE "if not load() then return {1} end\n"                \
-    "local v = bulk('HMGET', K2P, ARGV)\n"                                                         \
+    "local v = bulk_argv('HMGET', K2P, 1)\n"                                                       \
     "local gone, dp, dk, fadd = {}, {}, {}, {}\n"                                                  \
     "for i = 1, #ARGV do\n"                                                                        \
     "  local key, p = ARGV[i], v[i]\n"                                                             \
     "  if p and not gone[key] then\n"                                                              \
-    "    gone[key] = true; p = tonumber(p); dp[#dp + 1] = p; dk[#dk + 1] = key\n"                  \
-    "    if p < st.hwm then st.fseq = st.fseq + 1; fadd[#fadd + 1] = st.fseq; fadd[#fadd + 1] = "  \
-    "p end\n"                                                                                      \
+    "    gone[key] = true; dp[#dp + 1] = p; dk[#dk + 1] = key\n"                                   \
+    "    if tonumber(p) < st.hwm then st.fseq = st.fseq + 1; fadd[#fadd + 1] = I(st.fseq); "       \
+    "fadd[#fadd + 1] = p end\n"                                                                    \
     "  end\n"                                                                                      \
     "end\n"                                                                                        \
-    "bulk('HDEL', P2K, dp); bulk('HDEL', K2P, dk); bulk('ZREM', LRU, dp); bulk('HDEL', GRACE, "    \
-    "dp)\n"                                                                                        \
+    "bulk('HDEL', P2K, dp); bulk('HDEL', K2P, dk); bulk('ZREM', LRU, dp); ungrace(dp)\n"           \
     "bulk('ZADD', FREE, fadd)\n"                                                                   \
     "store()\n"                                                                                    \
     "return {0}\n"
@@ -365,64 +465,87 @@
 #define KVP_LUA_STATS                                                                              \
     "#!lua flags=allow-oom\n" KVP_LUA_PRELUDE "if not load() then return {1} end\n"                \
     "expire(now_ms()); store()\n"                                                                  \
-    "local res, held = redis.call('ZCARD', RES), redis.call('HLEN', P2K)\n"                        \
-    "local c = redis.call('HMGET', M, 'hits', 'misses', 'allocations', 'evictions', 'expired', "   \
-    "'release_held')\n"                                                                            \
-    "local r = {0, st.np, st.np - res - held, res, held}\n"                                        \
-    "for i = 1, 6 do r[5 + i] = tonumber(c[i] or 0) end\n"                                         \
-    "return r\n"
+    "local res, held = st.nres, call('HLEN', K2P)\n"                                               \
+    "return {0, st.num_pages, st.num_pages - res - held, res, held, st.hits, st.misses,\n"         \
+    "  st.allocations, st.evictions, st.expired, st.release_held}\n"
 
 /* {0, num_pages} / {ST_NOT_INIT} / {ST_BROKEN, message}: the invariants. */
 #define KVP_LUA_CHECK                                                                              \
     "#!lua flags=no-writes\n" KVP_LUA_PRELUDE "if not load() then return {1} end\n"                \
-    "local np, hwm = st.np, st.hwm\n"                                                              \
+    "local np, hwm, top = st.num_pages, st.hwm, st.top\n"                                          \
     "local function bad(msg) return {6, msg} end\n"                                                \
+    "for i = 1, #F do if not st[F[i]] then return bad('rank field ' .. F[i] .. ' is missing') "    \
+    "end end\n"                                                                                    \
     "if not np or np < 1 or np > 2147483647 then return bad('num_pages is out of range') end\n"    \
-    "if not hwm or hwm < 0 or hwm > np then return bad('hwm ' .. tostring(hwm) .. "                \
-    "' is outside [0, num_pages]') end\n"                                                          \
+    "if not hwm or hwm < 0 or hwm > np then return bad('hwm ' .. tostring(hwm) ..\n"               \
+    "  ' is outside [0, num_pages]') end\n"                                                        \
+    "if not top or top < hwm or top > np then return bad('top ' .. tostring(top) .. ' is outside " \
+    "[hwm, num_pages]') end\n"                                                                     \
     "local function inrange(p) return p and p >= 0 and p < np and p == math.floor(p) end\n"        \
-    "local held = redis.call('HGETALL', P2K)\n"                                                    \
-    "local nheld, below = 0, 0\n"                                                                  \
-    "for i = 1, #held, 2 do\n"                                                                     \
-    "  local p = tonumber(held[i])\n"                                                              \
-    "  if not inrange(p) then return bad('held page ' .. held[i] .. ' out of range') end\n"        \
-    "  if redis.call('HGET', K2P, held[i + 1]) ~= held[i] then\n"                                  \
-    "    return bad('page ' .. held[i] .. ' is HELD by key \\'' .. string.sub(held[i + 1], 1, "    \
-    "64) "                                                                                         \
-    ".. '\\' which does not point at it') end\n"                                                   \
-    "  if not redis.call('ZSCORE', LRU, held[i]) then return bad('HELD page ' .. held[i] .. "      \
-    "' is not on the LRU') end\n"                                                                  \
-    "  if is_reserved(p) then return bad('page ' .. held[i] .. ' is HELD and RESERVED') end\n"     \
-    "  nheld = nheld + 1\n"                                                                        \
+    "local all = call('HGETALL', P2K)\n"                                                           \
+    "local nheld, nres, below = 0, 0, 0\n"                                                         \
+    "local rcount, rpages, rof = {}, {}, {} -- per reservation its RESERVED pages; each page's\n"  \
+    "for i = 1, #all, 2 do\n"                                                                      \
+    "  local ps, v = all[i], all[i + 1]\n"                                                         \
+    "  local p = tonumber(ps)\n"                                                                   \
+    "  if not inrange(p) then return bad('page ' .. ps .. ' out of range') end\n"                  \
+    "  if p >= top then return bad('page ' .. ps .. ' is not FREE but at or above top ' .. "       \
+    "I(top)) end\n"                                                                                \
+    "  if is_res(v) then\n"                                                                        \
+    "    local b = string.sub(v, 2)\n"                                                             \
+    "    if not tonumber(b) then return bad('RESERVED page ' .. ps .. ' has no reservation "       \
+    "number') end\n"                                                                               \
+    "    rcount[b] = (rcount[b] or 0) + 1; rpages[#rpages + 1] = ps; rof[#rof + 1] = b\n"          \
+    "    nres = nres + 1\n"                                                                        \
+    "  else\n"                                                                                     \
+    "    if call('HGET', K2P, v) ~= ps then\n"                                                     \
+    "      return bad('page ' .. ps .. ' is HELD by key \\'' .. string.sub(v, 1, 64) ..\n"         \
+    "        '\\' which does not point at it') end\n"                                              \
+    "    if not call('ZSCORE', LRU, ps) then return bad('HELD page ' .. ps ..\n"                   \
+    "      ' is not on the LRU') end\n"                                                            \
+    "    nheld = nheld + 1\n"                                                                      \
+    "  end\n"                                                                                      \
     "  if p < hwm then below = below + 1 end\n"                                                    \
     "end\n"                                                                                        \
-    "if redis.call('HLEN', K2P) ~= nheld then return bad(redis.call('HLEN', K2P) .. "              \
-    "' keys but ' .. nheld .. ' held pages') end\n"                                                \
-    "if redis.call('ZCARD', LRU) ~= nheld then return bad('LRU has ' .. "                          \
-    "redis.call('ZCARD', LRU) .. ' pages, ' .. nheld .. ' are HELD') end\n"                        \
-    "local res = redis.call('ZRANGE', RES, 0, -1)\n"                                               \
-    "for _, ps in ipairs(res) do\n"                                                                \
-    "  if not inrange(tonumber(ps)) then return bad('reserved page ' .. ps .. ' out of range') "   \
+    "if call('HLEN', K2P) ~= nheld then return bad(call('HLEN', K2P) ..\n"                         \
+    "  ' keys but ' .. nheld .. ' held pages') end\n"                                              \
+    "if call('ZCARD', LRU) ~= nheld then return bad('LRU has ' ..\n"                               \
+    "  call('ZCARD', LRU) .. ' pages, ' .. nheld .. ' are HELD') end\n"                            \
+    "if st.nres ~= nres then return bad('nres ' .. I(st.nres) .. ' but ' .. I(nres) ..\n"          \
+    "  ' RESERVED pages') end\n"                                                                   \
+    "local rl = call('ZRANGE', RES, 0, -1)\n"                                                      \
+    "if call('HLEN', RB) ~= 2 * #rl then return bad('rb does not match the reservations') end\n"   \
+    "local inlist, sum = {}, 0\n"                                                                  \
+    "for _, b in ipairs(rl) do\n"                                                                  \
+    "  local list, c = call('HGET', RB, b), tonumber(call('HGET', RB, '#' .. b))\n"                \
+    "  if not list or not c then return bad('reservation ' .. b .. ' has no pages') end\n"         \
+    "  if c ~= (rcount[b] or 0) or c < 1 then return bad('reservation ' .. b .. ' counts ' .. "    \
+    "I(c) ..\n"                                                                                    \
+    "    ' pages, ' .. I(rcount[b] or 0) .. ' are RESERVED by it') end\n"                          \
+    "  for p in string.gmatch(list, '%S+') do inlist[b .. ' ' .. p] = true end\n"                  \
+    "  sum = sum + c\n"                                                                            \
     "end\n"                                                                                        \
-    "  if not redis.call('HGET', RS, ps) then return bad('RESERVED page ' .. ps .. "               \
-    "' has no reservation number') end\n"                                                          \
-    "  if tonumber(ps) < hwm then below = below + 1 end\n"                                         \
+    "if sum ~= nres then return bad('a RESERVED page names a reservation that is gone') end\n"     \
+    "for k = 1, #rpages do\n"                                                                      \
+    "  if not inlist[rof[k] .. ' ' .. rpages[k]] then return bad('RESERVED page ' .. rpages[k] "   \
+    "..\n"                                                                                         \
+    "    ' is not in its reservation ' .. rof[k]) end\n"                                           \
     "end\n"                                                                                        \
-    "if redis.call('HLEN', RS) ~= #res then return bad('reservation numbers do not match the "     \
-    "reservations') end\n"                                                                         \
-    "local fr = redis.call('ZRANGE', FREE, 0, -1)\n"                                               \
+    "local fr = call('ZRANGE', FREE, 0, -1)\n"                                                     \
     "for _, ps in ipairs(fr) do\n"                                                                 \
     "  local p = tonumber(ps)\n"                                                                   \
-    "  if not inrange(p) or p >= hwm then return bad('free set has page ' .. ps .. "               \
-    "' at or above hwm ' .. hwm) end\n"                                                            \
-    "  if is_held(p) or is_reserved(p) then return bad('page ' .. ps .. "                          \
-    "' on the free set is not FREE') end\n"                                                        \
+    "  if not inrange(p) or p >= hwm then return bad('free set has page ' .. ps ..\n"              \
+    "    ' at or above hwm ' .. I(hwm)) end\n"                                                     \
+    "  if call('HEXISTS', P2K, ps) == 1 then return bad('page ' .. ps ..\n"                        \
+    "    ' on the free set is not FREE') end\n"                                                    \
     "end\n"                                                                                        \
-    "if #fr ~= hwm - below then return bad((hwm - below) .. ' FREE pages below hwm, free set "     \
-    "has ' .. #fr) end\n"                                                                          \
-    "local g = redis.call('HKEYS', GRACE)\n"                                                       \
-    "for _, ps in ipairs(g) do if not is_held(ps) then return bad('page ' .. ps .. "               \
-    "' has a read grace but is not HELD') end end\n"                                               \
+    "if #fr ~= hwm - below then return bad(I(hwm - below) .. ' FREE pages below hwm, free set ' "  \
+    "..\n"                                                                                         \
+    "  'has ' .. #fr) end\n"                                                                       \
+    "local g = call('HKEYS', GRACE)\n"                                                             \
+    "for _, ps in ipairs(g) do if not is_held(call('HGET', P2K, ps)) then return bad('page ' .. "  \
+    "ps ..\n"                                                                                      \
+    "  ' has a read grace but is not HELD') end end\n"                                             \
     "return {0, np}\n"
 
 /* KEYS: namespaces (ZSET name -> creation number), their counter. ARGV: name. */
