@@ -305,6 +305,26 @@ def test_bad_meta_flags_are_usage_errors(args, message):
     assert message in p.stderr, p.stderr
 
 
+@pytest.mark.parametrize("setup, found", [
+    (("zadd", "old:{old}:namespaces", "1", "d/6b76"), "format 1 (no old:format)"),
+    (("set", "old:format", "9"), "format 9"),
+])
+def test_state_of_another_format_is_refused_at_start(redis, setup, found):
+    # The data model of the scripts changed (issue 27); an older kvpage's
+    # state under the same prefix is refused with what to do, never misread.
+    import subprocess
+    redis.cli(*setup)
+    p = subprocess.run([require_bin(), "serve", "--listen", "127.0.0.1:0", "--meta",
+                        redis.url(prefix="old")], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1, p.stderr
+    assert f"prefix 'old' holds kvpage state of {found}, this kvpage reads format 2" in p.stderr, \
+        p.stderr
+    assert "use another ?prefix=" in p.stderr
+    before = redis.cli("dbsize")
+    assert redis.cli("exists", "old:format") == ("1" if "9" in found else "0")  # untouched
+    assert redis.cli("dbsize") == before
+
+
 def test_a_bad_redis_url_is_refused_at_start(tmp_path):
     import subprocess
     p = subprocess.run([require_bin(), "serve", "--listen", "127.0.0.1:0", "--meta",
