@@ -1710,67 +1710,61 @@ static void rd_close(struct kvp_meta *front)
     front->be = NULL;
 }
 
-static int check_format(struct rmeta *m, struct kvp_error *err);
-
-/* After SET NX: what the key says now (another process may have set it). */
-static int check_format_again(struct rmeta *m, const char *fkey, struct kvp_error *err)
-{
-    const char *get[2] = {"GET", fkey};
-    size_t gl[2] = {3, strlen(fkey)};
-    redisReply *r;
-    int rc = kvp__rconn_cmd(m->c, key_slot(fkey), NULL, 1, 2, get, gl, &r, err);
-    if (rc)
-        return rc;
-    int same = r->type == REDIS_REPLY_STRING && r->len == 1 && r->str[0] == '2';
-    freeReplyObject(r);
-    return same ? 0 : check_format(m, err);
-}
-
 /* The data model of redis_lua.h, as PREFIX:format says it. A location
  * whose state is of another model (an older kvpage's) is refused at open,
  * before any script could meet a key of the wrong type. */
 #define STORE_FORMAT "2"
+
+/* One command on key's slot; its reply in *r. */
+static int cmd_on(struct rmeta *m, const char *key, int argc, const char **argv, redisReply **r,
+                  struct kvp_error *err)
+{
+    size_t lens[4];
+    for (int i = 0; i < argc; i++)
+        lens[i] = strlen(argv[i]);
+    return kvp__rconn_cmd(m->c, key_slot(key), NULL, 1, argc, argv, lens, r, err);
+}
 
 static int check_format(struct rmeta *m, struct kvp_error *err)
 {
     char fkey[MAX_PREFIX + 16], list[MAX_PREFIX * 2 + 32], seq[MAX_PREFIX * 2 + 32];
     snprintf(fkey, sizeof fkey, "%s:format", m->prefix);
     nslist_keys(m, list, seq, sizeof list);
-    const char *get[2] = {"GET", fkey};
-    size_t gl[2] = {3, strlen(fkey)};
+    char found[48] = "";
     redisReply *r;
-    int rc = kvp__rconn_cmd(m->c, key_slot(fkey), NULL, 1, 2, get, gl, &r, err);
-    if (rc)
-        return rc;
-    char found[32] = "";
-    int have = r->type == REDIS_REPLY_STRING;
-    if (have)
-        snprintf(found, sizeof found, "%.*s", (int)(r->len < 31 ? r->len : 31), r->str);
-    freeReplyObject(r);
-    if (!have) { /* a new store, or one written before the format was named */
+    int rc;
+    /* A fresh prefix gets the format (SET NX), then it is read again: another
+     * process may have set it first. */
+    for (int pass = 0; pass < 2 && !found[0]; pass++) {
+        const char *get[2] = {"GET", fkey};
+        if ((rc = cmd_on(m, fkey, 2, get, &r, err)) != 0)
+            return rc;
+        if (r->type == REDIS_REPLY_STRING)
+            snprintf(found, sizeof found, "%.*s", (int)(r->len < 31 ? r->len : 31), r->str);
+        freeReplyObject(r);
+        if (found[0])
+            break;
         const char *ex[2] = {"EXISTS", list};
-        size_t el[2] = {6, strlen(list)};
-        if ((rc = kvp__rconn_cmd(m->c, key_slot(list), NULL, 1, 2, ex, el, &r, err)) != 0)
+        if ((rc = cmd_on(m, list, 2, ex, &r, err)) != 0)
             return rc;
         int old = r->type == REDIS_REPLY_INTEGER && r->integer > 0;
         freeReplyObject(r);
-        if (!old) {
-            const char *set[4] = {"SET", fkey, STORE_FORMAT, "NX"};
-            size_t sl[4] = {3, strlen(fkey), strlen(STORE_FORMAT), 2};
-            if ((rc = kvp__rconn_cmd(m->c, key_slot(fkey), NULL, 1, 4, set, sl, &r, err)) != 0)
-                return rc;
-            freeReplyObject(r);
-            return check_format_again(m, fkey, err);
+        if (old) { /* written before the format was named */
+            snprintf(found, sizeof found, "1 (no %.32s)", fkey);
+            break;
         }
-        snprintf(found, sizeof found, "1 (no %s)", fkey);
-    } else if (!strcmp(found, STORE_FORMAT)) {
-        return 0;
+        const char *set[4] = {"SET", fkey, STORE_FORMAT, "NX"};
+        if ((rc = cmd_on(m, fkey, 4, set, &r, err)) != 0)
+            return rc;
+        freeReplyObject(r);
     }
+    if (!strcmp(found, STORE_FORMAT))
+        return 0;
     set_err(err, -EPROTO, KVP_RULE_ARG, -1, 0, 0,
             "redis %.120s: prefix '%s' holds kvpage state of format %s, this kvpage reads format "
             "%s: use another ?prefix=, or delete the old state (redis-cli --scan --pattern "
             "'%s:*' | xargs redis-cli del)",
-            m->loc, m->prefix, found, STORE_FORMAT, m->prefix);
+            m->loc, m->prefix, found[0] ? found : "unknown", STORE_FORMAT, m->prefix);
     return -EPROTO;
 }
 

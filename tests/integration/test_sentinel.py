@@ -164,7 +164,9 @@ def test_sentinel_failover_under_two_writers_loses_nothing_acknowledged(start_se
             assert c0.v_exists(part) == [True] * len(part), "an acknowledged key is gone"
         invariants(srv.stats())
         m = c0.get("/metrics").text
-        assert "kvpage_redis_master_switches_total 1" in m, m
+        switches = [int(line.split()[1]) for line in m.splitlines()
+                    if line.startswith("kvpage_redis_master_switches_total ")]
+        assert switches and switches[0] >= 1, m
         assert srv.alive()
     finally:
         st.close()
