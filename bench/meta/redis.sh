@@ -7,7 +7,7 @@
 # BENCH_OP=exists) and batch_allocate + confirm_write pairs of fresh keys
 # (allocconfirm.lua). Cases, interleaved in each rep:
 #   local      kvpage serve --data-dir none --threads T
-#   redis-1    one kvpage serve --meta redis://... --threads T
+#   redis-1    one kvpage serve --meta redis://... --threads TR
 #   redis-2    two servers on the same Redis, 8 connections each (two wrk
 #              processes at once; requests/s added up, p99 the larger)
 # Redis runs without persistence (--save '' --appendonly no) unless
@@ -23,7 +23,8 @@
 # commands' (each request here runs either scripts or plain commands only).
 #
 # Env: KVPAGE (binary, default build/kvpage), DUR (seconds per run, 8),
-#      REPS (3), T (server threads, 2), REDIS_ARGS, OUT (results dir,
+#      REPS (3), T (the in-process server's threads, 2), TR (the Redis servers'
+#      threads, 8: kvpage serve's default with --meta), REDIS_ARGS, OUT (results dir,
 #      default bench/meta/results/redis-DATE).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -32,6 +33,7 @@ KVPAGE=${KVPAGE:-$REPO/build/kvpage}
 DUR=${DUR:-8}
 REPS=${REPS:-3}
 T=${T:-2}
+TR=${TR:-8} # threads of the servers on Redis (kvpage serve's default with --meta)
 REDIS_ARGS=${REDIS_ARGS:---appendonly no}
 OUT=${OUT:-$HERE/results/redis-$(date -u +%Y-%m-%d-%H%M)}
 PY=/usr/bin/python3
@@ -67,7 +69,9 @@ for _ in $(seq 100); do redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break; sle
 start() { # start NAME ARGS... -> sets PORT, PID
     local name=$1; shift
     PORT=$(free_port)
-    "$KV" serve --listen "127.0.0.1:$PORT" --threads "$T" --log-level warn "$@" >"$TMP/$name.log" 2>&1 &
+    local threads=$T
+    [ "$1" = --meta ] && threads=$TR
+    "$KV" serve --listen "127.0.0.1:$PORT" --threads "$threads" --log-level warn "$@" >"$TMP/$name.log" 2>&1 &
     PID=$!
     PIDS+=("$PID")
     for _ in $(seq 200); do
@@ -80,7 +84,7 @@ cpu_s() { awk '{print ($14 + $15) / 100}' "/proc/$1/stat"; }
 RESULTS=$OUT/results.txt
 {
     echo "# date=$(date -u +%Y-%m-%dT%H:%M:%SZ) nproc=$(nproc) git=$(git -C "$REPO" rev-parse --short HEAD)"
-    echo "# redis $(redis-server --version | cut -d' ' -f3) args: $REDIS_ARGS; server threads $T; ${DUR}s runs, $REPS reps"
+    echo "# redis $(redis-server --version | cut -d' ' -f3) args: $REDIS_ARGS; server threads $T (in-process), $TR (Redis); ${DUR}s runs, $REPS reps"
 } >"$RESULTS"
 
 # wrk_one PORT SCRIPT CONNS VARS... -> prints its RESULT line's fields
