@@ -593,16 +593,27 @@ static void nslist_keys(struct rmeta *m, char *list, char *seq, size_t len)
     snprintf(seq, len, "%s:{%s}:nsseq", m->prefix, m->prefix);
 }
 
+/* The data model of redis_lua.h, as PREFIX:{PREFIX}:format says it (in the
+ * namespace list's slot: the script that registers a namespace sets it). */
+#define STORE_FORMAT "2"
+
+static void format_key(struct rmeta *m, char *key, size_t len)
+{
+    snprintf(key, len, "%s:{%s}:format", m->prefix, m->prefix);
+}
+
 /* Lists the namespace (no change when it is listed already). */
 static int ns_register(struct rmeta *m, struct rns *ns, struct kvp_error *err)
 {
     char list[MAX_PREFIX * 2 + 32], seq[MAX_PREFIX * 2 + 32];
     nslist_keys(m, list, seq, sizeof list);
-    const char *argv[6] = {"EVALSHA", "", "2", list, seq, ns->tag};
-    size_t lens[6] = {7, 0, 1, strlen(list), strlen(seq), ns->taglen};
+    char fkey[MAX_PREFIX * 2 + 32];
+    format_key(m, fkey, sizeof fkey);
+    const char *argv[8] = {"EVALSHA", "", "3", list, seq, fkey, ns->tag, STORE_FORMAT};
+    size_t lens[8] = {7, 0, 1, strlen(list), strlen(seq), strlen(fkey), ns->taglen, 1};
     redisReply *r;
     int rc =
-        kvp__rconn_cmd(m->c, key_slot(list), &m->scripts[SC_NS_CREATE], 1, 6, argv, lens, &r, err);
+        kvp__rconn_cmd(m->c, key_slot(list), &m->scripts[SC_NS_CREATE], 1, 8, argv, lens, &r, err);
     if (rc)
         return rc;
     if (r->type != REDIS_REPLY_INTEGER)
@@ -1063,6 +1074,23 @@ static int held_reply(void *arg, size_t j, redisReply *r, struct kvp_error *err)
     return 0;
 }
 
+/* A copy of ranks[0..n) without `except` (-1: none), *k long; NULL: no
+ * memory (err set). */
+static uint32_t *ranks_but(const uint32_t *ranks, size_t n, int64_t except, size_t *k,
+                           struct kvp_error *err)
+{
+    uint32_t *out = malloc((n ? n : 1) * sizeof *out);
+    *k = 0;
+    if (!out) {
+        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        return NULL;
+    }
+    for (size_t j = 0; j < n; j++)
+        if ((int64_t)ranks[j] != except)
+            out[(*k)++] = ranks[j];
+    return out;
+}
+
 /*
  * out[i] = keys[i] holds a page on every listed rank of the namespace but
  * `except` (-1: none); *nranks: how many are listed. The ranks are asked
@@ -1092,19 +1120,15 @@ static int held_elsewhere(struct rns *ns, int64_t except, const struct kvp_str *
         arg_keys(&a, keys, n);
     struct held_arg h = {out, n};
     if (have) {
-        size_t k = 0, lens[2] = {7, strlen(ns->ranks_key)};
-        uint32_t *ask = malloc((ng ? ng : 1) * sizeof *ask);
+        size_t k, lens[2] = {7, strlen(ns->ranks_key)};
         const char *argv[2] = {"HGETALL", ns->ranks_key};
         struct kvp__rcmd pre = {
             .slot = key_slot(ns->ranks_key), .argc = 2, .argv = argv, .lens = lens};
+        uint32_t *ask = ranks_but(guess, ng, except, &k, err);
         if (!ask) {
             rc = -ENOMEM;
-            set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
             goto out;
         }
-        for (size_t j = 0; j < ng; j++)
-            if ((int64_t)guess[j] != except)
-                ask[k++] = guess[j];
         memset(out, 1, n);
         rc = ranks_batch_pre(ns, ask, args_ok ? k : 0, SC_HMGET, args_ok ? a.n : 0,
                              args_ok ? a.v : NULL, args_ok ? a.len : NULL, 0, held_reply, &h, &pre,
@@ -1127,18 +1151,13 @@ static int held_elsewhere(struct rns *ns, int64_t except, const struct kvp_str *
     /* The ranks as they are now: asked (again). */
     memset(out, 1, n);
     if (args_ok) {
-        size_t k = 0;
-        uint32_t *ask = malloc((nr ? nr : 1) * sizeof *ask);
+        size_t k;
+        uint32_t *ask = ranks_but(ranks, nr, except, &k, err);
         if (!ask) {
             rc = -ENOMEM;
-            set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
             goto out;
         }
-        for (size_t j = 0; j < nr; j++)
-            if ((int64_t)ranks[j] != except)
-                ask[k++] = ranks[j];
-        if (k)
-            rc = ranks_batch(ns, ask, k, SC_HMGET, a.n, a.v, a.len, 0, held_reply, &h, err);
+        rc = ranks_batch(ns, ask, k, SC_HMGET, a.n, a.v, a.len, 0, held_reply, &h, err);
         free(ask);
         if (rc)
             goto out;
@@ -1710,61 +1729,43 @@ static void rd_close(struct kvp_meta *front)
     front->be = NULL;
 }
 
-/* The data model of redis_lua.h, as PREFIX:format says it. A location
- * whose state is of another model (an older kvpage's) is refused at open,
- * before any script could meet a key of the wrong type. */
-#define STORE_FORMAT "2"
-
-/* One command on key's slot; its reply in *r. */
-static int cmd_on(struct rmeta *m, const char *key, int argc, const char **argv, redisReply **r,
-                  struct kvp_error *err)
-{
-    size_t lens[4];
-    for (int i = 0; i < argc; i++)
-        lens[i] = strlen(argv[i]);
-    return kvp__rconn_cmd(m->c, key_slot(key), NULL, 1, argc, argv, lens, r, err);
-}
-
+/* A location whose state is of another data model (an older kvpage's) is
+ * refused at open, before any script could meet a key of the wrong type.
+ * Reads only: a fresh prefix gets its format with its first namespace. */
 static int check_format(struct rmeta *m, struct kvp_error *err)
 {
-    char fkey[MAX_PREFIX + 16], list[MAX_PREFIX * 2 + 32], seq[MAX_PREFIX * 2 + 32];
-    snprintf(fkey, sizeof fkey, "%s:format", m->prefix);
+    char fkey[MAX_PREFIX * 2 + 32], list[MAX_PREFIX * 2 + 32], seq[MAX_PREFIX * 2 + 32];
+    format_key(m, fkey, sizeof fkey);
     nslist_keys(m, list, seq, sizeof list);
-    char found[48] = "";
-    redisReply *r;
-    int rc;
-    /* A fresh prefix gets the format (SET NX), then it is read again: another
-     * process may have set it first. */
-    for (int pass = 0; pass < 2 && !found[0]; pass++) {
-        const char *get[2] = {"GET", fkey};
-        if ((rc = cmd_on(m, fkey, 2, get, &r, err)) != 0)
-            return rc;
-        if (r->type == REDIS_REPLY_STRING)
-            snprintf(found, sizeof found, "%.*s", (int)(r->len < 31 ? r->len : 31), r->str);
-        freeReplyObject(r);
-        if (found[0])
-            break;
-        const char *ex[2] = {"EXISTS", list};
-        if ((rc = cmd_on(m, list, 2, ex, &r, err)) != 0)
-            return rc;
-        int old = r->type == REDIS_REPLY_INTEGER && r->integer > 0;
-        freeReplyObject(r);
-        if (old) { /* written before the format was named */
-            snprintf(found, sizeof found, "1 (no %.32s)", fkey);
-            break;
-        }
-        const char *set[4] = {"SET", fkey, STORE_FORMAT, "NX"};
-        if ((rc = cmd_on(m, fkey, 4, set, &r, err)) != 0)
-            return rc;
-        freeReplyObject(r);
-    }
-    if (!strcmp(found, STORE_FORMAT))
+    /* One slot, one round trip: the format, and whether namespaces exist. */
+    const char *get[2] = {"GET", fkey}, *ex[2] = {"EXISTS", list};
+    size_t gl[2] = {3, strlen(fkey)}, el[2] = {6, strlen(list)};
+    struct kvp__rcmd cmds[2] = {
+        {.slot = key_slot(list), .argc = 2, .argv = get, .lens = gl},
+        {.slot = key_slot(list), .argc = 2, .argv = ex, .lens = el},
+    };
+    int rc = kvp__rconn_multi(m->c, cmds, 2, err);
+    char found[96] = "";
+    int old = 0;
+    if (!rc && cmds[0].reply->type == REDIS_REPLY_STRING)
+        snprintf(found, sizeof found, "%.*s",
+                 (int)(cmds[0].reply->len < 31 ? cmds[0].reply->len : 31), cmds[0].reply->str);
+    if (!rc)
+        old = cmds[1].reply->type == REDIS_REPLY_INTEGER && cmds[1].reply->integer > 0;
+    for (int i = 0; i < 2; i++)
+        if (cmds[i].reply)
+            freeReplyObject(cmds[i].reply);
+    if (rc)
+        return rc;
+    if (!strcmp(found, STORE_FORMAT) || (!found[0] && !old))
         return 0;
+    if (!found[0]) /* written before the format was named */
+        snprintf(found, sizeof found, "1 (no %.64s)", fkey);
     set_err(err, -EPROTO, KVP_RULE_ARG, -1, 0, 0,
             "redis %.120s: prefix '%s' holds kvpage state of format %s, this kvpage reads format "
             "%s: use another ?prefix=, or delete the old state (redis-cli --scan --pattern "
             "'%s:*' | xargs redis-cli del)",
-            m->loc, m->prefix, found[0] ? found : "unknown", STORE_FORMAT, m->prefix);
+            m->loc, m->prefix, found, STORE_FORMAT, m->prefix);
     return -EPROTO;
 }
 

@@ -792,6 +792,15 @@ static void sleep_ms(long ms)
     nanosleep(&ts, NULL);
 }
 
+/* The script's SHA as last learnt ("" until loaded): 1 when known. */
+static int script_sha(struct kvp__rconn *c, const struct kvp__rscript *s, char sha[41])
+{
+    pthread_mutex_lock(&c->lock);
+    memcpy(sha, s->sha, 41);
+    pthread_mutex_unlock(&c->lock);
+    return sha[0] != 0;
+}
+
 static int load_script(struct kvp__rconn *c, struct rnode *n, redisContext *x,
                        struct kvp__rscript *s, struct kvp_error *err)
 {
@@ -835,11 +844,8 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
         if (attempt && mono_ms() >= deadline)
             break;
         struct rnode *n = ask ? ask : node_for(c, slot);
-        if (script) {
-            pthread_mutex_lock(&c->lock);
-            memcpy(sha, script->sha, sizeof sha);
-            pthread_mutex_unlock(&c->lock);
-        }
+        if (script)
+            script_sha(c, script, sha);
         /* The first try shares a round trip with other calls to n; what
          * it meets (a redirection, an unloaded script, a failover) is dealt
          * with by a try of its own below. */
@@ -913,9 +919,7 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
                     node_put(c, n, x, ep);
                     return rc;
                 }
-                pthread_mutex_lock(&c->lock);
-                memcpy(sha, script->sha, sizeof sha);
-                pthread_mutex_unlock(&c->lock);
+                script_sha(c, script, sha);
             }
             argv[1] = sha;
             l[1] = 40;
@@ -1032,6 +1036,19 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
     return rc;
 }
 
+/* A multi command with its script's SHA in argv[1] (sha: its storage); 0
+ * when the script is not loaded yet (then it runs alone). */
+static int with_sha(struct kvp__rconn *c, struct kvp__rcmd *cmd, char sha[41])
+{
+    if (!cmd->script)
+        return 1;
+    if (!script_sha(c, cmd->script, sha))
+        return 0;
+    cmd->argv[1] = sha;
+    cmd->lens[1] = 40;
+    return 1;
+}
+
 /* kvp__rconn_multi's commands for node nd (nidx d), combined with other
  * calls' commands: state[] and cmds[] as there; a node that cannot be
  * reached sets down and down_rc. */
@@ -1048,15 +1065,8 @@ static void multi_combined(struct kvp__rconn *c, struct rnode *nd, size_t d, str
     for (size_t j = 0; jobs && which && j < n; j++) {
         if (nidx[j] != d)
             continue;
-        if (cmds[j].script) {
-            pthread_mutex_lock(&c->lock);
-            memcpy(sha[j], cmds[j].script->sha, sizeof sha[j]);
-            pthread_mutex_unlock(&c->lock);
-            if (!sha[j][0])
-                continue; /* loaded by kvp__rconn_cmd, alone */
-            cmds[j].argv[1] = sha[j];
-            cmds[j].lens[1] = 40;
-        }
+        if (!with_sha(c, &cmds[j], sha[j]))
+            continue; /* loaded by kvp__rconn_cmd, alone */
         jobs[m] = (struct rjob){.argc = cmds[j].argc,
                                 .argv = cmds[j].argv,
                                 .lens = cmds[j].lens,
@@ -1142,15 +1152,8 @@ int kvp__rconn_multi(struct kvp__rconn *c, struct kvp__rcmd *cmds, size_t n, str
         for (size_t j = 0; j < n; j++) {
             if (nidx[j] != d)
                 continue;
-            if (cmds[j].script) {
-                pthread_mutex_lock(&c->lock);
-                memcpy(sha[j], cmds[j].script->sha, sizeof sha[j]);
-                pthread_mutex_unlock(&c->lock);
-                if (!sha[j][0])
-                    continue; /* loaded by kvp__rconn_cmd below */
-                cmds[j].argv[1] = sha[j];
-                cmds[j].lens[1] = 40;
-            }
+            if (!with_sha(c, &cmds[j], sha[j]))
+                continue; /* loaded by kvp__rconn_cmd below */
             if (redisAppendCommandArgv(x, cmds[j].argc, cmds[j].argv, cmds[j].lens) == REDIS_OK)
                 state[j] = 1;
         }

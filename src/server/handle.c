@@ -639,15 +639,14 @@ static size_t segments_of(const char *s, size_t n)
  * fast path for their bodies (1: answered without jansson) and their
  * handlers (vllm.c, sglang.c). */
 struct dialect {
-    const char *name;
     int first, last;
     int (*fast)(struct kvp_ctx *c, int route);
     void (*handle)(struct kvp_ctx *c, int route);
 };
 
 static const struct dialect dialects[] = {
-    {"vllm", KVP_ROUTE_VLLM_INIT, KVP_ROUTE_VLLM_DELETE, kvp__vllm_fast, kvp__vllm_handle},
-    {"sglang", KVP_ROUTE_SGL_INIT, KVP_ROUTE_SGL_GET, kvp__sglang_fast, kvp__sglang_handle},
+    {KVP_ROUTE_VLLM_INIT, KVP_ROUTE_VLLM_DELETE, kvp__vllm_fast, kvp__vllm_handle},
+    {KVP_ROUTE_SGL_INIT, KVP_ROUTE_SGL_GET, kvp__sglang_fast, kvp__sglang_handle},
 };
 
 static const struct dialect *dialect_of(int route)

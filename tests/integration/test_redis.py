@@ -306,8 +306,8 @@ def test_bad_meta_flags_are_usage_errors(args, message):
 
 
 @pytest.mark.parametrize("setup, found", [
-    (("zadd", "old:{old}:namespaces", "1", "d/6b76"), "format 1 (no old:format)"),
-    (("set", "old:format", "9"), "format 9"),
+    (("zadd", "old:{old}:namespaces", "1", "d/6b76"), "format 1 (no old:{old}:format)"),
+    (("set", "old:{old}:format", "9"), "format 9"),
 ])
 def test_state_of_another_format_is_refused_at_start(redis, setup, found):
     # The data model of the scripts changed (issue 27); an older kvpage's
@@ -321,7 +321,7 @@ def test_state_of_another_format_is_refused_at_start(redis, setup, found):
         p.stderr
     assert "use another ?prefix=" in p.stderr
     before = redis.cli("dbsize")
-    assert redis.cli("exists", "old:format") == ("1" if "9" in found else "0")  # untouched
+    assert redis.cli("exists", "old:{old}:format") == ("1" if "9" in found else "0")  # untouched
     assert redis.cli("dbsize") == before
 
 

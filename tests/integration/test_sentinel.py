@@ -65,6 +65,18 @@ def test_wait_for_a_replica_that_is_not_there_is_503_saying_how_many(start_serve
         r.close()
 
 
+def test_opening_writes_nothing_even_when_writes_cannot_be_acknowledged(start_server):
+    # With wait=1 and no replica every change gets 503; opening a fresh
+    # prefix reads only (its format comes with its first namespace).
+    r = redisfix.Redis().start()
+    try:
+        c = start_server("--meta", r.url(prefix="fresh") + "&wait=1&wait_ms=100").client()
+        assert r.cli("dbsize") == "0"
+        expect(c.post("/rank/0/initialize", {"num_pages": 8}), 503)
+    finally:
+        r.close()
+
+
 @pytest.mark.parametrize("loc, message", [
     ("redis://127.0.0.1:1?wait=x", "wait must be a number of replicas in 0..64"),
     ("redis://127.0.0.1:1?wait=1&wait_ms=0", "wait_ms must be a number of milliseconds"),
