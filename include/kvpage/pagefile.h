@@ -249,6 +249,37 @@ KVP_API uint32_t kvp_pagefile_direct_offset_align(const struct kvp_pagefile *pf)
 /* Regions currently registered by kvp_pagefile_register_buffers, after splitting at 1 GiB. */
 KVP_API uint32_t kvp_pagefile_registered_buffers(const struct kvp_pagefile *pf);
 
+/*
+ * Everything the getters above answer, in one call. Set info->info_size to
+ * sizeof(struct kvp_pagefile_info) first: the struct only grows, and a
+ * program built against an older header (a smaller info_size) gets the
+ * fields it knows. The strings are owned by the handle (valid until
+ * kvp_pagefile_close). Thread-safe.
+ * Returns 0, or -EINVAL when pf or info is NULL or info_size is smaller than
+ * the first published layout (info untouched).
+ */
+struct kvp_pagefile_info {
+    size_t info_size;             /* sizeof(struct kvp_pagefile_info), set by the caller */
+    const char *path;             /* kvp_pagefile_path */
+    uint64_t size;                /* kvp_pagefile_size */
+    uint64_t file_size;           /* kvp_pagefile_file_size */
+    uint64_t bytes_per_page;      /* kvp_pagefile_bytes_per_page */
+    uint64_t chunk_bytes;         /* kvp_pagefile_chunk_bytes */
+    uint32_t entries;             /* kvp_pagefile_entries */
+    uint32_t flags;               /* kvp_pagefile_flags */
+    uint32_t mode;                /* kvp_pagefile_mode */
+    int32_t backend_requested;    /* kvp_pagefile_backend_requested */
+    int32_t backend[2];           /* kvp_pagefile_backend: [0] reads, [1] writes */
+    uint32_t threads;             /* kvp_pagefile_threads */
+    uint32_t queues;              /* kvp_pagefile_queues */
+    uint32_t registered_buffers;  /* kvp_pagefile_registered_buffers */
+    uint32_t direct_mem_align;    /* kvp_pagefile_direct_mem_align */
+    uint32_t direct_offset_align; /* kvp_pagefile_direct_offset_align */
+    const char *backend_note;     /* kvp_pagefile_backend_note */
+};
+
+KVP_API int kvp_pagefile_info(const struct kvp_pagefile *pf, struct kvp_pagefile_info *info);
+
 #ifdef __cplusplus
 }
 #endif

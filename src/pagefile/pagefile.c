@@ -1,11 +1,12 @@
 /*
- * pagefile.c — open/close, batch validation, dispatch to a backend, getters.
+ * pagefile.c — the front end: open/close, batch validation, the choice of a
+ * backend per direction and the dispatch to it (struct kvp__pf_backend,
+ * pf_internal.h), buffer registration, getters.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +14,6 @@
 #include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 #include <linux/fs.h>
 
@@ -24,7 +24,6 @@
     (KVP_PAGEFILE_CREATE | KVP_PAGEFILE_DIRECT | KVP_PAGEFILE_ALIGNED | KVP_PAGEFILE_EXACT_SIZE |  \
      KVP_PAGEFILE_READONLY | KVP_PAGEFILE_MMAP_READS | KVP_PAGEFILE_MKDIR)
 #define PF_MAX_ENTRIES (1u << 20)
-#define PF_DEFAULT_QUEUES 4
 #define PF_DEFAULT_CHUNK (1u << 20)
 /* Options from the first published layout onwards: everything up to chunk_bytes. */
 #define PF_OPTS_MIN_SIZE (offsetof(struct kvp_pagefile_opts, chunk_bytes) + sizeof(uint64_t))
@@ -45,28 +44,17 @@ static const int pf_auto_choice[2][2] = {
     {KVP_PAGEFILE_BACKEND_URING, KVP_PAGEFILE_BACKEND_URING},
 };
 
-/* ---- fault injection -------------------------------------------------- */
+/* The backends by KVP_PAGEFILE_BACKEND_* id. */
+static const struct kvp__pf_backend *const pf_backends[] = {
+    [KVP_PAGEFILE_BACKEND_PSYNC] = &kvp__pf_psync,
+    [KVP_PAGEFILE_BACKEND_URING] = &kvp__pf_uring,
+};
+#define PF_NBACKENDS (sizeof pf_backends / sizeof pf_backends[0])
 
-static _Atomic(kvp__pf_fault_fn) pf_fault_fn;
-static _Atomic(void *) pf_fault_arg;
-
-void kvp__pagefile_set_fault(kvp__pf_fault_fn fn, void *arg)
+/* The backend of an id, or NULL (AUTO and unknown ids have none). */
+static const struct kvp__pf_backend *pf_backend_of(int id)
 {
-    atomic_store(&pf_fault_arg, arg);
-    atomic_store(&pf_fault_fn, fn);
-}
-
-int64_t kvp__pf_fault(int site, int64_t offset, uint64_t len)
-{
-    kvp__pf_fault_fn fn = atomic_load_explicit(&pf_fault_fn, memory_order_acquire);
-    if (!fn)
-        return 0;
-    return fn(atomic_load(&pf_fault_arg), site, offset, len);
-}
-
-int kvp__pf_fault_on(void)
-{
-    return atomic_load_explicit(&pf_fault_fn, memory_order_acquire) != NULL;
+    return id >= 0 && (size_t)id < PF_NBACKENDS ? pf_backends[id] : NULL;
 }
 
 /* ---- errors ----------------------------------------------------------- */
@@ -98,62 +86,6 @@ static int pf_fail(struct kvp_error *err, int code, int rule, int64_t index, int
     vsnprintf(err->msg, sizeof err->msg, fmt, ap);
     va_end(ap);
     return code;
-}
-
-/* ---- plain synchronous transfer ---------------------------------------- */
-
-void kvp__pf_again_pause(unsigned n)
-{
-    if (n < KVP__PF_AGAIN_SPIN) {
-        sched_yield();
-        return;
-    }
-    struct timespec ts = {0, 100000};
-    nanosleep(&ts, NULL);
-}
-
-int64_t kvp__pf_pio(int fd, int write, void *buf, uint64_t len, int64_t off)
-{
-    uint64_t done = 0;
-    unsigned again = 0;
-    while (done < len) {
-        uint64_t want = len - done;
-        int64_t f =
-            kvp__pf_fault(write ? KVP__PF_PWRITE : KVP__PF_PREAD, off + (int64_t)done, want);
-        ssize_t r;
-        if (f < 0) {
-            r = -1;
-            errno = (int)-f;
-        } else {
-            if (f > 0 && (uint64_t)f < want)
-                want = (uint64_t)f;
-            r = write ? pwrite(fd, (char *)buf + done, want, off + (off_t)done)
-                      : pread(fd, (char *)buf + done, want, off + (off_t)done);
-        }
-        if (r < 0) {
-            int e = errno;
-            if (e == EINTR)
-                continue;
-            if (e == EAGAIN && ++again < KVP__PF_MAX_AGAIN) {
-                kvp__pf_again_pause(again);
-                continue;
-            }
-            return -e;
-        }
-        if (r == 0)
-            /* A write that makes no progress would loop forever; a read stops at EOF. */
-            return write ? -EIO : (int64_t)done;
-        done += (uint64_t)r;
-        again = 0;
-    }
-    return (int64_t)done;
-}
-
-void kvp__pf_run_inline(struct kvp_pagefile *pf, struct kvp__pf_batch *b)
-{
-    for (size_t i = 0; i < b->n; i++)
-        b->results[i] =
-            kvp__pf_pio(pf->fd, b->write, b->ops[i].buf, b->ops[i].size, b->ops[i].offset);
 }
 
 /* ---- options and open -------------------------------------------------- */
@@ -276,59 +208,63 @@ static void pf_note(struct kvp_pagefile *pf, const char *fmt, ...)
     va_end(ap);
 }
 
+/* Starts be once for the handle (both directions may use it); 0 or its -errno, with why. */
+static int pf_start_one(struct kvp_pagefile *pf, const struct kvp__pf_backend *be, char *why,
+                        size_t whylen)
+{
+    for (int i = 0; i < 2; i++)
+        if (pf->started[i] == be)
+            return 0;
+    int rc = be->start(pf, why, whylen);
+    if (rc == 0)
+        pf->started[pf->started[0] ? 1 : 0] = be;
+    return rc;
+}
+
 static int pf_start_backends(struct kvp_pagefile *pf, struct kvp_error *err)
 {
     int direct = (pf->flags & KVP_PAGEFILE_DIRECT) != 0;
     for (int w = 0; w < 2; w++)
-        pf->backend[w] = pf->backend_req == KVP_PAGEFILE_BACKEND_AUTO ? pf_auto_choice[direct][w]
-                                                                      : pf->backend_req;
+        pf->be[w] =
+            pf_backend_of(pf->backend_req == KVP_PAGEFILE_BACKEND_AUTO ? pf_auto_choice[direct][w]
+                                                                       : pf->backend_req);
+    pf->xfer[0] = pf->xfer[1] = kvp__pf_xfer_plain;
     if (pf->flags & KVP_PAGEFILE_MMAP_READS) {
-        pf->backend[0] = KVP_PAGEFILE_BACKEND_PSYNC; /* the copies run on its threads */
+        pf->be[0] = &kvp__pf_psync; /* the copies run on its threads */
         int rc = kvp__pf_map_open(pf);
         if (rc != 0)
             pf_note(pf, "mmap reads: cannot map %s (mmap: %s), reads use pread; ", pf->path,
                     strerror(-rc));
+        else
+            pf->xfer[0] = kvp__pf_map_read;
     }
 
-    if (pf->backend[0] == KVP_PAGEFILE_BACKEND_URING ||
-        pf->backend[1] == KVP_PAGEFILE_BACKEND_URING) {
-        int rc = kvp__pf_uring_start(pf, pf->queues_asked ? pf->queues_asked : PF_DEFAULT_QUEUES);
-        if (rc != 0) {
-            if (pf->backend_req == KVP_PAGEFILE_BACKEND_URING)
-                return pf_fail(err, rc, KVP_RULE_IO, -1, 0,
-                               "io_uring is unavailable (io_uring_queue_init: %s)", strerror(-rc));
-            pf->backend[0] = pf->backend[1] = KVP_PAGEFILE_BACKEND_PSYNC;
-            pf_note(
-                pf,
-                "auto: io_uring is unavailable (io_uring_queue_init: %s, errno %d); using psync",
-                strerror(-rc), -rc);
-        }
-    }
-    if (pf->backend[0] == KVP_PAGEFILE_BACKEND_PSYNC ||
-        pf->backend[1] == KVP_PAGEFILE_BACKEND_PSYNC) {
-        uint32_t t = pf->threads_asked;
-        if (t == 0) {
-            t = kvp__pf_cpus();
-            if (t > 64)
-                t = 64;
-            /* O_DIRECT threads sleep on the device: their number is the queue depth, not CPU use.
-             */
-            uint32_t depth = pf->entries < 16 ? pf->entries : 16;
-            if (direct && t < depth)
-                t = depth;
-        }
-        int rc = kvp__pf_pool_start(pf, t);
-        if (rc != 0)
-            return pf_fail(err, rc, KVP_RULE_IO, -1, 0, "cannot start %u I/O threads: %s", t,
-                           strerror(-rc));
+    /* Each backend once, reads' first. One that may be unavailable falls
+     * back to psync when AUTO chose it, and fails the open when asked for. */
+    for (int w = 0; w < 2; w++) {
+        const struct kvp__pf_backend *be = pf->be[w];
+        char why[200] = "";
+        int rc = pf_start_one(pf, be, why, sizeof why);
+        if (rc == 0)
+            continue;
+        if (!be->what)
+            return pf_fail(err, rc, KVP_RULE_IO, -1, 0, "%s", why);
+        if (pf->backend_req != KVP_PAGEFILE_BACKEND_AUTO)
+            return pf_fail(err, rc, KVP_RULE_IO, -1, 0, "%s is unavailable (%s)", be->what, why);
+        pf_note(pf, "auto: %s is unavailable (%s, errno %d); using %s", be->what, why, -rc,
+                kvp__pf_psync.name);
+        for (int d = 0; d < 2; d++)
+            if (pf->be[d] == be)
+                pf->be[d] = &kvp__pf_psync;
+        if ((rc = pf_start_one(pf, &kvp__pf_psync, why, sizeof why)) != 0)
+            return pf_fail(err, rc, KVP_RULE_IO, -1, 0, "%s", why);
     }
     if (pf->map)
         pf_note(pf, "mmap reads: buffered reads of cached pages copy out of a mapping; ");
     if (pf->note[0] == '\0' || (pf->flags & KVP_PAGEFILE_MMAP_READS)) {
         if (pf->backend_req == KVP_PAGEFILE_BACKEND_AUTO)
             pf_note(pf, "auto: %s reads, %s writes for %s I/O (the faster per bench/io)",
-                    kvp_pagefile_backend_name(pf->backend[0]),
-                    kvp_pagefile_backend_name(pf->backend[1]), direct ? "O_DIRECT" : "buffered");
+                    pf->be[0]->name, pf->be[1]->name, direct ? "O_DIRECT" : "buffered");
         else
             pf_note(pf, "%s, as requested", kvp_pagefile_backend_name(pf->backend_req));
     }
@@ -356,7 +292,7 @@ static int pf_check_opts(const char *path, const struct kvp_pagefile_opts *o, st
     if (o->flags & ~PF_KNOWN_FLAGS)
         return pf_fail(err, -EINVAL, KVP_RULE_ARG, -1, o->flags, "unknown flags 0x%x",
                        o->flags & ~PF_KNOWN_FLAGS);
-    if (o->backend < KVP_PAGEFILE_BACKEND_AUTO || o->backend > KVP_PAGEFILE_BACKEND_URING)
+    if (o->backend != KVP_PAGEFILE_BACKEND_AUTO && !pf_backend_of(o->backend))
         return pf_fail(err, -EINVAL, KVP_RULE_ARG, -1, o->backend, "unknown backend %d",
                        o->backend);
     if ((o->flags & KVP_PAGEFILE_MMAP_READS) && (o->flags & KVP_PAGEFILE_DIRECT))
@@ -478,8 +414,9 @@ KVP_API void kvp_pagefile_close(struct kvp_pagefile *pf)
 {
     if (!pf)
         return;
-    kvp__pf_pool_stop(pf);
-    kvp__pf_uring_stop(pf);
+    for (int i = 2; i-- > 0;)
+        if (pf->started[i])
+            pf->started[i]->stop(pf);
     kvp__pf_map_close(pf);
     if (pf->fd >= 0)
         close(pf->fd);
@@ -570,10 +507,7 @@ static int pf_batch(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops, 
     if (rc || n == 0)
         return rc;
     struct kvp__pf_batch b = {.ops = ops, .results = results, .n = n, .write = write};
-    if (pf->backend[write] == KVP_PAGEFILE_BACKEND_URING)
-        kvp__pf_uring_run(pf, &b);
-    else
-        kvp__pf_pool_run(pf, &b);
+    pf->be[write]->run(pf, &b);
     for (size_t i = 0; i < n; i++) {
         if (results[i] >= 0 && (uint64_t)results[i] == ops[i].size)
             continue;
@@ -627,19 +561,43 @@ KVP_API int kvp_pagefile_register_buffers(struct kvp_pagefile *pf,
         if (!bufs[i].base || bufs[i].len == 0)
             return pf_fail(err, -EINVAL, KVP_RULE_ARG, (int64_t)i, (int64_t)bufs[i].len,
                            "buffer %zu is NULL or empty", i);
-    if (!pf->urings)
-        return 0;
-    return kvp__pf_uring_register(pf, bufs, n, err);
+    /* Every started backend that registers memory; one failing undoes the others. */
+    for (int i = 0; i < 2; i++) {
+        const struct kvp__pf_backend *be = pf->started[i];
+        if (!be || !be->reg)
+            continue;
+        int rc = be->reg(pf, bufs, n, err);
+        if (rc != 0) {
+            for (int j = 0; j < i; j++)
+                if (pf->started[j] && pf->started[j]->unreg)
+                    pf->started[j]->unreg(pf);
+            return rc;
+        }
+    }
+    return 0;
 }
 
 KVP_API int kvp_pagefile_unregister_buffers(struct kvp_pagefile *pf)
 {
-    if (pf && pf->urings)
-        kvp__pf_uring_unregister(pf);
+    for (int i = 0; pf && i < 2; i++)
+        if (pf->started[i] && pf->started[i]->unreg)
+            pf->started[i]->unreg(pf);
     return 0;
 }
 
 /* ---- getters ----------------------------------------------------------- */
+
+/* What the started backends know (threads, queues, registered buffers); the rest zero. */
+static struct kvp_pagefile_info pf_backends_info(const struct kvp_pagefile *pf)
+{
+    struct kvp_pagefile_info info;
+    memset(&info, 0, sizeof info);
+    info.info_size = sizeof info;
+    for (int i = 0; i < 2; i++)
+        if (pf->started[i] && pf->started[i]->info)
+            pf->started[i]->info(pf, &info);
+    return info;
+}
 
 KVP_API const char *kvp_pagefile_path(const struct kvp_pagefile *pf)
 {
@@ -671,20 +629,14 @@ KVP_API int kvp_pagefile_backend_requested(const struct kvp_pagefile *pf)
 }
 KVP_API int kvp_pagefile_backend(const struct kvp_pagefile *pf, int write)
 {
-    return pf->backend[write ? 1 : 0];
+    return pf->be[write ? 1 : 0]->id;
 }
 KVP_API const char *kvp_pagefile_backend_name(int backend)
 {
-    switch (backend) {
-    case KVP_PAGEFILE_BACKEND_AUTO:
+    if (backend == KVP_PAGEFILE_BACKEND_AUTO)
         return "auto";
-    case KVP_PAGEFILE_BACKEND_PSYNC:
-        return "psync";
-    case KVP_PAGEFILE_BACKEND_URING:
-        return "uring";
-    default:
-        return "?";
-    }
+    const struct kvp__pf_backend *be = pf_backend_of(backend);
+    return be ? be->name : "?";
 }
 KVP_API const char *kvp_pagefile_backend_note(const struct kvp_pagefile *pf)
 {
@@ -692,11 +644,11 @@ KVP_API const char *kvp_pagefile_backend_note(const struct kvp_pagefile *pf)
 }
 KVP_API uint32_t kvp_pagefile_threads(const struct kvp_pagefile *pf)
 {
-    return kvp__pf_pool_threads(pf);
+    return pf_backends_info(pf).threads;
 }
 KVP_API uint32_t kvp_pagefile_queues(const struct kvp_pagefile *pf)
 {
-    return kvp__pf_uring_queues(pf);
+    return pf_backends_info(pf).queues;
 }
 KVP_API uint32_t kvp_pagefile_mode(const struct kvp_pagefile *pf)
 {
@@ -716,5 +668,33 @@ KVP_API uint32_t kvp_pagefile_direct_offset_align(const struct kvp_pagefile *pf)
 }
 KVP_API uint32_t kvp_pagefile_registered_buffers(const struct kvp_pagefile *pf)
 {
-    return kvp__pf_uring_nregs(pf);
+    return pf_backends_info(pf).registered_buffers;
+}
+
+/* The first published layout: everything up to backend_note. */
+#define PF_INFO_MIN_SIZE (offsetof(struct kvp_pagefile_info, backend_note) + sizeof(const char *))
+
+KVP_API int kvp_pagefile_info(const struct kvp_pagefile *pf, struct kvp_pagefile_info *info)
+{
+    if (!pf || !info || info->info_size < PF_INFO_MIN_SIZE)
+        return -EINVAL;
+    struct kvp_pagefile_info full = pf_backends_info(pf);
+    full.path = pf->path;
+    full.size = pf->size;
+    full.file_size = pf->file_size;
+    full.bytes_per_page = pf->bytes_per_page;
+    full.chunk_bytes = pf->chunk_bytes;
+    full.entries = pf->entries;
+    full.flags = pf->flags;
+    full.mode = pf->mode;
+    full.backend_requested = pf->backend_req;
+    full.backend[0] = pf->be[0]->id;
+    full.backend[1] = pf->be[1]->id;
+    full.direct_mem_align = pf->mem_align;
+    full.direct_offset_align = pf->off_align;
+    full.backend_note = pf->note;
+    size_t n = info->info_size < sizeof full ? info->info_size : sizeof full;
+    full.info_size = n;
+    memcpy(info, &full, n);
+    return 0;
 }

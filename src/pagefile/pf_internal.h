@@ -1,7 +1,15 @@
 /*
- * pf_internal.h — what the pagefile front end and its two backends share,
- * plus the fault-injection hook the tests use (kvp__ names: internal,
- * reachable from tests through kvpage_internal).
+ * pf_internal.h — what the pagefile front end (pagefile.c) and its backends
+ * share: the handle, the backend table every backend fills (psync.c,
+ * uring.c), and the helpers below the backends (pf_io.c: the plain
+ * transfer, the EAGAIN pause, the fault-injection hook the tests use;
+ * pf_map.c: mmap reads). A backend calls only those helpers, never the
+ * front end. kvp__ names: internal, reachable from tests through
+ * kvpage_internal.
+ *
+ * Adding a backend: a file with its struct kvp__pf_backend, its id in
+ * pagefile.h, one line in pf_backends[] (pagefile.c), and its state's
+ * pointer in struct kvp_pagefile.
  */
 #ifndef KVPAGE_PF_INTERNAL_H
 #define KVPAGE_PF_INTERNAL_H
@@ -51,6 +59,50 @@ struct kvp__pf_batch {
     int write;
 };
 
+struct kvp_pagefile;
+
+/*
+ * How an operation's bytes move, [0] reads, [1] writes: the plain transfer
+ * (kvp__pf_pio on the handle's fd) or, for reads with
+ * KVP_PAGEFILE_MMAP_READS, the copy out of the mapping. Set at open; the
+ * psync pool calls it for each piece. Returns as kvp__pf_pio.
+ */
+typedef int64_t (*kvp__pf_xfer_fn)(const struct kvp_pagefile *pf, int write, void *buf,
+                                   uint64_t len, int64_t off);
+
+/*
+ * A page-I/O backend. The front end picks one per direction at open, starts
+ * each backend it picked once (both directions may share it), hands it the
+ * validated batches of its directions, and stops it at close.
+ */
+struct kvp__pf_backend {
+    int id;           /* KVP_PAGEFILE_BACKEND_* */
+    const char *name; /* kvp_pagefile_backend_name: "psync", "uring" */
+    /* What may be unavailable, for messages ("io_uring"), or NULL when the
+     * backend is always there (it is then the fallback of the others). */
+    const char *what;
+    /*
+     * Sets the backend up for pf from the handle's options. Returns 0, or a
+     * -errno with why (NUL-terminated, at most whylen bytes) saying what
+     * failed: with `what` set, the cause ("io_uring_queue_init: ..."), which
+     * the front end words as "WHAT is unavailable (CAUSE)"; else the whole
+     * message. On failure nothing is left to stop.
+     */
+    int (*start)(struct kvp_pagefile *pf, char *why, size_t whylen);
+    void (*stop)(struct kvp_pagefile *pf); /* what start set up; safe when it did not run */
+    void (*run)(struct kvp_pagefile *pf, struct kvp__pf_batch *b); /* fills b->results */
+    /* Registers the caller's regions (already checked non-empty), replacing
+     * any earlier ones; NULL when the backend has nothing to register. */
+    int (*reg)(struct kvp_pagefile *pf, const struct kvp_pagefile_buf *bufs, size_t n,
+               struct kvp_error *err);
+    void (*unreg)(struct kvp_pagefile *pf);
+    /* Adds what the backend knows to info (threads, queues, registered buffers). */
+    void (*info)(const struct kvp_pagefile *pf, struct kvp_pagefile_info *info);
+};
+
+extern const struct kvp__pf_backend kvp__pf_psync; /* psync.c */
+extern const struct kvp__pf_backend kvp__pf_uring; /* uring.c */
+
 struct kvp__pf_pool;   /* psync.c */
 struct kvp__pf_urings; /* uring.c */
 
@@ -60,14 +112,18 @@ struct kvp_pagefile {
     uint64_t size, file_size, bytes_per_page, chunk_bytes;
     uint32_t entries, flags, mode, threads_asked, queues_asked;
     int backend_req;
-    int backend[2]; /* [0] reads, [1] writes: PSYNC or URING */
+    const struct kvp__pf_backend *be[2];      /* [0] reads, [1] writes */
+    const struct kvp__pf_backend *started[2]; /* the distinct backends started, in order */
+    kvp__pf_xfer_fn xfer[2];                  /* [0] reads, [1] writes */
     uint32_t mem_align, off_align;
-    struct kvp__pf_pool *pool;
-    struct kvp__pf_urings *urings;
+    struct kvp__pf_pool *pool;     /* psync's state */
+    struct kvp__pf_urings *urings; /* uring's state */
     char *map;         /* KVP_PAGEFILE_MMAP_READS: [0, size) mapped read-only, or NULL */
     uint64_t map_page; /* the page size mincore counts in */
     char note[256];
 };
+
+/* ---- below the backends (pf_io.c) ---------------------------------------- */
 
 /* How many EAGAIN in a row a transfer tolerates before reporting it; past
  * KVP__PF_AGAIN_SPIN of them it sleeps 100 us between attempts (~0.1 s in all). */
@@ -83,15 +139,12 @@ void kvp__pf_again_pause(unsigned n);
  */
 int64_t kvp__pf_pio(int fd, int write, void *buf, uint64_t len, int64_t off);
 
+/* kvp__pf_pio on the handle's fd: the plain kvp__pf_xfer_fn. */
+int64_t kvp__pf_xfer_plain(const struct kvp_pagefile *pf, int write, void *buf, uint64_t len,
+                           int64_t off);
+
 /* Runs a whole batch on the calling thread, one op after the other. */
 void kvp__pf_run_inline(struct kvp_pagefile *pf, struct kvp__pf_batch *b);
-
-/* psync backend */
-int kvp__pf_pool_start(struct kvp_pagefile *pf, uint32_t threads);
-void kvp__pf_pool_stop(struct kvp_pagefile *pf);
-void kvp__pf_pool_run(struct kvp_pagefile *pf, struct kvp__pf_batch *b);
-uint32_t kvp__pf_pool_threads(const struct kvp_pagefile *pf);
-uint64_t kvp__pf_pool_helped(void); /* pieces run by pool workers so far (tests) */
 
 /* CPUs online, at least 1: the psync threads by default, and how many copy at once. */
 static inline uint32_t kvp__pf_cpus(void)
@@ -100,22 +153,17 @@ static inline uint32_t kvp__pf_cpus(void)
     return n < 1 ? 1 : (uint32_t)n;
 }
 
-/* uring backend: start returns 0 or the -errno of io_uring setup. */
-int kvp__pf_uring_start(struct kvp_pagefile *pf, uint32_t queues);
-void kvp__pf_uring_stop(struct kvp_pagefile *pf);
-void kvp__pf_uring_run(struct kvp_pagefile *pf, struct kvp__pf_batch *b);
-uint32_t kvp__pf_uring_queues(const struct kvp_pagefile *pf);
-int kvp__pf_uring_register(struct kvp_pagefile *pf, const struct kvp_pagefile_buf *bufs, size_t n,
-                           struct kvp_error *err);
-void kvp__pf_uring_unregister(struct kvp_pagefile *pf);
-uint32_t kvp__pf_uring_nregs(const struct kvp_pagefile *pf);
+/* psync: pieces run by pool workers so far, by every handle (for the tests). */
+uint64_t kvp__pf_pool_helped(void);
 
 /* KVP_PAGEFILE_MMAP_READS (pf_map.c): map_open returns 0 or -errno of mmap. */
 int kvp__pf_map_open(struct kvp_pagefile *pf);
 void kvp__pf_map_close(struct kvp_pagefile *pf);
-/* Reads [off, off + len) out of the mapping, or with pread where a page is not
- * in the page cache; returns as kvp__pf_pio. */
-int64_t kvp__pf_map_read(const struct kvp_pagefile *pf, void *buf, uint64_t len, int64_t off);
+/* The read strategy of a mapped handle (a kvp__pf_xfer_fn for reads only):
+ * [off, off + len) out of the mapping, or with pread where a page is not in
+ * the page cache; returns as kvp__pf_pio. */
+int64_t kvp__pf_map_read(const struct kvp_pagefile *pf, int write, void *buf, uint64_t len,
+                         int64_t off);
 /* Reads served out of a mapping so far, by every handle of the process (for the tests). */
 uint64_t kvp__pf_map_copies(void);
 

@@ -98,8 +98,10 @@ static void pf_stream_copy(char *dst, const char *src, uint64_t len)
     memcpy(dst, src, len);
 }
 
-int64_t kvp__pf_map_read(const struct kvp_pagefile *pf, void *buf, uint64_t len, int64_t off)
+int64_t kvp__pf_map_read(const struct kvp_pagefile *pf, int write, void *buf, uint64_t len,
+                         int64_t off)
 {
+    (void)write; /* the read strategy only: writes always take the plain transfer */
     /* Under fault injection every read takes pread, where the hook applies. */
     if (len == 0 || kvp__pf_fault_on() || !pf_resident(pf->map, pf->map_page, off, len))
         return kvp__pf_pio(pf->fd, 0, buf, len, off);

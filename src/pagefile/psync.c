@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +36,7 @@
 struct pf_job {
     struct kvp__pf_batch *b;
     const struct kvp_pagefile *pf;
+    kvp__pf_xfer_fn xfer; /* the handle's strategy for this direction */
     uint64_t chunk;
     size_t per_op; /* pieces per operation: the largest op's, so index math stays a division */
     size_t total;
@@ -110,11 +112,8 @@ static void pf_job_work(struct pf_job *job, const struct kvp__pf_pool *helper)
         uint64_t len = op->size - start < job->chunk ? op->size - start : job->chunk;
         if (helper)
             atomic_fetch_add_explicit(&pf_helped, 1, memory_order_relaxed);
-        int64_t r = !b->write && job->pf->map
-                        ? kvp__pf_map_read(job->pf, (char *)op->buf + start, len,
-                                           op->offset + (int64_t)start)
-                        : kvp__pf_pio(job->pf->fd, b->write, (char *)op->buf + start, len,
-                                      op->offset + (int64_t)start);
+        int64_t r =
+            job->xfer(job->pf, b->write, (char *)op->buf + start, len, op->offset + (int64_t)start);
         if (r < 0)
             pf_record(&b->results[i], r);
         else if ((uint64_t)r < len)
@@ -247,7 +246,9 @@ static void *pf_worker(void *arg)
     return NULL;
 }
 
-int kvp__pf_pool_start(struct kvp_pagefile *pf, uint32_t threads)
+static void pf_pool_stop(struct kvp_pagefile *pf);
+
+static int pf_pool_start(struct kvp_pagefile *pf, uint32_t threads)
 {
     struct kvp__pf_pool *p = calloc(1, sizeof *p);
     if (!p)
@@ -275,13 +276,13 @@ int kvp__pf_pool_start(struct kvp_pagefile *pf, uint32_t threads)
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {
-        kvp__pf_pool_stop(pf);
+        pf_pool_stop(pf);
         return -rc;
     }
     return 0;
 }
 
-void kvp__pf_pool_stop(struct kvp_pagefile *pf)
+static void pf_pool_stop(struct kvp_pagefile *pf)
 {
     struct kvp__pf_pool *p = pf->pool;
     if (!p)
@@ -297,11 +298,6 @@ void kvp__pf_pool_stop(struct kvp_pagefile *pf)
     free(p->tids);
     free(p);
     pf->pool = NULL;
-}
-
-uint32_t kvp__pf_pool_threads(const struct kvp_pagefile *pf)
-{
-    return pf->pool ? pf->pool->nthreads : 0;
 }
 
 /*
@@ -329,12 +325,13 @@ static unsigned pf_callers(struct kvp__pf_pool *p)
     return peak;
 }
 
-void kvp__pf_pool_run(struct kvp_pagefile *pf, struct kvp__pf_batch *b)
+static void pf_pool_run(struct kvp_pagefile *pf, struct kvp__pf_batch *b)
 {
     struct kvp__pf_pool *p = pf->pool;
     struct pf_job job;
     job.b = b;
     job.pf = pf;
+    job.xfer = pf->xfer[b->write ? 1 : 0];
     uint64_t largest = 0;
     for (size_t i = 0; i < b->n; i++) {
         b->results[i] = (int64_t)b->ops[i].size;
@@ -411,3 +408,40 @@ void kvp__pf_pool_run(struct kvp_pagefile *pf, struct kvp__pf_batch *b)
     pthread_cond_destroy(&job.cv);
     atomic_fetch_sub(&p->callers, 1);
 }
+
+/*
+ * The threads besides the caller: opts.threads, else the CPUs (at most 64);
+ * O_DIRECT threads sleep on the device, so there they are the queue depth,
+ * at least min(entries, 16), not the CPU use.
+ */
+static int pf_psync_start(struct kvp_pagefile *pf, char *why, size_t whylen)
+{
+    uint32_t t = pf->threads_asked;
+    if (t == 0) {
+        t = kvp__pf_cpus();
+        if (t > 64)
+            t = 64;
+        uint32_t depth = pf->entries < 16 ? pf->entries : 16;
+        if ((pf->flags & KVP_PAGEFILE_DIRECT) && t < depth)
+            t = depth;
+    }
+    int rc = pf_pool_start(pf, t);
+    if (rc != 0)
+        snprintf(why, whylen, "cannot start %u I/O threads: %s", t, strerror(-rc));
+    return rc;
+}
+
+static void pf_psync_info(const struct kvp_pagefile *pf, struct kvp_pagefile_info *info)
+{
+    info->threads = pf->pool ? pf->pool->nthreads : 0;
+}
+
+const struct kvp__pf_backend kvp__pf_psync = {
+    .id = KVP_PAGEFILE_BACKEND_PSYNC,
+    .name = "psync",
+    .what = NULL, /* always there: the fallback of the others */
+    .start = pf_psync_start,
+    .stop = pf_pool_stop,
+    .run = pf_pool_run,
+    .info = pf_psync_info,
+};

@@ -20,6 +20,7 @@
 #define PF_RING_MAX_DEPTH 1024u
 #define PF_SQE_MAX_LEN (1u << 30)   /* one SQE moves at most this; the rest is a continuation */
 #define PF_REG_MAX_LEN (1ull << 30) /* the kernel's limit per registered buffer */
+#define PF_DEFAULT_QUEUES 4u        /* rings when opts.queues is 0 */
 #define PF_NO_OP UINT64_MAX         /* user_data of an SQE neutralized after a failed submit */
 
 struct pf_opstate {
@@ -79,7 +80,9 @@ static int pf_ring_register(struct kvp__pf_urings *u, struct pf_ring *r)
     return io_uring_register_buffers(&r->ring, u->iov, u->nregs);
 }
 
-int kvp__pf_uring_start(struct kvp_pagefile *pf, uint32_t queues)
+static void pf_uring_stop(struct kvp_pagefile *pf);
+
+static int pf_uring_setup(struct kvp_pagefile *pf, uint32_t queues)
 {
     struct kvp__pf_urings *u = calloc(1, sizeof *u);
     if (!u)
@@ -99,19 +102,19 @@ int kvp__pf_uring_start(struct kvp_pagefile *pf, uint32_t queues)
         r->st = calloc(pf->entries, sizeof *r->st);
         r->todo = calloc(pf->entries, sizeof *r->todo);
         if (!r->st || !r->todo) {
-            kvp__pf_uring_stop(pf);
+            pf_uring_stop(pf);
             return -ENOMEM;
         }
         int rc = pf_ring_setup(pf, r);
         if (rc < 0) {
-            kvp__pf_uring_stop(pf);
+            pf_uring_stop(pf);
             return rc;
         }
     }
     return 0;
 }
 
-void kvp__pf_uring_stop(struct kvp_pagefile *pf)
+static void pf_uring_stop(struct kvp_pagefile *pf)
 {
     struct kvp__pf_urings *u = pf->urings;
     if (!u)
@@ -131,20 +134,15 @@ void kvp__pf_uring_stop(struct kvp_pagefile *pf)
     pf->urings = NULL;
 }
 
-uint32_t kvp__pf_uring_queues(const struct kvp_pagefile *pf)
-{
-    return pf->urings ? pf->urings->n : 0;
-}
-
-uint32_t kvp__pf_uring_nregs(const struct kvp_pagefile *pf)
+static void pf_uring_info(const struct kvp_pagefile *pf, struct kvp_pagefile_info *info)
 {
     struct kvp__pf_urings *u = pf->urings;
     if (!u)
-        return 0;
+        return;
+    info->queues = u->n;
     pthread_mutex_lock(&u->rings[0].mu);
-    uint32_t n = u->nregs;
+    info->registered_buffers = u->nregs;
     pthread_mutex_unlock(&u->rings[0].mu);
-    return n;
 }
 
 static void pf_lock_all(struct kvp__pf_urings *u)
@@ -178,8 +176,8 @@ static int pf_reg_cmp(const void *a, const void *b)
     return x->base < y->base ? -1 : x->base > y->base;
 }
 
-int kvp__pf_uring_register(struct kvp_pagefile *pf, const struct kvp_pagefile_buf *bufs, size_t n,
-                           struct kvp_error *err)
+static int pf_uring_register(struct kvp_pagefile *pf, const struct kvp_pagefile_buf *bufs, size_t n,
+                             struct kvp_error *err)
 {
     struct kvp__pf_urings *u = pf->urings;
     size_t count = 0;
@@ -225,7 +223,7 @@ int kvp__pf_uring_register(struct kvp_pagefile *pf, const struct kvp_pagefile_bu
     return rc;
 }
 
-void kvp__pf_uring_unregister(struct kvp_pagefile *pf)
+static void pf_uring_unregister(struct kvp_pagefile *pf)
 {
     struct kvp__pf_urings *u = pf->urings;
     pf_lock_all(u);
@@ -423,7 +421,7 @@ static void pf_ring_run(struct kvp_pagefile *pf, struct pf_ring *r, struct kvp__
     }
 }
 
-void kvp__pf_uring_run(struct kvp_pagefile *pf, struct kvp__pf_batch *b)
+static void pf_uring_run(struct kvp_pagefile *pf, struct kvp__pf_batch *b)
 {
     struct kvp__pf_urings *u = pf->urings;
     uint32_t start = atomic_fetch_add_explicit(&u->rr, 1, memory_order_relaxed) % u->n;
@@ -443,3 +441,24 @@ void kvp__pf_uring_run(struct kvp_pagefile *pf, struct kvp__pf_batch *b)
         kvp__pf_run_inline(pf, b);
     pthread_mutex_unlock(&r->mu);
 }
+
+/* queues rings (opts.queues, default 4); why: the cause when io_uring cannot be set up. */
+static int pf_uring_start(struct kvp_pagefile *pf, char *why, size_t whylen)
+{
+    int rc = pf_uring_setup(pf, pf->queues_asked ? pf->queues_asked : PF_DEFAULT_QUEUES);
+    if (rc != 0)
+        snprintf(why, whylen, "io_uring_queue_init: %s", strerror(-rc));
+    return rc;
+}
+
+const struct kvp__pf_backend kvp__pf_uring = {
+    .id = KVP_PAGEFILE_BACKEND_URING,
+    .name = "uring",
+    .what = "io_uring",
+    .start = pf_uring_start,
+    .stop = pf_uring_stop,
+    .run = pf_uring_run,
+    .reg = pf_uring_register,
+    .unreg = pf_uring_unregister,
+    .info = pf_uring_info,
+};

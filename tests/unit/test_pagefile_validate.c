@@ -491,6 +491,86 @@ static void test_register(void)
     free(back);
 }
 
+/* kvp_pagefile_info answers what every getter answers, for a caller of any
+ * layout size, and refuses a size smaller than the first layout. */
+static void check_info(struct kvp_pagefile *pf)
+{
+    struct kvp_pagefile_info in;
+    memset(&in, 0xab, sizeof in);
+    in.info_size = sizeof in;
+    CHECK_EQ(kvp_pagefile_info(pf, &in), 0);
+    CHECK_EQ(in.info_size, sizeof in);
+    CHECK_STR(in.path, kvp_pagefile_path(pf));
+    CHECK_EQ(in.size, kvp_pagefile_size(pf));
+    CHECK_EQ(in.file_size, kvp_pagefile_file_size(pf));
+    CHECK_EQ(in.bytes_per_page, kvp_pagefile_bytes_per_page(pf));
+    CHECK_EQ(in.chunk_bytes, kvp_pagefile_chunk_bytes(pf));
+    CHECK_EQ(in.entries, kvp_pagefile_entries(pf));
+    CHECK_EQ(in.flags, kvp_pagefile_flags(pf));
+    CHECK_EQ(in.mode, kvp_pagefile_mode(pf));
+    CHECK_EQ(in.backend_requested, kvp_pagefile_backend_requested(pf));
+    CHECK_EQ(in.backend[0], kvp_pagefile_backend(pf, 0));
+    CHECK_EQ(in.backend[1], kvp_pagefile_backend(pf, 1));
+    CHECK_EQ(in.threads, kvp_pagefile_threads(pf));
+    CHECK_EQ(in.queues, kvp_pagefile_queues(pf));
+    CHECK_EQ(in.registered_buffers, kvp_pagefile_registered_buffers(pf));
+    CHECK_EQ(in.direct_mem_align, kvp_pagefile_direct_mem_align(pf));
+    CHECK_EQ(in.direct_offset_align, kvp_pagefile_direct_offset_align(pf));
+    CHECK_STR(in.backend_note, kvp_pagefile_backend_note(pf));
+    /* a caller whose struct is larger (a newer header) learns how much was filled */
+    struct {
+        struct kvp_pagefile_info in;
+        char more[32];
+    } big;
+    memset(&big, 0x5a, sizeof big);
+    big.in.info_size = sizeof big;
+    CHECK_EQ(kvp_pagefile_info(pf, &big.in), 0);
+    CHECK_EQ(big.in.info_size, sizeof big.in);
+    CHECK_EQ(big.in.queues, in.queues);
+    CHECK_EQ((unsigned char)big.more[0], 0x5a);
+    /* too small, or no struct: -EINVAL, untouched */
+    struct kvp_pagefile_info small;
+    memset(&small, 0x11, sizeof small);
+    small.info_size = offsetof(struct kvp_pagefile_info, backend_note);
+    CHECK_EQ(kvp_pagefile_info(pf, &small), -EINVAL);
+    CHECK_EQ((unsigned char)((char *)&small.path)[0], 0x11);
+    CHECK_EQ(kvp_pagefile_info(pf, NULL), -EINVAL);
+    CHECK_EQ(kvp_pagefile_info(NULL, &in), -EINVAL);
+}
+
+static void test_info(void)
+{
+    char path[600];
+    pt_path(path, sizeof path, "info");
+    for (int b = 0; b < PT_NBACKENDS; b++) {
+        struct kvp_pagefile_opts o = pt_opts(16 * MiB, MiB, 8, KVP_PAGEFILE_CREATE, pt_backends[b]);
+        struct kvp_pagefile *pf = pt_open_or_skip(path, &o, "info");
+        if (!pf)
+            continue;
+        check_info(pf);
+        if (pt_backends[b] == KVP_PAGEFILE_BACKEND_URING) {
+            char *pool = pt_alloc(2 * MiB);
+            struct kvp_pagefile_buf reg = {pool, 2 * MiB};
+            CHECK_EQ(kvp_pagefile_register_buffers(pf, &reg, 1, NULL), 0);
+            struct kvp_pagefile_info in = {.info_size = sizeof in};
+            CHECK_EQ(kvp_pagefile_info(pf, &in), 0);
+            CHECK_EQ(in.registered_buffers, 1);
+            CHECK_EQ(in.queues, 4);
+            CHECK_EQ(in.threads, 0);
+            CHECK_EQ(in.backend[1], KVP_PAGEFILE_BACKEND_URING);
+            kvp_pagefile_close(pf);
+            free(pool);
+        } else {
+            struct kvp_pagefile_info in = {.info_size = sizeof in};
+            CHECK_EQ(kvp_pagefile_info(pf, &in), 0);
+            CHECK(in.threads > 0);
+            CHECK_EQ(in.queues, 0);
+            CHECK_EQ(in.backend[0], KVP_PAGEFILE_BACKEND_PSYNC);
+            kvp_pagefile_close(pf);
+        }
+    }
+}
+
 int main(void)
 {
     pt_mkdir("validate");
@@ -499,6 +579,7 @@ int main(void)
         test_rules(pt_backends[b]);
     test_auto_and_fallback();
     test_register();
+    test_info();
     pt_rmdir();
     return pt_finish();
 }
