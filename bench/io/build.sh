@@ -7,6 +7,6 @@ root=$(cd "$here/../.." && pwd)
 out=${1:-$here/bench_io}
 ${CC:-cc} -std=c11 -O2 -g -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter \
     -I"$root/include" -I"$root/src" \
-    "$here/bench_io.c" "$root"/src/pagefile/*.c "$root/src/util/error.c" \
+    "$here/bench_io.c" "$root"/src/pagefile/*.c "$root/src/util/error.c" "$root/src/util/dirs.c" \
     -o "$out" $(pkg-config --libs liburing) -lpthread
 echo "built $out"
