@@ -395,6 +395,32 @@ static void test_roundtrip(void)
     CHECK_EQ(reap(&rd, cqe, 1), 1);
     CHECK_EQ(cqe[0].result, PG);
 
+    /* io_depth 2: the worker takes exactly two at a time */
+    struct hf3fs_ior d2;
+    CHECK_EQ(F.iorcreate4(&d2, mount, 4, false, 2, 0, -1, 0), 0);
+    CHECK(F.prep_io(&d2, &iov, false, iov.base, fd, 0, PG, NULL) >= 0);
+    CHECK_EQ(F.submit_ios(&d2), 0);
+    soon = in_ms(200);
+    CHECK_EQ(F.wait_for_ios(&d2, cqe, 8, 1, &soon), 0);
+    CHECK(F.prep_io(&d2, &iov, false, iov.base, fd, PG, PG, NULL) >= 0);
+    CHECK_EQ(F.submit_ios(&d2), 0);
+    CHECK_EQ(reap(&d2, cqe, 2), 2);
+    F.iordestroy(&d2);
+
+    /* KVPAGE_USRBIO_EMU_REG_RESULT=dup: reg_fd returns -(a dup), as 3FS; both numbers work */
+    int fd2 = open_in(mount, "rt", O_RDWR);
+    setenv("KVPAGE_USRBIO_EMU_REG_RESULT", "dup", 1);
+    int r2 = F.reg_fd(fd2, 0);
+    unsetenv("KVPAGE_USRBIO_EMU_REG_RESULT");
+    CHECK(r2 < 0 && -r2 != fd2);
+    CHECK(F.prep_io(&rd, &iov, true, iov.base, fd2, 0, PG, NULL) >= 0);
+    CHECK(F.prep_io(&rd, &iov, true, iov.base, -r2, 0, PG, NULL) >= 0);
+    CHECK_EQ(F.submit_ios(&rd), 0);
+    CHECK_EQ(reap(&rd, cqe, 2), 2);
+    CHECK(cqe[0].result == PG && cqe[1].result == PG);
+    F.dereg_fd(fd2);
+    close(fd2);
+
     F.iordestroy(&wr);
     F.iordestroy(&rd);
     F.iovdestroy(&iov);

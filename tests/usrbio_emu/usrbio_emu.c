@@ -192,7 +192,7 @@ static struct emu_iov *find_iov_locked(const void *h)
 static struct emu_fd *find_fd_locked(int fd)
 {
     for (struct emu_fd *f = all_fds; f; f = f->next)
-        if (f->live && f->fd == fd)
+        if (f->live && (f->fd == fd || f->dupfd == fd)) /* 3FS knows both numbers too */
             return f;
     return NULL;
 }
@@ -445,6 +445,10 @@ int hf3fs_reg_fd(int fd, uint64_t flags)
         f->live = true;
         f->next = all_fds;
         all_fds = f;
+        /* 3FS's library returns -(its dup of fd), which prep_io takes too */
+        const char *how = getenv("KVPAGE_USRBIO_EMU_REG_RESULT");
+        if (how && strcmp(how, "dup") == 0)
+            rc = -f->dupfd;
     }
     pthread_mutex_unlock(&emu_lock);
     return rc;
