@@ -68,6 +68,20 @@ extern "C" {
     0 /* the faster one for this mode; psync when io_uring is unavailable */
 #define KVP_PAGEFILE_BACKEND_PSYNC 1 /* a thread pool doing pread/pwrite */
 #define KVP_PAGEFILE_BACKEND_URING 2 /* io_uring (liburing) with a registered file */
+/*
+ * 3FS's USRBIO rings (user-space I/O to the 3FS daemon, instead of its FUSE
+ * mount). The library is loaded when a page file asks for it: the path in
+ * the environment variable KVPAGE_USRBIO_LIB, else libhf3fs_api_shared.so
+ * from the loader's path; a build of kvpage never needs 3FS. AUTO picks it
+ * for both directions when that library loads and its
+ * hf3fs_extract_mount_point says the file is on a 3FS mount, unless the
+ * environment has KVPAGE_USRBIO=0 (then AUTO is as without 3FS; asking for
+ * USRBIO still works). Pages are staged through shared memory the backend
+ * creates; buffers from kvp_pagefile_alloc that lie in a region registered
+ * with kvp_pagefile_register_buffers go without a copy. Tested against an
+ * emulation of the library (tests/usrbio_emu), not on a 3FS cluster.
+ */
+#define KVP_PAGEFILE_BACKEND_USRBIO 3
 
 struct kvp_pagefile;
 
@@ -196,6 +210,21 @@ KVP_API int kvp_pagefile_register_buffers(struct kvp_pagefile *pf,
 KVP_API int kvp_pagefile_unregister_buffers(struct kvp_pagefile *pf);
 
 /*
+ * Host memory for pages, size bytes, zeroed, aligned for O_DIRECT (at least
+ * 4096). With the USRBIO backend it is shared memory the 3FS daemon reads
+ * and writes (an iov): ops whose buffers lie in it, and in a region
+ * registered with kvp_pagefile_register_buffers, move without a copy. With
+ * the other backends it is ordinary aligned memory. Release it with
+ * kvp_pagefile_free on the same handle; kvp_pagefile_close releases the
+ * USRBIO memory still allocated. Thread-safe. NULL on failure, err filled
+ * (KVP_RULE_ARG for size 0, KVP_RULE_IO for the allocation).
+ */
+KVP_API void *kvp_pagefile_alloc(struct kvp_pagefile *pf, uint64_t size, struct kvp_error *err);
+
+/* Releases memory of kvp_pagefile_alloc on the same handle. NULL is a no-op. */
+KVP_API void kvp_pagefile_free(struct kvp_pagefile *pf, void *ptr);
+
+/*
  * fsync(2) of the file: makes every completed write durable.
  * Thread-safe. Returns 0 or the -errno of fsync (KVP_RULE_IO in err).
  */
@@ -228,9 +257,10 @@ KVP_API uint32_t kvp_pagefile_entries(const struct kvp_pagefile *pf);
 KVP_API uint32_t kvp_pagefile_flags(const struct kvp_pagefile *pf);
 /* The backend asked for in opts (KVP_PAGEFILE_BACKEND_*, possibly AUTO). */
 KVP_API int kvp_pagefile_backend_requested(const struct kvp_pagefile *pf);
-/* The backend that serves reads (write == 0) or writes (write != 0): PSYNC or URING. */
+/* The backend that serves reads (write == 0) or writes (write != 0): PSYNC, URING or USRBIO. */
 KVP_API int kvp_pagefile_backend(const struct kvp_pagefile *pf, int write);
-/* "auto", "psync" or "uring" for a KVP_PAGEFILE_BACKEND_* value, "?" otherwise. Static string. */
+/* "auto", "psync", "uring" or "usrbio" for a KVP_PAGEFILE_BACKEND_* value, "?" otherwise.
+ * Static string. */
 KVP_API const char *kvp_pagefile_backend_name(int backend);
 /* One sentence on why the backends are what they are, e.g. why io_uring was not used. */
 KVP_API const char *kvp_pagefile_backend_note(const struct kvp_pagefile *pf);

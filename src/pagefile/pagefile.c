@@ -48,6 +48,7 @@ static const int pf_auto_choice[2][2] = {
 static const struct kvp__pf_backend *const pf_backends[] = {
     [KVP_PAGEFILE_BACKEND_PSYNC] = &kvp__pf_psync,
     [KVP_PAGEFILE_BACKEND_URING] = &kvp__pf_uring,
+    [KVP_PAGEFILE_BACKEND_USRBIO] = &kvp__pf_usrbio,
 };
 #define PF_NBACKENDS (sizeof pf_backends / sizeof pf_backends[0])
 
@@ -224,10 +225,15 @@ static int pf_start_one(struct kvp_pagefile *pf, const struct kvp__pf_backend *b
 static int pf_start_backends(struct kvp_pagefile *pf, struct kvp_error *err)
 {
     int direct = (pf->flags & KVP_PAGEFILE_DIRECT) != 0;
+    const struct kvp__pf_backend *claimed = NULL; /* AUTO: a backend that wants this file */
+    for (size_t i = 0; i < PF_NBACKENDS && pf->backend_req == KVP_PAGEFILE_BACKEND_AUTO; i++)
+        if (!claimed && pf_backends[i] && pf_backends[i]->claims && pf_backends[i]->claims(pf))
+            claimed = pf_backends[i];
     for (int w = 0; w < 2; w++)
-        pf->be[w] =
-            pf_backend_of(pf->backend_req == KVP_PAGEFILE_BACKEND_AUTO ? pf_auto_choice[direct][w]
-                                                                       : pf->backend_req);
+        pf->be[w] = claimed ? claimed
+                            : pf_backend_of(pf->backend_req == KVP_PAGEFILE_BACKEND_AUTO
+                                                ? pf_auto_choice[direct][w]
+                                                : pf->backend_req);
     pf->xfer[0] = pf->xfer[1] = kvp__pf_xfer_plain;
     if (pf->flags & KVP_PAGEFILE_MMAP_READS) {
         pf->be[0] = &kvp__pf_psync; /* the copies run on its threads */
@@ -262,7 +268,10 @@ static int pf_start_backends(struct kvp_pagefile *pf, struct kvp_error *err)
     if (pf->map)
         pf_note(pf, "mmap reads: buffered reads of cached pages copy out of a mapping; ");
     if (pf->note[0] == '\0' || (pf->flags & KVP_PAGEFILE_MMAP_READS)) {
-        if (pf->backend_req == KVP_PAGEFILE_BACKEND_AUTO)
+        if (pf->backend_req == KVP_PAGEFILE_BACKEND_AUTO && claimed && pf->be[1] == claimed)
+            pf_note(pf, "auto: %s reads, %s writes (%s wants this file)", pf->be[0]->name,
+                    pf->be[1]->name, claimed->name);
+        else if (pf->backend_req == KVP_PAGEFILE_BACKEND_AUTO)
             pf_note(pf, "auto: %s reads, %s writes for %s I/O (the faster per bench/io)",
                     pf->be[0]->name, pf->be[1]->name, direct ? "O_DIRECT" : "buffered");
         else
@@ -299,7 +308,8 @@ static int pf_check_opts(const char *path, const struct kvp_pagefile_opts *o, st
         return pf_fail(err, -EINVAL, KVP_RULE_ARG, -1, o->flags,
                        "KVP_PAGEFILE_MMAP_READS is for buffered reads; O_DIRECT reads copy nothing "
                        "(drop one of the two flags)");
-    if ((o->flags & KVP_PAGEFILE_MMAP_READS) && o->backend == KVP_PAGEFILE_BACKEND_URING)
+    if ((o->flags & KVP_PAGEFILE_MMAP_READS) && o->backend != KVP_PAGEFILE_BACKEND_AUTO &&
+        o->backend != KVP_PAGEFILE_BACKEND_PSYNC)
         return pf_fail(err, -EINVAL, KVP_RULE_ARG, -1, o->backend,
                        "KVP_PAGEFILE_MMAP_READS copies on the psync threads; ask for backend "
                        "AUTO or PSYNC");
@@ -583,6 +593,42 @@ KVP_API int kvp_pagefile_unregister_buffers(struct kvp_pagefile *pf)
         if (pf->started[i] && pf->started[i]->unreg)
             pf->started[i]->unreg(pf);
     return 0;
+}
+
+KVP_API void *kvp_pagefile_alloc(struct kvp_pagefile *pf, uint64_t size, struct kvp_error *err)
+{
+    if (!pf) {
+        pf_fail(err, -EINVAL, KVP_RULE_ARG, -1, 0, "pagefile handle is NULL");
+        return NULL;
+    }
+    if (size == 0 || size > (uint64_t)SIZE_MAX / 2) {
+        pf_fail(err, -EINVAL, KVP_RULE_ARG, -1, (int64_t)size,
+                "size %" PRIu64 " is not a size to allocate", size);
+        return NULL;
+    }
+    for (int i = 0; i < 2; i++)
+        if (pf->started[i] && pf->started[i]->alloc)
+            return pf->started[i]->alloc(pf, size, err);
+    size_t align = pf->mem_align > 4096 ? pf->mem_align : 4096;
+    void *p = NULL;
+    int rc = posix_memalign(&p, align, (size_t)((size + align - 1) / align * align));
+    if (rc != 0) {
+        pf_fail(err, -rc, KVP_RULE_IO, -1, (int64_t)size, "cannot allocate %" PRIu64 " bytes: %s",
+                size, strerror(rc));
+        return NULL;
+    }
+    memset(p, 0, (size_t)size);
+    return p;
+}
+
+KVP_API void kvp_pagefile_free(struct kvp_pagefile *pf, void *ptr)
+{
+    if (!pf || !ptr)
+        return;
+    for (int i = 0; i < 2; i++)
+        if (pf->started[i] && pf->started[i]->free && pf->started[i]->free(pf, ptr))
+            return;
+    free(ptr);
 }
 
 /* ---- getters ----------------------------------------------------------- */

@@ -30,6 +30,9 @@ enum kvp__pf_site {
     KVP__PF_URING_WRITE,  /* uring, when a write SQE is prepared */
     KVP__PF_URING_SUBMIT, /* uring, before io_uring_submit_and_wait (offset, len: 0) */
     KVP__PF_URING_INIT,   /* uring, before io_uring_queue_init (offset, len: 0) */
+    KVP__PF_USRBIO_READ,  /* usrbio, when a read is prepared */
+    KVP__PF_USRBIO_WRITE, /* usrbio, when a write is prepared */
+    KVP__PF_USRBIO_INIT,  /* usrbio, before a ring's staging iov is created (offset, len: 0) */
 };
 
 /*
@@ -37,7 +40,8 @@ enum kvp__pf_site {
  * 0 to proceed normally, a positive byte count to shorten the transfer to
  * that many bytes (a short read or write), or a negative errno to make the
  * attempt fail with it without doing the I/O (for URING_READ/WRITE the
- * error comes back as the completion's result). May be called from any
+ * error comes back as the completion's result; for USRBIO_READ/WRITE it is
+ * the op's result and the op is not prepared). May be called from any
  * thread at once.
  */
 typedef int64_t (*kvp__pf_fault_fn)(void *arg, int site, int64_t offset, uint64_t len);
@@ -81,6 +85,9 @@ struct kvp__pf_backend {
     /* What may be unavailable, for messages ("io_uring"), or NULL when the
      * backend is always there (it is then the fallback of the others). */
     const char *what;
+    /* Under AUTO: 1 when this backend wants the file (usrbio: the file is on
+     * 3FS), asked before the table of pagefile.c; NULL for never. */
+    int (*claims)(const struct kvp_pagefile *pf);
     /*
      * Sets the backend up for pf from the handle's options. Returns 0, or a
      * -errno with why (NUL-terminated, at most whylen bytes) saying what
@@ -96,15 +103,22 @@ struct kvp__pf_backend {
     int (*reg)(struct kvp_pagefile *pf, const struct kvp_pagefile_buf *bufs, size_t n,
                struct kvp_error *err);
     void (*unreg)(struct kvp_pagefile *pf);
+    /* Memory for kvp_pagefile_alloc that the backend can do I/O on without a
+     * copy (NULL: the front end's aligned malloc); free returns 1 when ptr was
+     * the backend's (and frees it), else 0. */
+    void *(*alloc)(struct kvp_pagefile *pf, uint64_t size, struct kvp_error *err);
+    int (*free)(struct kvp_pagefile *pf, void *ptr);
     /* Adds what the backend knows to info (threads, queues, registered buffers). */
     void (*info)(const struct kvp_pagefile *pf, struct kvp_pagefile_info *info);
 };
 
-extern const struct kvp__pf_backend kvp__pf_psync; /* psync.c */
-extern const struct kvp__pf_backend kvp__pf_uring; /* uring.c */
+extern const struct kvp__pf_backend kvp__pf_psync;  /* psync.c */
+extern const struct kvp__pf_backend kvp__pf_uring;  /* uring.c */
+extern const struct kvp__pf_backend kvp__pf_usrbio; /* usrbio.c */
 
 struct kvp__pf_pool;   /* psync.c */
 struct kvp__pf_urings; /* uring.c */
+struct kvp__pf_usrbio; /* usrbio.c */
 
 struct kvp_pagefile {
     int fd;
@@ -118,6 +132,7 @@ struct kvp_pagefile {
     uint32_t mem_align, off_align;
     struct kvp__pf_pool *pool;     /* psync's state */
     struct kvp__pf_urings *urings; /* uring's state */
+    struct kvp__pf_usrbio *usrbio; /* usrbio's state */
     char *map;         /* KVP_PAGEFILE_MMAP_READS: [0, size) mapped read-only, or NULL */
     uint64_t map_page; /* the page size mincore counts in */
     char note[256];

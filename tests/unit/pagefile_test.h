@@ -67,6 +67,19 @@ static inline int pt_finish(void)
 
 static char pt_dir[512];
 
+/*
+ * 1 when the USRBIO backend is tested too: KVPAGE_USRBIO_LIB names the
+ * emulation of 3FS's library (tests/usrbio_emu; CMake sets it for the
+ * page-file and store tests). pt_mkdir then makes the scratch directory the
+ * emulated 3FS mount, and sets KVPAGE_USRBIO=0 so that AUTO chooses as it
+ * does without 3FS (test_pagefile_usrbio tests AUTO's choice of USRBIO).
+ */
+static inline int pt_usrbio(void)
+{
+    const char *lib = getenv("KVPAGE_USRBIO_LIB");
+    return lib && *lib;
+}
+
 /* Not /tmp when it is tmpfs: O_DIRECT needs a real file system. */
 static inline void pt_mkdir(const char *name)
 {
@@ -78,6 +91,11 @@ static inline void pt_mkdir(const char *name)
     if (!mkdtemp(pt_dir)) {
         perror("mkdtemp");
         exit(2);
+    }
+    if (pt_usrbio()) {
+        setenv("KVPAGE_USRBIO_EMU_MOUNT", pt_dir, 1);
+        setenv("KVPAGE_USRBIO", "0", 1);
+        setenv("KVPAGE_USRBIO_EMU_REG_RESULT", "dup", 1); /* as 3FS's hf3fs_reg_fd */
     }
 }
 
@@ -180,8 +198,9 @@ pt_open_or_skip(const char *path, const struct kvp_pagefile_opts *o, const char 
     return NULL;
 }
 
-__attribute__((unused)) static const int pt_backends[] = {KVP_PAGEFILE_BACKEND_PSYNC,
-                                                          KVP_PAGEFILE_BACKEND_URING};
-#define PT_NBACKENDS 2
+__attribute__((unused)) static const int pt_backends[] = {
+    KVP_PAGEFILE_BACKEND_PSYNC, KVP_PAGEFILE_BACKEND_URING, KVP_PAGEFILE_BACKEND_USRBIO};
+/* USRBIO (the last) only with the emulation: pt_usrbio() */
+#define PT_NBACKENDS (pt_usrbio() ? 3 : 2)
 
 #endif

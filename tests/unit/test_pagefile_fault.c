@@ -18,15 +18,16 @@
 #define SITE(s) (1u << (s))
 #define ALL_IO                                                                                     \
     (SITE(KVP__PF_PREAD) | SITE(KVP__PF_PWRITE) | SITE(KVP__PF_URING_READ) |                       \
-     SITE(KVP__PF_URING_WRITE))
+     SITE(KVP__PF_URING_WRITE) | SITE(KVP__PF_USRBIO_READ) | SITE(KVP__PF_USRBIO_WRITE))
+#define NSITES 16
 
 /* What the hook does, per site: the first `skip` calls get `first` (0: pass), then
  * `remaining` calls (-1: all) get `verdict`. Offsets outside [lo, hi) are left alone. */
 static struct {
     unsigned sites;
     int64_t lo, hi;
-    int64_t first[8], verdict[8];
-    atomic_int skip[8], remaining[8], calls[8];
+    int64_t first[NSITES], verdict[NSITES];
+    atomic_int skip[NSITES], remaining[NSITES], calls[NSITES];
 } plan;
 
 static int64_t hook(void *arg, int site, int64_t off, uint64_t len)
@@ -72,7 +73,7 @@ static void arm(unsigned sites, int64_t lo, int64_t hi, int64_t verdict, int tim
     plan.sites = 0;
     plan.lo = lo;
     plan.hi = hi;
-    for (int s = 0; s < 8; s++)
+    for (int s = 0; s < NSITES; s++)
         if (sites & SITE(s))
             arm_site(s, verdict, times, 0, 0);
     kvp__pagefile_set_fault(hook, NULL);
@@ -81,7 +82,7 @@ static void arm(unsigned sites, int64_t lo, int64_t hi, int64_t verdict, int tim
 static int calls(unsigned sites)
 {
     int c = 0;
-    for (int s = 0; s < 8; s++)
+    for (int s = 0; s < NSITES; s++)
         if (sites & SITE(s))
             c += atomic_load(&plan.calls[s]);
     return c;
@@ -90,7 +91,7 @@ static int calls(unsigned sites)
 static int remaining(unsigned sites)
 {
     int c = 0;
-    for (int s = 0; s < 8; s++)
+    for (int s = 0; s < NSITES; s++)
         if (sites & SITE(s))
             c += atomic_load(&plan.remaining[s]);
     return c;
@@ -178,8 +179,13 @@ static void run_backend(int backend, uint32_t flags, const char *name)
         return;
     const int direct = (flags & KVP_PAGEFILE_DIRECT) != 0;
     const int uring = backend == KVP_PAGEFILE_BACKEND_URING;
-    const unsigned site_r = SITE(uring ? KVP__PF_URING_READ : KVP__PF_PREAD);
-    const unsigned site_w = SITE(uring ? KVP__PF_URING_WRITE : KVP__PF_PWRITE);
+    const int usrbio = backend == KVP_PAGEFILE_BACKEND_USRBIO;
+    const unsigned site_r = SITE(usrbio  ? KVP__PF_USRBIO_READ
+                                 : uring ? KVP__PF_URING_READ
+                                         : KVP__PF_PREAD);
+    const unsigned site_w = SITE(usrbio  ? KVP__PF_USRBIO_WRITE
+                                 : uring ? KVP__PF_URING_WRITE
+                                         : KVP__PF_PWRITE);
     int64_t res[N];
     char msg[256];
     memset(model, 0, FILE_SIZE);
@@ -214,8 +220,8 @@ static void run_backend(int backend, uint32_t flags, const char *name)
     healthy(pf);
 
     /* -ENOSPC on the writes of op 2. */
-    arm(SITE(KVP__PF_PWRITE) | SITE(KVP__PF_URING_WRITE), page_off(2), page_off(2) + BPP, -ENOSPC,
-        -1);
+    arm(SITE(KVP__PF_PWRITE) | SITE(KVP__PF_URING_WRITE) | SITE(KVP__PF_USRBIO_WRITE), page_off(2),
+        page_off(2) + BPP, -ENOSPC, -1);
     CHECK_EQ(write_all(pf, res), -ENOSPC);
     for (int i = 0; i < N; i++)
         CHECK_EQ(res[i], i == 2 ? -ENOSPC : BPP);
@@ -234,7 +240,7 @@ static void run_backend(int backend, uint32_t flags, const char *name)
     CHECK_EQ(read_all(pf, res), 0); /* short once, then completed */
     CHECK_EQ(res[6], BPP);
     arm(ALL_IO, page_off(6), page_off(6) + BPP, -EIO, -1);
-    for (int s2 = 0; s2 < 8; s2++)
+    for (int s2 = 0; s2 < NSITES; s2++)
         if (ALL_IO & SITE(s2)) {
             atomic_store(&plan.skip[s2], 1);
             plan.first[s2] = 8192;
@@ -367,6 +373,10 @@ int main(void)
     run_backend(KVP_PAGEFILE_BACKEND_URING, 0, "uring_buffered");
     run_backend(KVP_PAGEFILE_BACKEND_PSYNC, KVP_PAGEFILE_DIRECT, "psync_direct");
     run_backend(KVP_PAGEFILE_BACKEND_URING, KVP_PAGEFILE_DIRECT, "uring_direct");
+    if (pt_usrbio()) {
+        run_backend(KVP_PAGEFILE_BACKEND_USRBIO, 0, "usrbio_buffered");
+        run_backend(KVP_PAGEFILE_BACKEND_USRBIO, KVP_PAGEFILE_DIRECT, "usrbio_direct");
+    }
     free(model);
     free(bufs);
     pt_rmdir();

@@ -237,8 +237,13 @@ int main(void)
         {"mmap_reads", KVP_PAGEFILE_BACKEND_AUTO, KVP_PAGEFILE_MMAP_READS, 0, 0},
         {"mmap_reads_psync_small_pieces", KVP_PAGEFILE_BACKEND_PSYNC, KVP_PAGEFILE_MMAP_READS, 0,
          20000},
+        /* the last three only with the USRBIO emulation (pt_usrbio) */
+        {"usrbio_buffered", KVP_PAGEFILE_BACKEND_USRBIO, 0, 0, 0},
+        {"usrbio_buffered_registered", KVP_PAGEFILE_BACKEND_USRBIO, 0, 1, 0},
+        {"usrbio_direct", KVP_PAGEFILE_BACKEND_USRBIO, KVP_PAGEFILE_DIRECT, 0, 0},
     };
-    for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++) {
+    size_t nconfigs = sizeof configs / sizeof configs[0] - (pt_usrbio() ? 0 : 3);
+    for (size_t i = 0; i < nconfigs; i++) {
         uint64_t copies = kvp__pf_map_copies();
         run_config(&configs[i], 1000 + i);
         /* Only the mmap configurations copy out of a mapping, and they do. */

@@ -54,8 +54,9 @@ static void expect_reject(struct kvp_pagefile *pf, int write, const struct kvp_p
 static void test_rules(int backend)
 {
     char path[600];
-    pt_path(path, sizeof path,
-            backend == KVP_PAGEFILE_BACKEND_URING ? "rules_uring" : "rules_psync");
+    char name[32];
+    snprintf(name, sizeof name, "rules_%s", kvp_pagefile_backend_name(backend));
+    pt_path(path, sizeof path, name);
     /* 1 GiB sparse file, 2 MiB pages: the geometry of the message in the issue. */
     struct kvp_pagefile_opts o = pt_opts(GiB, 2 * MiB, 8, KVP_PAGEFILE_CREATE, backend);
     struct kvp_pagefile *pf = pt_open_or_skip(path, &o, "validation rules");
@@ -560,6 +561,13 @@ static void test_info(void)
             CHECK_EQ(in.backend[1], KVP_PAGEFILE_BACKEND_URING);
             kvp_pagefile_close(pf);
             free(pool);
+        } else if (pt_backends[b] == KVP_PAGEFILE_BACKEND_USRBIO) {
+            struct kvp_pagefile_info in = {.info_size = sizeof in};
+            CHECK_EQ(kvp_pagefile_info(pf, &in), 0);
+            CHECK_EQ(in.threads, 0);
+            CHECK_EQ(in.queues, 2); /* a ring each way */
+            CHECK_EQ(in.backend[0], KVP_PAGEFILE_BACKEND_USRBIO);
+            kvp_pagefile_close(pf);
         } else {
             struct kvp_pagefile_info in = {.info_size = sizeof in};
             CHECK_EQ(kvp_pagefile_info(pf, &in), 0);
