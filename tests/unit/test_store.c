@@ -42,7 +42,7 @@ static _Atomic int64_t fail_lo = -1, fail_hi = -1;
 static int64_t hook(void *arg, int site, int64_t off, uint64_t len)
 {
     (void)arg;
-    if (site == KVP__PF_PWRITE || site == KVP__PF_URING_WRITE) {
+    if (site == KVP__PF_PWRITE || site == KVP__PF_URING_WRITE || site == KVP__PF_USRBIO_WRITE) {
         if (off >= atomic_load(&fail_lo) && off < atomic_load(&fail_hi))
             return -EIO;
         atomic_fetch_add(&written_bytes, len);
@@ -192,6 +192,9 @@ static void test_round_trip(const char *name, const char *meta, uint32_t entries
         return;
     }
     int64_t res[64];
+    /* the backend AUTO chose: USRBIO on the emulated 3FS mount (test_store_usrbio) */
+    CHECK_EQ(kvp_pagefile_backend(kvp_store_pagefile(s), 1),
+             getenv("KVP_TEST_USRBIO") ? KVP_PAGEFILE_BACKEND_USRBIO : KVP_PAGEFILE_BACKEND_PSYNC);
     CHECK_EQ(put_range(s, "rt", 0, 40, res), 0);
     for (int i = 0; i < 40; i++)
         CHECK_EQ(res[i], KVP_STORE_STORED);
@@ -772,6 +775,12 @@ int main(void)
     snprintf(tmpdir, sizeof tmpdir, "/tmp/kvp_test_store.XXXXXX");
     if (!mkdtemp(tmpdir))
         return 1;
+    /* test_store_usrbio: the same tests with the page files on the emulated 3FS
+     * mount of tests/usrbio_emu, where AUTO picks the USRBIO backend */
+    if (getenv("KVP_TEST_USRBIO")) {
+        setenv("KVPAGE_USRBIO_EMU_MOUNT", tmpdir, 1);
+        setenv("KVPAGE_USRBIO_EMU_REG_RESULT", "dup", 1);
+    }
     kvp__pagefile_set_fault(hook, NULL);
     remote = getenv("KVP_TEST_META");
     if (remote && !*remote)
