@@ -35,6 +35,7 @@ struct io_args {
     int rw; /* 1 read, 2 write, 3 both */
     int direct, json, mmap_reads;
     double seconds, warmup;
+    int backend; /* KVP_PAGEFILE_BACKEND_* of --backend, default AUTO */
 };
 
 /* One measurement: who moved the pages, how many callers, the figures. */
@@ -308,6 +309,9 @@ static void usage(FILE *out)
         "  --rw read|write|both   default both (buffered writes measure what the page\n"
         "                     cache takes; add --direct for the device's)\n"
         "  --direct           O_DIRECT on both sides (else buffered)\n"
+        "  --backend auto|psync|uring|usrbio   kvpage's page-I/O backend, default auto\n"
+        "                     (usrbio: 3FS's USRBIO rings, the pool then from\n"
+        "                     kvp_pagefile_alloc, registered: I/O without a copy)\n"
         "  --mmap-reads       kvpage's buffered reads copy out of a mapping of PATH\n"
         "                     (KVP_PAGEFILE_MMAP_READS; faster into cold memory, but\n"
         "                     SIGBUS on an I/O error: see kvpage/pagefile.h)\n"
@@ -323,7 +327,7 @@ static void usage(FILE *out)
         "  kvpage.pages_s, baseline.pages_s   pages/s\n"
         "  kvpage.batch_p50_us, .batch_p99_us (both sides)   microseconds per batch (on\n"
         "                     the plain side, --batch calls one after the other in a thread)\n"
-        "  kvpage.batches, kvpage.backend (psync or uring), kvpage.threads\n"
+        "  kvpage.batches, kvpage.backend (psync, uring or usrbio), kvpage.threads\n"
         "  baseline.threads (the best of 1, 4, 16), baseline.tried ([{threads, gbs}])\n"
         "  ratio                        kvpage GB/s / baseline GB/s\n"
         "  and file, file_size, page_size, batch, pool, threads, direct, seconds,\n"
@@ -374,9 +378,9 @@ static int parse_args(int argc, char **argv, struct io_args *a)
                                         : &a->mmap_reads) = 1;
             continue;
         }
-        static const char *const known[] = {"--file",  "--file-size", "--page-size",
-                                            "--batch", "--pool",      "--threads",
-                                            "--rw",    "--seconds",   "--warmup"};
+        static const char *const known[] = {"--file",   "--file-size", "--page-size", "--batch",
+                                            "--pool",   "--threads",   "--rw",        "--seconds",
+                                            "--warmup", "--backend"};
         int k = -1;
         for (int j = 0; j < (int)(sizeof known / sizeof *known); j++)
             if (!strcmp(name, known[j]))
@@ -421,6 +425,15 @@ static int parse_args(int argc, char **argv, struct io_args *a)
             if (parse_seconds(value, k == 7 ? 0.001 : 0, k == 7 ? &a->seconds : &a->warmup))
                 return usage_error("%s '%s' is not a number of seconds", name, value);
             break;
+        case 9:
+            a->backend = -1;
+            for (int b = KVP_PAGEFILE_BACKEND_AUTO; b <= KVP_PAGEFILE_BACKEND_USRBIO; b++)
+                if (!strcmp(value, kvp_pagefile_backend_name(b)))
+                    a->backend = b;
+            if (a->backend < 0)
+                return usage_error("--backend '%s' is not auto, psync, uring or usrbio%s", value,
+                                   "");
+            break;
         }
     }
     if (!a->file)
@@ -431,6 +444,11 @@ static int parse_args(int argc, char **argv, struct io_args *a)
         return usage_error("--page-size is larger than --file-size%s%s", "", "");
     if (a->pool < a->page_size)
         return usage_error("--pool must hold at least one page%s%s", "", "");
+    if (a->mmap_reads && a->backend != KVP_PAGEFILE_BACKEND_AUTO &&
+        a->backend != KVP_PAGEFILE_BACKEND_PSYNC)
+        return usage_error("--mmap-reads copies on the psync threads: --backend auto or "
+                           "psync%s%s",
+                           "", "");
     if (a->direct && a->mmap_reads)
         return usage_error("--mmap-reads is for buffered reads: drop it or --direct%s%s", "", "");
     if (a->direct && a->page_size % 4096)
@@ -519,7 +537,7 @@ int kvp__cli_bench_io(int argc, char **argv)
             return 0;
         }
     }
-    struct io_args a = {NULL, 1ull << 30, 2u << 20, 1ull << 30, 8, 1, 3, 0, 0, 0, 5.0, 1.0};
+    struct io_args a = {NULL, 1ull << 30, 2u << 20, 1ull << 30, 8, 1, 3, 0, 0, 0, 5.0, 1.0, 0};
     int rc = parse_args(argc, argv, &a);
     if (rc)
         return rc;
@@ -547,6 +565,7 @@ int kvp__cli_bench_io(int argc, char **argv)
     o.entries = a.batch;
     o.flags = KVP_PAGEFILE_ALIGNED | (a.direct ? KVP_PAGEFILE_DIRECT : 0) |
               (a.mmap_reads ? KVP_PAGEFILE_MMAP_READS : 0);
+    o.backend = a.backend;
     struct kvp_error err = {0};
     int e = kvp_pagefile_open(a.file, &o, &r.pf, &err);
     if (e) {
@@ -566,8 +585,21 @@ int kvp__cli_bench_io(int argc, char **argv)
         rc = KVP_EXIT_FAILED;
         goto out;
     }
-    /* 2 MiB alignment lets the kernel back the pool with huge pages. */
-    if (posix_memalign((void **)&r.pool, 2u << 20, a.pool)) {
+    /* USRBIO: the pool is the backend's shared memory, registered, so pages
+     * move without a copy (what an engine handed such a pool gets). */
+    int usrbio_pool = kvp_pagefile_backend(r.pf, 0) == KVP_PAGEFILE_BACKEND_USRBIO ||
+                      kvp_pagefile_backend(r.pf, 1) == KVP_PAGEFILE_BACKEND_USRBIO;
+    if (usrbio_pool) {
+        r.pool = kvp_pagefile_alloc(r.pf, a.pool, &err);
+        struct kvp_pagefile_buf reg = {r.pool, a.pool};
+        if (!r.pool || kvp_pagefile_register_buffers(r.pf, &reg, 1, &err) != 0) {
+            fprintf(stderr, CMD ": cannot allocate a USRBIO pool of %" PRIu64 " bytes: %s\n",
+                    a.pool, err.msg);
+            rc = KVP_EXIT_FAILED;
+            goto out;
+        }
+    } else if (posix_memalign((void **)&r.pool, 2u << 20, a.pool)) {
+        /* 2 MiB alignment lets the kernel back the pool with huge pages. */
         r.pool = NULL;
         fprintf(stderr, CMD ": cannot allocate a pool of %" PRIu64 " bytes\n", a.pool);
         rc = KVP_EXIT_FAILED;
@@ -676,8 +708,13 @@ int kvp__cli_bench_io(int argc, char **argv)
 out:
     if (r.fd >= 0)
         close(r.fd);
+    if (r.pf && r.pool &&
+        (kvp_pagefile_backend(r.pf, 0) == KVP_PAGEFILE_BACKEND_USRBIO ||
+         kvp_pagefile_backend(r.pf, 1) == KVP_PAGEFILE_BACKEND_USRBIO))
+        kvp_pagefile_free(r.pf, r.pool);
+    else
+        free(r.pool);
     kvp_pagefile_close(r.pf);
-    free(r.pool);
     pthread_mutex_destroy(&r.why_lock);
     if (made && unlink(a.file))
         fprintf(stderr, CMD ": could not remove %s: %s\n", a.file, strerror(errno));

@@ -62,7 +62,7 @@ def check_io(doc, rws):
             continue
         d = doc[rw]
         assert SIDE_FIELDS <= d["kvpage"].keys() and SIDE_FIELDS <= d["baseline"].keys()
-        assert d["kvpage"]["backend"] in ("psync", "uring")
+        assert d["kvpage"]["backend"] in ("psync", "uring", "usrbio")
         for side in ("kvpage", "baseline"):
             s = d[side]
             assert s["gbs"] > 0 and s["pages_s"] > 0 and s["batches"] > 0, (rw, side, s)
@@ -135,6 +135,46 @@ def test_io_mmap_reads(tmp_path):
     assert doc["mmap_reads"] is True and doc["read"]["kvpage"]["backend"] == "psync"
 
 
+def usrbio_env(mount):
+    """The environment of a run on an emulated 3FS mount: tests/usrbio_emu's
+    library (built beside libkvpage) in place of 3FS's."""
+    lib = os.path.join(os.path.dirname(os.environ.get("KVPAGE_LIB") or require_bin()),
+                       "libhf3fs_emu.so")
+    assert os.path.exists(lib), f"{lib}: build the tree (the hf3fs_emu target)"
+    return dict(os.environ, KVPAGE_USRBIO_LIB=lib, KVPAGE_USRBIO_EMU_MOUNT=str(mount),
+                KVPAGE_USRBIO_EMU_REG_RESULT="dup")
+
+
+@pytest.mark.parametrize("backend", ["usrbio", "auto"])
+def test_io_usrbio_over_the_emulation(tmp_path, backend):
+    env = usrbio_env(tmp_path)
+    rc, out, err = kvp("bench", "io", "--file", tmp_path / "u.pages", *SMALL_IO, "--backend",
+                       backend, "--json", env=env)
+    assert rc == 0, err
+    doc = json.loads(out)
+    check_io(doc, ("read", "write"))
+    # on the (emulated) 3FS mount auto picks USRBIO too
+    assert doc["read"]["kvpage"]["backend"] == doc["write"]["kvpage"]["backend"] == "usrbio"
+    # off it, auto is what it always was; usrbio asked for is a clear failure
+    rc, out, err = kvp("bench", "io", "--file", "/var/tmp/kvp-bench-off-3fs.pages", *SMALL_IO,
+                       "--rw", "read", "--backend", backend, "--json", env=env)
+    if backend == "auto":
+        assert rc == 0 and json.loads(out)["read"]["kvpage"]["backend"] == "psync", err
+    else:
+        assert rc == 3 and out == "" and "is not on a 3FS mount" in err, err
+    assert not os.path.exists("/var/tmp/kvp-bench-off-3fs.pages")
+
+
+def test_io_usrbio_without_the_library_names_what_it_tried(tmp_path):
+    env = dict(os.environ)
+    env.pop("KVPAGE_USRBIO_LIB", None)
+    rc, out, err = kvp("bench", "io", "--file", tmp_path / "n.pages", *SMALL_IO, "--backend",
+                       "usrbio", env=env)
+    assert (rc, out) == (3, "") and "USRBIO is unavailable (cannot load libhf3fs_api_shared.so" \
+        in err and "KVPAGE_USRBIO_LIB" in err, err
+    assert not (tmp_path / "n.pages").exists()
+
+
 def test_io_table_and_progress_on_a_terminal(tmp_path):
     rc, out, err = kvp_pty("bench", "io", "--file", tmp_path / "t.pages", *SMALL_IO, "--rw",
                            "write")
@@ -152,6 +192,8 @@ def test_io_table_and_progress_on_a_terminal(tmp_path):
     (["--file-size", "1M", "--page-size", "2M"], "--page-size is larger than --file-size"),
     (["--direct", "--mmap-reads"], "--mmap-reads is for buffered reads: drop it or --direct"),
     (["--mmap-reads=1"], "--mmap-reads takes no value"),
+    (["--backend", "fuse"], "--backend 'fuse' is not auto, psync, uring or usrbio"),
+    (["--backend", "uring", "--mmap-reads"], "--mmap-reads copies on the psync threads"),
 ])
 def test_io_usage_errors(tmp_path, args, msg):
     rc, out, err = kvp("bench", "io", "--file", tmp_path / "u.pages", *args)
