@@ -11,8 +11,8 @@ PREFIX     ?= /usr/local
 CMAKE_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo $(if $(KVP_WERROR),-DKVP_WERROR=ON)
 
 .PHONY: all deps test-deps build asan tsan run install test unit install-test unit-asan unit-tsan \
-        integration integration-redis integration-tsan python-test python-tsan readme-test clean format \
-        format-check
+        integration integration-redis integration-tsan python-test python-usrbio python-tsan \
+        readme-test clean format format-check
 
 all: build
 
@@ -123,6 +123,21 @@ python-test: test-deps build asan
 	@LD_PRELOAD=$(ASAN_RT) ASAN_OPTIONS=detect_leaks=0 \
 	  KVPAGE_BIN=$(CURDIR)/$(ASAN_BUILD)/kvpage KVPAGE_LIB=$(CURDIR)/$(ASAN_BUILD)/libkvpage.so \
 	  $(PYTHON) -m pytest -q -p no:cacheprovider tests/python
+	@$(MAKE) --no-print-directory python-usrbio
+
+# The Python tests (but the install's) with every test's directory an
+# emulated 3FS mount (tests/usrbio_emu), so that PageFile, Store,
+# compat.Hf3fsClient and the engines' modules run over the USRBIO backend;
+# release and sanitizer builds.
+python-usrbio: test-deps build asan
+	@echo "python tests over the USRBIO emulation: release build"
+	@KVPAGE_TEST_USRBIO=1 KVPAGE_BIN=$(CURDIR)/$(BUILD)/kvpage \
+	  KVPAGE_LIB=$(CURDIR)/$(BUILD)/libkvpage.so \
+	  $(PYTHON) -m pytest -q -p no:cacheprovider tests/python --deselect tests/python/test_install.py
+	@echo "python tests over the USRBIO emulation: AddressSanitizer + UndefinedBehaviorSanitizer build"
+	@LD_PRELOAD=$(ASAN_RT) ASAN_OPTIONS=detect_leaks=0 KVPAGE_TEST_USRBIO=1 \
+	  KVPAGE_BIN=$(CURDIR)/$(ASAN_BUILD)/kvpage KVPAGE_LIB=$(CURDIR)/$(ASAN_BUILD)/libkvpage.so \
+	  $(PYTHON) -m pytest -q -p no:cacheprovider tests/python --deselect tests/python/test_install.py
 
 # The Python tests again against the TSan library, its runtime preloaded into
 # Python: races between the library's threads and Python's callers (many

@@ -133,6 +133,12 @@ pagefile_backend_note = _fn("kvp_pagefile_backend_note", c_char_p, c_void_p)
 pagefile_threads = _fn("kvp_pagefile_threads", c_uint32, c_void_p)
 pagefile_queues = _fn("kvp_pagefile_queues", c_uint32, c_void_p)
 pagefile_mem_align = _fn("kvp_pagefile_direct_mem_align", c_uint32, c_void_p)
+pagefile_alloc = _fn("kvp_pagefile_alloc", c_void_p, c_void_p, c_uint64, E)
+pagefile_free = _fn("kvp_pagefile_free", None, c_void_p, c_void_p)
+# The regions: an array of struct kvp_pagefile_buf {void *base; uint64_t len;} as two words each.
+pagefile_register_buffers = _fn("kvp_pagefile_register_buffers", c_int, c_void_p, c_void_p,
+                                c_size_t, E)
+pagefile_unregister_buffers = _fn("kvp_pagefile_unregister_buffers", c_int, c_void_p)
 pagefile_offset_align = _fn("kvp_pagefile_direct_offset_align", c_uint32, c_void_p)
 
 meta_opts_init = _fn("kvp_meta_opts_init", None, P(MetaOpts))

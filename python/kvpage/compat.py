@@ -65,10 +65,16 @@ class Hf3fsClient:
     cannot know keys); kvpage.vllm passes its connector's.
 
     mkdir: the file's missing directories are created (True, the default:
-    what the engines' clients do)."""
+    what the engines' clients do).
+
+    backend: kvpage.PageFile's. "auto" (the default) uses 3FS's USRBIO rings
+    when the file is on a 3FS mount and 3FS's library is found (as the
+    engines' own clients do), else the file system's calls; alloc_host()
+    hands out host memory that such a client reads into and writes from
+    without a copy."""
 
     def __init__(self, path, size, bytes_per_page, entries, client_timeout=None, *,
-                 mmap_reads=None, owner=None, mkdir=True):
+                 mmap_reads=None, owner=None, mkdir=True, backend="auto"):
         # client_timeout (SGLang's fifth argument) bounds a 3FS ring wait; local
         # and FUSE I/O here has no such wait, so it is accepted and unused.
         self.path, self.size = path, size_arg("Hf3fsClient", "size", size)
@@ -88,7 +94,7 @@ class Hf3fsClient:
             claim(path, o["location"], rank=int(o.get("rank", 0)),
                   deployment=o.get("deployment"), pool=o.get("pool"))
         self._pf = PageFile(path, self.size, self.bytes_per_page, self.entries, create=True,
-                            mmap_reads=mmap_reads, mkdir=mkdir)
+                            mmap_reads=mmap_reads, mkdir=mkdir, backend=backend)
         self._stage_lock = threading.Lock()
         self._stage = []  # pinned host buffers for CUDA tensors, reused
 
@@ -186,6 +192,25 @@ class Hf3fsClient:
             return self._io("batch_write", offsets, host)
         finally:
             self._unstage(stage)
+
+    def alloc_host(self, nbytes):
+        """A host buffer of nbytes (a torch uint8 tensor when torch is
+        installed, else a writable memoryview) for the engine's host pool:
+        with the USRBIO backend it is 3FS's shared memory, so batch_read and
+        batch_write on tensors inside it move without a copy; otherwise
+        ordinary aligned memory. Released by close(): use it no longer than
+        the client."""
+        mv = self._pf.alloc(nbytes)
+        try:
+            import torch
+        except ImportError:  # pragma: no cover
+            return mv
+        return torch.frombuffer(mv, dtype=torch.uint8)
+
+    @property
+    def backend(self):
+        """What moves the pages: "psync", "uring" or "usrbio"."""
+        return self._pf.backend(True)
 
     def get_size(self):
         return self.size

@@ -11,7 +11,7 @@ from kvpage._handle import Handle
 from kvpage._size import size_arg
 from kvpage.errors import KvpageValueError, from_c
 
-_BACKENDS = {"auto": 0, "psync": 1, "uring": 2}
+_BACKENDS = {"auto": 0, "psync": 1, "uring": 2, "usrbio": 3}
 _FLAGS = {"create": 0x1, "direct": 0x2, "aligned": 0x4, "exact_size": 0x8, "readonly": 0x10,
           "mmap_reads": 0x20, "mkdir": 0x40}
 _TRUE = ("1", "true", "yes", "on")
@@ -90,7 +90,11 @@ class PageFile(Handle):
     kvpage/pagefile.h).
 
     create=True creates a missing file; its directory must exist unless
-    mkdir=True (a missing one is refused, naming it)."""
+    mkdir=True (a missing one is refused, naming it).
+
+    backend: "auto" (on a 3FS mount with 3FS's USRBIO library found,
+    "usrbio"; else "psync" or "uring" per direction, as bench/io found
+    faster), or one of "psync", "uring", "usrbio" (kvpage/pagefile.h)."""
 
     def __init__(self, path, size, bytes_per_page, entries=8, *, create=True, direct=False,
                  aligned=False, exact_size=False, readonly=False, backend="auto", threads=0,
@@ -115,7 +119,36 @@ class PageFile(Handle):
                                 ctypes.byref(err))
         if rc:
             raise from_c("PageFile", rc, err)
-        super().__init__(h, _lib.pagefile_close)
+        self._allocs = []  # (address, nbytes) of alloc(): registered, freed by close
+        super().__init__(h, self._close_handle)
+
+    def _close_handle(self, h):
+        for addr, _ in self._allocs:
+            _lib.pagefile_free(h, addr)
+        self._allocs = []
+        _lib.pagefile_close(h)
+
+    def alloc(self, nbytes):
+        """A writable memoryview of nbytes of zeroed host memory for pages,
+        aligned for O_DIRECT. With the USRBIO backend it is memory the 3FS
+        daemon reads and writes directly: reads into it and writes from it
+        move without a copy (it is registered with the page file). With the
+        other backends it is ordinary aligned memory. It is released by
+        close(): use it no longer than the page file."""
+        n = size_arg("PageFile.alloc", "nbytes", nbytes)
+        err = _lib.Error()
+        addr = self._call("PageFile.alloc", _lib.pagefile_alloc, n, ctypes.byref(err))
+        if not addr:
+            raise from_c("PageFile.alloc", err.code or -errno.ENOMEM, err)
+        self._allocs.append((addr, n))
+        regs = array("Q", [w for a, m in self._allocs for w in (a, m)])
+        rc = self._call("PageFile.alloc", _lib.pagefile_register_buffers, regs.buffer_info()[0],
+                        len(self._allocs), ctypes.byref(err))
+        if rc:
+            self._allocs.pop()
+            self._call("PageFile.alloc", _lib.pagefile_free, addr)
+            raise from_c("PageFile.alloc", rc, err)
+        return memoryview((ctypes.c_char * n).from_address(addr)).cast("B")
 
     def _batch(self, op, fn, offsets, buffers, writable):
         flat, keep = fast_words("q", buffers, offsets)
@@ -181,7 +214,7 @@ class PageFile(Handle):
         return self._get(_lib.pagefile_flags)
 
     def backend(self, write=False):
-        """"psync" or "uring": what serves reads (write=False) or writes."""
+        """"psync", "uring" or "usrbio": what serves reads (write=False) or writes."""
         return _lib.pagefile_backend_name(self._get(_lib.pagefile_backend, int(bool(write)))).decode()
 
     @property

@@ -10,7 +10,7 @@ from kvpage._buffers import addresses, fast_words
 from kvpage._handle import Handle
 from kvpage._size import size_arg
 from kvpage.errors import KvpageValueError, from_c
-from kvpage.pagefile import _FLAGS, mmap_reads_default
+from kvpage.pagefile import _BACKENDS, _FLAGS, mmap_reads_default
 
 STORED = 1   # put: written and confirmed by this call
 ALREADY = 0  # put: the key was there already; not rewritten
@@ -108,7 +108,7 @@ class Store(Handle):
     def __init__(self, path, file_size=0, bytes_per_page=None, entries=8, *, rank=0, meta=None,
                  deployment=None, pool=None, per_rank=False, durable=True, threads=4,
                  timeout_ms=0, connect_timeout_ms=0, retries=None, token=None, mmap_reads=None,
-                 mkdir=False):
+                 mkdir=False, backend="auto"):
         if not bytes_per_page:
             raise KvpageValueError("Store", -errno.EINVAL, "bytes_per_page is required", "arg")
         o = _lib.StoreOpts()
@@ -143,10 +143,16 @@ class Store(Handle):
         mo.token = s(tok)
         o.meta_opts = ctypes.pointer(mo)
         self._mo = mo
-        if mmap_reads_default(mmap_reads):  # kvpage.PageFile's; None: KVPAGE_MMAP_READS
+        if backend not in _BACKENDS:
+            raise KvpageValueError("Store", -errno.EINVAL,
+                                   f"backend {backend!r} is not one of {sorted(_BACKENDS)}", "arg")
+        mmap = mmap_reads_default(mmap_reads)  # kvpage.PageFile's; None: KVPAGE_MMAP_READS
+        if mmap or backend != "auto":
             po = _lib.PagefileOpts()
             _lib.pagefile_opts_init(ctypes.byref(po))
-            po.flags |= _FLAGS["mmap_reads"]
+            if mmap:
+                po.flags |= _FLAGS["mmap_reads"]
+            po.backend = _BACKENDS[backend]
             o.pagefile = ctypes.pointer(po)
             self._po = po
         h = ctypes.c_void_p()
@@ -160,6 +166,9 @@ class Store(Handle):
         self.bytes_per_page = _lib.store_bytes_per_page(h)
         self.location = _lib.store_location(h).decode()
         self.mmap_reads = bool(_lib.pagefile_flags(_lib.store_pagefile(h)) & _FLAGS["mmap_reads"])
+        # what moves the pages: "psync", "uring" or "usrbio" (kvpage.PageFile.backend)
+        pf = _lib.store_pagefile(h)
+        self.backend = _lib.pagefile_backend_name(_lib.pagefile_backend(pf, 1)).decode()
 
     def _bufs(self, op, buffers, n, writable):
         if len(buffers) != n:
