@@ -24,15 +24,17 @@
 /* ---- fault injection -------------------------------------------------- */
 
 enum kvp__pf_site {
-    KVP__PF_PREAD = 1,    /* psync, before each pread attempt */
-    KVP__PF_PWRITE,       /* psync, before each pwrite attempt */
-    KVP__PF_URING_READ,   /* uring, when a read SQE is prepared */
-    KVP__PF_URING_WRITE,  /* uring, when a write SQE is prepared */
-    KVP__PF_URING_SUBMIT, /* uring, before io_uring_submit_and_wait (offset, len: 0) */
-    KVP__PF_URING_INIT,   /* uring, before io_uring_queue_init (offset, len: 0) */
-    KVP__PF_USRBIO_READ,  /* usrbio, when a read is prepared */
-    KVP__PF_USRBIO_WRITE, /* usrbio, when a write is prepared */
-    KVP__PF_USRBIO_INIT,  /* usrbio, before a ring's staging iov is created (offset, len: 0) */
+    KVP__PF_PREAD = 1,     /* psync, before each pread attempt */
+    KVP__PF_PWRITE,        /* psync, before each pwrite attempt */
+    KVP__PF_URING_READ,    /* uring, when a read SQE is prepared */
+    KVP__PF_URING_WRITE,   /* uring, when a write SQE is prepared */
+    KVP__PF_URING_SUBMIT,  /* uring, before io_uring_submit_and_wait (offset, len: 0) */
+    KVP__PF_URING_INIT,    /* uring, before io_uring_queue_init (offset, len: 0) */
+    KVP__PF_USRBIO_READ,   /* usrbio, when a read is prepared */
+    KVP__PF_USRBIO_WRITE,  /* usrbio, when a write is prepared */
+    KVP__PF_USRBIO_INIT,   /* usrbio, before a ring's staging iov is created (offset, len: 0) */
+    KVP__PF_USRBIO_SUBMIT, /* usrbio, before hf3fs_submit_ios (offset, len: 0): an error breaks
+                              the ring */
 };
 
 /*

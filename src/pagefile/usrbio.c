@@ -410,7 +410,8 @@ static void ub_ring_run(struct kvp_pagefile *pf, struct kvp__pf_usrbio *u, struc
                 return;
             continue;
         }
-        int rc = ub.submit_ios(&r->ior);
+        int64_t f = kvp__pf_fault(KVP__PF_USRBIO_SUBMIT, 0, 0);
+        int rc = f < 0 ? (int)f : ub.submit_ios(&r->ior);
         int got = 0;
         if (rc == 0) {
             struct timespec dl;

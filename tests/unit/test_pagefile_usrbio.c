@@ -351,6 +351,55 @@ static void test_faults(void)
     free(back);
 }
 
+/* A ring that breaks (its submit fails): the ops in it fail with the error,
+ * the rest of the batch and later batches of that direction run with
+ * pread/pwrite, and the other direction's ring is untouched. */
+static int64_t fail_submit(void *arg, int site, int64_t off, uint64_t len)
+{
+    (void)arg, (void)off, (void)len;
+    return site == KVP__PF_USRBIO_SUBMIT ? -EFAULT : 0;
+}
+
+static void test_broken_ring(void)
+{
+    char path[600];
+    pt_path(path, sizeof path, "broken");
+    int rc;
+    struct kvp_pagefile *pf = open_usrbio(path, KVP_PAGEFILE_BACKEND_USRBIO, 8, 0, &rc);
+    CHECK_EQ(rc, 0);
+    if (!pf)
+        return;
+    char *buf = pt_alloc(8 * BPP), *back = pt_alloc(8 * BPP);
+    uint64_t seed = 11;
+    pt_fill(&seed, buf, 8 * BPP);
+    struct kvp_pagefile_op w[8], r[8];
+    int64_t res[8];
+    for (int i = 0; i < 8; i++) {
+        w[i] = (struct kvp_pagefile_op){(int64_t)i * BPP, buf + i * BPP, BPP};
+        r[i] = (struct kvp_pagefile_op){(int64_t)i * BPP, back + i * BPP, BPP};
+    }
+    CHECK_EQ(kvp_pagefile_write(pf, w, 8, res, &E), 0);
+    kvp__pagefile_set_fault(fail_submit, NULL);
+    CHECK_EQ(kvp_pagefile_read(pf, r, 8, res, &E), -EFAULT);
+    for (int i = 0; i < 8; i++)
+        CHECK_EQ(res[i], -EFAULT); /* all 8 were in the ring */
+    CHECK_EQ(E.index, 0);
+    kvp__pagefile_set_fault(NULL, NULL);
+    /* the read ring is out of use: reads go on with pread, and are right */
+    memset(back, 0, 8 * BPP);
+    CHECK_EQ(kvp_pagefile_read(pf, r, 8, res, &E), 0);
+    CHECK(memcmp(buf, back, 8 * BPP) == 0);
+    /* the write ring still works */
+    pt_fill(&seed, buf, 8 * BPP);
+    CHECK_EQ(kvp_pagefile_write(pf, w, 8, res, &E), 0);
+    memset(back, 0, 8 * BPP);
+    CHECK_EQ(kvp_pagefile_read(pf, r, 8, res, &E), 0);
+    CHECK(memcmp(buf, back, 8 * BPP) == 0);
+    free(buf);
+    free(back);
+    kvp_pagefile_close(pf);
+}
+
 /* ---- 8 threads on one handle, each on its own pages ---- */
 
 struct worker {
@@ -411,6 +460,7 @@ int main(void)
     test_more_ops_than_slots();
     test_zero_copy();
     test_faults();
+    test_broken_ring();
     test_threads();
     pt_rmdir();
     return pt_finish();
