@@ -148,7 +148,7 @@ struct kvp__pf_usrbio {
     pthread_mutex_t alloc_mu; /* guards what follows */
     struct ub_alloc *allocs;
     struct kvp_pagefile_buf *regs; /* kvp_pagefile_register_buffers' regions */
-    size_t nregs;
+    _Atomic size_t nregs;          /* read without the lock to skip the search when 0 */
 };
 
 static void ub_ring_destroy(struct ub_ring *r)
@@ -350,7 +350,9 @@ static int ub_place(struct kvp__pf_usrbio *u, struct ub_ring *r, const struct kv
                     size_t i)
 {
     const struct kvp_pagefile_op *op = &b->ops[i];
-    const struct hf3fs_iov *own = u->nregs ? ub_own_iov(u, op->buf, op->size) : NULL;
+    const struct hf3fs_iov *own = atomic_load_explicit(&u->nregs, memory_order_relaxed)
+                                      ? ub_own_iov(u, op->buf, op->size)
+                                      : NULL;
     r->done[i] = 0;
     r->again[i] = 0;
     if (own) {

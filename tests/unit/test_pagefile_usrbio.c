@@ -259,6 +259,24 @@ static void test_zero_copy(void)
     kvp_pagefile_close(pf);
 }
 
+/* Pages 0..7: buf filled from seed, back for reading them, w and r the
+ * batches writing buf and reading into back. */
+struct eight {
+    char *buf, *back;
+    struct kvp_pagefile_op w[8], r[8];
+};
+
+static void eight_init(struct eight *e, uint64_t seed)
+{
+    e->buf = pt_alloc(8 * BPP);
+    e->back = pt_alloc(8 * BPP);
+    pt_fill(&seed, e->buf, 8 * BPP);
+    for (int i = 0; i < 8; i++) {
+        e->w[i] = (struct kvp_pagefile_op){(int64_t)i * BPP, e->buf + i * BPP, BPP};
+        e->r[i] = (struct kvp_pagefile_op){(int64_t)i * BPP, e->back + i * BPP, BPP};
+    }
+}
+
 /* ---- faults: the hook's, and the emulation's ---- */
 
 static int64_t fault_verdict;
@@ -285,15 +303,11 @@ static void test_faults(void)
     CHECK_EQ(rc, 0);
     if (!pf)
         return;
-    char *buf = pt_alloc(8 * BPP), *back = pt_alloc(8 * BPP);
-    uint64_t seed = 7;
-    pt_fill(&seed, buf, 8 * BPP);
-    struct kvp_pagefile_op w[8], r[8];
+    struct eight e8;
+    eight_init(&e8, 7);
+    char *buf = e8.buf, *back = e8.back;
+    struct kvp_pagefile_op *w = e8.w, *r = e8.r;
     int64_t res[8];
-    for (int i = 0; i < 8; i++) {
-        w[i] = (struct kvp_pagefile_op){(int64_t)i * BPP, buf + i * BPP, BPP};
-        r[i] = (struct kvp_pagefile_op){(int64_t)i * BPP, back + i * BPP, BPP};
-    }
     /* short preparations (1000 bytes at a time at page 3): continued to the end */
     fault_verdict = 1000;
     kvp__pagefile_set_fault(hook, NULL);
@@ -369,15 +383,11 @@ static void test_broken_ring(void)
     CHECK_EQ(rc, 0);
     if (!pf)
         return;
-    char *buf = pt_alloc(8 * BPP), *back = pt_alloc(8 * BPP);
-    uint64_t seed = 11;
-    pt_fill(&seed, buf, 8 * BPP);
-    struct kvp_pagefile_op w[8], r[8];
+    struct eight e8;
+    eight_init(&e8, 11);
+    char *buf = e8.buf, *back = e8.back;
+    struct kvp_pagefile_op *w = e8.w, *r = e8.r;
     int64_t res[8];
-    for (int i = 0; i < 8; i++) {
-        w[i] = (struct kvp_pagefile_op){(int64_t)i * BPP, buf + i * BPP, BPP};
-        r[i] = (struct kvp_pagefile_op){(int64_t)i * BPP, back + i * BPP, BPP};
-    }
     CHECK_EQ(kvp_pagefile_write(pf, w, 8, res, &E), 0);
     kvp__pagefile_set_fault(fail_submit, NULL);
     CHECK_EQ(kvp_pagefile_read(pf, r, 8, res, &E), -EFAULT);
@@ -390,6 +400,7 @@ static void test_broken_ring(void)
     CHECK_EQ(kvp_pagefile_read(pf, r, 8, res, &E), 0);
     CHECK(memcmp(buf, back, 8 * BPP) == 0);
     /* the write ring still works */
+    uint64_t seed = 12;
     pt_fill(&seed, buf, 8 * BPP);
     CHECK_EQ(kvp_pagefile_write(pf, w, 8, res, &E), 0);
     memset(back, 0, 8 * BPP);
