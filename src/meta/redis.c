@@ -438,7 +438,7 @@ static int run_script(struct rmeta *m, int sc, int slot, int idempotent, int nke
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
         r->element[0]->type != REDIS_REPLY_INTEGER ||
         (r->element[0]->integer == ST_OK && r->elements < min)) {
-        freeReplyObject(r);
+        kvp__rreply_free(r);
         return unexpected(m, "a script", err);
     }
     *out = r;
@@ -618,7 +618,7 @@ static int ns_register(struct rmeta *m, struct rns *ns, struct kvp_error *err)
         return rc;
     if (r->type != REDIS_REPLY_INTEGER)
         rc = unexpected(m, "the namespace script", err);
-    freeReplyObject(r);
+    kvp__rreply_free(r);
     return rc;
 }
 
@@ -651,7 +651,7 @@ static int rd_ns(struct kvp_meta *front, const char *deployment, size_t dlen, co
             rc = -ENOENT;
     }
     if (r)
-        freeReplyObject(r);
+        kvp__rreply_free(r);
     if (rc) {
         ns_free(ns);
         return rc;
@@ -706,7 +706,7 @@ static int parse_ranks(struct rmeta *m, redisReply *r, uint32_t **ranks, uint32_
                        struct kvp_error *err)
 {
     if (r->type != REDIS_REPLY_ARRAY || r->elements % 2) {
-        freeReplyObject(r);
+        kvp__rreply_free(r);
         return unexpected(m, "HGETALL", err);
     }
     size_t k = r->elements / 2;
@@ -717,7 +717,7 @@ static int parse_ranks(struct rmeta *m, redisReply *r, uint32_t **ranks, uint32_
         free(pairs);
         free(rk);
         free(pg);
-        freeReplyObject(r);
+        kvp__rreply_free(r);
         set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
         return -ENOMEM;
     }
@@ -727,7 +727,7 @@ static int parse_ranks(struct rmeta *m, redisReply *r, uint32_t **ranks, uint32_
         uint64_t pages = b->type == REDIS_REPLY_STRING ? strtoull(b->str, NULL, 10) : 0;
         pairs[i] = (id & 0xffffffffu) << 32 | (pages & 0xffffffffu);
     }
-    freeReplyObject(r);
+    kvp__rreply_free(r);
     qsort(pairs, k, sizeof *pairs, cmp_u64);
     for (size_t i = 0; i < k; i++) {
         rk[i] = (uint32_t)(pairs[i] >> 32);
@@ -767,7 +767,7 @@ static int rd_init_rank(struct kvp_ns *pub, uint32_t rank, uint32_t num_pages, u
         return rc;
     int listed = r->element[0]->integer != 0;
     int64_t count = rint_at(r, 1);
-    freeReplyObject(r);
+    kvp__rreply_free(r);
     if (!listed && count >= MAX_RANKS_PER_NS) {
         set_err(err, -ENOSPC, KVP_RULE_TOO_MANY, -1, count, MAX_RANKS_PER_NS,
                 "too many ranks in this namespace (limit %d)", MAX_RANKS_PER_NS);
@@ -780,7 +780,7 @@ static int rd_init_rank(struct kvp_ns *pub, uint32_t rank, uint32_t num_pages, u
     if ((rc = run_rank(ns, rank, SC_INIT, 1, 1, ia, il, 1, &r, err)) != 0)
         return rc;
     int64_t st = r->element[0]->integer, old = rint_at(r, 1);
-    freeReplyObject(r);
+    kvp__rreply_free(r);
     if (st == ST_RESIZE_HELD) {
         set_err(err, -EEXIST, KVP_RULE_RESIZE_HELD, -1, old, (int64_t)num_pages,
                 "Rank %u already initialized with %lld pages; refusing to change to %u "
@@ -797,7 +797,7 @@ static int rd_init_rank(struct kvp_ns *pub, uint32_t rank, uint32_t num_pages, u
     size_t lens[4] = {4, kl[0], strlen(rk), strlen(np)};
     if ((rc = kvp__rconn_cmd(m->c, key_slot(ns->ranks_key), NULL, 1, 4, argv, lens, &r, err)))
         return rc;
-    freeReplyObject(r);
+    kvp__rreply_free(r);
     return ns_register(m, ns, err);
 }
 
@@ -820,7 +820,7 @@ static int rd_allocate(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *
     if (rc)
         return rc;
     if (r->element[0]->integer == ST_NOT_INIT) {
-        freeReplyObject(r);
+        kvp__rreply_free(r);
         return not_init(rank, err);
     }
     /* {0, the pages in decimal separated by spaces, a '0'/'1' per key} */
@@ -837,7 +837,7 @@ static int rd_allocate(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *
             existed[i] = er->str[i] == '1';
         s = e + 1;
     }
-    freeReplyObject(r);
+    kvp__rreply_free(r);
     return bad ? unexpected(ns->m, "the allocate script", err) : 0;
 }
 
@@ -919,7 +919,7 @@ static int rd_confirm(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *k
     if (rc)
         return rc;
     int64_t st = r->element[0]->integer, i = rint_at(r, 1), np = rint_at(r, 2);
-    freeReplyObject(r);
+    kvp__rreply_free(r);
     switch (st) {
     case ST_OK:
         return 0;
@@ -1049,7 +1049,7 @@ static int ranks_batch_pre(struct rns *ns, const uint32_t *ranks, size_t nr, int
             if (!rc && r)
                 rc = fn(arg, base + j, r, err);
             if (r)
-                freeReplyObject(r);
+                kvp__rreply_free(r);
         }
     }
     free(all);
@@ -1138,7 +1138,7 @@ static int held_elsewhere(struct rns *ns, int64_t except, const struct kvp_str *
             rc = unexpected(m, "HGETALL", err);
         if (rc) {
             if (pre.reply)
-                freeReplyObject(pre.reply);
+                kvp__rreply_free(pre.reply);
             goto out;
         }
         if ((rc = parse_ranks(m, pre.reply, &ranks, NULL, &nr, err)) != 0)
@@ -1203,12 +1203,12 @@ static int rd_exists(struct kvp_ns *pub, int64_t rank, const struct kvp_str *key
     if (rc)
         return rc;
     if (r->element[0]->integer == ST_NOT_INIT) {
-        freeReplyObject(r);
+        kvp__rreply_free(r);
         return not_init((uint32_t)rank, err);
     }
     for (size_t i = 0; i < n; i++)
         out[i] = rint_at(r, 1 + i) == 1;
-    freeReplyObject(r);
+    kvp__rreply_free(r);
     return 0;
 }
 
@@ -1253,12 +1253,12 @@ static int rd_lookup(struct kvp_ns *pub, uint32_t rank, int complete_only,
     if (rc)
         return rc;
     if (r->element[0]->integer == ST_NOT_INIT) {
-        freeReplyObject(r);
+        kvp__rreply_free(r);
         return not_init(rank, err);
     }
     for (size_t i = 0; i < n; i++)
         pages[i] = rint_at(r, 1 + i);
-    freeReplyObject(r);
+    kvp__rreply_free(r);
     return 0;
 }
 
@@ -1277,7 +1277,7 @@ static int rank_op(struct rns *ns, uint32_t rank, int sc, const struct kvp_str *
     if (rc)
         return rc;
     *missing = r->element[0]->integer == ST_NOT_INIT;
-    freeReplyObject(r);
+    kvp__rreply_free(r);
     return 0;
 }
 
@@ -1337,7 +1337,7 @@ static size_t rd_nranks(struct kvp_ns *pub)
     if (kvp__rconn_cmd(ns->m->c, key_slot(ns->ranks_key), NULL, 1, 2, argv, lens, &r, NULL))
         return 0; /* the interface has no error here */
     size_t n = r->type == REDIS_REPLY_INTEGER && r->integer > 0 ? (size_t)r->integer : 0;
-    freeReplyObject(r);
+    kvp__rreply_free(r);
     return n;
 }
 
@@ -1354,7 +1354,7 @@ static int list_namespaces(struct rmeta *m, redisReply **out, struct kvp_error *
     if (rc)
         return rc;
     if ((*out)->type != REDIS_REPLY_ARRAY) {
-        freeReplyObject(*out);
+        kvp__rreply_free(*out);
         return unexpected(m, "ZRANGE", err);
     }
     return 0;
@@ -1447,7 +1447,7 @@ static int rd_stats(struct kvp_meta *front, kvp_meta_stats_fn fn, void *arg)
             rc = fn(ns->dep, ns->pool, a.st, a.k, arg);
         free(a.st);
     }
-    freeReplyObject(names);
+    kvp__rreply_free(names);
     return rc;
 }
 
@@ -1512,7 +1512,7 @@ static int rd_check(struct kvp_meta *front, struct kvp_error *err)
         free(ranks);
         free(np);
     }
-    freeReplyObject(names);
+    kvp__rreply_free(names);
     return rc;
 }
 
@@ -1754,7 +1754,7 @@ static int check_format(struct rmeta *m, struct kvp_error *err)
         old = cmds[1].reply->type == REDIS_REPLY_INTEGER && cmds[1].reply->integer > 0;
     for (int i = 0; i < 2; i++)
         if (cmds[i].reply)
-            freeReplyObject(cmds[i].reply);
+            kvp__rreply_free(cmds[i].reply);
     if (rc)
         return rc;
     if (!strcmp(found, STORE_FORMAT) || (!found[0] && !old))

@@ -222,6 +222,183 @@ static struct timeval tv_ms(uint32_t ms)
     return (struct timeval){.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
 }
 
+/* ------------------------------------------------------------ replies, commands */
+
+/* Replies are built by this layer's own reader functions, not hiredis's: a
+ * node and its string in one allocation (hiredis: a calloc, a malloc and,
+ * for an array, a calloc of its elements), and small nodes (the page numbers
+ * and nils of an HMGET) taken from a per-thread cache of free ones instead of
+ * malloc (a 64-key reply frees 65 nodes at once, far more than glibc's
+ * per-thread cache keeps). Freed with kvp__rreply_free, never
+ * freeReplyObject. */
+#define RR_SMALL 96       /* bytes of a cached node: header, reply and a short string */
+#define RR_CACHE_MAX 2048 /* free nodes kept per thread (192 KiB) */
+
+struct rr_hdr {
+    struct rr_hdr *next; /* in the thread's cache */
+    size_t small;
+};
+
+static _Thread_local struct rr_hdr *rr_cache;
+static _Thread_local size_t rr_ncache;
+static pthread_key_t rr_key;
+static pthread_once_t rr_once = PTHREAD_ONCE_INIT;
+
+static void rr_cache_drop(void *unused)
+{
+    (void)unused;
+    while (rr_cache) {
+        struct rr_hdr *h = rr_cache;
+        rr_cache = h->next;
+        free(h);
+    }
+    rr_ncache = 0;
+}
+
+static void rr_key_make(void)
+{
+    (void)pthread_key_create(&rr_key, rr_cache_drop);
+}
+
+static redisReply *rr_new(const redisReadTask *t, int type, size_t extra)
+{
+    size_t need = sizeof(struct rr_hdr) + sizeof(redisReply) + extra;
+    struct rr_hdr *h;
+    if (need <= RR_SMALL && rr_cache) {
+        h = rr_cache;
+        rr_cache = h->next;
+        rr_ncache--;
+    } else {
+        h = malloc(need <= RR_SMALL ? RR_SMALL : need);
+        if (!h)
+            return NULL;
+    }
+    h->small = need <= RR_SMALL;
+    redisReply *r = (redisReply *)(h + 1);
+    memset(r, 0, sizeof *r);
+    r->type = type;
+    if (t && t->parent) {
+        redisReply *up = t->parent->obj;
+        up->element[t->idx] = r;
+    }
+    return r;
+}
+
+void kvp__rreply_free(redisReply *r)
+{
+    if (!r)
+        return;
+    if (r->type == REDIS_REPLY_ARRAY)
+        for (size_t i = 0; i < r->elements; i++)
+            kvp__rreply_free(r->element[i]);
+    struct rr_hdr *h = (struct rr_hdr *)r - 1;
+    if (!h->small || rr_ncache >= RR_CACHE_MAX) {
+        free(h);
+        return;
+    }
+    if (!rr_cache) { /* the first node this thread keeps: free them at its exit */
+        pthread_once(&rr_once, rr_key_make);
+        (void)pthread_setspecific(rr_key, &rr_cache);
+    }
+    h->next = rr_cache;
+    rr_cache = h;
+    rr_ncache++;
+}
+
+static void *rr_string(const redisReadTask *t, char *s, size_t len)
+{
+    redisReply *r = rr_new(t, t->type, len + 1);
+    if (!r)
+        return NULL;
+    r->str = (char *)(r + 1);
+    memcpy(r->str, s, len);
+    r->str[len] = '\0';
+    r->len = len;
+    return r;
+}
+
+static void *rr_array(const redisReadTask *t, int elements)
+{
+    size_t n = elements > 0 ? (size_t)elements : 0;
+    redisReply *r = rr_new(t, REDIS_REPLY_ARRAY, n * sizeof(redisReply *));
+    if (!r)
+        return NULL;
+    r->element = n ? (redisReply **)(r + 1) : NULL;
+    if (n)
+        memset(r->element, 0, n * sizeof(redisReply *));
+    r->elements = n;
+    return r;
+}
+
+static void *rr_integer(const redisReadTask *t, long long v)
+{
+    redisReply *r = rr_new(t, REDIS_REPLY_INTEGER, 0);
+    if (r)
+        r->integer = v;
+    return r;
+}
+
+static void *rr_nil(const redisReadTask *t)
+{
+    return rr_new(t, REDIS_REPLY_NIL, 0);
+}
+
+static void rr_free_obj(void *r)
+{
+    kvp__rreply_free(r);
+}
+
+static redisReplyObjectFunctions rr_fns = {
+    .createString = rr_string,
+    .createArray = rr_array,
+    .createInteger = rr_integer,
+    .createNil = rr_nil,
+    .freeObject = rr_free_obj,
+};
+
+/* Every context of this layer: connected, replies built by rr_fns. */
+static redisContext *rr_connect(const char *host, int port, struct timeval tv)
+{
+    redisContext *x = redisConnectWithTimeout(host, port, tv);
+    if (x && !x->err)
+        x->reader->fn = &rr_fns;
+    return x;
+}
+
+/* Appends a command to x's output in the protocol's form, as
+ * redisAppendCommandArgv does but in one pass over one buffer (hiredis builds
+ * it with an sds printf per argument). */
+static int append_argv(redisContext *x, int argc, const char **argv, const size_t *lens)
+{
+    size_t total = 16;
+    for (int i = 0; i < argc; i++)
+        total += 26 + (lens ? lens[i] : strlen(argv[i]));
+    char stack[4096];
+    char *buf = total <= sizeof stack ? stack : malloc(total);
+    if (!buf)
+        return REDIS_ERR;
+    char *p = buf + sprintf(buf, "*%d\r\n", argc);
+    for (int i = 0; i < argc; i++) {
+        size_t len = lens ? lens[i] : strlen(argv[i]);
+        char num[24], *q = num + sizeof num;
+        size_t v = len;
+        do
+            *--q = (char)('0' + v % 10);
+        while (v /= 10);
+        *p++ = '$';
+        memcpy(p, q, (size_t)(num + sizeof num - q));
+        p += num + sizeof num - q;
+        *p++ = '\r', *p++ = '\n';
+        memcpy(p, argv[i], len);
+        p += len;
+        *p++ = '\r', *p++ = '\n';
+    }
+    int rc = redisAppendFormattedCommand(x, buf, (size_t)(p - buf));
+    if (buf != stack)
+        free(buf);
+    return rc;
+}
+
 /* Runs a command on a context just set up; 0 or the error (err set). */
 static int setup_cmd(struct kvp__rconn *c, struct rnode *n, redisContext *x, int argc,
                      const char **argv, struct kvp_error *err)
@@ -231,7 +408,7 @@ static int setup_cmd(struct kvp__rconn *c, struct rnode *n, redisContext *x, int
     if (!r)
         return ctx_error(c, n, x, errno, err);
     int rc = r->type == REDIS_REPLY_ERROR ? reply_error(n, r, err) : 0;
-    freeReplyObject(r);
+    kvp__rreply_free(r);
     return rc;
 }
 
@@ -241,7 +418,7 @@ static redisContext *node_connect(struct kvp__rconn *c, struct rnode *n, struct 
 {
     atomic_fetch_add(&c->connects, 1);
     errno = 0;
-    redisContext *x = redisConnectWithTimeout(n->host, n->port, tv_ms(c->cfg.connect_timeout_ms));
+    redisContext *x = rr_connect(n->host, n->port, tv_ms(c->cfg.connect_timeout_ms));
     if (!x || x->err) {
         *rc = ctx_error(c, n, x, errno, err);
         if (x)
@@ -399,7 +576,7 @@ static int refresh_map(struct kvp__rconn *c, struct kvp_error *err)
         }
         if (r->type != REDIS_REPLY_ARRAY) {
             rc = r->type == REDIS_REPLY_ERROR ? reply_error(n, r, err) : -EIO;
-            freeReplyObject(r);
+            kvp__rreply_free(r);
             node_put(c, n, x, ep);
             continue;
         }
@@ -423,7 +600,7 @@ static int refresh_map(struct kvp__rconn *c, struct kvp_error *err)
         }
         c->cluster = 1;
         pthread_mutex_unlock(&c->lock);
-        freeReplyObject(r);
+        kvp__rreply_free(r);
         node_put(c, n, x, ep);
         return 0;
     }
@@ -493,7 +670,7 @@ static int check_master(struct kvp__rconn *c, struct rnode *n, struct kvp_error 
                      "failover in progress)",
                      n->name, c->cfg.master_name);
     }
-    freeReplyObject(r);
+    kvp__rreply_free(r);
     node_put(c, n, x, ep);
     return rc;
 }
@@ -505,8 +682,7 @@ static int sentinel_master(struct kvp__rconn *c, size_t i, char **host, int *por
 {
     *host = NULL;
     errno = 0;
-    redisContext *x =
-        redisConnectWithTimeout(c->cfg.host[i], c->cfg.port[i], tv_ms(c->cfg.connect_timeout_ms));
+    redisContext *x = rr_connect(c->cfg.host[i], c->cfg.port[i], tv_ms(c->cfg.connect_timeout_ms));
     if (!x || x->err || redisSetTimeout(x, tv_ms(c->cfg.timeout_ms)) != REDIS_OK) {
         snprintf(why, len, "sentinel %.64s:%d: %s", c->cfg.host[i], c->cfg.port[i],
                  x ? x->errstr : "cannot allocate a connection");
@@ -533,7 +709,7 @@ static int sentinel_master(struct kvp__rconn *c, size_t i, char **host, int *por
         snprintf(why, len, "sentinel %.64s:%d: %.120s", c->cfg.host[i], c->cfg.port[i],
                  r->type == REDIS_REPLY_ERROR ? r->str : "an unexpected answer");
     if (r)
-        freeReplyObject(r);
+        kvp__rreply_free(r);
     redisFree(x);
     return rc;
 }
@@ -642,7 +818,7 @@ static int wait_result(struct kvp__rconn *c, struct rnode *n, redisContext *x, r
                      "for within %u ms; it is applied on the master and a failover may lose it",
                      n->name, got, c->cfg.wait_replicas, c->cfg.wait_ms);
     }
-    freeReplyObject(r);
+    kvp__rreply_free(r);
     return rc;
 }
 
@@ -685,7 +861,7 @@ static void run_batch(struct kvp__rconn *c, struct rnode *n, struct rjob *batch)
             j->rc = rc, j->err = e, j->sent = 0;
             continue;
         }
-        redisAppendCommandArgv(x, j->argc, j->argv, j->lens);
+        append_argv(x, j->argc, j->argv, j->lens);
         if (j->wait)
             redisAppendCommand(x, "WAIT %d %u", c->cfg.wait_replicas, c->cfg.wait_ms);
     }
@@ -822,7 +998,7 @@ static int load_script(struct kvp__rconn *c, struct rnode *n, redisContext *x,
         s->sha[40] = '\0';
         pthread_mutex_unlock(&c->lock);
     }
-    freeReplyObject(r);
+    kvp__rreply_free(r);
     return rc;
 }
 
@@ -883,13 +1059,13 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
             if (j.reply->type == REDIS_REPLY_ERROR) {
                 int again = not_run(j.reply);
                 rc = reply_error(n, j.reply, err);
-                freeReplyObject(j.reply);
+                kvp__rreply_free(j.reply);
                 if (again)
                     continue;
                 return rc;
             }
             if (j.wait_rc) {
-                freeReplyObject(j.reply);
+                kvp__rreply_free(j.reply);
                 if (err)
                     *err = j.err;
                 return j.wait_rc;
@@ -940,11 +1116,14 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
             redisSetTimeout(x, tv_ms(wait_ms));
         }
         errno = 0;
-        redisReply *r = redisCommandArgv(x, argc, argv, lens);
+        redisReply *r = NULL;
+        if (append_argv(x, argc, argv, lens) != REDIS_OK ||
+            redisGetReply(x, (void **)&r) != REDIS_OK)
+            r = NULL;
         if (wait_ms != c->cfg.timeout_ms && r)
             redisSetTimeout(x, tv_ms(c->cfg.timeout_ms));
         if (r && asking) { /* the ASKING's +OK came first */
-            freeReplyObject(r);
+            kvp__rreply_free(r);
             r = NULL;
             if (redisGetReply(x, (void **)&r) != REDIS_OK)
                 r = NULL;
@@ -978,7 +1157,7 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
                 struct rnode *t = redirect_target(c, r->str, moved);
                 atomic_fetch_add(&c->redirects, 1);
                 rc = reply_error(n, r, err);
-                freeReplyObject(r);
+                kvp__rreply_free(r);
                 node_put(c, n, x, ep);
                 if (!t)
                     return rc;
@@ -987,7 +1166,7 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
                 continue;
             }
             if (script && !strncmp(r->str, "NOSCRIPT", 8)) {
-                freeReplyObject(r);
+                kvp__rreply_free(r);
                 rc = load_script(c, n, x, script, err);
                 node_put(c, n, x, ep);
                 if (rc)
@@ -995,7 +1174,7 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
                 continue;
             }
             rc = reply_error(n, r, err);
-            freeReplyObject(r);
+            kvp__rreply_free(r);
             node_put(c, n, x, ep);
             if (rc == -EAGAIN && attempt + 1 < MAX_ATTEMPTS) {
                 if (c->cluster && mono_ms() < deadline)
@@ -1010,7 +1189,7 @@ int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, 
         }
         if (c->cfg.wait_replicas && cmd_writes(script, argc, argv) &&
             (rc = wait_replicas(c, n, x, err)) != 0) {
-            freeReplyObject(r);
+            kvp__rreply_free(r);
             if (x->err) {
                 redisFree(x);
                 drop_idle(n);
@@ -1091,9 +1270,9 @@ static void multi_combined(struct kvp__rconn *c, struct rnode *nd, size_t d, str
         } else if (b->rc) {
             /* lost: alone below (every command here is idempotent) */
         } else if (b->reply->type == REDIS_REPLY_ERROR) {
-            freeReplyObject(b->reply); /* MOVED, NOSCRIPT, ...: alone below */
+            kvp__rreply_free(b->reply); /* MOVED, NOSCRIPT, ...: alone below */
         } else if (b->wait_rc) {
-            freeReplyObject(b->reply);
+            kvp__rreply_free(b->reply);
             state[j] = 3, cmds[j].rc = b->wait_rc, cmds[j].err = b->err;
         } else {
             cmds[j].reply = b->reply;
@@ -1154,7 +1333,7 @@ int kvp__rconn_multi(struct kvp__rconn *c, struct kvp__rcmd *cmds, size_t n, str
                 continue;
             if (!with_sha(c, &cmds[j], sha[j]))
                 continue; /* loaded by kvp__rconn_cmd below */
-            if (redisAppendCommandArgv(x, cmds[j].argc, cmds[j].argv, cmds[j].lens) == REDIS_OK)
+            if (append_argv(x, cmds[j].argc, cmds[j].argv, cmds[j].lens) == REDIS_OK)
                 state[j] = 1;
         }
         /* ?wait=: one WAIT after the node's commands covers them all. */
@@ -1191,7 +1370,7 @@ int kvp__rconn_multi(struct kvp__rconn *c, struct kvp__rcmd *cmds, size_t n, str
                 break;
             }
             if (r->type == REDIS_REPLY_ERROR) {
-                freeReplyObject(r); /* MOVED, NOSCRIPT, ...: alone below */
+                kvp__rreply_free(r); /* MOVED, NOSCRIPT, ...: alone below */
                 state[j] = 0;
             } else {
                 cmds[j].reply = r;
@@ -1210,7 +1389,7 @@ int kvp__rconn_multi(struct kvp__rconn *c, struct kvp__rcmd *cmds, size_t n, str
             for (size_t k = 0; rc && k < n; k++)
                 if (nidx[k] == d && state[k] == 2 &&
                     cmd_writes(cmds[k].script, cmds[k].argc, cmds[k].argv)) {
-                    freeReplyObject(cmds[k].reply);
+                    kvp__rreply_free(cmds[k].reply);
                     cmds[k].reply = NULL;
                     state[k] = 3, cmds[k].rc = rc, cmds[k].err = e;
                 }
@@ -1306,7 +1485,7 @@ int kvp__rconn_each_master(struct kvp__rconn *c, int argc, const char **argv, kv
         }
         int stop = fn(arg, ms[i]->name, rc ? NULL : r, rc, &e);
         if (r)
-            freeReplyObject(r);
+            kvp__rreply_free(r);
         if (stop)
             return stop;
     }
@@ -1426,7 +1605,7 @@ int kvp__rconn_open(struct kvp__rconn **out, struct kvp__rcfg *cfg, struct kvp_e
         }
         int cl = r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_enabled:1");
         rc = r->type == REDIS_REPLY_ERROR ? reply_error(n, r, err) : 0;
-        freeReplyObject(r);
+        kvp__rreply_free(r);
         node_put(c, n, x, ep);
         if (rc)
             continue;

@@ -46,6 +46,10 @@ struct kvp__rscript {
 
 struct kvp__rconn;
 
+/* Frees a reply of this layer (every reply it hands out: its contexts build
+ * them with their own functions, so freeReplyObject must not be used). */
+void kvp__rreply_free(redisReply *r);
+
 /* Connects to a seed (with several seeds, or when a seed is a cluster node,
  * also reads the slot map; with master_name, asks the sentinels first). Takes over cfg's strings.
  * 0, or a negative errno with err (KVP_RULE_UNAVAILABLE). */
@@ -61,7 +65,7 @@ unsigned kvp__redis_slot(const char *tag, size_t len);
  * the SHA, which is filled in (and the script loaded on NOSCRIPT).
  * idempotent: the command may be repeated on a fresh connection after a
  * pooled one turned out to be dead. *out: the reply (free with
- * freeReplyObject), never an error reply. 0, or a negative errno with err
+ * kvp__rreply_free), never an error reply. 0, or a negative errno with err
  * (KVP_RULE_UNAVAILABLE, msg naming the node and the cause).
  */
 int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, int idempotent,
