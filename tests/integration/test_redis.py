@@ -7,7 +7,11 @@ The suite as a whole also runs against Redis with KVPAGE_TEST_BACKEND=redis
 (make integration-redis); these are the cases that need several servers, a
 Redis that dies, or a cluster.
 """
+import json
+import os
+import re
 import signal
+import socket
 import threading
 import time
 
@@ -70,6 +74,64 @@ def test_a_rank_added_through_another_server_counts_at_once(redis, start_server)
     assert a.v_exists(keys) == [True] * 3 + [False] * 3
     b.post("/clear")
     assert a.v_exists(keys) == [False] * 6
+
+
+def _worker_reads(pid):
+    """read(2) calls so far of each of MHD's worker threads of process pid."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                if not f.read().startswith("MHD-worker"):
+                    continue
+            with open(f"/proc/{pid}/task/{tid}/io") as f:
+                out[tid] = int(re.search(r"syscr: (\d+)", f.read()).group(1))
+        except (OSError, AttributeError):
+            pass  # a thread that ended
+    return out
+
+
+def test_connections_opened_at_once_go_round_the_workers(redis, start_server):
+    # Each of MHD's workers accepts up to eleven waiting connections in a row,
+    # and with a backend whose calls wait for Redis a worker serves its
+    # connections one round trip at a time: the connections an engine's pool
+    # opens at once must not pile up on one worker. kvpage serve accepts them
+    # itself and deals them out; here eight, opened at once, are all served,
+    # by (nearly) eight different workers.
+    srv = start_server("--meta", redis.url(prefix="deal"), "--threads", "8")
+    c = srv.client()
+    c.v_init(0, 64)
+    c.v_write(0, ["held"])
+    socks = [socket.socket() for _ in range(8)]
+    for s in socks:
+        s.setblocking(False)
+        s.connect_ex(("127.0.0.1", srv.port))
+    for s in socks:
+        s.setblocking(True)
+        s.settimeout(30)
+    body = json.dumps({"keys": ["held", "other"]}).encode()
+    req = (b"POST /keys/batch_exists HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+           b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    before = _worker_reads(srv.proc.pid)
+    assert len(before) == 8, before
+    for _ in range(60):
+        for s in socks:
+            s.sendall(req)
+        for s in socks:
+            got = b""
+            while b"]}" not in got:
+                chunk = s.recv(4096)
+                assert chunk, "the server closed a connection"
+                got += chunk
+            assert b" 200 " in got.split(b"\r\n", 1)[0] and b"[true, false]" in got, got
+    after = _worker_reads(srv.proc.pid)
+    busy = [t for t in after if after[t] - before.get(t, 0) >= 50]
+    for s in socks:
+        s.close()
+    # 60 requests on each connection: a worker serving one read at least 60
+    # times. Dealt out by descriptor, eight connections opened together go
+    # to eight workers; allow two to share (another descriptor in between).
+    assert len(busy) >= 6, {t: after[t] - before.get(t, 0) for t in after}
 
 
 def test_concurrent_allocations_through_two_servers_never_share_a_page(redis, start_server):
