@@ -485,54 +485,61 @@ static struct client_count **client_slot(struct serve *S, const struct client_ke
     return pp;
 }
 
-/* Connections open from k now. */
-static unsigned client_conns(struct serve *S, const struct client_key *k)
+/* Counts one connection fewer from k (counted by client_take). */
+static void client_drop(struct serve *S, const struct client_key *k)
 {
-    pthread_mutex_lock(&S->clients_lock);
-    struct client_count *c = *client_slot(S, k);
-    unsigned n = c ? c->n : 0;
-    pthread_mutex_unlock(&S->clients_lock);
-    return n;
-}
-
-/* Adds delta (+1 or -1) to k's count; 0, or -1 when out of memory (then the
- * connection is not counted). */
-static int client_add(struct serve *S, const struct client_key *k, int delta)
-{
-    int rc = 0;
     pthread_mutex_lock(&S->clients_lock);
     struct client_count **pp = client_slot(S, k), *c = *pp;
-    if (delta > 0) {
-        if (!c && (c = calloc(1, sizeof *c)) != NULL) {
-            c->key = *k;
-            *pp = c;
-        }
-        if (c)
-            c->n++;
-        else
-            rc = -1;
-    } else if (c && --c->n == 0) {
+    if (c && --c->n == 0) {
         *pp = c->next;
         free(c);
     }
+    pthread_mutex_unlock(&S->clients_lock);
+}
+
+/* Counts one more connection from k unless k has max already: 1 counted, 0
+ * at the limit, -1 out of memory (not counted). */
+static int client_take(struct serve *S, const struct client_key *k, uint64_t max)
+{
+    pthread_mutex_lock(&S->clients_lock);
+    struct client_count **pp = client_slot(S, k), *c = *pp;
+    int rc = 1;
+    if (c && c->n >= max)
+        rc = 0;
+    else if (!c && (c = calloc(1, sizeof *c)) != NULL) {
+        c->key = *k;
+        *pp = c;
+    }
+    if (rc == 1 && c)
+        c->n++;
+    else if (rc == 1)
+        rc = -1;
     pthread_mutex_unlock(&S->clients_lock);
     return rc;
 }
 
 /* Runs for each accepted socket before MHD takes it: over a limit, MHD
- * closes it at once (the client sees the connection closed, not a hang). */
+ * closes it at once (the client sees the connection closed, not a hang).
+ * A connection let in is counted here, open and against its address, not
+ * when MHD starts it: with the acceptor, MHD starts connections on its
+ * workers later, and a burst from one address would otherwise all pass the
+ * check before the first of them was counted. (Should MHD fail to start one
+ * it let in, for want of memory, that count stays one too high.) */
 static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
 {
     (void)addrlen;
     struct serve *S = cls;
     struct kvp_conn_stats *cs = &S->srv.conns;
-    if (atomic_load(&cs->open) >= S->max_conns) {
+    if (atomic_fetch_add(&cs->open, 1) >= S->max_conns) {
+        atomic_fetch_sub(&cs->open, 1);
         atomic_fetch_add(&cs->refused_total, 1);
         return MHD_NO;
     }
     struct client_key k;
-    if (!client_key_of(addr, &k) && client_conns(S, &k) >= S->max_conns_per_client) {
-        atomic_fetch_add(&cs->refused_client, 1);
+    int taken = client_key_of(addr, &k) ? 1 : client_take(S, &k, S->max_conns_per_client);
+    if (taken != 1) { /* at the limit, or no memory to count it */
+        atomic_fetch_sub(&cs->open, 1);
+        atomic_fetch_add(taken == 0 ? &cs->refused_client : &cs->refused_total, 1);
         return MHD_NO;
     }
     return MHD_YES;
@@ -614,12 +621,17 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
             kvp__buf_init(&cn->in);
             kvp__reply_init(&cn->rep);
             cn->last_ms = kvp__mono_ms();
-            const union MHD_ConnectionInfo *ci =
-                MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-            if (client_key_of(ci ? ci->client_addr : NULL, &cn->key) || client_add(S, &cn->key, +1))
-                cn->key.len = 0;
         }
-        atomic_fetch_add(&cs->open, 1);
+        /* Counted by on_accept: cn->key says whose count to lower at the end. */
+        struct client_key k;
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        if (client_key_of(ci ? ci->client_addr : NULL, &k) == 0) {
+            if (cn)
+                cn->key = k;
+            else
+                client_drop(S, &k);
+        }
         atomic_fetch_add(&cs->accepted, 1);
         *socket_context = cn;
     } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
@@ -633,7 +645,7 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
                 kvp__mono_ms() - cn->last_ms + 100 >= (uint64_t)t * 1000)
                 atomic_fetch_add(cn->in_request ? &cs->timeout_request : &cs->timeout_idle, 1);
             if (cn->key.len)
-                client_add(S, &cn->key, -1);
+                client_drop(S, &cn->key);
             body_release(S, cn);
             kvp__buf_free(&cn->in);
             kvp__reply_free(&cn->rep);
