@@ -1121,6 +1121,47 @@ static void acceptor_stop(struct serve *S)
     S->accept_stop = -1;
 }
 
+/* ---------------------------------------------------------------- stopping */
+
+/* Stops a server that serve_run started, in order: the replies parked on
+ * the log are answered (their callbacks point at connections that MHD frees
+ * when it stops), the acceptor stops, then MHD (every connection closed). */
+static void serve_stop(struct serve *S, struct MHD_Daemon *d, int fd)
+{
+    atomic_store(&g_stopping, 1);
+    for (int i = 0; i < 30000 && atomic_load(&g_pending) > 0; i++)
+        usleep(1000);
+    if (atomic_load(&g_pending) > 0)
+        KVP_LOGW("%ld replies still wait for the log after 30 s", (long)atomic_load(&g_pending));
+    acceptor_stop(S);
+    MHD_stop_daemon(d);
+    close(fd);
+}
+
+/* Frees what serve_run made, started or not: the body worker ends, then the
+ * connection counts, the locks and the metadata handle go. */
+static void serve_free(struct serve *S)
+{
+    if (S->worker_running) {
+        pthread_mutex_lock(&S->jobs_lock);
+        S->worker_stop = 1;
+        pthread_cond_signal(&S->jobs_cond);
+        pthread_mutex_unlock(&S->jobs_lock);
+        pthread_join(S->worker, NULL);
+    }
+    for (size_t i = 0; i < CLIENT_BUCKETS; i++)
+        while (S->clients[i]) {
+            struct client_count *c = S->clients[i];
+            S->clients[i] = c->next;
+            free(c);
+        }
+    pthread_mutex_destroy(&S->clients_lock);
+    pthread_mutex_destroy(&S->jobs_lock);
+    pthread_cond_destroy(&S->jobs_cond);
+    kvp_meta_close(S->meta);
+    free(S);
+}
+
 /* ---------------------------------------------------------------- the flags */
 
 /* What the flags ask for: parse fills it, run acts on it. */
@@ -1609,37 +1650,10 @@ static int serve_run(const struct serve_cfg *sc)
         sigwait(&sigs, &sig);
         KVP_LOGI("%s received, shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
         notify_systemd("STOPPING=1");
-        /* Answer the replies parked on the log before stopping MHD: their
-         * callbacks point at connections that MHD frees when it stops. */
-        atomic_store(&g_stopping, 1);
-        for (int i = 0; i < 30000 && atomic_load(&g_pending) > 0; i++)
-            usleep(1000);
-        if (atomic_load(&g_pending) > 0)
-            KVP_LOGW("%ld replies still wait for the log after 30 s",
-                     (long)atomic_load(&g_pending));
-        acceptor_stop(S);
-        MHD_stop_daemon(d);
-        close(fd);
+        serve_stop(S, d, fd);
         status = 0;
     }
-    if (S->worker_running) {
-        pthread_mutex_lock(&S->jobs_lock);
-        S->worker_stop = 1;
-        pthread_cond_signal(&S->jobs_cond);
-        pthread_mutex_unlock(&S->jobs_lock);
-        pthread_join(S->worker, NULL);
-    }
-    for (size_t i = 0; i < CLIENT_BUCKETS; i++)
-        while (S->clients[i]) {
-            struct client_count *c = S->clients[i];
-            S->clients[i] = c->next;
-            free(c);
-        }
-    pthread_mutex_destroy(&S->clients_lock);
-    pthread_mutex_destroy(&S->jobs_lock);
-    pthread_cond_destroy(&S->jobs_cond);
-    kvp_meta_close(meta);
-    free(S);
+    serve_free(S);
 out:
     return status;
 }

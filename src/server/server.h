@@ -211,6 +211,13 @@ struct kvp_buf *kvp__reply_json(struct kvp_ctx *c);
 void kvp__reply_internal(struct kvp_ctx *c, int rc, const char *what);
 /* Makes room for n entries in every scratch array; 0 or -ENOMEM (replied 500). */
 int kvp__scratch(struct kvp_ctx *c, size_t n);
+/* For the router (handle.c): a reply emptied for the next request (status
+ * 500 until set); 500 "out of memory" without allocating; the 400/413 of a
+ * body the guard refused (texts in docs/protocol-notes.md). */
+struct kvp_guard_fail;
+void kvp__reply_reset(struct kvp_reply *rep);
+void kvp__reply_oom(struct kvp_reply *rep);
+void kvp__reply_guard(struct kvp_ctx *c, const struct kvp_guard_fail *f);
 
 /* The rules on keys and names are the metadata interface's: kvp_key_problem,
  * kvp_deployment_valid, kvp_pool_valid (kvpage/meta.h). */
@@ -269,9 +276,6 @@ void kvp__meta_error(struct kvp_ctx *c, int rc, const struct kvp_error *err, con
 /* 503 "Service unavailable: {err->msg}; retry later": a remote metadata
  * store (KVP_RULE_UNAVAILABLE) did not answer. */
 void kvp__reply_unavailable(struct kvp_ctx *c, const struct kvp_error *err);
-/* Writes head, then v[0..n) as JSON bools or p[0..n) as page-or-null, then "]}". */
-void kvp__write_bools(struct kvp_buf *b, const char *head, const uint8_t *v, size_t n);
-void kvp__write_pages(struct kvp_buf *b, const char *head, const int64_t *p, size_t n);
 /* Finds the namespace (deployment of the URL, pool); 0, -ENOENT (absent), or
  * another negative errno after replying. */
 int kvp__find_ns(struct kvp_ctx *c, const char *pool, size_t plen, int create, struct kvp_ns **ns);

@@ -123,7 +123,10 @@ static void exists_run(struct sgl *s, size_t n)
         meta_fail(s, rc, &err);
         return;
     }
-    kvp__write_bools(kvp__reply_json(s->c), "{\"exists\": [", s->c->rep->flags, n);
+    struct kvp_buf *b = kvp__reply_json(s->c);
+    kvp__jw_lit(b, "{\"exists\": [");
+    kvp__jw_bools(b, s->c->rep->flags, n);
+    kvp__jw_lit(b, "]}");
 }
 
 /* exists and get_page_indices: a list of string keys, then run. */
@@ -247,7 +250,10 @@ static void get_run(struct sgl *s, size_t n)
         meta_fail(s, rc, &err);
         return;
     }
-    kvp__write_pages(kvp__reply_json(s->c), "{\"indices\": [", s->c->rep->pages, n);
+    struct kvp_buf *b = kvp__reply_json(s->c);
+    kvp__jw_lit(b, "{\"indices\": [");
+    kvp__jw_pages(b, s->c->rep->pages, n);
+    kvp__jw_lit(b, "]}");
 }
 
 int kvp__sglang_fast(struct kvp_ctx *c, int route)

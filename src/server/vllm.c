@@ -182,21 +182,6 @@ static void do_confirm(struct kvp_ctx *c)
         confirm_run(c, rank, n, nrel);
 }
 
-static void write_bools(struct kvp_buf *b, const char *head, const uint8_t *v, size_t n)
-{
-    kvp__buf_reserve(b, n * 7 + 32);
-    kvp__buf_put(b, head, strlen(head));
-    for (size_t i = 0; i < n; i++) {
-        if (i)
-            kvp__jw_lit(b, ", ");
-        if (v[i])
-            kvp__jw_lit(b, "true");
-        else
-            kvp__jw_lit(b, "false");
-    }
-    kvp__jw_lit(b, "]}");
-}
-
 static void exists_run(struct kvp_ctx *c, const char *pool, size_t plen, size_t n)
 {
     struct kvp_ns *ns;
@@ -213,7 +198,10 @@ static void exists_run(struct kvp_ctx *c, const char *pool, size_t plen, size_t 
             return;
         }
     }
-    write_bools(kvp__reply_json(c), "{\"exists\": [", c->rep->flags, n);
+    struct kvp_buf *b = kvp__reply_json(c);
+    kvp__jw_lit(b, "{\"exists\": [");
+    kvp__jw_bools(b, c->rep->flags, n);
+    kvp__jw_lit(b, "]}");
 }
 
 static void do_exists(struct kvp_ctx *c)
@@ -230,18 +218,6 @@ static void do_exists(struct kvp_ctx *c)
     ptrdiff_t n = kvp__parse_str_keys(c, keys, 1);
     if (n >= 0)
         exists_run(c, pool, plen, (size_t)n);
-}
-
-static void write_locations(struct kvp_buf *b, const char *head, const int64_t *p, size_t n)
-{
-    kvp__buf_reserve(b, n * 12 + 32);
-    kvp__buf_put(b, head, strlen(head));
-    for (size_t i = 0; i < n; i++) {
-        if (i)
-            kvp__jw_lit(b, ", ");
-        kvp__jw_page_or_null(b, p[i]);
-    }
-    kvp__jw_lit(b, "]}");
 }
 
 static void locations_run(struct kvp_ctx *c, const char *pool, size_t plen, uint32_t rank, size_t n)
@@ -261,7 +237,10 @@ static void locations_run(struct kvp_ctx *c, const char *pool, size_t plen, uint
         kvp__meta_error(c, rc, &err, "keys");
         return;
     }
-    write_locations(kvp__reply_json(c), "{\"locations\": [", c->rep->pages, n);
+    struct kvp_buf *b = kvp__reply_json(c);
+    kvp__jw_lit(b, "{\"locations\": [");
+    kvp__jw_pages(b, c->rep->pages, n);
+    kvp__jw_lit(b, "]}");
 }
 
 static void do_locations(struct kvp_ctx *c)
@@ -329,16 +308,6 @@ static void do_delete(struct kvp_ctx *c)
         }
     }
     kvp__reply_empty(c, 204);
-}
-
-void kvp__write_bools(struct kvp_buf *b, const char *head, const uint8_t *v, size_t n)
-{
-    write_bools(b, head, v, n);
-}
-
-void kvp__write_pages(struct kvp_buf *b, const char *head, const int64_t *p, size_t n)
-{
-    write_locations(b, head, p, n);
 }
 
 int kvp__vllm_fast(struct kvp_ctx *c, int route)

@@ -241,6 +241,29 @@ void kvp__jw_page_or_null(struct kvp_buf *b, int64_t v)
         kvp__jw_uint(b, (uint64_t)v);
 }
 
+void kvp__jw_bools(struct kvp_buf *b, const uint8_t *v, size_t n)
+{
+    kvp__buf_reserve(b, n * 7 + 2);
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            kvp__jw_lit(b, ", ");
+        if (v[i])
+            kvp__jw_lit(b, "true");
+        else
+            kvp__jw_lit(b, "false");
+    }
+}
+
+void kvp__jw_pages(struct kvp_buf *b, const int64_t *p, size_t n)
+{
+    kvp__buf_reserve(b, n * 12 + 2);
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            kvp__jw_lit(b, ", ");
+        kvp__jw_page_or_null(b, p[i]);
+    }
+}
+
 int kvp__utf8_valid(const char *str, size_t n)
 {
     const unsigned char *s = (const unsigned char *)str;

@@ -40,6 +40,11 @@ void kvp__jw_int(struct kvp_buf *b, int64_t v);
 void kvp__jw_uint(struct kvp_buf *b, uint64_t v);
 /* `null` when v < 0, else the integer. */
 void kvp__jw_page_or_null(struct kvp_buf *b, int64_t v);
+/* The elements of a list (no brackets), ", " between them, as the
+ * engines' servers print them: true/false for each v[i]; each p[i] as
+ * kvp__jw_page_or_null. */
+void kvp__jw_bools(struct kvp_buf *b, const uint8_t *v, size_t n);
+void kvp__jw_pages(struct kvp_buf *b, const int64_t *p, size_t n);
 
 /* Length of the valid UTF-8 sequence (not ASCII) starting at s, within n
  * bytes, or 0: strict (no overlong forms, no surrogates, at most U+10FFFF),

@@ -1,0 +1,417 @@
+/*
+ * What the dialects (vllm.c, sglang.c, native.c) share below the routing
+ * table of handle.c: the replies (errors, JSON, empty), the per-request
+ * scratch arrays, reading keys and confirmations out of a parsed body, the
+ * guard's refusals, and the mapping of a metadata error to its status and
+ * text (docs/protocol-notes.md).
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/bodyguard.h"
+#include "server/server.h"
+#include "util/hex.h"
+
+static const char JSON_TYPE[] = "application/json";
+
+/* ---------- replies ---------- */
+
+void kvp__reply_init(struct kvp_reply *rep)
+{
+    memset(rep, 0, sizeof *rep);
+    kvp__buf_init(&rep->body);
+}
+
+void kvp__reply_free(struct kvp_reply *rep)
+{
+    kvp__buf_free(&rep->body);
+    free(rep->keys);
+    free(rep->pages);
+    free(rep->pages2);
+    free(rep->flags);
+    memset(rep, 0, sizeof *rep);
+}
+
+void kvp__reply_reset(struct kvp_reply *rep)
+{
+    rep->ticket = 0;
+    rep->status = 500;
+    rep->content_type = NULL;
+    rep->allow = NULL;
+    rep->www_authenticate = NULL;
+    rep->route = KVP_ROUTE_NONE;
+    kvp__buf_reset(&rep->body);
+}
+
+void kvp__reply_oom(struct kvp_reply *rep)
+{
+    static const char msg[] = "{\"detail\": \"Internal error: out of memory\"}";
+    rep->status = 500;
+    rep->content_type = JSON_TYPE;
+    kvp__buf_reset(&rep->body);
+    kvp__buf_put(&rep->body, msg, sizeof msg - 1);
+    /* If even this fails the transport sends the status with an empty body. */
+}
+
+static void reply_detail(struct kvp_reply *rep, int status, const char *msg, size_t len)
+{
+    rep->status = status;
+    rep->content_type = JSON_TYPE;
+    kvp__buf_reset(&rep->body);
+    kvp__jw_lit(&rep->body, "{\"detail\": ");
+    kvp__jw_str(&rep->body, msg, len);
+    kvp__jw_lit(&rep->body, "}");
+}
+
+void kvp__reply_error(struct kvp_ctx *c, int status, const char *fmt, ...)
+{
+    char small[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        reply_detail(c->rep, status, "", 0);
+        return;
+    }
+    if ((size_t)n < sizeof small) {
+        reply_detail(c->rep, status, small, (size_t)n);
+        return;
+    }
+    /* Long messages only come from long client text (a huge rank segment). */
+    char *big = malloc((size_t)n + 1);
+    if (!big) {
+        kvp__reply_oom(c->rep);
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    reply_detail(c->rep, status, big, (size_t)n);
+    free(big);
+}
+
+void kvp__reply_empty(struct kvp_ctx *c, int status)
+{
+    c->rep->status = status;
+    c->rep->content_type = NULL;
+    kvp__buf_reset(&c->rep->body);
+}
+
+void kvp__reply_failure(struct kvp_reply *rep, int rc, const char *what)
+{
+    struct kvp_ctx c = {.rep = rep};
+    kvp__reply_internal(&c, rc, what);
+}
+
+struct kvp_buf *kvp__reply_json(struct kvp_ctx *c)
+{
+    c->rep->status = 200;
+    c->rep->content_type = JSON_TYPE;
+    kvp__buf_reset(&c->rep->body);
+    return &c->rep->body;
+}
+
+int kvp__log_error_status(int rc)
+{
+    return rc == -ENOSPC || rc == -EDQUOT ? 507 : 503;
+}
+
+void kvp__reply_log_error(struct kvp_reply *rep, int rc, const char *why, int applied)
+{
+    struct kvp_ctx c = {.rep = rep};
+    int status = kvp__log_error_status(rc);
+    const char *what = status == 507 ? "Insufficient storage" : "Service unavailable";
+    const char *until = status == 507 ? "space is freed" : "the log recovers";
+    if (applied)
+        kvp__reply_error(&c, status,
+                         "%s: %s; the change is made but not acknowledged: it is durable once the "
+                         "log recovers, and retrying it is safe; writes are refused until %s",
+                         what, why, until);
+    else
+        kvp__reply_error(&c, status, "%s: %s; writes are refused until %s", what, why, until);
+}
+
+void kvp__reply_internal(struct kvp_ctx *c, int rc, const char *what)
+{
+    if (rc == -ENOMEM) {
+        kvp__reply_oom(c->rep);
+        return;
+    }
+    kvp__reply_error(c, 500, "Internal error: %s: %s", what, kvp_strerror(rc));
+}
+
+int kvp__scratch(struct kvp_ctx *c, size_t n)
+{
+    struct kvp_reply *r = c->rep;
+    if (n <= r->scratch_cap && r->scratch_cap)
+        return 0;
+    size_t cap = r->scratch_cap ? r->scratch_cap * 2 : 256;
+    if (cap < n)
+        cap = n;
+    if (cap > SIZE_MAX / sizeof(struct kvp_str))
+        goto oom;
+    struct kvp_str *k = realloc(r->keys, cap * sizeof *k);
+    if (!k)
+        goto oom;
+    r->keys = k;
+    int64_t *p = realloc(r->pages, cap * sizeof *p);
+    if (!p)
+        goto oom;
+    r->pages = p;
+    p = realloc(r->pages2, cap * sizeof *p);
+    if (!p)
+        goto oom;
+    r->pages2 = p;
+    uint8_t *f = realloc(r->flags, cap);
+    if (!f)
+        goto oom;
+    r->flags = f;
+    r->scratch_cap = cap;
+    return 0;
+oom:
+    kvp__reply_oom(r);
+    return -ENOMEM;
+}
+
+/* ---------- validation helpers ---------- */
+
+int kvp__check_count(struct kvp_ctx *c, size_t n)
+{
+    size_t max = c->srv->cfg.max_keys;
+    if (n <= max)
+        return 0;
+    kvp__reply_error(c, 413, "Too many keys: more than %zu in one request", max);
+    return -1;
+}
+
+/* Replies to a body the guard refused; the texts are in docs/protocol-notes.md. */
+void kvp__reply_guard(struct kvp_ctx *c, const struct kvp_guard_fail *f)
+{
+    switch (f->rule) {
+    case KVP_GUARD_DEPTH:
+        kvp__reply_error(c, 400, "Invalid JSON body: nesting deeper than %zu levels at byte %zu",
+                         f->limit, f->offset);
+        break;
+    case KVP_GUARD_LIST:
+        kvp__reply_error(c, 413, "Too many keys: more than %zu in one request", f->limit);
+        break;
+    case KVP_GUARD_FIELDS:
+        kvp__reply_error(c, 413, "Too many fields: more than %zu in one object at byte %zu",
+                         f->limit, f->offset);
+        break;
+    case KVP_GUARD_VALUES:
+        kvp__reply_error(c, 413, "Too many values: more than %zu JSON values in one request",
+                         f->limit);
+        break;
+    case KVP_GUARD_STRING:
+        kvp__reply_error(c, 400,
+                         "Invalid JSON body: string longer than %zu bytes at byte %zu (keys are "
+                         "at most 1024 bytes)",
+                         f->limit, f->offset);
+        break;
+    default:
+        kvp__reply_error(
+            c, 400, "Invalid JSON body: number or literal longer than %zu characters at byte %zu",
+            f->limit, f->offset);
+        break;
+    }
+}
+
+int kvp__body_list(struct kvp_ctx *c, const char *field, json_t **out)
+{
+    json_t *v = json_object_get(c->body, field);
+    *out = v;
+    if (!v || json_is_array(v))
+        return 0;
+    return -1;
+}
+
+ptrdiff_t kvp__parse_str_keys(struct kvp_ctx *c, json_t *arr, int exists_fmt)
+{
+    size_t n = arr ? json_array_size(arr) : 0;
+    if (kvp__check_count(c, n) || kvp__scratch(c, n))
+        return -1;
+    struct kvp_str *keys = c->rep->keys;
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(arr, i);
+        if (!json_is_string(v)) {
+            if (exists_fmt)
+                kvp__reply_error(c, 400, "Invalid keys format");
+            else
+                kvp__reply_error(c, 400, "Invalid request format: keys[%zu] must be a string", i);
+            return -1;
+        }
+        keys[i].ptr = json_string_value(v);
+        keys[i].len = json_string_length(v);
+        const char *why = kvp_key_problem(keys[i].ptr, keys[i].len);
+        if (why) {
+            kvp__reply_error(c, 400, "Invalid key: keys[%zu] %s", i, why);
+            return -1;
+        }
+    }
+    return (ptrdiff_t)n;
+}
+
+ptrdiff_t kvp__parse_alloc_keys(struct kvp_ctx *c, json_t *arr)
+{
+    size_t n = arr ? json_array_size(arr) : 0;
+    if (kvp__check_count(c, n) || kvp__scratch(c, n))
+        return -1;
+    struct kvp_str *keys = c->rep->keys;
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(arr, i);
+        json_t *k = v;
+        if (json_is_array(v)) {
+            k = json_array_get(v, 0);
+            if (json_array_size(v) != 2 || !json_is_string(json_array_get(v, 1)))
+                k = NULL;
+        }
+        if (!json_is_string(k)) {
+            kvp__reply_error(
+                c, 400, "Invalid request format: keys[%zu] must be a string or [key, prefix_key]",
+                i);
+            return -1;
+        }
+        keys[i].ptr = json_string_value(k);
+        keys[i].len = json_string_length(k);
+        const char *why = kvp_key_problem(keys[i].ptr, keys[i].len);
+        if (why) {
+            kvp__reply_error(c, 400, "Invalid key: keys[%zu] %s", i, why);
+            return -1;
+        }
+    }
+    return (ptrdiff_t)n;
+}
+
+int kvp__parse_confirm(struct kvp_ctx *c, json_t *conf, const char *field, size_t *np,
+                       size_t *nrelp, int sglang_types)
+{
+    size_t n = conf ? json_array_size(conf) : 0;
+    if (kvp__check_count(c, n))
+        return -1;
+    json_t *rel = json_object_get(c->body, "pages_to_release");
+    size_t nrel = json_is_array(rel) ? json_array_size(rel) : 0;
+    if (kvp__scratch(c, n > nrel ? n : nrel))
+        return -1;
+    struct kvp_str *keys = c->rep->keys;
+    int64_t *pages = c->rep->pages;
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(conf, i);
+        json_t *k = json_array_get(e, 0), *p = json_array_get(e, 1);
+        if (json_array_size(e) != 2 || !json_is_string(k) || !json_is_integer(p)) {
+            kvp__reply_error(c, 400, "Confirmation failed: %s[%zu] must be [key, page]", field, i);
+            return -1;
+        }
+        keys[i].ptr = json_string_value(k);
+        keys[i].len = json_string_length(k);
+        pages[i] = json_integer_value(p);
+        const char *why = kvp_key_problem(keys[i].ptr, keys[i].len);
+        if (why) {
+            kvp__reply_error(c, 400, "Confirmation failed: %s[%zu] key %s", field, i, why);
+            return -1;
+        }
+    }
+    if (rel && !json_is_array(rel)) {
+        if (sglang_types)
+            kvp__reply_error(c, 400, "Invalid request format: 'pages_to_release' must be a list");
+        else
+            kvp__reply_error(c, 400, "Confirmation failed: pages_to_release must be a list");
+        return -1;
+    }
+    if (kvp__check_count(c, nrel))
+        return -1;
+    int64_t *release = c->rep->pages2;
+    for (size_t i = 0; i < nrel; i++) {
+        json_t *p = json_array_get(rel, i);
+        if (!json_is_integer(p)) {
+            kvp__reply_error(
+                c, 400, "Confirmation failed: pages_to_release[%zu] must be an integer page", i);
+            return -1;
+        }
+        release[i] = json_integer_value(p);
+    }
+    *np = n;
+    *nrelp = nrel;
+    return 0;
+}
+
+void kvp__reply_unavailable(struct kvp_ctx *c, const struct kvp_error *err)
+{
+    kvp__reply_error(c, 503, "Service unavailable: %s; retry later",
+                     err->msg[0] ? err->msg : kvp_strerror(err->code));
+}
+
+void kvp__confirm_error(struct kvp_ctx *c, int rc, const struct kvp_error *err, const char *field,
+                        uint32_t rank)
+{
+    if (err->rule == KVP_RULE_UNAVAILABLE) {
+        kvp__reply_unavailable(c, err);
+    } else if (rc == -EINVAL && err->rule == KVP_RULE_CONFIRM_PAGE) {
+        kvp__reply_error(c, 400, "Confirmation failed: %s[%lld] page %lld is outside [0, %lld)",
+                         field, (long long)err->index, (long long)err->value,
+                         (long long)err->limit);
+    } else if (rc == -EINVAL && err->rule == KVP_RULE_RELEASE_PAGE) {
+        kvp__reply_error(
+            c, 400, "Confirmation failed: pages_to_release[%lld] page %lld is outside [0, %lld)",
+            (long long)err->index, (long long)err->value, (long long)err->limit);
+    } else if (rc == -EINVAL && err->rule == KVP_RULE_KEY) {
+        const char *why = err->value == 0                ? "is empty"
+                          : err->value > KVP_MAX_KEY_LEN ? "is longer than 1024 bytes"
+                                                         : "contains a NUL byte";
+        kvp__reply_error(c, 400, "Confirmation failed: %s[%lld] key %s", field,
+                         (long long)err->index, why);
+    } else if (rc == -EEXIST) {
+        kvp__reply_error(c, 409, "Confirmation failed: page %lld on rank %u holds another key",
+                         (long long)err->value, rank);
+    } else if (rc == -EINVAL) {
+        kvp__reply_error(c, 400, "Confirmation failed: %s", err->msg);
+    } else if (err->rule == KVP_RULE_IO) {
+        kvp__reply_log_error(c->rep, rc, err->msg, 0);
+    } else {
+        kvp__reply_internal(c, rc, "confirm");
+    }
+}
+
+void kvp__meta_error(struct kvp_ctx *c, int rc, const struct kvp_error *err, const char *field)
+{
+    if (err->rule == KVP_RULE_UNAVAILABLE) {
+        kvp__reply_unavailable(c, err);
+    } else if (rc == -EINVAL && err->rule == KVP_RULE_KEY) {
+        const char *why = err->value == 0                ? "is empty"
+                          : err->value > KVP_MAX_KEY_LEN ? "is longer than 1024 bytes"
+                                                         : "contains a NUL byte";
+        kvp__reply_error(c, 400, "Invalid key: %s[%lld] %s", field, (long long)err->index, why);
+    } else if (rc == -EINVAL && err->rule == KVP_RULE_NAMESPACE) {
+        kvp__reply_error(c, 400, "Invalid namespace");
+    } else if (rc == -EINVAL) {
+        kvp__reply_error(c, 400, "Invalid request: %s",
+                         err->msg[0] ? err->msg : "invalid argument");
+    } else if (rc == -EEXIST) {
+        kvp__reply_error(c, 409, "Conflict: %s", err->msg[0] ? err->msg : "conflict");
+    } else if (err->rule == KVP_RULE_IO) {
+        kvp__reply_log_error(c->rep, rc, err->msg, 0);
+    } else {
+        kvp__reply_internal(c, rc, "metadata");
+    }
+}
+
+int kvp__find_ns(struct kvp_ctx *c, const char *pool, size_t plen, int create, struct kvp_ns **ns)
+{
+    struct kvp_error err = {0};
+    int rc = kvp_meta_ns(c->srv->meta, c->dep, c->dlen, pool, plen, create, ns, &err);
+    if (rc == 0 || rc == -ENOENT)
+        return rc;
+    if (err.rule == KVP_RULE_UNAVAILABLE)
+        kvp__reply_unavailable(c, &err);
+    else if (rc == -EINVAL)
+        kvp__reply_error(c, 400, "Invalid namespace");
+    else if (err.rule == KVP_RULE_IO)
+        kvp__reply_log_error(c->rep, rc, err.msg, 0);
+    else
+        kvp__reply_internal(c, rc, "namespace");
+    return rc;
+}
