@@ -94,7 +94,8 @@ struct kvp_pagefile_opts {
     int32_t backend;         /* KVP_PAGEFILE_BACKEND_*; default AUTO */
     uint32_t threads;        /* psync worker threads besides the caller; 0 = number of CPUs
                                 (with DIRECT at least min(entries, 16): the queue depth) */
-    uint32_t queues;         /* io_uring rings (batches in flight at once); 0 = 4 */
+    uint32_t queues;         /* io_uring rings, or USRBIO rings each way (batches in
+                                flight at once); 0 = 4 */
     uint32_t mode;           /* permission bits of a created file; default 0644 */
     uint64_t chunk_bytes;    /* psync: smallest piece it cuts an operation into, when a
                                 batch has fewer operations than threads; 0 = 1 MiB */
@@ -266,7 +267,7 @@ KVP_API const char *kvp_pagefile_backend_name(int backend);
 KVP_API const char *kvp_pagefile_backend_note(const struct kvp_pagefile *pf);
 /* psync worker threads started (0 when no direction uses psync). */
 KVP_API uint32_t kvp_pagefile_threads(const struct kvp_pagefile *pf);
-/* io_uring rings set up (0 when no direction uses io_uring). */
+/* Rings set up: io_uring's, plus USRBIO's of both directions (0 when neither is used). */
 KVP_API uint32_t kvp_pagefile_queues(const struct kvp_pagefile *pf);
 /* Permission bits used when the file was created (opts->mode, default 0644). */
 KVP_API uint32_t kvp_pagefile_mode(const struct kvp_pagefile *pf);

@@ -5,9 +5,11 @@
  * The library (libhf3fs_api_shared.so, or what KVPAGE_USRBIO_LIB names) is
  * loaded with dlopen the first time a page file asks for it, so a build of
  * kvpage never needs 3FS; the declarations are kvpage's own (usrbio_abi.h).
- * A handle on 3FS registers its fd with the library and owns one ring per
- * direction it serves, each with a staging iov of `slots` pages (shared
- * memory the 3FS daemon reads and writes): a write copies the caller's page
+ * A handle on 3FS registers its fd with the library and owns opts.queues
+ * rings (default 4) per direction it serves, so that as many batches of each
+ * direction run at once (a batch takes a free ring, or waits for one, as in
+ * uring.c), each with a staging iov of `slots` pages (shared memory the 3FS
+ * daemon reads and writes; 256 MiB per direction at most): a write copies the caller's page
  * into a slot and prepares the I/O from there, a read prepares it into a
  * slot and copies out when it completes, as the engines' clients do. A
  * buffer that lies inside memory kvp_pagefile_alloc handed out (an iov of
@@ -16,14 +18,13 @@
  *
  * The header's rules: hf3fs_prep_io and hf3fs_wait_for_ios of one ring are
  * called from one thread at a time (a batch holds its ring's mutex from its
- * first prep to its last completion, so batches of one direction take
- * turns); at most `slots` I/Os are in a ring at once (its entries); every
- * I/O lies inside the iov it names. A completion that falls short is
+ * first prep to its last completion); at most `slots` I/Os are in a ring at
+ * once (its entries); every I/O lies inside the iov it names. A completion that falls short is
  * continued from where it stopped; -errno is that op's result. A ring whose
  * submit or wait fails, or whose wait sees nothing for KVP__UB_WAIT_S
  * seconds, is taken out of use (its I/Os may still land in its staging
  * memory, so it is never reused): the ops still in it get the error
- * (-ETIMEDOUT for the wait), and later batches of that direction run with
+ * (-ETIMEDOUT for the wait), and later batches that take that ring run with
  * pread/pwrite on the calling thread, so the handle stays usable.
  */
 #include <dlfcn.h>
@@ -38,7 +39,9 @@
 #include "pagefile/usrbio_abi.h"
 
 #define UB_DEFAULT_LIB "libhf3fs_api_shared.so"
-#define UB_STAGE_MAX (256ull << 20) /* staging memory per ring, at most (at least one page) */
+#define UB_STAGE_MAX                                                                               \
+    (256ull << 20)          /* staging memory per direction, at most (at least a page a ring) */
+#define UB_DEFAULT_RINGS 4u /* rings per direction when opts.queues is 0 */
 #define UB_MAX_SLOTS 1024u
 #define KVP__UB_WAIT_S 30 /* a ring that completes nothing this long is broken */
 
@@ -144,7 +147,9 @@ struct ub_alloc {
 struct kvp__pf_usrbio {
     char mount[256];
     int fd_registered;
-    struct ub_ring ring[2];   /* [0] reads, [1] writes */
+    struct ub_ring *ring[2]; /* [0] reads, [1] writes: nring[w] of them each */
+    uint32_t nring[2];
+    _Atomic uint32_t rr;      /* where a batch starts looking for a free ring */
     pthread_mutex_t alloc_mu; /* guards what follows */
     struct ub_alloc *allocs;
     struct kvp_pagefile_buf *regs; /* kvp_pagefile_register_buffers' regions */
@@ -171,8 +176,11 @@ static void pf_usrbio_stop(struct kvp_pagefile *pf)
     struct kvp__pf_usrbio *u = pf->usrbio;
     if (!u)
         return;
-    for (int w = 0; w < 2; w++)
-        ub_ring_destroy(&u->ring[w]);
+    for (int w = 0; w < 2; w++) {
+        for (uint32_t k = 0; k < u->nring[w]; k++)
+            ub_ring_destroy(&u->ring[w][k]);
+        free(u->ring[w]);
+    }
     while (u->allocs) {
         struct ub_alloc *a = u->allocs;
         u->allocs = a->next;
@@ -200,12 +208,11 @@ static int pf_usrbio_claims(const struct kvp_pagefile *pf)
     return n > 0 && n <= (int)sizeof mp;
 }
 
-static int ub_ring_make(struct kvp_pagefile *pf, struct kvp__pf_usrbio *u, int w, char *why,
-                        size_t whylen)
+static int ub_ring_make(struct kvp_pagefile *pf, struct kvp__pf_usrbio *u, struct ub_ring *r, int w,
+                        char *why, size_t whylen)
 {
-    struct ub_ring *r = &u->ring[w];
     uint64_t stride = (pf->bytes_per_page + 4095) / 4096 * 4096;
-    uint64_t slots = UB_STAGE_MAX / stride;
+    uint64_t slots = UB_STAGE_MAX / u->nring[w] / stride;
     if (slots < 1)
         slots = 1;
     if (slots > pf->entries)
@@ -252,8 +259,6 @@ static int pf_usrbio_start(struct kvp_pagefile *pf, char *why, size_t whylen)
         return -ENOMEM;
     }
     pthread_mutex_init(&u->alloc_mu, NULL);
-    for (int w = 0; w < 2; w++)
-        pthread_mutex_init(&u->ring[w].mu, NULL);
     pf->usrbio = u;
     int n = ub.extract_mount_point(u->mount, (int)sizeof u->mount, pf->path);
     if (n <= 0 || n > (int)sizeof u->mount) {
@@ -271,11 +276,21 @@ static int pf_usrbio_start(struct kvp_pagefile *pf, char *why, size_t whylen)
         goto fail;
     }
     u->fd_registered = 1;
+    uint32_t nr = pf->queues_asked ? pf->queues_asked : UB_DEFAULT_RINGS;
     for (int w = 0; w < 2; w++) {
         if (pf->be[w] != &kvp__pf_usrbio || (w && (pf->flags & KVP_PAGEFILE_READONLY)))
             continue;
-        if ((rc = ub_ring_make(pf, u, w, why, whylen)) != 0)
+        if (!(u->ring[w] = calloc(nr, sizeof *u->ring[w]))) {
+            snprintf(why, whylen, "out of memory");
+            rc = -ENOMEM;
             goto fail;
+        }
+        u->nring[w] = nr;
+        for (uint32_t k = 0; k < nr; k++)
+            pthread_mutex_init(&u->ring[w][k].mu, NULL);
+        for (uint32_t k = 0; k < nr; k++)
+            if ((rc = ub_ring_make(pf, u, &u->ring[w][k], w, why, whylen)) != 0)
+                goto fail;
     }
     return 0;
 fail:
@@ -471,10 +486,27 @@ static void ub_ring_run(struct kvp_pagefile *pf, struct kvp__pf_usrbio *u, struc
 static void pf_usrbio_run(struct kvp_pagefile *pf, struct kvp__pf_batch *b)
 {
     struct kvp__pf_usrbio *u = pf->usrbio;
-    struct ub_ring *r = &u->ring[b->write ? 1 : 0];
+    int w = b->write ? 1 : 0;
     for (size_t i = 0; i < b->n; i++)
         b->results[i] = INT64_MIN; /* not finished */
-    pthread_mutex_lock(&r->mu);
+    /* A free ring of this direction that works, else wait for one (as
+     * uring.c); a broken ring (ok 0) is passed over while another is free. */
+    uint32_t n = u->nring[w];
+    uint32_t start = atomic_fetch_add_explicit(&u->rr, 1, memory_order_relaxed) % n;
+    struct ub_ring *r = NULL;
+    for (uint32_t k = 0; k < n && !r; k++) {
+        struct ub_ring *c = &u->ring[w][(start + k) % n];
+        if (pthread_mutex_trylock(&c->mu) != 0)
+            continue;
+        if (c->ok)
+            r = c;
+        else
+            pthread_mutex_unlock(&c->mu);
+    }
+    if (!r) {
+        r = &u->ring[w][start];
+        pthread_mutex_lock(&r->mu);
+    }
     if (r->ok)
         ub_ring_run(pf, u, r, b);
     else
@@ -575,8 +607,8 @@ static void pf_usrbio_info(const struct kvp_pagefile *pf, struct kvp_pagefile_in
     if (!u)
         return;
     for (int w = 0; w < 2; w++)
-        if (u->ring[w].made)
-            info->queues++;
+        for (uint32_t k = 0; k < u->nring[w]; k++)
+            info->queues += u->ring[w][k].made;
 }
 
 const struct kvp__pf_backend kvp__pf_usrbio = {

@@ -88,7 +88,7 @@ static void test_errors_and_auto(void)
         CHECK_EQ(kvp_pagefile_backend(pf, 1), KVP_PAGEFILE_BACKEND_USRBIO);
         CHECK_STR(kvp_pagefile_backend_note(pf),
                   "auto: usrbio reads, usrbio writes (usrbio wants this file)");
-        CHECK_EQ(kvp_pagefile_queues(pf), 2);
+        CHECK_EQ(kvp_pagefile_queues(pf), 8); /* 4 rings (opts.queues 0) each way */
         CHECK_STR(kvp_pagefile_backend_name(KVP_PAGEFILE_BACKEND_USRBIO), "usrbio");
         kvp_pagefile_close(pf);
     }
@@ -411,6 +411,118 @@ static void test_broken_ring(void)
     kvp_pagefile_close(pf);
 }
 
+/* ---- opts.queues rings each way ---- */
+
+/* Holds the first read preparation of a batch until another batch of reads
+ * is being prepared too (3 s at most): two batches in flight at once. */
+static atomic_int in_prep, overlapped, read_preps;
+
+static int64_t hold_until_two(void *arg, int site, int64_t off, uint64_t len)
+{
+    (void)arg, (void)off, (void)len;
+    if (site != KVP__PF_USRBIO_READ)
+        return 0;
+    atomic_fetch_add(&read_preps, 1);
+    if (atomic_fetch_add(&in_prep, 1) + 1 >= 2)
+        atomic_store(&overlapped, 1);
+    for (int i = 0; i < 3000 && !atomic_load(&overlapped); i++)
+        usleep(1000);
+    atomic_fetch_sub(&in_prep, 1);
+    return 0;
+}
+
+struct reader {
+    struct kvp_pagefile *pf;
+    struct kvp_pagefile_op *r;
+    int rc;
+};
+
+static void *read_eight(void *arg)
+{
+    struct reader *rd = arg;
+    int64_t res[8];
+    struct kvp_error err;
+    rd->rc = kvp_pagefile_read(rd->pf, rd->r, 8, res, &err);
+    return NULL;
+}
+
+static int64_t count_read_preps(void *arg, int site, int64_t off, uint64_t len)
+{
+    (void)arg, (void)off, (void)len;
+    if (site == KVP__PF_USRBIO_READ)
+        atomic_fetch_add(&read_preps, 1);
+    return 0;
+}
+
+static void test_rings(void)
+{
+    char path[600];
+    pt_path(path, sizeof path, "rings");
+    struct kvp_pagefile_opts o =
+        pt_opts(FSIZE, BPP, 8, KVP_PAGEFILE_CREATE, KVP_PAGEFILE_BACKEND_USRBIO);
+    o.queues = 2;
+    struct kvp_pagefile *pf = NULL;
+    CHECK_EQ(kvp_pagefile_open(path, &o, &pf, &E), 0);
+    if (!pf)
+        return;
+    CHECK_EQ(kvp_pagefile_queues(pf), 4); /* 2 each way */
+    struct eight e8, f8;
+    eight_init(&e8, 21);
+    eight_init(&f8, 22);
+    int64_t res[8];
+    CHECK_EQ(kvp_pagefile_write(pf, e8.w, 8, res, &E), 0);
+    /* two batches of reads at once, each on a ring of its own */
+    atomic_store(&in_prep, 0);
+    atomic_store(&overlapped, 0);
+    kvp__pagefile_set_fault(hold_until_two, NULL);
+    struct reader a = {pf, e8.r, 1}, b = {pf, f8.r, 1};
+    pthread_t ta, tb;
+    pthread_create(&ta, NULL, read_eight, &a);
+    pthread_create(&tb, NULL, read_eight, &b);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    kvp__pagefile_set_fault(NULL, NULL);
+    CHECK_EQ(a.rc, 0);
+    CHECK_EQ(b.rc, 0);
+    CHECK_EQ(atomic_load(&overlapped), 1);
+    CHECK(memcmp(e8.buf, e8.back, 8 * BPP) == 0);
+    CHECK(memcmp(e8.buf, f8.back, 8 * BPP) == 0);
+    /* a broken read ring is passed over: later reads use the other ring */
+    kvp__pagefile_set_fault(fail_submit, NULL);
+    CHECK_EQ(kvp_pagefile_read(pf, e8.r, 8, res, &E), -EFAULT);
+    atomic_store(&read_preps, 0);
+    kvp__pagefile_set_fault(count_read_preps, NULL);
+    for (int k = 0; k < 4; k++) {
+        memset(e8.back, 0, 8 * BPP);
+        CHECK_EQ(kvp_pagefile_read(pf, e8.r, 8, res, &E), 0);
+        CHECK(memcmp(e8.buf, e8.back, 8 * BPP) == 0);
+    }
+    kvp__pagefile_set_fault(NULL, NULL);
+    CHECK_EQ(atomic_load(&read_preps), 32); /* every op through a ring, none inline */
+    kvp_pagefile_close(pf);
+    /* one ring each way: a broken one sends its direction to pread */
+    o.queues = 1;
+    o.flags = 0;
+    CHECK_EQ(kvp_pagefile_open(path, &o, &pf, &E), 0);
+    if (pf) {
+        CHECK_EQ(kvp_pagefile_queues(pf), 2);
+        kvp__pagefile_set_fault(fail_submit, NULL);
+        CHECK_EQ(kvp_pagefile_read(pf, e8.r, 8, res, &E), -EFAULT);
+        atomic_store(&read_preps, 0);
+        kvp__pagefile_set_fault(count_read_preps, NULL);
+        memset(e8.back, 0, 8 * BPP);
+        CHECK_EQ(kvp_pagefile_read(pf, e8.r, 8, res, &E), 0);
+        kvp__pagefile_set_fault(NULL, NULL);
+        CHECK(memcmp(e8.buf, e8.back, 8 * BPP) == 0);
+        CHECK_EQ(atomic_load(&read_preps), 0);
+        kvp_pagefile_close(pf);
+    }
+    free(e8.buf);
+    free(e8.back);
+    free(f8.buf);
+    free(f8.back);
+}
+
 /* ---- 8 threads on one handle, each on its own pages ---- */
 
 struct worker {
@@ -472,6 +584,7 @@ int main(void)
     test_zero_copy();
     test_faults();
     test_broken_ring();
+    test_rings();
     test_threads();
     pt_rmdir();
     return pt_finish();

@@ -565,7 +565,7 @@ static void test_info(void)
             struct kvp_pagefile_info in = {.info_size = sizeof in};
             CHECK_EQ(kvp_pagefile_info(pf, &in), 0);
             CHECK_EQ(in.threads, 0);
-            CHECK_EQ(in.queues, 2); /* a ring each way */
+            CHECK_EQ(in.queues, 8); /* 4 rings (opts.queues 0) each way */
             CHECK_EQ(in.backend[0], KVP_PAGEFILE_BACKEND_USRBIO);
             kvp_pagefile_close(pf);
         } else {
