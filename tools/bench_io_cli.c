@@ -31,8 +31,8 @@
 struct io_args {
     const char *file;
     uint64_t file_size, page_size, pool;
-    uint32_t batch, threads;
-    int rw; /* 1 read, 2 write, 3 both */
+    uint32_t batch, threads, queues; /* queues: opts.queues, 0 = the default */
+    int rw;                          /* 1 read, 2 write, 3 both */
     int direct, json, mmap_reads;
     double seconds, warmup;
     int backend; /* KVP_PAGEFILE_BACKEND_* of --backend, default AUTO */
@@ -306,6 +306,8 @@ static void usage(FILE *out)
         "  --pool SIZE        the host buffer pool, default 1G (2 MiB aligned, huge pages\n"
         "                     asked for, faulted in before timing)\n"
         "  --threads N        callers sharing one page file, default 1\n"
+        "  --queues N         rings of the uring backend, and of the usrbio backend each\n"
+        "                     way (batches in flight at once); default 4\n"
         "  --rw read|write|both   default both (buffered writes measure what the page\n"
         "                     cache takes; add --direct for the device's)\n"
         "  --direct           O_DIRECT on both sides (else buffered)\n"
@@ -330,8 +332,8 @@ static void usage(FILE *out)
         "  kvpage.batches, kvpage.backend (psync, uring or usrbio), kvpage.threads\n"
         "  baseline.threads (the best of 1, 4, 16), baseline.tried ([{threads, gbs}])\n"
         "  ratio                        kvpage GB/s / baseline GB/s\n"
-        "  and file, file_size, page_size, batch, pool, threads, direct, seconds,\n"
-        "  warmup, created (whether this run made the file)\n"
+        "  and file, file_size, page_size, batch, pool, threads, queues (the rings set\n"
+        "  up), direct, seconds, warmup, created (whether this run made the file)\n"
         "exit status: 0 done, 2 a bad flag or value, 3 the file or its I/O failed\n"
         "examples:\n"
         "  kvpage bench io --file /mnt/3fs/kvpage-bench.pages --file-size 16G --direct\n"
@@ -380,7 +382,7 @@ static int parse_args(int argc, char **argv, struct io_args *a)
         }
         static const char *const known[] = {"--file",   "--file-size", "--page-size", "--batch",
                                             "--pool",   "--threads",   "--rw",        "--seconds",
-                                            "--warmup", "--backend"};
+                                            "--warmup", "--backend",   "--queues"};
         int k = -1;
         for (int j = 0; j < (int)(sizeof known / sizeof *known); j++)
             if (!strcmp(name, known[j]))
@@ -433,6 +435,11 @@ static int parse_args(int argc, char **argv, struct io_args *a)
             if (a->backend < 0)
                 return usage_error("--backend '%s' is not auto, psync, uring or usrbio%s", value,
                                    "");
+            break;
+        case 10:
+            if (kvp__parse_size(value, 0, &v) || v == 0 || v > 1024)
+                return usage_error("%s '%s' is not a count (1 .. 1024)", name, value);
+            a->queues = (uint32_t)v;
             break;
         }
     }
@@ -537,7 +544,15 @@ int kvp__cli_bench_io(int argc, char **argv)
             return 0;
         }
     }
-    struct io_args a = {NULL, 1ull << 30, 2u << 20, 1ull << 30, 8, 1, 3, 0, 0, 0, 5.0, 1.0, 0};
+    struct io_args a = {.file_size = 1ull << 30,
+                        .page_size = 2u << 20,
+                        .pool = 1ull << 30,
+                        .batch = 8,
+                        .threads = 1,
+                        .rw = 3,
+                        .seconds = 5.0,
+                        .warmup = 1.0,
+                        .backend = KVP_PAGEFILE_BACKEND_AUTO};
     int rc = parse_args(argc, argv, &a);
     if (rc)
         return rc;
@@ -566,6 +581,7 @@ int kvp__cli_bench_io(int argc, char **argv)
     o.flags = KVP_PAGEFILE_ALIGNED | (a.direct ? KVP_PAGEFILE_DIRECT : 0) |
               (a.mmap_reads ? KVP_PAGEFILE_MMAP_READS : 0);
     o.backend = a.backend;
+    o.queues = a.queues;
     struct kvp_error err = {0};
     int e = kvp_pagefile_open(a.file, &o, &r.pf, &err);
     if (e) {
@@ -650,10 +666,12 @@ int kvp__cli_bench_io(int argc, char **argv)
             else
                 putchar(*p);
         printf("\", \"file_size\": %" PRIu64 ", \"page_size\": %" PRIu64
-               ", \"batch\": %u, \"pool\": %" PRIu64 ", \"threads\": %u, \"direct\": %s, "
-               "\"mmap_reads\": %s, \"seconds\": %g, \"warmup\": %g, \"created\": %s",
-               a.file_size, a.page_size, a.batch, a.pool, a.threads, a.direct ? "true" : "false",
-               a.mmap_reads ? "true" : "false", a.seconds, a.warmup, made ? "true" : "false");
+               ", \"batch\": %u, \"pool\": %" PRIu64 ", \"threads\": %u, \"queues\": %u, "
+               "\"direct\": %s, \"mmap_reads\": %s, \"seconds\": %g, \"warmup\": %g, "
+               "\"created\": %s",
+               a.file_size, a.page_size, a.batch, a.pool, a.threads, kvp_pagefile_queues(r.pf),
+               a.direct ? "true" : "false", a.mmap_reads ? "true" : "false", a.seconds, a.warmup,
+               made ? "true" : "false");
         for (int d = 0; d < ndirs; d++) {
             int wr = dirs[d];
             const struct phase_result *k = &res[wr][0], *b = &res[wr][best[wr]];

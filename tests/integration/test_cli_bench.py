@@ -155,6 +155,13 @@ def test_io_usrbio_over_the_emulation(tmp_path, backend):
     check_io(doc, ("read", "write"))
     # on the (emulated) 3FS mount auto picks USRBIO too
     assert doc["read"]["kvpage"]["backend"] == doc["write"]["kvpage"]["backend"] == "usrbio"
+    assert doc["queues"] == 8  # 4 rings each way
+    rc, out, err = kvp("bench", "io", "--file", tmp_path / "u.pages", *SMALL_IO, "--backend",
+                       backend, "--queues", "2", "--threads", "2", "--json", env=env)
+    assert rc == 0, err
+    doc = json.loads(out)
+    check_io(doc, ("read", "write"))
+    assert doc["queues"] == 4 and doc["threads"] == 2
     # off it, auto is what it always was; usrbio asked for is a clear failure
     rc, out, err = kvp("bench", "io", "--file", "/var/tmp/kvp-bench-off-3fs.pages", *SMALL_IO,
                        "--rw", "read", "--backend", backend, "--json", env=env)
@@ -188,6 +195,7 @@ def test_io_table_and_progress_on_a_terminal(tmp_path):
     (["--bogus"], "unknown flag '--bogus'"),
     (["--rw", "sideways"], "--rw 'sideways' is not read, write or both"),
     (["--threads", "0"], "--threads '0' is not a count"),
+    (["--queues", "0"], "--queues '0' is not a count"),
     (["--seconds", "-1"], "--seconds '-1' is not a number of seconds"),
     (["--file-size", "1M", "--page-size", "2M"], "--page-size is larger than --file-size"),
     (["--direct", "--mmap-reads"], "--mmap-reads is for buffered reads: drop it or --direct"),
