@@ -1069,6 +1069,10 @@ static void *acceptor_main(void *arg)
         }
         if (p[1].revents)
             break;
+        if (p[0].revents & (POLLERR | POLLNVAL)) { /* the listening socket is gone */
+            KVP_LOGE("the acceptor stops: the listening socket failed");
+            break;
+        }
         for (int k = 0; k < 64; k++) {
             struct sockaddr_storage ss;
             socklen_t len = sizeof ss;
