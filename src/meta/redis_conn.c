@@ -239,35 +239,60 @@ struct rr_hdr {
     size_t small;
 };
 
-static _Thread_local struct rr_hdr *rr_cache;
-static _Thread_local size_t rr_ncache;
+/* A thread's cache, held as its thread-specific value (heap memory, freed
+ * with its nodes when the thread ends; not _Thread_local, whose block in a
+ * dlopen'ed library the thread's exit frees behind the destructor's back). */
+struct rr_cache {
+    struct rr_hdr *head;
+    size_t n;
+};
+
 static pthread_key_t rr_key;
 static pthread_once_t rr_once = PTHREAD_ONCE_INIT;
+static _Atomic int rr_key_ok;
 
-static void rr_cache_drop(void *unused)
+static void rr_cache_drop(void *arg)
 {
-    (void)unused;
-    while (rr_cache) {
-        struct rr_hdr *h = rr_cache;
-        rr_cache = h->next;
+    struct rr_cache *c = arg;
+    while (c->head) {
+        struct rr_hdr *h = c->head;
+        c->head = h->next;
         free(h);
     }
-    rr_ncache = 0;
+    free(c);
 }
 
 static void rr_key_make(void)
 {
-    (void)pthread_key_create(&rr_key, rr_cache_drop);
+    atomic_store_explicit(&rr_key_ok, pthread_key_create(&rr_key, rr_cache_drop) == 0,
+                          memory_order_release);
+}
+
+/* The calling thread's cache (made when make is set), or NULL. */
+static struct rr_cache *rr_cache_of_thread(int make)
+{
+    if (!atomic_load_explicit(&rr_key_ok, memory_order_acquire)) {
+        pthread_once(&rr_once, rr_key_make);
+        if (!atomic_load_explicit(&rr_key_ok, memory_order_acquire))
+            return NULL;
+    }
+    struct rr_cache *c = pthread_getspecific(rr_key);
+    if (!c && make && (c = calloc(1, sizeof *c)) != NULL && pthread_setspecific(rr_key, c) != 0) {
+        free(c);
+        c = NULL;
+    }
+    return c;
 }
 
 static redisReply *rr_new(const redisReadTask *t, int type, size_t extra)
 {
     size_t need = sizeof(struct rr_hdr) + sizeof(redisReply) + extra;
+    struct rr_cache *c = need <= RR_SMALL ? rr_cache_of_thread(0) : NULL;
     struct rr_hdr *h;
-    if (need <= RR_SMALL && rr_cache) {
-        h = rr_cache;
-        rr_cache = h->next;
-        rr_ncache--;
+    if (c && c->head) {
+        h = c->head;
+        c->head = h->next;
+        c->n--;
     } else {
         h = malloc(need <= RR_SMALL ? RR_SMALL : need);
         if (!h)
@@ -284,25 +309,26 @@ static redisReply *rr_new(const redisReadTask *t, int type, size_t extra)
     return r;
 }
 
-void kvp__rreply_free(redisReply *r)
+static void rr_free_in(struct rr_cache *c, redisReply *r)
 {
-    if (!r)
-        return;
     if (r->type == REDIS_REPLY_ARRAY)
         for (size_t i = 0; i < r->elements; i++)
-            kvp__rreply_free(r->element[i]);
+            if (r->element[i])
+                rr_free_in(c, r->element[i]);
     struct rr_hdr *h = (struct rr_hdr *)r - 1;
-    if (!h->small || rr_ncache >= RR_CACHE_MAX) {
+    if (!h->small || !c || c->n >= RR_CACHE_MAX) {
         free(h);
         return;
     }
-    if (!rr_cache) { /* the first node this thread keeps: free them at its exit */
-        pthread_once(&rr_once, rr_key_make);
-        (void)pthread_setspecific(rr_key, &rr_cache);
-    }
-    h->next = rr_cache;
-    rr_cache = h;
-    rr_ncache++;
+    h->next = c->head;
+    c->head = h;
+    c->n++;
+}
+
+void kvp__rreply_free(redisReply *r)
+{
+    if (r)
+        rr_free_in(rr_cache_of_thread(1), r);
 }
 
 static void *rr_string(const redisReadTask *t, char *s, size_t len)
