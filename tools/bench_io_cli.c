@@ -410,9 +410,10 @@ static int parse_args(int argc, char **argv, struct io_args *a)
             break;
         case 3:
         case 5:
+        case 10:
             if (kvp__parse_size(value, 0, &v) || v == 0 || v > 1024)
                 return usage_error("%s '%s' is not a count (1 .. 1024)", name, value);
-            *(k == 3 ? &a->batch : &a->threads) = (uint32_t)v;
+            *(k == 3 ? &a->batch : k == 5 ? &a->threads : &a->queues) = (uint32_t)v;
             break;
         case 6:
             a->rw = !strcmp(value, "read")    ? 1
@@ -435,11 +436,6 @@ static int parse_args(int argc, char **argv, struct io_args *a)
             if (a->backend < 0)
                 return usage_error("--backend '%s' is not auto, psync, uring or usrbio%s", value,
                                    "");
-            break;
-        case 10:
-            if (kvp__parse_size(value, 0, &v) || v == 0 || v > 1024)
-                return usage_error("%s '%s' is not a count (1 .. 1024)", name, value);
-            a->queues = (uint32_t)v;
             break;
         }
     }

@@ -145,6 +145,9 @@ struct kvp_pagefile {
 /* How many EAGAIN in a row a transfer tolerates before reporting it; past
  * KVP__PF_AGAIN_SPIN of them it sleeps 100 us between attempts (~0.1 s in all). */
 #define KVP__PF_MAX_AGAIN 1000
+/* Rings (batches in flight at once) of uring, and of usrbio each way, when
+ * opts.queues is 0 (kvpage/pagefile.h). */
+#define KVP__PF_DEFAULT_QUEUES 4u
 #define KVP__PF_AGAIN_SPIN 100
 
 /* The pause before the n-th retry of an EAGAIN. */

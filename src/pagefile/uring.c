@@ -20,7 +20,6 @@
 #define PF_RING_MAX_DEPTH 1024u
 #define PF_SQE_MAX_LEN (1u << 30)   /* one SQE moves at most this; the rest is a continuation */
 #define PF_REG_MAX_LEN (1ull << 30) /* the kernel's limit per registered buffer */
-#define PF_DEFAULT_QUEUES 4u        /* rings when opts.queues is 0 */
 #define PF_NO_OP UINT64_MAX         /* user_data of an SQE neutralized after a failed submit */
 
 struct pf_opstate {
@@ -445,7 +444,7 @@ static void pf_uring_run(struct kvp_pagefile *pf, struct kvp__pf_batch *b)
 /* queues rings (opts.queues, default 4); why: the cause when io_uring cannot be set up. */
 static int pf_uring_start(struct kvp_pagefile *pf, char *why, size_t whylen)
 {
-    int rc = pf_uring_setup(pf, pf->queues_asked ? pf->queues_asked : PF_DEFAULT_QUEUES);
+    int rc = pf_uring_setup(pf, pf->queues_asked ? pf->queues_asked : KVP__PF_DEFAULT_QUEUES);
     if (rc != 0)
         snprintf(why, whylen, "io_uring_queue_init: %s", strerror(-rc));
     return rc;

@@ -40,8 +40,7 @@
 
 #define UB_DEFAULT_LIB "libhf3fs_api_shared.so"
 #define UB_STAGE_MAX                                                                               \
-    (256ull << 20)          /* staging memory per direction, at most (at least a page a ring) */
-#define UB_DEFAULT_RINGS 4u /* rings per direction when opts.queues is 0 */
+    (256ull << 20) /* staging memory per direction, at most (at least a page a ring) */
 #define UB_MAX_SLOTS 1024u
 #define KVP__UB_WAIT_S 30 /* a ring that completes nothing this long is broken */
 
@@ -276,7 +275,7 @@ static int pf_usrbio_start(struct kvp_pagefile *pf, char *why, size_t whylen)
         goto fail;
     }
     u->fd_registered = 1;
-    uint32_t nr = pf->queues_asked ? pf->queues_asked : UB_DEFAULT_RINGS;
+    uint32_t nr = pf->queues_asked ? pf->queues_asked : KVP__PF_DEFAULT_QUEUES;
     for (int w = 0; w < 2; w++) {
         if (pf->be[w] != &kvp__pf_usrbio || (w && (pf->flags & KVP_PAGEFILE_READONLY)))
             continue;

@@ -230,12 +230,26 @@ int kvp__body_list(struct kvp_ctx *c, const char *field, json_t **out)
     return -1;
 }
 
+/* Keeps the string s as key i of the request; -1 after replying 400 when it
+ * is not a valid key. */
+static int take_key(struct kvp_ctx *c, size_t i, json_t *s)
+{
+    struct kvp_str *k = &c->rep->keys[i];
+    k->ptr = json_string_value(s);
+    k->len = json_string_length(s);
+    const char *why = kvp_key_problem(k->ptr, k->len);
+    if (why) {
+        kvp__reply_error(c, 400, "Invalid key: keys[%zu] %s", i, why);
+        return -1;
+    }
+    return 0;
+}
+
 ptrdiff_t kvp__parse_str_keys(struct kvp_ctx *c, json_t *arr, int exists_fmt)
 {
     size_t n = arr ? json_array_size(arr) : 0;
     if (kvp__check_count(c, n) || kvp__scratch(c, n))
         return -1;
-    struct kvp_str *keys = c->rep->keys;
     for (size_t i = 0; i < n; i++) {
         json_t *v = json_array_get(arr, i);
         if (!json_is_string(v)) {
@@ -245,13 +259,8 @@ ptrdiff_t kvp__parse_str_keys(struct kvp_ctx *c, json_t *arr, int exists_fmt)
                 kvp__reply_error(c, 400, "Invalid request format: keys[%zu] must be a string", i);
             return -1;
         }
-        keys[i].ptr = json_string_value(v);
-        keys[i].len = json_string_length(v);
-        const char *why = kvp_key_problem(keys[i].ptr, keys[i].len);
-        if (why) {
-            kvp__reply_error(c, 400, "Invalid key: keys[%zu] %s", i, why);
+        if (take_key(c, i, v))
             return -1;
-        }
     }
     return (ptrdiff_t)n;
 }
@@ -261,7 +270,6 @@ ptrdiff_t kvp__parse_alloc_keys(struct kvp_ctx *c, json_t *arr)
     size_t n = arr ? json_array_size(arr) : 0;
     if (kvp__check_count(c, n) || kvp__scratch(c, n))
         return -1;
-    struct kvp_str *keys = c->rep->keys;
     for (size_t i = 0; i < n; i++) {
         json_t *v = json_array_get(arr, i);
         json_t *k = v;
@@ -276,13 +284,8 @@ ptrdiff_t kvp__parse_alloc_keys(struct kvp_ctx *c, json_t *arr)
                 i);
             return -1;
         }
-        keys[i].ptr = json_string_value(k);
-        keys[i].len = json_string_length(k);
-        const char *why = kvp_key_problem(keys[i].ptr, keys[i].len);
-        if (why) {
-            kvp__reply_error(c, 400, "Invalid key: keys[%zu] %s", i, why);
+        if (take_key(c, i, k))
             return -1;
-        }
     }
     return (ptrdiff_t)n;
 }
