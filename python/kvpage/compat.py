@@ -9,6 +9,11 @@ meant); results are matched to their operations; an empty batch is valid.
 Several clients on one file and one client shared by many threads are safe
 (kvp_pagefile is thread-safe; each client has its own file descriptor).
 
+After close() (which may be called any number of times) the client does what
+the engines' clients promise their callers: flush() does nothing and
+batch_read/batch_write move nothing and answer 0 for every operation, never
+an exception, also for a batch that was running when close() came.
+
 CUDA tensors (vLLM passes them, with a CUDA event for writes) are staged
 through pinned host memory with torch's own copies, after waiting for the
 event. No GPU was available where this was written: that path is untested.
@@ -39,6 +44,14 @@ def _on_gpu(tensors):
 
 def _is_tensor(t):
     return type(t).__module__.split(".", 1)[0] == "torch" and hasattr(t, "data_ptr")
+
+
+def _nothing_moved(offsets):
+    """A closed client's answer: 0 bytes for every operation."""
+    try:
+        return [0] * len(offsets)
+    except TypeError:  # not even a list of offsets: still no exception
+        return []
 
 
 def _nbytes(t):
@@ -81,6 +94,7 @@ class Hf3fsClient:
         self.bytes_per_page = size_arg("Hf3fsClient", "bytes_per_page", bytes_per_page)
         self.entries = int(entries)
         self.client_timeout = client_timeout
+        self._closed = False
         if owner is not None:
             o = dict(owner)
             unknown = set(o) - {"location", "rank", "deployment", "pool"}
@@ -160,9 +174,25 @@ class Hf3fsClient:
                 raise ValueError(f"{_PREFIX}: {e}") from e
         return None
 
+    def _unless_closed(self, batch, offsets, *args):
+        """batch(offsets, *args), or 0 bytes per operation once the client is
+        closed (also when close() came while the batch ran)."""
+        if self._closed:
+            return _nothing_moved(offsets)
+        try:
+            return batch(offsets, *args)
+        except Exception:
+            if self._closed:
+                return _nothing_moved(offsets)
+            raise
+
     def batch_read(self, offsets, tensors):
         """Reads each tensor's bytes at its offset. Returns the bytes read per
-        operation, or a negative errno for one that failed."""
+        operation, or a negative errno for one that failed; 0 for every
+        operation once the client is closed."""
+        return self._unless_closed(self._read, offsets, tensors)
+
+    def _read(self, offsets, tensors):
         res = self._direct("batch_read", offsets, tensors)
         if res is not None:
             return res
@@ -180,7 +210,11 @@ class Hf3fsClient:
     def batch_write(self, offsets, tensors, event=None):
         """Writes each tensor at its offset (after event, a CUDA event vLLM
         passes, has completed). Returns the bytes written per operation, or a
-        negative errno for one that failed."""
+        negative errno for one that failed; 0 for every operation once the
+        client is closed."""
+        return self._unless_closed(self._write, offsets, tensors, event)
+
+    def _write(self, offsets, tensors, event):
         if event is not None and hasattr(event, "synchronize"):
             event.synchronize()
         res = self._direct("batch_write", offsets, tensors)
@@ -216,11 +250,22 @@ class Hf3fsClient:
         return self.size
 
     def flush(self):
-        self._pf.flush()
+        """fsync of the file; nothing once the client is closed."""
+        if self._closed:
+            return
+        try:
+            self._pf.flush()
+        except Exception:
+            if not self._closed:  # not a close that came meanwhile
+                raise
 
     def close(self):
-        """Closes the file; a second close does nothing."""
-        self._pf.close()
+        """Closes the file (after the batches running on it have returned);
+        a second close does nothing."""
+        self._closed = True
+        pf = getattr(self, "_pf", None)  # None: the constructor failed before opening
+        if pf is not None:
+            pf.close()
 
     def __del__(self):
         try:
