@@ -21,6 +21,28 @@ that class's __init__ runs, rebinds two globals of the module that defines it:
                           its base URL when it is built without one (vLLM
                           reads that setting and then builds the client
                           without it, so it always talks to localhost:18000)
+and two more, so that the connector never computes on a failed load and
+pipeline stages never share pages:
+  AsyncOperationManager -> a subclass whose load task reads each block on its
+                          own: a block whose page is missing or whose read is
+                          not the full page (an error, a short read) is
+                          recorded as failed and not scattered; the others are
+                          loaded. get_block_ids_with_load_errors() reports the
+                          failed blocks of each request in the same pass in
+                          which get_finished() reports the request, as vLLM's
+                          KVConnectorBase_V1 asks; the scheduler then applies
+                          kv_load_failure_policy ("recompute": from the first
+                          failed block on; "fail": the request ends with an
+                          error). vLLM's own task fails a whole chunk and still
+                          reports the request loaded, so it ran on whatever
+                          the GPU blocks held.
+  get_tensor_model_parallel_rank -> the rank id of the files and metadata:
+                          the TP rank plus pp_rank * tp_size (the TP rank
+                          alone with one stage), so that stages, which hold
+                          different layers, never share a file or a page.
+reset_cache() clears the connector's metadata namespace (POST /clear on its
+metadata URL: every key of every rank of the namespace is forgotten, the ranks
+stay initialized), which vLLM calls from reset_prefix_cache.
 Everything else (geometry, keys, scheduling, staging through the GPU) is
 vLLM's. The rebinding is process-wide: every HF3FS connector of the process
 then uses kvpage's client (one connector per process is what vLLM builds).
@@ -29,15 +51,23 @@ Without vLLM this module still imports; constructing the class raises
 ImportError saying so.
 """
 import importlib
+import json
+import logging
 import os
 import re
 import sys
+import threading
+import time
+import urllib.request
 
 from kvpage.compat import Hf3fsClient
 
 CONNECTOR_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.hf3fs.hf3fs_connector"
 CONNECTOR_CLASS = "HF3FSKVConnector"
 DEFAULT_METADATA_URL = "http://localhost:18000"
+PARALLEL_STATE = "vllm.distributed.parallel_state"
+
+log = logging.getLogger(__name__)
 
 try:
     _Base = getattr(importlib.import_module(CONNECTOR_MODULE), CONNECTOR_CLASS)
@@ -73,15 +103,31 @@ def _with_url(cls, url):
 _RANK_FILE = re.compile(r"hf3fs_vllm_data_file_(\d+)$")
 
 
+def stage_rank():
+    """This process's rank id for page files and metadata: vLLM's TP rank,
+    plus pp_rank * tp_size when the model is split into pipeline stages
+    (stages hold different layers, so they must not share pages). With one
+    stage it is the TP rank, as vLLM's own connector has it."""
+    ps = importlib.import_module(PARALLEL_STATE)
+    tp_rank = int(ps.get_tensor_model_parallel_rank())
+    try:
+        pp = ps.get_pp_group()
+        pp_rank, pp_size = int(pp.rank_in_group), int(pp.world_size)
+    except (AttributeError, AssertionError):  # no pipeline group (not initialized, older vLLM)
+        return tp_rank
+    if pp_size <= 1:
+        return tp_rank
+    return pp_rank * int(ps.get_tensor_model_parallel_world_size()) + tp_rank
+
+
 def _rank_of(path):
-    """The TP rank whose file path is (vLLM names it hf3fs_vllm_data_file_{tp_rank}),
-    else vLLM's own idea of this process's rank, else None."""
+    """The rank whose file path is (vLLM names it hf3fs_vllm_data_file_{rank}),
+    else this process's stage_rank(), else None."""
     m = _RANK_FILE.search(os.path.basename(str(path)))
     if m:
         return int(m.group(1))
     try:
-        from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
-        return int(get_tensor_model_parallel_rank())
+        return stage_rank()
     except Exception:
         return None
 
@@ -103,15 +149,138 @@ def _owned_client(url):
     return _Client
 
 
+class _LoadErrors:
+    """The mixin of vLLM's AsyncOperationManager that install() puts in its
+    module: a load task reads block by block and records the blocks that
+    failed; when get_finished reports a request loaded, its failed blocks
+    move to the set that take_load_errors() hands out once.
+
+    Written against AsyncOperationManager of vLLM's hf3fs_connector.py
+    (vllm-project/vllm @ 04db319915b0b83919a1dd90512f49b0359655b2): its load
+    tasks are (request_id, block_ids, keys, future) run in order by one
+    thread, and _load_futures keeps a request's last task."""
+
+    _kvpage_entries = 8  # the pages of one batch_read: vLLM's DEFAULT_MAX_IO_ENTRIES
+
+    def __init__(self, *args, **kwargs):
+        # before vLLM's __init__, which starts the load thread
+        self._kvpage_lock = threading.Lock()
+        self._kvpage_failed = {}  # request id -> its failed block ids, until reported
+        self._kvpage_errors = set()  # reported with their request, not yet taken
+        super().__init__(*args, **kwargs)
+
+    def _handle_load_task(self, task):
+        request_id, block_ids, keys, future = task
+        start = time.perf_counter()
+        try:
+            failed = self._load_blocks(list(block_ids), list(keys))
+            why = f"Read failed for {len(failed)} of {len(block_ids)} blocks"
+        except Exception as e:  # the metadata, a buffer, the scatter: nothing is known good
+            failed, why = set(block_ids), f"Task execution error: {e}"
+        with self._kvpage_lock:  # before the future: get_finished may report the request at once
+            if failed:
+                self._kvpage_failed.setdefault(request_id, set()).update(failed)
+        if failed:
+            return self._fail_task("Loaded", why, request_id, future)
+        return self._succeed_task("Loaded", start, request_id, len(block_ids), future)
+
+    def _load_blocks(self, block_ids, keys):
+        """Reads the pages of keys into block_ids; returns the ids of the blocks
+        that did not get their page (no key, no location, not a full read)."""
+        conn = self._connector
+        pages = conn._metadata_client.get_key_locations(self._rank, keys) if keys else []
+        todo = [(b, p) for b, p in zip(block_ids, pages)
+                if type(p) is int and p >= 0]  # None: not (or no longer) stored
+        failed = set(block_ids) - {b for b, _ in todo}
+        if not todo:
+            return failed
+        buffers = self._load_buffer_allocator.alloc_buffer(len(todo))
+        if buffers is None:
+            raise RuntimeError(f"Buffer allocation failed for {len(todo)} blocks")
+        try:
+            results = self._read_pages([p for _, p in todo], buffers)
+            good = [i for i, r in enumerate(results) if r == self._bytes_per_page]
+            failed.update(b for (b, _), r in zip(todo, results) if r != self._bytes_per_page)
+            if good:
+                with self._load_stream:
+                    conn._gather_or_scatter_kv_caches(
+                        [todo[i][0] for i in good], [buffers[i] for i in good], "scatter")
+                self._load_stream.synchronize()
+        finally:
+            self._load_buffer_allocator.free_buffer(buffers)
+        return failed
+
+    def _read_pages(self, pages, buffers):
+        """batch_read of the pages into buffers, entries at a time on the I/O
+        pool; one result per page (a batch that raised counts as failed)."""
+        conn, step = self._connector, self._kvpage_entries
+        futures = []
+        for i in range(0, len(pages), step):
+            client = conn._clients[conn._ac.next()]
+            futures.append((i, self._io_executor.submit(
+                client.batch_read, [p * self._bytes_per_page for p in pages[i:i + step]],
+                buffers[i:i + step])))
+        results = [-1] * len(pages)
+        for i, fut in futures:
+            try:
+                res = list(fut.result())[:step]
+            except Exception as e:
+                log.error("kvpage.vllm: a batch_read of pages %s failed: %s", pages[i:i + step], e)
+                continue
+            results[i:i + len(res)] = res
+        return results[:len(pages)]
+
+    def _check_completed_loads(self):
+        done = super()._check_completed_loads()
+        with self._kvpage_lock:
+            for rid in done:
+                self._kvpage_errors |= self._kvpage_failed.pop(rid, set())
+        return done
+
+    def take_load_errors(self):
+        """The failed blocks of the requests reported loaded since the last call."""
+        with self._kvpage_lock:
+            errors, self._kvpage_errors = self._kvpage_errors, set()
+        return errors
+
+
+def _checked_manager(cls, entries):
+    """vLLM's AsyncOperationManager with _LoadErrors mixed in (a manager
+    already wrapped is rewrapped from vLLM's), batches of entries pages."""
+    if issubclass(cls, _LoadErrors):
+        cls = cls.__bases__[-1]
+
+    class _Manager(_LoadErrors, cls):
+        _kvpage_entries = int(entries)
+
+    _Manager.__name__ = _Manager.__qualname__ = cls.__name__
+    return _Manager
+
+
 def install(module, metadata_url=None):
     """Rebinds module.Hf3fsClient to kvpage's client (claiming each rank's file
     for the metadata at metadata_url, or vLLM's default localhost:18000) and,
     when metadata_url is given, module.Hf3fsMetadataClient to one that uses
-    it. Returns module."""
+    it; module.AsyncOperationManager to one whose loads report failed blocks,
+    and module.get_tensor_model_parallel_rank to stage_rank. Returns module."""
     module.Hf3fsClient = _owned_client(metadata_url or DEFAULT_METADATA_URL)
     if metadata_url and hasattr(module, "Hf3fsMetadataClient"):
         module.Hf3fsMetadataClient = _with_url(module.Hf3fsMetadataClient, metadata_url)
+    if hasattr(module, "AsyncOperationManager"):
+        module.AsyncOperationManager = _checked_manager(
+            module.AsyncOperationManager, getattr(module, "DEFAULT_MAX_IO_ENTRIES", 8))
+    if hasattr(module, "get_tensor_model_parallel_rank"):
+        module.get_tensor_model_parallel_rank = stage_rank
     return module
+
+
+def _clear(url):
+    """POST /clear on a metadata URL (vLLM's metadata client has no call for
+    it): every key of the namespace is forgotten, its ranks stay."""
+    req = urllib.request.Request(url.rstrip("/") + "/clear", data=json.dumps({}).encode(),
+                                 headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return 200 <= r.status < 300
 
 
 class KvpageHF3FSConnector(_Base):
@@ -131,5 +300,25 @@ class KvpageHF3FSConnector(_Base):
         install(sys.modules[_Base.__module__], url)
         super().__init__(vllm_config, role, *args, **kwargs)
 
+    def get_block_ids_with_load_errors(self):
+        """The blocks whose load failed, of the requests get_finished has just
+        reported loaded (vLLM calls this right after get_finished); each once."""
+        manager = getattr(self, "_async_manager", None)
+        if manager is None or not hasattr(manager, "take_load_errors"):
+            return set()
+        return manager.take_load_errors()
 
-__all__ = ["KvpageHF3FSConnector", "install", "Hf3fsClient"]
+    def reset_cache(self):
+        """Clears the connector's metadata namespace; True when it was cleared,
+        False (logged) when the metadata server could not be reached."""
+        url = (getattr(getattr(self, "_metadata_client", None), "base_url", None)
+               or _extra_config(getattr(self, "_vllm_config", None)).get("hf3fs_metadata_server_url")
+               or DEFAULT_METADATA_URL)
+        try:
+            return _clear(url)
+        except Exception as e:
+            log.error("kvpage.vllm: reset_cache could not clear the metadata: %s", e)
+            return False
+
+
+__all__ = ["KvpageHF3FSConnector", "install", "stage_rank", "Hf3fsClient"]
