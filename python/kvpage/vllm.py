@@ -202,7 +202,7 @@ class _LoadErrors:
             good = [i for i, r in enumerate(results) if r == self._bytes_per_page]
             failed.update(b for (b, _), r in zip(todo, results) if r != self._bytes_per_page)
             if good:
-                with self._load_stream:
+                with _current(self._load_stream):
                     conn._gather_or_scatter_kv_caches(
                         [todo[i][0] for i in good], [buffers[i] for i in good], "scatter")
                 self._load_stream.synchronize()
@@ -242,6 +242,17 @@ class _LoadErrors:
         with self._kvpage_lock:
             errors, self._kvpage_errors = self._kvpage_errors, set()
         return errors
+
+
+def _current(stream):
+    """The context in which stream is the current one: torch.cuda.stream(s)
+    for a CUDA stream (vLLM writes `with torch.cuda.stream(s)` or, with newer
+    torch, `with s`), the stream itself otherwise."""
+    torch = sys.modules.get("torch")
+    cuda_stream = getattr(getattr(torch, "cuda", None), "Stream", None)
+    if cuda_stream is not None and isinstance(stream, cuda_stream):
+        return torch.cuda.stream(stream)
+    return stream
 
 
 def _checked_manager(cls, entries):
