@@ -332,4 +332,4 @@ class KvpageHF3FSConnector(_Base):
             return False
 
 
-__all__ = ["KvpageHF3FSConnector", "install", "stage_rank", "Hf3fsClient"]
+__all__ = ["KvpageHF3FSConnector", "install", "Hf3fsClient"]
