@@ -174,7 +174,7 @@ class _LoadErrors:
         start = time.perf_counter()
         try:
             failed = self._load_blocks(list(block_ids), list(keys))
-            why = f"Read failed for {len(failed)} of {len(block_ids)} blocks"
+            why = f"{len(failed)} of {len(block_ids)} blocks not loaded (no location or not a full read)"
         except Exception as e:  # the metadata, a buffer, the scatter: nothing is known good
             failed, why = set(block_ids), f"Task execution error: {e}"
         with self._kvpage_lock:  # before the future: get_finished may report the request at once
