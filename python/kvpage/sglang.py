@@ -60,6 +60,7 @@ per page for MHA (SGLang's returns 2N); a page read lands in its own buffer
 import errno
 import logging
 
+from kvpage import _sglang_pools as _pools
 from kvpage.errors import KvpageError
 from kvpage.pagefile import flag as _flag
 from kvpage.store import Store
@@ -71,7 +72,7 @@ except Exception:  # SGLang is not installed: the module still imports
 
 logger = logging.getLogger(__name__)
 
-ZERO_COPY_LAYOUTS = ("page_first", "page_first_direct")
+ZERO_COPY_LAYOUTS = _pools.ZERO_COPY_LAYOUTS
 
 
 class KvpageHiCacheStorage(_Base):
@@ -115,6 +116,7 @@ class KvpageHiCacheStorage(_Base):
                 "serve): ranks other than 0 read rank 0's pages and must see rank 0's metadata, "
                 "and embedded metadata belongs to one process")
         stage = pp_rank * self.tp_size if pp_size > 1 else 0  # stages hold other layers
+        self.stage = stage
         if self.is_mla:  # one copy of the latent: the stage's first rank's file and rank
             self.rank, self.writer = stage, self.tp_rank == 0
         else:
@@ -127,6 +129,8 @@ class KvpageHiCacheStorage(_Base):
         self.bytes_per_page = 0
         self.page_size = 0
         self._closed = False
+        self._pools = {}  # the v2 pools besides KV: pool tag -> _sglang_pools.PoolIO
+        self.registered_pools = {}  # as SGLang's base class keeps them: name -> host pool
 
     # -- setup
     def register_mem_pool_host(self, mem_pool_host):
@@ -253,6 +257,92 @@ class KvpageHiCacheStorage(_Base):
     def exists(self, key):
         return self.batch_exists([key]) == 1
 
+    # -- the v2 interface: every pool of a hybrid model (kvpage/_sglang_pools.py)
+    def register_mem_host_pool_v2(self, host_pool, host_pool_name):
+        """Opens the store of one host pool (SGLang's hybrid controller calls
+        it for every pool, KV included: KV is register_mem_pool_host's)."""
+        if self._closed:
+            raise KvpageError("register_mem_host_pool_v2", -errno.EBADF, "the backend is closed",
+                              "arg")
+        tag = _pools.pool_tag(host_pool_name)
+        if tag == _pools.KV:
+            if self.store is None:
+                self.register_mem_pool_host(host_pool)
+            elif host_pool is not self.mem_pool_host:
+                raise ValueError("kvpage.sglang: the KV pool is registered already, "
+                                 "with another host pool")
+            return
+        have = self._pools.get(tag)
+        if have is not None:
+            if have.pool is not host_pool:
+                raise ValueError(f"kvpage.sglang: pool {tag!r} is registered already, "
+                                 "with another host pool")
+            return
+        self._pools[tag] = _pools.PoolIO(self, host_pool_name, host_pool)
+        self.registered_pools[host_pool_name] = host_pool
+
+    def _pool(self, op, name):
+        if self._closed:
+            raise KvpageError(op, -errno.EBADF, "the backend is closed", "arg")
+        return self._pools.get(_pools.pool_tag(name))
+
+    def batch_exists_v2(self, keys, pool_transfers=None, extra_info=None):
+        """The usable prefix of keys over KV and every pool of
+        pool_transfers (SGLang's hit policies: a pool's page i is key i's;
+        ALL_PAGES needs every page of the KV prefix, TRAILING_PAGES the last
+        len(transfer.keys) pages of the prefix): a PoolTransferResult whose
+        kv_hit_pages is the minimum over the pools."""
+        kv = self.batch_exists(keys, extra_info)
+        hits = {_pools.kv_name(): kv} if kv else {}
+        final = kv
+        for t in pool_transfers or []:
+            if final == 0:
+                break
+            pool = self._pool("batch_exists_v2", t.name)
+            if pool is None:  # a pool never registered holds nothing
+                logger.error("[Rank %d] kvpage: batch_exists_v2 of pool %s, which was not "
+                             "registered (register_mem_host_pool_v2)", self.tp_rank, t.name)
+                final = 0
+                break
+            trailing = len(t.keys) if getattr(t, "keys", None) else 1
+            boundary = _pools.hit_boundary(pool.exists(list(keys[:kv])),
+                                           getattr(t, "hit_policy", None), trailing)
+            if boundary:
+                hits[t.name] = boundary
+            final = min(final, boundary)
+        return _pools.transfer_result(final, hits)
+
+    def batch_get_v2(self, transfers, extra_info=None):
+        """Reads each transfer's pages (its keys, at its host_indices) into
+        its pool: {pool name: [True per page read]}."""
+        return self._v2("batch_get_v2", transfers, extra_info, self.batch_get_v1, "get")
+
+    def batch_set_v2(self, transfers, extra_info=None):
+        """Writes each transfer's pages from its pool: {pool name: [True per
+        page stored or there already]}."""
+        return self._v2("batch_set_v2", transfers, extra_info, self.batch_set_v1, "put")
+
+    def _v2(self, op, transfers, extra_info, kv_call, method):
+        out = {}
+        for t in transfers or []:
+            keys = list(t.keys or [])
+            kv = _pools.pool_tag(t.name) == _pools.KV
+            pool = None if kv else self._pool(op, t.name)
+            if not kv and pool is None:
+                logger.error("[Rank %d] kvpage: %s of pool %s, which was not registered "
+                             "(register_mem_host_pool_v2)", self.tp_rank, op, t.name)
+                out[t.name] = [False] * len(keys)
+                continue
+            try:
+                if kv:
+                    out[t.name] = kv_call(keys, t.host_indices, extra_info) if keys else []
+                else:
+                    out[t.name] = getattr(pool, method)(keys, t.host_indices)
+            except ValueError as e:  # the transfer's shape: nothing moved
+                logger.error("[Rank %d] kvpage: %s: %s", self.tp_rank, op, e)
+                out[t.name] = [False] * len(keys)
+        return out
+
     # -- the v0 interface: flat tensors in and out
     def batch_get(self, keys, target_locations=None, target_sizes=None):
         """Reads each key's page into target_locations[i] (a flat host page;
@@ -301,6 +391,8 @@ class KvpageHiCacheStorage(_Base):
         st = self._store("clear")
         if self.writer:
             st.clear()
+        for pool in self._pools.values():
+            pool.clear()
 
     def get_stats(self):
         """The store's figures (kvpage.Store.stats) as a dict, with the rank and
@@ -310,6 +402,9 @@ class KvpageHiCacheStorage(_Base):
         s = self.store.stats()
         s.update(rank=self.rank, tp_rank=self.tp_rank, bytes_per_page=self.bytes_per_page,
                  location=self.store.location)
+        if self._pools:
+            s["pools"] = {tag: dict(p.store.stats(), bytes_per_page=p.bytes_per_page, mode=p.mode)
+                          for tag, p in self._pools.items()}
         return s
 
     def close(self):
@@ -318,6 +413,9 @@ class KvpageHiCacheStorage(_Base):
         st, self.store = self.store, None
         if st is not None:
             st.close()
+        pools, self._pools = self._pools, {}
+        for pool in pools.values():
+            pool.close()
 
     def __repr__(self):
         return (f"<KvpageHiCacheStorage rank {self.rank} (tp {self.tp_rank}/{self.tp_size}"
