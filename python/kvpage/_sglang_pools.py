@@ -25,6 +25,7 @@ the same attributes (name, keys, host_indices, hit_policy,
 indices_from_pool) when it is not."""
 import ctypes
 import logging
+import threading
 
 from kvpage.store import Store
 
@@ -129,6 +130,7 @@ class PoolIO:
         else:
             rank, self.writer = owner.rank, owner.writer
         self.path = f"{owner.prefix}.{rank}.bin.{self.tag}"
+        self._local = threading.local()  # staged: each thread's staging pages
         meta = owner.metadata_url
         if meta is None and owner.metadata_dir:
             meta = f"{owner.metadata_dir}.{self.tag}"
@@ -202,8 +204,14 @@ class PoolIO:
                 for i in range(len(starts))]
 
     def _staging(self, n):
+        """n staging pages, the calling thread's own (SGLang's backup and
+        prefetch threads call at once), kept between calls: fresh memory
+        each call costs its page faults, more than the copy itself."""
         import numpy as np
-        return np.empty((n, self.bytes_per_page), np.uint8)
+        buf = getattr(self._local, "buf", None)
+        if buf is None or len(buf) < n:
+            buf = self._local.buf = np.empty((n, self.bytes_per_page), np.uint8)
+        return buf[:n]
 
     # -- the pool's operations (per page: True / False)
     def exists(self, keys):
