@@ -53,9 +53,24 @@ through flat host pages. The v0 interface (get/set with flat tensors) stores
 the same keys: a flat MHA page of a zero-copy layout is K then V, stored as
 "{key}-k" and "{key}-v", so v0 and v1 see each other's pages.
 
+Hybrid models (SGLang's storage v2, which its hybrid cache controller calls
+for every pool whatever interface_v1 says): register_mem_host_pool_v2,
+batch_exists_v2 (the minimum over the pools; a pool's page i is key i's, so
+the radix cache's "__placeholder__" keys only say how many trailing pages),
+batch_get_v2, batch_set_v2. Each pool besides KV is one more store named as
+SGLang's hf3fs backend names it: file f"{rank file}.{pool}", metadata
+namespace (kvpage pool) the pool's name, keys f"{key}_{pool}". How its pages
+move, and MLA's ranks for it: kvpage/_sglang_pools.py. extra_info is
+accepted everywhere and its prefix_keys not needed (SGLang's page hashes
+chain the whole prefix already); nothing keeps a reference to them.
+
 What differs from SGLang's hf3fs backend: batch_set_v1 returns one result
 per page for MHA (SGLang's returns 2N); a page read lands in its own buffer
-(SGLang's shifts pages after a miss); nothing installs signal handlers.
+(SGLang's shifts pages after a miss); nothing installs signal handlers. The
+v2 pools: an MHA pool's K and V are two keys (SGLang's writes a K+V page
+into a page of K's size); with MLA, each rank keeps its own Mamba state
+(SGLang's puts every rank's into rank 0's file under one key); a malformed
+transfer logs and returns False for its keys.
 """
 import errno
 import logging
@@ -338,7 +353,7 @@ class KvpageHiCacheStorage(_Base):
                     out[t.name] = kv_call(keys, t.host_indices, extra_info) if keys else []
                 else:
                     out[t.name] = getattr(pool, method)(keys, t.host_indices)
-            except ValueError as e:  # the transfer's shape: nothing moved
+            except (ValueError, NotImplementedError) as e:  # its shape, its pool: nothing moved
                 logger.error("[Rank %d] kvpage: %s: %s", self.tp_rank, op, e)
                 out[t.name] = [False] * len(keys)
         return out
