@@ -257,6 +257,24 @@ def test_layer_first_pool_goes_through_flat_pages(tmp_path):
     t = PoolTransfer(PoolName.INDEXER, host_indices=kv_idx(3, first=5), keys=hs)
     assert b.batch_get_v2([t]) == {PoolName.INDEXER: [True] * 3}
     assert all(np.array_equal(ix.page_bytes((5 + p) * PS), want[p]) for p in range(3))
+    # a miss leaves its host page as it was
+    ix.fill(9 * PS, gen)
+    before = ix.page_bytes(9 * PS)
+    t = PoolTransfer(PoolName.INDEXER, host_indices=kv_idx(2, first=8), keys=[hs[0], "absent"])
+    assert b.batch_get_v2([t]) == {PoolName.INDEXER: [True, False]}
+    assert np.array_equal(ix.page_bytes(8 * PS), want[0])
+    assert np.array_equal(ix.page_bytes(9 * PS), before)
+    b.close()
+
+
+def test_staged_miss_leaves_the_slot_alone(tmp_path):
+    b, c, g, hs, want = written(tmp_path, n=3)
+    g.mamba.fill(6, torch.Generator().manual_seed(9))
+    before = g.mamba.page_bytes(6)
+    t = PoolTransfer(PoolName.MAMBA, host_indices=torch.tensor([5, 6]), keys=[hs[2], hs[1]])
+    assert b.batch_get_v2([t]) == {PoolName.MAMBA: [True, False]}
+    assert np.array_equal(g.mamba.page_bytes(5), want["mamba"])
+    assert np.array_equal(g.mamba.page_bytes(6), before)
     b.close()
 
 
