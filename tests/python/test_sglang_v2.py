@@ -396,3 +396,54 @@ def test_hit_boundary():
     assert hb([True, True, False, True], "trailing_pages", 2) == 2
     assert hb([False, True, True], "trailing_pages", 5) == 0
     assert hb([], "trailing_pages", 1) == 0
+
+
+def test_two_ranks_on_a_persistent_server(tmp_path, start_server):
+    """TP 2 (not MLA) over one kvpage serve with a data directory: each rank
+    its own files and metadata rank for every pool, per-rank counting; a
+    backend started again finds its pools' pages."""
+    srv = start_server("--data-dir", str(tmp_path / "srv"))
+    url = srv.url("/ns/hybrid-tp2")
+    groups = [Group(seed=10 + r) for r in (0, 1)]
+    ctl = [controller(tmp_path, groups[r], tp_rank=r, tp_size=2, metadata_url=url) for r in (0, 1)]
+    for suffix in ("", ".mamba", ".swa", ".indexer"):
+        assert os.path.exists(tmp_path / f"hc.1.bin{suffix}"), suffix
+    hs = hashes(4)
+    g0 = groups[0]
+    g0.fill(4, 1, [2, 3])
+    want = (g0.mamba.page_bytes(1), [g0.indexer.page_bytes(p * PS) for p in range(4)])
+    ctl[0][1].backup(hs, kv_idx(4), {PoolName.MAMBA: [1], PoolName.SWA: [2, 3]})
+    assert ctl[0][1].hit_query(hs)[0] == 4 and ctl[1][1].hit_query(hs)[0] == 0
+    for b, _, _ in ctl:
+        b.close()
+    b, c, g = controller(tmp_path, tp_rank=0, tp_size=2, metadata_url=url)
+    assert c.hit_query(hs)[0] == 4
+    done, hits = c.prefetch(hs, kv_idx(4, first=4), {PoolName.MAMBA: [8], PoolName.SWA: [9, 10]})
+    assert done == 4 and hits == {PoolName.MAMBA: 1, PoolName.SWA: 2}
+    assert np.array_equal(g.mamba.page_bytes(8), want[0])
+    assert all(np.array_equal(g.indexer.page_bytes((4 + p) * PS), want[1][p]) for p in range(4))
+    b.close()
+
+
+def test_every_pool_name(tmp_path):
+    """Every PoolName SGLang has besides KV is a pool of its own file,
+    namespace and keys, and round-trips a page."""
+    b = KvpageHiCacheStorage(config(tmp_path, file_size=1 << 16), {})
+    b.register_mem_pool_host(MHAHostPool())
+    names = [n for n in PoolName if n is not PoolName.KV]
+    pools = {n: IndexerHostPool(slots=8) for n in names}
+    gen = torch.Generator().manual_seed(5)
+    for n, p in pools.items():
+        b.register_mem_host_pool_v2(p, n)
+        p.fill(0, gen)
+    hs = hashes(1)
+    want = {n: p.page_bytes(0) for n, p in pools.items()}
+    res = b.batch_set_v2([PoolTransfer(n, host_indices=kv_idx(1), keys=hs) for n in names])
+    assert res == {n: [True] for n in names}
+    for n, p in pools.items():
+        p.zero()
+        assert os.path.exists(tmp_path / f"hc.0.bin.{n.value}")
+    res = b.batch_get_v2([PoolTransfer(n, host_indices=kv_idx(1, first=1), keys=hs) for n in names])
+    assert res == {n: [True] for n in names}
+    assert all(np.array_equal(p.page_bytes(PS), want[n]) for n, p in pools.items())
+    b.close()
