@@ -406,7 +406,7 @@ class KvpageHiCacheStorage(_Base):
         st = self._store("clear")
         if self.writer:
             st.clear()
-        for pool in self._pools.values():
+        for pool in list(self._pools.values()):  # a pool may be registered meanwhile
             pool.clear()
 
     def get_stats(self):
@@ -419,7 +419,7 @@ class KvpageHiCacheStorage(_Base):
                  location=self.store.location)
         if self._pools:
             s["pools"] = {tag: dict(p.store.stats(), bytes_per_page=p.bytes_per_page, mode=p.mode)
-                          for tag, p in self._pools.items()}
+                          for tag, p in list(self._pools.items())}
         return s
 
     def close(self):

@@ -23,6 +23,7 @@ SGLang's code, which is not installed here (sgl-project/sglang):
   @ 01f5f368b4eaf5312316f75046ba3b1ea3c12fd4 (its naming, for the tests of
   switching between it and kvpage)."""
 import ctypes
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, List, Optional
@@ -78,6 +79,48 @@ class HiCacheStorageExtraInfo:
 class PoolTransferResult:
     kv_hit_pages: int
     extra_pool_hit_pages: dict = field(default_factory=dict)
+
+
+class HiCacheStorage(ABC):
+    """The base class SGLang's dynamic backend requires: v0 abstract, v1 and
+    v2 NotImplementedError, register_mem_host_pool_v2 keeps registered_pools."""
+
+    def register_mem_pool_host(self, mem_pool_host):
+        self.mem_pool_host = mem_pool_host
+
+    def register_mem_host_pool_v2(self, host_pool, host_pool_name):
+        if not hasattr(self, "registered_pools"):
+            self.registered_pools = {}
+        self.registered_pools[host_pool_name] = host_pool
+
+    def batch_exists_v2(self, keys, pool_transfers=None, extra_info=None):
+        raise NotImplementedError()
+
+    def batch_get_v2(self, transfers, extra_info=None):
+        raise NotImplementedError()
+
+    def batch_set_v2(self, transfers, extra_info=None):
+        raise NotImplementedError()
+
+    @abstractmethod
+    def get(self, key, target_location=None, target_sizes=None):
+        pass
+
+    @abstractmethod
+    def batch_get(self, keys, target_locations=None, target_sizes=None):
+        pass
+
+    @abstractmethod
+    def set(self, key, value=None, target_location=None, target_sizes=None):
+        pass
+
+    @abstractmethod
+    def batch_set(self, keys, values=None, target_locations=None, target_sizes=None):
+        pass
+
+    @abstractmethod
+    def exists(self, key):
+        pass
 
 
 def count_pool_hits(results):

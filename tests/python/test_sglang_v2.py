@@ -3,13 +3,17 @@ SWA + INDEXER) through the stand-ins of sglang_v2_standins.py (written from
 SGLang's hicache_storage.py, cache_controller.py, hybrid_cache_controller.py
 and pool_host/{mamba,mha,dsa}.py at the commits its docstring records)."""
 import hashlib
+import importlib
 import os
+import sys
 import types
 
 import numpy as np
 import pytest
 import torch
 
+import kvpage.sglang
+import sglang_v2_standins
 from kvpage import _sglang_pools
 from kvpage.sglang import KvpageHiCacheStorage
 from sglang_v2_standins import (HiCacheStorageExtraInfo, HybridController, IndexerHostPool,
@@ -447,3 +451,44 @@ def test_every_pool_name(tmp_path):
     assert res == {n: [True] for n in names}
     assert all(np.array_equal(p.page_bytes(PS), want[n]) for n, p in pools.items())
     b.close()
+
+
+@pytest.fixture
+def sglang_importable(monkeypatch):
+    """sglang.srt.mem_cache.hicache_storage importable (the stand-ins), and
+    kvpage's SGLang modules imported again over it; again without it after."""
+    mods = {}
+    for name in ("sglang", "sglang.srt", "sglang.srt.mem_cache"):
+        mods[name] = types.ModuleType(name)
+    mods["sglang.srt.mem_cache.hicache_storage"] = sglang_v2_standins
+    for name, mod in mods.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    importlib.reload(_sglang_pools)
+    importlib.reload(kvpage.sglang)
+    yield kvpage.sglang.KvpageHiCacheStorage
+    monkeypatch.undo()
+    importlib.reload(_sglang_pools)
+    importlib.reload(kvpage.sglang)
+
+
+def test_with_sglang_importable_its_types_are_used(tmp_path, sglang_importable):
+    cls = sglang_importable
+    assert issubclass(cls, sglang_v2_standins.HiCacheStorage)
+    b = cls(config(tmp_path), {})
+    g = Group()
+    c = HybridController(b, g.kv, g.entries, PS)
+    hs = hashes(2)
+    g.fill(2, 0, [0, 1])
+    c.backup(hs, kv_idx(2), {PoolName.MAMBA: [0], PoolName.SWA: [0, 1]})
+    r = b.batch_exists_v2(hs, [PoolTransfer(PoolName.MAMBA, keys=["__placeholder__"],
+                                            hit_policy=TRAIL)])
+    assert type(r) is sglang_v2_standins.PoolTransferResult
+    assert r == sglang_v2_standins.PoolTransferResult(2, {PoolName.KV: 2, PoolName.MAMBA: 2})
+    assert [type(k) for k in r.extra_pool_hit_pages] == [PoolName, PoolName]
+    b.close()
+
+
+def test_without_sglang_the_module_still_imports():
+    assert _sglang_pools._Result is None and kvpage.sglang._Base is object
+    r = _sglang_pools.transfer_result(1, {"kv": 1})
+    assert (r.kv_hit_pages, r.extra_pool_hit_pages) == (1, {"kv": 1})
