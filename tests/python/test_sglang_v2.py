@@ -360,36 +360,58 @@ def test_stock_hf3fs_naming_on_a_server(tmp_path, server):
             for i, page in zip(idx, pages):
                 f.seek(i * bpp)
                 assert f.read(bpp) == page.tobytes(), (tag, i)
-    r = cl.post("/0/exists", {"keys": [f"{hs[0]}-k", f"{hs[0]}-v"], "namespace": "kv"})
-    assert r.json()["exists"] == [True, True]  # KV: SGLang's MHA zero-copy keys
+    body = {"keys": [f"{hs[0]}-k", f"{hs[0]}-v"], "namespace": "kv"}
+    assert cl.post("/0/exists", body).json()["exists"] == [True, True]  # SGLang's MHA keys
+    ik, iv = cl.post("/0/get_page_indices", body).json()["indices"]
+    half = len(want["kv"][0]) // 2  # K then V
+    with open(tmp_path / "hc.0.bin", "rb") as f:
+        f.seek(ik * half)
+        assert f.read(half) == want["kv"][0][:half].tobytes()
+        f.seek(iv * half)
+        assert f.read(half) == want["kv"][0][half:].tobytes()
     b.close()
 
 
-def test_stock_pool_pages_are_read(tmp_path, server):
-    """A Mamba page written as SGLang's hf3fs backend writes one (reserve on
-    the pool's namespace, the flat page at its index, confirm) is read."""
+def stock_write(cl, path, namespace, key, data, bpp):
+    """What SGLang's hf3fs backend does to store one page: reserve on the
+    pool's namespace, write the page at index x bytes_per_page, confirm."""
+    r = cl.post("/0/reserve_and_allocate_page_indices",
+                {"keys": [[key, ""]], "namespace": namespace})
+    assert r.status_code == 200, r.text
+    (_, idx), = r.json()["indices"]
+    with open(path, "r+b") as f:
+        f.seek(idx * bpp)
+        f.write(data)
+    r = cl.post("/0/confirm_write", {"written_keys_to_confirm": [[key, idx]],
+                                     "pages_to_release": [], "namespace": namespace})
+    assert r.status_code in (200, 204), r.text
+
+
+def test_stock_written_pages_are_read(tmp_path, server):
+    """KV and Mamba pages written as SGLang's hf3fs backend writes them, on
+    files and a server kvpage.sglang opened before, are read back."""
     url = server.url("/ns/switch")
     b, c, g = controller(tmp_path, metadata_url=url)
-    g.fill(0, 4, [])
-    page = g.mamba.page_bytes(4)
+    gen = torch.Generator().manual_seed(7)
+    g.mamba.fill(4, gen)
+    g.kv.fill(2 * PS, gen)
+    mamba, kv = g.mamba.page_bytes(4), g.kv.get_data_page(2 * PS, flat=False)
+    kv_want = g.kv.page_bytes(2 * PS)
     b.close()
     cl = server.client("/ns/switch")
     key = hashes(1)[0]
-    r = cl.post("/0/reserve_and_allocate_page_indices",
-                {"keys": [[f"{key}_mamba", ""]], "namespace": "mamba"})
-    assert r.status_code == 200, r.text
-    (written_before, idx), = r.json()["indices"]
-    bpp = g.mamba.get_ksize_per_token()
-    with open(tmp_path / "hc.0.bin.mamba", "r+b") as f:
-        f.seek(idx * bpp)
-        f.write(page.tobytes())
-    r = cl.post("/0/confirm_write", {"written_keys_to_confirm": [[f"{key}_mamba", idx]],
-                                     "pages_to_release": [], "namespace": "mamba"})
-    assert r.status_code in (200, 204), r.text
+    stock_write(cl, tmp_path / "hc.0.bin.mamba", "mamba", f"{key}_mamba", mamba.tobytes(),
+                g.mamba.get_ksize_per_token())
+    kbpp = g.kv.get_ksize_per_token() * PS
+    for half, suffix in ((0, "-k"), (1, "-v")):
+        stock_write(cl, tmp_path / "hc.0.bin", "kv", f"{key}{suffix}",
+                    kv[half].contiguous().view(torch.uint8).numpy().tobytes(), kbpp)
     b2, c2, g2 = controller(tmp_path, metadata_url=url)
     t = PoolTransfer(PoolName.MAMBA, host_indices=torch.tensor([2]), keys=[key])
     assert b2.batch_get_v2([t]) == {PoolName.MAMBA: [True]}
-    assert np.array_equal(g2.mamba.page_bytes(2), page)
+    assert np.array_equal(g2.mamba.page_bytes(2), mamba)
+    assert b2.batch_get_v1([key], kv_idx(1, first=5)) == [True]
+    assert np.array_equal(g2.kv.page_bytes(5 * PS), kv_want)
     b2.close()
 
 
