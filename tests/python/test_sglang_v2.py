@@ -514,3 +514,43 @@ def test_without_sglang_the_module_still_imports():
     assert _sglang_pools._Result is None and kvpage.sglang._Base is object
     r = _sglang_pools.transfer_result(1, {"kv": 1})
     assert (r.kv_hit_pages, r.extra_pool_hit_pages) == (1, {"kv": 1})
+
+
+def test_backup_and_prefetch_threads_at_once(tmp_path):
+    """SGLang's backup and prefetch threads call the backend at the same
+    time: staged pages of one never land in the other's slots."""
+    import threading
+    b, c, g = controller(tmp_path)
+    m = g.mamba
+    gen = torch.Generator().manual_seed(11)
+    ka, kb = hashes(4, "a"), hashes(4, "b")
+    for s in range(8):
+        m.fill(s, gen)
+    want_b = [m.page_bytes(4 + i) for i in range(4)]
+    assert b.batch_set_v2([PoolTransfer(PoolName.MAMBA, host_indices=torch.arange(4, 8),
+                                        keys=kb)]) == {PoolName.MAMBA: [True] * 4}
+    errors = []
+
+    def backup():
+        for _ in range(40):
+            r = b.batch_set_v2([PoolTransfer(PoolName.MAMBA, host_indices=torch.arange(0, 4),
+                                             keys=ka)])
+            b._pools["mamba"].store.delete(b._pools["mamba"].store_keys(ka))
+            if r != {PoolName.MAMBA: [True] * 4}:
+                errors.append(r)
+
+    def prefetch():
+        for _ in range(40):
+            r = b.batch_get_v2([PoolTransfer(PoolName.MAMBA, host_indices=torch.arange(8, 12),
+                                             keys=kb)])
+            if r != {PoolName.MAMBA: [True] * 4}:
+                errors.append(r)
+            for i in range(4):
+                if not np.array_equal(m.page_bytes(8 + i), want_b[i]):
+                    errors.append(f"slot {8 + i}")
+
+    th = [threading.Thread(target=backup), threading.Thread(target=prefetch)]
+    [t.start() for t in th]
+    [t.join() for t in th]
+    assert errors == []
+    b.close()
