@@ -16,9 +16,9 @@ How a pool's pages move (PoolIO.mode), from what its host pool offers:
           get_data_page(flat=True), which is what SGLang's hf3fs backend stores;
   flat    anything else (layer_first): get_data_page(flat=True) out,
           get_dummy_flat_data_page + set_from_flat_data_page in.
-A page holds get_ksize_per_token() * page_size bytes in page-first layouts
-(SGLang's hf3fs: the whole state of a Mamba slot or an indexer page) and
-get_size_per_token() * page_size bytes in the flat mode.
+A page holds the pool's flat page (get_dummy_flat_data_page's bytes; an MHA
+pool's K or V half): get_ksize_per_token() * page_size bytes, as SGLang's
+hf3fs backend sizes it, for a Mamba slot, an indexer or an MLA-style pool.
 
 Works with SGLang's types when SGLang is importable and with any objects of
 the same attributes (name, keys, host_indices, hit_policy,
@@ -94,6 +94,30 @@ def hit_boundary(flags, policy, trailing):
     return 0
 
 
+# DeepSeek-V4's KV pool is a logical anchor: page indices, no bytes (its
+# data is in the v2 pools). Its store keeps one marker page per key, the
+# key itself, so that "which prefixes were backed up" is an answer of the
+# store like any other, and a marker is only ever taken for its own key.
+MARKER_BYTES = 4096
+
+
+def _marker(key):
+    b = key.encode()
+    return bytearray(b + bytes(MARKER_BYTES - len(b)))
+
+
+def put_markers(store, keys):
+    """Stores each key's marker page: True per key stored or there."""
+    return [r >= 0 for r in store.put(list(keys), [_marker(k) for k in keys])]
+
+
+def get_markers(store, keys):
+    """True per key whose marker page is there and names it."""
+    bufs = [bytearray(MARKER_BYTES) for _ in keys]
+    _, res = store.get(list(keys), bufs)
+    return [r == MARKER_BYTES and b == _marker(k) for k, r, b in zip(keys, res, bufs)]
+
+
 def _host_list(host_indices):
     return host_indices.tolist() if hasattr(host_indices, "tolist") else list(host_indices)
 
@@ -117,7 +141,12 @@ class PoolIO:
             else ksize
         zero_copy = layout in ZERO_COPY_LAYOUTS
         self.split = zero_copy and size == 2 * ksize
-        self.bytes_per_page = (ksize if zero_copy else size) * self.page_size
+        # a page is the pool's flat page (what get_data_page(flat=True) gives);
+        # SGLang's hf3fs sizes it get_ksize_per_token() * page_size, the same
+        # for Mamba, indexer and MLA-style pools (not for DeepSeek-V4's paged
+        # pools, whose "per token" is a layer's row of a page)
+        self.bytes_per_page = ksize * self.page_size if self.split else \
+            _nbytes(host_pool.get_dummy_flat_data_page())
         if self.bytes_per_page <= 0:
             raise ValueError(f"kvpage.sglang: pool {self.tag!r} gives {self.bytes_per_page} bytes "
                              f"per page (layout {layout!r}, page_size {self.page_size})")

@@ -143,6 +143,7 @@ class KvpageHiCacheStorage(_Base):
         self.split_kv = False
         self.bytes_per_page = 0
         self.page_size = 0
+        self.logical = False  # a KV pool without bytes: marker pages (_sglang_pools.MARKER_BYTES)
         self._closed = False
         self._pools = {}  # the v2 pools besides KV: pool tag -> _sglang_pools.PoolIO
         self.registered_pools = {}  # as SGLang's base class keeps them: name -> host pool
@@ -160,16 +161,22 @@ class KvpageHiCacheStorage(_Base):
         layout = getattr(mem_pool_host, "layout", "layer_first")
         self.zero_copy = layout in ZERO_COPY_LAYOUTS
         self.split_kv = self.zero_copy and not self.is_mla
-        if self.zero_copy:
+        if self.zero_copy or not hasattr(mem_pool_host, "get_size_per_token"):
             bpp = int(mem_pool_host.get_ksize_per_token()) * self.page_size
         else:
             bpp = int(mem_pool_host.get_size_per_token()) * self.page_size
-        if bpp <= 0:
+        if bpp < 0:
             raise ValueError(f"kvpage.sglang: the host pool gives {bpp} bytes per page "
                              f"(layout {layout!r}, page_size {self.page_size})")
+        file_size = self.file_size
+        self.logical = bpp == 0
+        if self.logical:  # DeepSeek-V4's logical KV anchor: page indices, no bytes
+            self.zero_copy = self.split_kv = False
+            bpp = _pools.MARKER_BYTES
+            file_size = int(self.config.get("anchor_pages", 1 << 20)) * bpp
         self.bytes_per_page = bpp
         meta = self.metadata_url if self.metadata_url is not None else self.metadata_dir
-        self.store = Store(self.path, self.file_size, bpp, self.entries, rank=self.rank, meta=meta,
+        self.store = Store(self.path, file_size, bpp, self.entries, rank=self.rank, meta=meta,
                            per_rank=True, durable=self.durable, threads=self.threads,
                            mmap_reads=self.mmap_reads, mkdir=self.mkdir)
         logger.info("[Rank %d] kvpage HiCache storage: %s, %d pages of %d bytes, layout %s, "
@@ -221,6 +228,8 @@ class KvpageHiCacheStorage(_Base):
         if not keys:
             return []
         starts = self._page_starts(keys, host_indices)
+        if self.logical:
+            return _pools.get_markers(st, keys)
         pool = self.mem_pool_host
         if self.zero_copy:
             bufs = [b for s in starts for b in self._parts(pool.get_data_page(s, flat=False))]
@@ -249,6 +258,8 @@ class KvpageHiCacheStorage(_Base):
         starts = self._page_starts(keys, host_indices)
         if not self.writer:
             return [True] * len(keys)  # MLA: rank 0 writes the one copy
+        if self.logical:
+            return _pools.put_markers(st, keys)
         pool = self.mem_pool_host
         if self.zero_copy:
             bufs = [b for s in starts for b in self._parts(pool.get_data_page(s, flat=False))]
@@ -370,6 +381,8 @@ class KvpageHiCacheStorage(_Base):
             [pool.get_dummy_flat_data_page() for _ in keys]
         if len(targets) != len(keys):
             raise ValueError(f"kvpage.sglang: {len(keys)} keys but {len(targets)} targets")
+        if self.logical:
+            return [t if ok else None for t, ok in zip(targets, _pools.get_markers(st, keys))]
         bufs = [b for t in targets for b in self._flat_parts(t)]
         _, res = st.get(self._keys(keys), bufs)
         ok = [r == self._nbytes(b) for r, b in zip(res, bufs)]
@@ -390,6 +403,8 @@ class KvpageHiCacheStorage(_Base):
                              f"{0 if values is None else len(values)} values")
         if not self.writer:
             return True
+        if self.logical:
+            return all(_pools.put_markers(st, keys))
         bufs = [b for v in values for b in self._flat_parts(v.contiguous())]
         return all(r >= 0 for r in st.put(self._keys(keys), bufs))
 

@@ -14,6 +14,11 @@ SGLang's code, which is not installed here (sgl-project/sglang):
 - python/sglang/srt/mem_cache/pool_host/dsa.py @ 03ba7b5b7dd249244bd5af01b236fd6449c66e8d:
   IndexerHostPool (DSAIndexerPoolHost: uint8 (pages, layers, 1, stride) in
   page_first, (layers, pages, stride) in layer_first; one pointer per page);
+- python/sglang/srt/mem_cache/memory_pool_host.py @ 00343773d3293d382f0b39101f36b656d30ad2f0:
+  LogicalHostPool (DeepSeek-V4's KV anchor: page indices, no bytes,
+  get_ksize_per_token() 0) and DeepSeekV4PagedHostPool (uint8 rows of
+  item_bytes per layer, (pages, layers, item_bytes) in page_first, a list of
+  (pages, item_bytes) per layer in layer_first; page_size = slot_page_size);
 - python/sglang/srt/managers/cache_controller.py @ 001067fffe33427bee0ed2f007fb7551a1d76b44
   and python/sglang/srt/mem_cache/hybrid_cache/hybrid_cache_controller.py
   @ 00343773d3293d382f0b39101f36b656d30ad2f0: HybridController, the calls
@@ -346,6 +351,105 @@ class IndexerHostPool:
 
     def zero(self):
         self.buffer.zero_()
+
+
+class LogicalHostPool:
+    """DeepSeek-V4's KV anchor: page-aligned slots, no tensor."""
+
+    def __init__(self, size=64, page_size=4, layout="layer_first"):
+        self.size, self.page_size, self.layout = size, page_size, layout
+        self.size_per_token = 0
+        self.kv_buffer = None
+
+    def get_data_page(self, index, flat=True):
+        return torch.empty(0, dtype=torch.uint8)
+
+    def get_dummy_flat_data_page(self):
+        return torch.empty(0, dtype=torch.uint8)
+
+    def set_from_flat_data_page(self, index, data_page):
+        pass
+
+    def get_page_buffer_meta(self, indices):
+        return None
+
+    def get_ksize_per_token(self):
+        return 0
+
+    def fill(self, index, gen):
+        pass
+
+    def zero(self):
+        pass
+
+    def page_bytes(self, index):
+        return np.zeros(0, np.uint8)
+
+
+class DeepSeekV4PagedHostPool:
+    """A DeepSeek-V4 paged KV / indexer sub-pool: a page is a row of
+    item_bytes in every layer."""
+
+    def __init__(self, layers=3, item_bytes=40, num_host_pages=20, slot_page_size=4,
+                 layout="page_first"):
+        self.layer_num, self.item_bytes, self.slot_page_size = layers, item_bytes, slot_page_size
+        self.page_size, self.layout, self.dtype = slot_page_size, layout, torch.uint8
+        self.size = num_host_pages * slot_page_size
+        if layout == "layer_first":
+            self.kv_buffer = [torch.zeros(num_host_pages, item_bytes, dtype=torch.uint8)
+                              for _ in range(layers)]
+        else:
+            self.kv_buffer = torch.zeros(num_host_pages, layers, item_bytes, dtype=torch.uint8)
+
+    def get_size_per_token(self):
+        return self.item_bytes
+
+    def get_ksize_per_token(self):
+        return self.item_bytes
+
+    def get_data_page(self, index, flat=True):
+        index = int(index) // self.slot_page_size
+        if self.layout == "layer_first":
+            page = torch.stack([self.kv_buffer[i][index] for i in range(self.layer_num)])
+        else:
+            page = self.kv_buffer[index]
+        return page.flatten() if flat else page
+
+    def get_dummy_flat_data_page(self):
+        return torch.zeros(self.layer_num, self.item_bytes, dtype=torch.uint8).flatten()
+
+    def set_from_flat_data_page(self, index, data_page):
+        index = int(index) // self.slot_page_size
+        data = data_page.view(torch.uint8).reshape(self.layer_num, self.item_bytes)
+        if self.layout == "layer_first":
+            for i in range(self.layer_num):
+                self.kv_buffer[i][index].copy_(data[i])
+        else:
+            self.kv_buffer[index].copy_(data)
+
+    def get_page_buffer_meta(self, indices):
+        rows = (indices.reshape(-1, self.slot_page_size)[:, 0] // self.slot_page_size).tolist()
+        if self.layout == "layer_first":
+            ptrs = [self.kv_buffer[i].data_ptr() + int(r) * self.item_bytes
+                    for r in rows for i in range(self.layer_num)]
+            return ptrs, [self.item_bytes] * len(ptrs)
+        ptrs = [self.kv_buffer[int(r)].data_ptr() for r in rows]
+        return ptrs, [self.layer_num * self.item_bytes] * len(ptrs)
+
+    def page_bytes(self, index):
+        return self.get_data_page(index).numpy().copy()
+
+    def fill(self, index, gen):
+        index = int(index) // self.slot_page_size
+        if self.layout == "layer_first":
+            for b in self.kv_buffer:
+                _fill(b[index], gen)
+        else:
+            _fill(self.kv_buffer[index], gen)
+
+    def zero(self):
+        for b in (self.kv_buffer if self.layout == "layer_first" else [self.kv_buffer]):
+            b.zero_()
 
 
 @dataclass

@@ -16,7 +16,8 @@ import kvpage.sglang
 import sglang_v2_standins
 from kvpage import _sglang_pools
 from kvpage.sglang import KvpageHiCacheStorage
-from sglang_v2_standins import (HiCacheStorageExtraInfo, HybridController, IndexerHostPool,
+from sglang_v2_standins import (DeepSeekV4PagedHostPool, HiCacheStorageExtraInfo,
+                                HybridController, IndexerHostPool, LogicalHostPool,
                                 MambaHostPool, MHAHostPool, MLAHostPool, PoolEntry,
                                 PoolHitPolicy, PoolName, PoolTransfer)
 
@@ -553,4 +554,53 @@ def test_backup_and_prefetch_threads_at_once(tmp_path):
     [t.start() for t in th]
     [t.join() for t in th]
     assert errors == []
+    b.close()
+
+
+def test_deepseek_v4_logical_anchor_and_paged_pools(tmp_path, server):
+    """DeepSeek-V4: the KV pool is a logical anchor (no bytes; a marker page
+    per key records which prefixes were backed up), the data is in the paged
+    pools (zero copy in page_first, flat pages in layer_first)."""
+    url = server.url("/ns/dsv4")
+    kv = LogicalHostPool()
+    c4 = DeepSeekV4PagedHostPool(layout="page_first")
+    c4i = DeepSeekV4PagedHostPool(layers=2, item_bytes=24, layout="layer_first")
+    entries = [PoolEntry(PoolName.DEEPSEEK_V4_C4, c4, ALL, PoolName.KV),
+               PoolEntry(PoolName.DEEPSEEK_V4_C4_INDEXER, c4i, ALL, PoolName.KV)]
+    b = KvpageHiCacheStorage(config(tmp_path, tp_rank=0, tp_size=2, mla=True, metadata_url=url,
+                                    anchor_pages=64), {})
+    c = HybridController(b, kv, entries, PS)
+    assert b.logical and b.bytes_per_page == _sglang_pools.MARKER_BYTES
+    assert os.path.getsize(tmp_path / "hc.0.bin") == 64 * _sglang_pools.MARKER_BYTES
+    assert {t: (p.mode, p.bytes_per_page) for t, p in b._pools.items()} == \
+        {"deepseek_v4_c4": ("ptr", 3 * 40), "deepseek_v4_c4_indexer": ("flat", 2 * 24)}
+    hs = hashes(4)
+    assert c.hit_query(hs)[0] == 0
+    gen = torch.Generator().manual_seed(12)
+    for p in range(4):
+        c4.fill(p * PS, gen)
+        c4i.fill(p * PS, gen)
+    want = [(c4.page_bytes(p * PS), c4i.page_bytes(p * PS)) for p in range(4)]
+    res, done = c.backup(hs, kv_idx(4), {})
+    assert done == 4 and res == {PoolName.DEEPSEEK_V4_C4: [True] * 4,
+                                 PoolName.DEEPSEEK_V4_C4_INDEXER: [True] * 4}
+    c4.zero()
+    c4i.zero()
+    # rank 1 of the same (rank-replicated) model reads rank 0's one copy
+    b1 = KvpageHiCacheStorage(config(tmp_path, tp_rank=1, tp_size=2, mla=True, metadata_url=url,
+                                     anchor_pages=64), {})
+    c1 = HybridController(b1, LogicalHostPool(), entries, PS, tp_rank=1, is_mla=True)
+    assert c1.hit_query(hs)[0] == 4 and c1.hit_query(hs + hashes(1, "x"))[0] == 4
+    done, hits = c1.prefetch(hs, kv_idx(4, first=5), {})
+    assert done == 4 and hits == {}
+    for p in range(4):
+        assert np.array_equal(c4.page_bytes((5 + p) * PS), want[p][0]), p
+        assert np.array_equal(c4i.page_bytes((5 + p) * PS), want[p][1]), p
+    # a marker is only taken for its own key
+    st = b.store
+    st.delete([hs[3]])
+    st.put([hs[3]], [bytearray(_sglang_pools._marker(hs[0]))])
+    assert b.batch_get_v1(hs, kv_idx(4)) == [True, True, True, False]
+    assert b.batch_get([hs[1]])[0] is not None and b.batch_get([hs[3]]) == [None]  # v0 too
+    b1.close()
     b.close()
