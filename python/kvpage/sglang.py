@@ -27,6 +27,8 @@ Its own keys in extra_config:
                     KVPAGE_MMAP_READS, else off)
   mkdir             create the prefix's missing directories (default true, as
                     SGLang's hf3fs backend does)
+  anchor_pages      marker pages of a KV pool without bytes (DeepSeek-V4's
+                    logical anchor: one 4 KiB page per key; default 1048576)
 
 Ranks. Each TP rank is one process with one kvpage.Store: its own file and
 its own metadata rank (tp_rank; with pipeline parallelism
