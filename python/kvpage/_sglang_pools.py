@@ -179,7 +179,7 @@ class PoolIO:
             return "flat", 0
         try:
             _, sizes = self.pool.get_page_buffer_meta(self._meta_indices([0]))
-        except (ValueError, NotImplementedError, AssertionError) as e:
+        except (ValueError, NotImplementedError, AssertionError, TypeError) as e:  # or None
             logger.info("kvpage.sglang: pool %s has no page pointers (%s): flat pages", self.tag, e)
             return "flat", 0
         if not sizes or sum(sizes) != self.bytes_per_page:

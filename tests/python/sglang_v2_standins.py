@@ -523,10 +523,12 @@ class HybridController:
 
     def hit_query(self, hashes, prefix_keys=None):
         """_storage_hit_query with pool transfers: the KV pages usable."""
-        transfers = [PoolTransfer(e.name, keys=["__placeholder__"] * (e.window if e.indices_from_pool
-                                                                      is None else 1),
-                                  hit_policy=e.hit_policy, indices_from_pool=e.indices_from_pool)
-                     for e in self.entries]
+        transfers = []
+        for e in self.entries:  # the radix cache's keys: placeholders, a window's worth
+            n = e.window if e.indices_from_pool is None else 1
+            transfers.append(PoolTransfer(e.name, keys=["__placeholder__"] * n,
+                                          hit_policy=e.hit_policy,
+                                          indices_from_pool=e.indices_from_pool))
         extra = HiCacheStorageExtraInfo(prefix_keys=prefix_keys.copy() if prefix_keys else None)
         res = self.backend.batch_exists_v2(hashes, transfers, extra)
         return res.kv_hit_pages, res
