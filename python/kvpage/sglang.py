@@ -27,6 +27,8 @@ Its own keys in extra_config:
                     KVPAGE_MMAP_READS, else off)
   mkdir             create the prefix's missing directories (default true, as
                     SGLang's hf3fs backend does)
+  anchor_pages      marker pages of a KV pool without bytes (DeepSeek-V4's
+                    logical anchor: one 4 KiB page per key; default 1048576)
 
 Ranks. Each TP rank is one process with one kvpage.Store: its own file and
 its own metadata rank (tp_rank; with pipeline parallelism
@@ -53,13 +55,29 @@ through flat host pages. The v0 interface (get/set with flat tensors) stores
 the same keys: a flat MHA page of a zero-copy layout is K then V, stored as
 "{key}-k" and "{key}-v", so v0 and v1 see each other's pages.
 
+Hybrid models (SGLang's storage v2, which its hybrid cache controller calls
+for every pool whatever interface_v1 says): register_mem_host_pool_v2,
+batch_exists_v2 (the minimum over the pools; a pool's page i is key i's, so
+the radix cache's "__placeholder__" keys only say how many trailing pages),
+batch_get_v2, batch_set_v2. Each pool besides KV is one more store named as
+SGLang's hf3fs backend names it: file f"{rank file}.{pool}", metadata
+namespace (kvpage pool) the pool's name, keys f"{key}_{pool}". How its pages
+move, and MLA's ranks for it: kvpage/_sglang_pools.py. extra_info is
+accepted everywhere and its prefix_keys not needed (SGLang's page hashes
+chain the whole prefix already); nothing keeps a reference to them.
+
 What differs from SGLang's hf3fs backend: batch_set_v1 returns one result
 per page for MHA (SGLang's returns 2N); a page read lands in its own buffer
-(SGLang's shifts pages after a miss); nothing installs signal handlers.
+(SGLang's shifts pages after a miss); nothing installs signal handlers. The
+v2 pools: an MHA pool's K and V are two keys (SGLang's writes a K+V page
+into a page of K's size); with MLA, each rank keeps its own Mamba state
+(SGLang's puts every rank's into rank 0's file under one key); a malformed
+transfer logs and returns False for its keys.
 """
 import errno
 import logging
 
+from kvpage import _sglang_pools as _pools
 from kvpage.errors import KvpageError
 from kvpage.pagefile import flag as _flag
 from kvpage.store import Store
@@ -71,7 +89,7 @@ except Exception:  # SGLang is not installed: the module still imports
 
 logger = logging.getLogger(__name__)
 
-ZERO_COPY_LAYOUTS = ("page_first", "page_first_direct")
+ZERO_COPY_LAYOUTS = _pools.ZERO_COPY_LAYOUTS
 
 
 class KvpageHiCacheStorage(_Base):
@@ -115,6 +133,7 @@ class KvpageHiCacheStorage(_Base):
                 "serve): ranks other than 0 read rank 0's pages and must see rank 0's metadata, "
                 "and embedded metadata belongs to one process")
         stage = pp_rank * self.tp_size if pp_size > 1 else 0  # stages hold other layers
+        self.stage = stage
         if self.is_mla:  # one copy of the latent: the stage's first rank's file and rank
             self.rank, self.writer = stage, self.tp_rank == 0
         else:
@@ -126,7 +145,10 @@ class KvpageHiCacheStorage(_Base):
         self.split_kv = False
         self.bytes_per_page = 0
         self.page_size = 0
+        self.logical = False  # a KV pool without bytes: marker pages (_sglang_pools.MARKER_BYTES)
         self._closed = False
+        self._pools = {}  # the v2 pools besides KV: pool tag -> _sglang_pools.PoolIO
+        self.registered_pools = {}  # as SGLang's base class keeps them: name -> host pool
 
     # -- setup
     def register_mem_pool_host(self, mem_pool_host):
@@ -141,16 +163,22 @@ class KvpageHiCacheStorage(_Base):
         layout = getattr(mem_pool_host, "layout", "layer_first")
         self.zero_copy = layout in ZERO_COPY_LAYOUTS
         self.split_kv = self.zero_copy and not self.is_mla
-        if self.zero_copy:
+        if self.zero_copy or not hasattr(mem_pool_host, "get_size_per_token"):
             bpp = int(mem_pool_host.get_ksize_per_token()) * self.page_size
         else:
             bpp = int(mem_pool_host.get_size_per_token()) * self.page_size
-        if bpp <= 0:
+        if bpp < 0:
             raise ValueError(f"kvpage.sglang: the host pool gives {bpp} bytes per page "
                              f"(layout {layout!r}, page_size {self.page_size})")
+        file_size = self.file_size
+        self.logical = bpp == 0
+        if self.logical:  # DeepSeek-V4's logical KV anchor: page indices, no bytes
+            self.zero_copy = self.split_kv = False
+            bpp = _pools.MARKER_BYTES
+            file_size = int(self.config.get("anchor_pages", 1 << 20)) * bpp
         self.bytes_per_page = bpp
         meta = self.metadata_url if self.metadata_url is not None else self.metadata_dir
-        self.store = Store(self.path, self.file_size, bpp, self.entries, rank=self.rank, meta=meta,
+        self.store = Store(self.path, file_size, bpp, self.entries, rank=self.rank, meta=meta,
                            per_rank=True, durable=self.durable, threads=self.threads,
                            mmap_reads=self.mmap_reads, mkdir=self.mkdir)
         logger.info("[Rank %d] kvpage HiCache storage: %s, %d pages of %d bytes, layout %s, "
@@ -202,6 +230,8 @@ class KvpageHiCacheStorage(_Base):
         if not keys:
             return []
         starts = self._page_starts(keys, host_indices)
+        if self.logical:
+            return _pools.get_markers(st, keys)
         pool = self.mem_pool_host
         if self.zero_copy:
             bufs = [b for s in starts for b in self._parts(pool.get_data_page(s, flat=False))]
@@ -230,6 +260,8 @@ class KvpageHiCacheStorage(_Base):
         starts = self._page_starts(keys, host_indices)
         if not self.writer:
             return [True] * len(keys)  # MLA: rank 0 writes the one copy
+        if self.logical:
+            return _pools.put_markers(st, keys)
         pool = self.mem_pool_host
         if self.zero_copy:
             bufs = [b for s in starts for b in self._parts(pool.get_data_page(s, flat=False))]
@@ -253,6 +285,92 @@ class KvpageHiCacheStorage(_Base):
     def exists(self, key):
         return self.batch_exists([key]) == 1
 
+    # -- the v2 interface: every pool of a hybrid model (kvpage/_sglang_pools.py)
+    def register_mem_host_pool_v2(self, host_pool, host_pool_name):
+        """Opens the store of one host pool (SGLang's hybrid controller calls
+        it for every pool, KV included: KV is register_mem_pool_host's)."""
+        if self._closed:
+            raise KvpageError("register_mem_host_pool_v2", -errno.EBADF, "the backend is closed",
+                              "arg")
+        tag = _pools.pool_tag(host_pool_name)
+        if tag == _pools.KV:
+            if self.store is None:
+                self.register_mem_pool_host(host_pool)
+            elif host_pool is not self.mem_pool_host:
+                raise ValueError("kvpage.sglang: the KV pool is registered already, "
+                                 "with another host pool")
+            return
+        have = self._pools.get(tag)
+        if have is not None:
+            if have.pool is not host_pool:
+                raise ValueError(f"kvpage.sglang: pool {tag!r} is registered already, "
+                                 "with another host pool")
+            return
+        self._pools[tag] = _pools.PoolIO(self, host_pool_name, host_pool)
+        self.registered_pools[host_pool_name] = host_pool
+
+    def _pool(self, op, name):
+        if self._closed:
+            raise KvpageError(op, -errno.EBADF, "the backend is closed", "arg")
+        return self._pools.get(_pools.pool_tag(name))
+
+    def batch_exists_v2(self, keys, pool_transfers=None, extra_info=None):
+        """The usable prefix of keys over KV and every pool of
+        pool_transfers (SGLang's hit policies: a pool's page i is key i's;
+        ALL_PAGES needs every page of the KV prefix, TRAILING_PAGES the last
+        len(transfer.keys) pages of the prefix): a PoolTransferResult whose
+        kv_hit_pages is the minimum over the pools."""
+        kv = self.batch_exists(keys, extra_info)
+        hits = {_pools.kv_name(): kv} if kv else {}
+        final = kv
+        for t in pool_transfers or []:
+            if final == 0:
+                break
+            pool = self._pool("batch_exists_v2", t.name)
+            if pool is None:  # a pool never registered holds nothing
+                logger.error("[Rank %d] kvpage: batch_exists_v2 of pool %s, which was not "
+                             "registered (register_mem_host_pool_v2)", self.tp_rank, t.name)
+                final = 0
+                break
+            trailing = len(t.keys) if getattr(t, "keys", None) else 1
+            boundary = _pools.hit_boundary(pool.exists(list(keys[:kv])),
+                                           getattr(t, "hit_policy", None), trailing)
+            if boundary:
+                hits[t.name] = boundary
+            final = min(final, boundary)
+        return _pools.transfer_result(final, hits)
+
+    def batch_get_v2(self, transfers, extra_info=None):
+        """Reads each transfer's pages (its keys, at its host_indices) into
+        its pool: {pool name: [True per page read]}."""
+        return self._v2("batch_get_v2", transfers, extra_info, self.batch_get_v1, "get")
+
+    def batch_set_v2(self, transfers, extra_info=None):
+        """Writes each transfer's pages from its pool: {pool name: [True per
+        page stored or there already]}."""
+        return self._v2("batch_set_v2", transfers, extra_info, self.batch_set_v1, "put")
+
+    def _v2(self, op, transfers, extra_info, kv_call, method):
+        out = {}
+        for t in transfers or []:
+            keys = list(t.keys or [])
+            kv = _pools.pool_tag(t.name) == _pools.KV
+            pool = None if kv else self._pool(op, t.name)
+            if not kv and pool is None:
+                logger.error("[Rank %d] kvpage: %s of pool %s, which was not registered "
+                             "(register_mem_host_pool_v2)", self.tp_rank, op, t.name)
+                out[t.name] = [False] * len(keys)
+                continue
+            try:
+                if kv:
+                    out[t.name] = kv_call(keys, t.host_indices, extra_info) if keys else []
+                else:
+                    out[t.name] = getattr(pool, method)(keys, t.host_indices)
+            except (ValueError, NotImplementedError) as e:  # its shape, its pool: nothing moved
+                logger.error("[Rank %d] kvpage: %s: %s", self.tp_rank, op, e)
+                out[t.name] = [False] * len(keys)
+        return out
+
     # -- the v0 interface: flat tensors in and out
     def batch_get(self, keys, target_locations=None, target_sizes=None):
         """Reads each key's page into target_locations[i] (a flat host page;
@@ -265,6 +383,8 @@ class KvpageHiCacheStorage(_Base):
             [pool.get_dummy_flat_data_page() for _ in keys]
         if len(targets) != len(keys):
             raise ValueError(f"kvpage.sglang: {len(keys)} keys but {len(targets)} targets")
+        if self.logical:
+            return [t if ok else None for t, ok in zip(targets, _pools.get_markers(st, keys))]
         bufs = [b for t in targets for b in self._flat_parts(t)]
         _, res = st.get(self._keys(keys), bufs)
         ok = [r == self._nbytes(b) for r, b in zip(res, bufs)]
@@ -285,6 +405,8 @@ class KvpageHiCacheStorage(_Base):
                              f"{0 if values is None else len(values)} values")
         if not self.writer:
             return True
+        if self.logical:
+            return all(_pools.put_markers(st, keys))
         bufs = [b for v in values for b in self._flat_parts(v.contiguous())]
         return all(r >= 0 for r in st.put(self._keys(keys), bufs))
 
@@ -301,6 +423,8 @@ class KvpageHiCacheStorage(_Base):
         st = self._store("clear")
         if self.writer:
             st.clear()
+        for pool in list(self._pools.values()):  # a pool may be registered meanwhile
+            pool.clear()
 
     def get_stats(self):
         """The store's figures (kvpage.Store.stats) as a dict, with the rank and
@@ -310,6 +434,9 @@ class KvpageHiCacheStorage(_Base):
         s = self.store.stats()
         s.update(rank=self.rank, tp_rank=self.tp_rank, bytes_per_page=self.bytes_per_page,
                  location=self.store.location)
+        if self._pools:
+            s["pools"] = {tag: dict(p.store.stats(), bytes_per_page=p.bytes_per_page, mode=p.mode)
+                          for tag, p in list(self._pools.items())}
         return s
 
     def close(self):
@@ -318,6 +445,9 @@ class KvpageHiCacheStorage(_Base):
         st, self.store = self.store, None
         if st is not None:
             st.close()
+        pools, self._pools = self._pools, {}
+        for pool in pools.values():
+            pool.close()
 
     def __repr__(self):
         return (f"<KvpageHiCacheStorage rank {self.rank} (tp {self.tp_rank}/{self.tp_size}"
