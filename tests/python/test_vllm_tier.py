@@ -93,6 +93,15 @@ def make(vl, view, tmp_path, name="t", **cfg):
     return vl.factory.SecondaryTierFactory.create_secondary_tier(conf, view, standin.spec())
 
 
+def stored(vl, view, tmp_path, n=4, **cfg):
+    """A tier holding blocks okey(0..n) from rows 0..n: (tier, driver, keys)."""
+    tier = make(vl, view, tmp_path, **cfg)
+    d = Driver(vl, tier)
+    keys = [okey(i) for i in range(n)]
+    assert d.store(keys, range(n)).success
+    return tier, d, keys
+
+
 @pytest.fixture
 def vl(monkeypatch):
     return standin.install(monkeypatch, "aug2026")
@@ -280,10 +289,7 @@ def _page_offset(path, row):
 
 def test_changed_bytes_on_disk_are_a_failed_load(vl, primary, tmp_path):
     mm, view, arr = primary
-    tier = make(vl, view, tmp_path)
-    d = Driver(vl, tier)
-    keys = [okey(i) for i in range(4)]
-    assert d.store(keys, range(4)).success
+    tier, d, keys = stored(vl, view, tmp_path)
     path = str(tmp_path / "t.pages")
     off = _page_offset(path, arr[2]) + 1000
     with open(path, "r+b") as f:  # one byte of block 2 rots
@@ -302,10 +308,7 @@ def test_changed_bytes_on_disk_are_a_failed_load(vl, primary, tmp_path):
 
 def test_a_truncated_file_is_a_failed_load(vl, primary, tmp_path):
     mm, view, arr = primary
-    tier = make(vl, view, tmp_path)
-    d = Driver(vl, tier)
-    keys = [okey(i) for i in range(4)]
-    assert d.store(keys, range(4)).success
+    tier, d, keys = stored(vl, view, tmp_path)
     os.truncate(str(tmp_path / "t.pages"), 0)
     assert d.load(keys, range(20, 24)).success is False
     tier.shutdown()
@@ -329,10 +332,7 @@ def test_without_integrity_the_bytes_are_not_checked(vl, primary, tmp_path):
 def test_later_main_transfer_jobs_and_partial_success(monkeypatch, primary, tmp_path):
     vl = standin.install(monkeypatch, "later")
     mm, view, arr = primary
-    tier = make(vl, view, tmp_path)
-    d = Driver(vl, tier)
-    keys = [okey(i) for i in range(4)]
-    assert d.store(keys, range(4)).success
+    tier, d, keys = stored(vl, view, tmp_path)
     res = d.load(keys[:2] + [okey(77)] + keys[2:], range(30, 35))
     assert res.success is False and type(res) is vl.tier_base.JobResult
     assert list(res.successful_keys) == keys  # the loaded ones, for vLLM to keep

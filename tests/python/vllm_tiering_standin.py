@@ -83,38 +83,20 @@ def _base_module():
 
 def _tier_base_module(flavor, base):
     m = types.ModuleType("vllm.v1.kv_offload.tiering.base")
+    def job(name, rows):  # JobMetadata (block_ids) and later main's TransferJob (chunk_ids)
+        return dataclasses.make_dataclass(name, [
+            ("job_id", int), ("keys", Collection), (rows, np.ndarray), ("is_promotion", bool),
+            ("req_context", Any)])
+
     if flavor == "aug2026":
-        @dataclasses.dataclass
-        class JobMetadata:
-            job_id: int
-            keys: Collection
-            block_ids: np.ndarray
-            is_promotion: bool
-            req_context: Any
-
-        @dataclasses.dataclass
-        class JobResult:
-            job_id: int
-            success: bool
-
-        m.JobMetadata = JobMetadata
+        m.JobMetadata = job("JobMetadata", "block_ids")
+        JobResult = dataclasses.make_dataclass("JobResult", [("job_id", int), ("success", bool)])
     else:
-        @dataclasses.dataclass
-        class TransferJob:
-            job_id: int
-            keys: Collection
-            chunk_ids: np.ndarray
-            is_promotion: bool
-            req_context: Any
-
-        @dataclasses.dataclass
-        class JobResult:
-            job_id: int
-            success: bool
-            successful_keys: Collection = None
-            transfer_time: float = None
-
-        m.TransferJob = TransferJob
+        m.TransferJob = job("TransferJob", "chunk_ids")
+        JobResult = dataclasses.make_dataclass("JobResult", [
+            ("job_id", int), ("success", bool),
+            ("successful_keys", Collection, dataclasses.field(default=None)),
+            ("transfer_time", float, dataclasses.field(default=None))])
 
     class SecondaryTierManager(abc.ABC):
         medium = None
