@@ -420,3 +420,18 @@ def test_register_without_vllm_says_so():
     with pytest.raises(ImportError, match="SecondaryTierFactory"):
         vt.register()
     assert vt.KvpageTier.__mro__[1] is object
+
+
+def test_o_direct_and_preallocation(vl, primary, tmp_path):
+    """direct: the blocks move past the page cache (as the fs tier's); the
+    page file's blocks are reserved when the tier opens it."""
+    mm, view, arr = primary
+    tier, d, keys = stored(vl, view, tmp_path, direct=True)
+    st = os.stat(str(tmp_path / "t.pages"))
+    assert st.st_blocks * 512 >= 16 * BS  # preallocated, not sparse
+    assert d.load(keys, range(20, 24)).success
+    assert np.array_equal(arr[20:24], arr[0:4])
+    tier.shutdown()
+    tier = make(vl, view, tmp_path, name="sparse", preallocate=False)
+    assert os.stat(str(tmp_path / "sparse.pages")).st_blocks * 512 < 16 * BS
+    tier.shutdown()
