@@ -13,12 +13,13 @@ between the rows of a primary view and the tier, for each block size.
            readv's it straight into the row; a job's blocks are tasks split
            evenly over a pool of 16 load-priority and 16 store-priority
            threads (n_read_threads = n_write_threads = 16, its defaults).
-  kvpage   KvpageTier with its defaults (2 job threads, 4 page-I/O batches
-           at once, 16 pages a batch, integrity: a checksum per block
-           written and checked, so not durable: blocks are not fdatasync'ed
-           before their keys are confirmed, as the fs tier does not sync;
-           the page file preallocated, through the page cache), embedded
-           metadata.
+  kvpage   KvpageTier with its defaults: 4 jobs at once, each job's 16 pages
+           one io_uring batch with O_DIRECT (as the fs tier, past the page
+           cache), the page file preallocated, integrity (a checksum per
+           block written with it and checked on load) and therefore not
+           durable (no fdatasync per job: the fs tier does not sync either),
+           embedded metadata. KVPB_TIER='{"direct": false}' (JSON) passes
+           other keys of the tier's config.
 
 Every job of a phase is submitted at once, then the phase waits for all
 (drain). Before the loads, the page cache of kvpage's file is dropped

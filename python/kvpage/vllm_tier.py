@@ -243,6 +243,19 @@ def _is_remote(metadata):
     return isinstance(metadata, str) and metadata.startswith(("http://", "https://", "redis"))
 
 
+def _open_data(direct, *args, **kw):
+    """The blocks' store. direct None: O_DIRECT where the file system takes
+    it, else through the page cache (vLLM's fs tier's probe and fallback)."""
+    if direct is not None:
+        return Store(*args, direct=bool(direct), **kw)
+    try:
+        return Store(*args, direct=True, **kw)
+    except KvpageError as e:
+        if e.errno != errno.EINVAL:
+            raise
+        return Store(*args, direct=False, **kw)  # a refused open changed nothing
+
+
 def _preallocate(path, size):
     """Reserves the page file's blocks on its file system (posix_fallocate),
     so that the capacity is the tier's, and writes into it never wait for the
@@ -315,9 +328,9 @@ class KvpageTier(_Base):
 
     def __init__(self, offloading_spec, primary_kv_view, tier_type=TIER_TYPE, *, path=None,
                  file_size=0, metadata=None, deployment=None, pool="vllm-tier", rank=0,
-                 identity=None, backend="auto", threads=2, io_threads=4, entries=16,
+                 identity=None, backend="auto", threads=4, io_threads=4, entries=16,
                  durable=None, integrity=True, async_lookup=None, enable_kv_events=False,
-                 locality=None, mkdir=True, timeout_ms=0, mmap_reads=None, direct=False,
+                 locality=None, mkdir=True, timeout_ms=0, mmap_reads=None, direct=None,
                  preallocate=True, name=None):
         if not path:
             raise ValueError("KvpageTier: 'path' (the page file) is required in the tier's config")
@@ -369,9 +382,11 @@ class KvpageTier(_Base):
                       threads=int(io_threads), timeout_ms=timeout_ms, mkdir=mkdir)
         meta = _canonical(metadata)
         self._data_key = (os.path.realpath(path), meta, deployment, pool, int(rank))
-        self._data = _open_shared(self._data_key, lambda: Store(
-            path, file_size, self.block_size, int(entries), meta=meta, pool=pool,
-            backend=backend, mmap_reads=mmap_reads, direct=bool(direct), **common))
+        if direct is None:  # O_DIRECT takes whole rows of 4 KiB multiples
+            direct = None if self.block_size % 4096 == 0 else False
+        self._data = _open_shared(self._data_key, lambda: _open_data(
+            direct, path, file_size, self.block_size, int(entries), meta=meta, pool=pool,
+            backend=backend, mmap_reads=mmap_reads, **common))
         self._sums = self._sums_key = None
         try:
             if preallocate:
