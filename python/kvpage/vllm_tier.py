@@ -382,8 +382,8 @@ class KvpageTier(_Base):
                       threads=int(io_threads), timeout_ms=timeout_ms, mkdir=mkdir)
         meta = _canonical(metadata)
         self._data_key = (os.path.realpath(path), meta, deployment, pool, int(rank))
-        if direct is None:  # O_DIRECT takes whole rows of 4 KiB multiples
-            direct = None if self.block_size % 4096 == 0 else False
+        if direct is None and self.block_size % 4096:
+            direct = False  # O_DIRECT takes rows of whole 4 KiB blocks only
         self._data = _open_shared(self._data_key, lambda: _open_data(
             direct, path, file_size, self.block_size, int(entries), meta=meta, pool=pool,
             backend=backend, mmap_reads=mmap_reads, **common))
@@ -403,7 +403,7 @@ class KvpageTier(_Base):
             raise
 
     def _init_state(self):
-        self._jobs = queue.SimpleQueue()      # (kind, job_id, keys, offload_keys, rows, t0)
+        self._jobs = queue.SimpleQueue()      # (kind, job_id, offload keys, rows, t0) or None
         self._finished = collections.deque()  # JobResult, appended by the workers
         self._events = collections.deque()
         self._cv = threading.Condition()
@@ -444,7 +444,10 @@ class KvpageTier(_Base):
             return LookupResult.MISS
         okey = bytes(key)
         if not self.async_lookup:
-            return LookupResult.HIT if self._exists([okey])[0] else LookupResult.MISS
+            try:
+                return LookupResult.HIT if self._exists([okey])[0] else LookupResult.MISS
+            except Exception:  # the metadata failed: a miss, never an exception in the scheduler
+                return LookupResult.MISS
         self._take_answers()
         req = getattr(req_context, "req_id", None)
         if req is not None:
