@@ -212,12 +212,17 @@ OTHER = """
 """
 
 
-def test_two_instances_share_through_kvpage_serve(vl, primary, tmp_path, start_server):
+@pytest.mark.parametrize("where", ["serve", "redis"])
+def test_two_instances_share_one_index(vl, primary, tmp_path, start_server, where):
     """Another process (another vLLM instance) stores blocks; this one finds
-    them through the same kvpage serve and loads them from the same file."""
+    them through the same kvpage serve (or Redis) and loads them from the
+    same file."""
     mm, view, arr = primary
-    srv = start_server()
-    url = srv.url("/ns/qwen3")
+    if where == "serve":
+        url = start_server().url("/ns/qwen3")
+    else:
+        import redisfix
+        url = redisfix.fresh_location()
     path = str(tmp_path / "shared.pages")
     out = _other_process(OTHER.format(BS=BS, path=path, meta=url, seed=11))
     assert out.returncode == 0 and "stored True" in out.stdout, out.stderr
