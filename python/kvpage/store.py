@@ -95,7 +95,8 @@ class Store(Handle):
     """One rank of one namespace: the rank's storage file and where its
     metadata lives (meta: a data directory, default PATH.meta; "mem:";
     "http://HOST:PORT[/ns/NAME]" for a kvpage serve). Thread-safe.
-    mmap_reads: as kvpage.PageFile's (None: KVPAGE_MMAP_READS).
+    mmap_reads: as kvpage.PageFile's (None: KVPAGE_MMAP_READS). direct:
+    O_DIRECT page I/O (KVP_PAGEFILE_DIRECT), past the page cache.
 
     The file has one owner (meta, deployment, pool, rank), recorded in
     PATH.owner by its first store: a Store under another owner raises
@@ -108,7 +109,7 @@ class Store(Handle):
     def __init__(self, path, file_size=0, bytes_per_page=None, entries=8, *, rank=0, meta=None,
                  deployment=None, pool=None, per_rank=False, durable=True, threads=4,
                  timeout_ms=0, connect_timeout_ms=0, retries=None, token=None, mmap_reads=None,
-                 mkdir=False, backend="auto"):
+                 mkdir=False, backend="auto", direct=False):
         if not bytes_per_page:
             raise KvpageValueError("Store", -errno.EINVAL, "bytes_per_page is required", "arg")
         o = _lib.StoreOpts()
@@ -147,11 +148,13 @@ class Store(Handle):
             raise KvpageValueError("Store", -errno.EINVAL,
                                    f"backend {backend!r} is not one of {sorted(_BACKENDS)}", "arg")
         mmap = mmap_reads_default(mmap_reads)  # kvpage.PageFile's; None: KVPAGE_MMAP_READS
-        if mmap or backend != "auto":
+        if mmap or direct or backend != "auto":
             po = _lib.PagefileOpts()
             _lib.pagefile_opts_init(ctypes.byref(po))
             if mmap:
                 po.flags |= _FLAGS["mmap_reads"]
+            if direct:
+                po.flags |= _FLAGS["direct"]
             po.backend = _BACKENDS[backend]
             o.pagefile = ctypes.pointer(po)
             self._po = po

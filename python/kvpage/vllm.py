@@ -333,3 +333,5 @@ class KvpageHF3FSConnector(_Base):
 
 
 __all__ = ["KvpageHF3FSConnector", "install", "Hf3fsClient"]
+from kvpage.vllm_tier import KvpageTier, register  # noqa: E402  (vLLM's secondary tier)
+__all__ += ["KvpageTier", "register"]
