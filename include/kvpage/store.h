@@ -14,6 +14,10 @@
  *   - in an open kvp_meta handle the caller passes (opts.meta_handle), which
  *     several stores of one process (several ranks) may share;
  *   - or anywhere kvp_meta_open_at accepts ("mem:", "file:DIR", ...).
+ * opts.meta without a scheme is a data directory (file:DIR), except that a
+ * bare HOST:PORT ("127.0.0.1:18000") that is no existing directory is
+ * refused (-EINVAL, KVP_RULE_ARG: "did you mean http://HOST:PORT?");
+ * "file:DIR" is always a directory.
  *
  * Keys: 1..KVP_MAX_KEY_LEN bytes without NUL (kvp_key_problem), for instance
  * from kvp_page_keys (kvpage/keys.h). A key counts as there when it is
