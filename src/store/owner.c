@@ -355,3 +355,42 @@ void kvp__owner_remove(const char *path)
         unlink(file);
     free(file);
 }
+
+KVP_API int kvp_store_check_unowned(const char *path, const char *writer, struct kvp_error *err)
+{
+    if (!path || !*path || !writer) {
+        kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, 0, 0, "path or writer is NULL or empty");
+        return -EINVAL;
+    }
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+        return 0; /* nothing to protect, or a device: no record beside it */
+    char *file = cat3(path, ".owner", "");
+    struct owner *ow = file ? calloc(1, sizeof *ow) : NULL;
+    int rc = ow ? owner_read(file, ow) : -ENOMEM;
+    if (rc == 0) {
+        char *abs = kvp__path_abs(path);
+        char *slash = abs ? strrchr(abs, '/') : NULL;
+        if (slash)
+            *slash = '\0';
+        const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+        char a[300];
+        kvp__set_err(err, -EEXIST, KVP_RULE_OWNER, -1, (int64_t)ow->rank, 0,
+                     "the page file belongs to %s (%s/%s rank %lu), not %s (which writes over "
+                     "its pages): give it a file of its own, or delete %s.owner if that "
+                     "metadata is gone for good",
+                     shown(ow->loc, slash ? abs : NULL, a, sizeof a), ow->dep, ow->pool, ow->rank,
+                     writer, base);
+        free(abs);
+        rc = -EEXIST;
+    } else if (rc == -ENOENT) {
+        rc = 0;
+    } else if (rc == -ENOMEM) {
+        kvp__set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+    } else {
+        set_io(err, rc, "cannot read", file); /* malformed too: not ours to ignore */
+    }
+    free(ow);
+    free(file);
+    return rc;
+}
