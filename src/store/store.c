@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -168,20 +167,6 @@ KVP_API int kvp_store_claim(const char *path, const char *location, const char *
         rc = kvp__owner_write(path, loc, dep, pl, rank, err);
     free(loc), free(dep), free(pl);
     return rc < 0 ? rc : 0;
-}
-
-/* Removes a data directory this open created (flat: files only). */
-static void remove_data_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-            unlinkat(dirfd(d), e->d_name, 0);
-    closedir(d);
-    rmdir(dir);
 }
 
 /* The checks of the page file before anything is opened: *exists, the page
@@ -411,7 +396,7 @@ fail:;
     if (wrote_owner)
         kvp__owner_remove(o.path);
     if (made_meta_dir)
-        remove_data_dir(owner_loc + 5);
+        kvp__remove_data_dir(owner_loc + 5);
     kvp__rmparents(o.path, made_dirs);
     free(owner_loc);
     free(where);
