@@ -401,3 +401,31 @@ def test_bench_store_interrupted_removes_what_it_made(tmp_path, sig):
                               tmp_path, (tmp_path / "kvpage-bench.pages.owner").exists, sig)
     assert rc == -sig, err
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("dialect", ["vllm", "sglang"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_bench_meta_interrupted_removes_its_keys(start_server, dialect, sig):
+    """Ctrl-C during bench meta deletes every key the run wrote (the held
+    keys and the write operation's), says so, and dies of the signal."""
+    srv = start_server()
+    before = keys_of(srv.stats())
+    url = srv.url(f"/ns/int-{dialect}")
+    p = subprocess.Popen([require_bin(), "bench", "meta", url, "--dialect", dialect,
+                          "--seconds", "60", "--connections", "4", "--batch", "16",
+                          "--pages", "65536", "--ops", "write"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while p.poll() is None and time.monotonic() < deadline:
+        if keys_of(srv.stats()).get((f"int-{dialect}", 0), 0) > 16 * 200 + 64:
+            break  # the held keys and some of the write operation's are there
+        time.sleep(0.05)
+    assert p.poll() is None, p.stderr.read().decode()
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=120)
+    err = err.decode(errors="replace")
+    assert p.returncode == -sig, err
+    assert "interrupted: removed the" in err, err
+    after = keys_of(srv.stats())
+    assert after.get((f"int-{dialect}", 0), 0) == 0, (after, err)
+    assert {k: v for k, v in after.items() if k[0] != f"int-{dialect}"} == before
