@@ -366,6 +366,11 @@ def test_host_port_is_not_a_directory(tmp_path, loc):
     rc, _, err = kvp("exists", "--file", "s.pages", "--page-size", "64K", "--meta", loc, "K",
                      cwd=tmp_path)
     assert rc == 2 and os.listdir(tmp_path) == []
+    # any location the library refuses as an argument is a bad flag: exit 2 (https was 3)
+    rc, _, err = kvp("put", "--file", "s.pages", "--file-size", "1M", "--page-size", "64K",
+                     "--meta", f"https://{loc}", "K", input=b"x", cwd=tmp_path)
+    assert rc == 2 and "'https:' is not implemented" in err, err
+    assert os.listdir(tmp_path) == []
 
 
 def test_host_port_directory_that_exists_or_file_scheme_still_works(tmp_path):
