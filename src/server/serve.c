@@ -1570,7 +1570,7 @@ static int serve_run(const struct serve_cfg *sc)
 
     struct MHD_Daemon *d = NULL;
     S->accept_stop = -1;
-    {
+    { /* the HTTP server on the listener */
         unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_TURBO | MHD_USE_ERROR_LOG |
                          MHD_ALLOW_SUSPEND_RESUME;
         /* acceptor_main: where a call waits on the network (--meta) and
