@@ -197,6 +197,15 @@ static int owner_read(const char *file, struct owner *ow)
     return rc;
 }
 
+/* The error of a record owner_read found malformed (-EUCLEAN). */
+static void malformed(struct kvp_error *err, const char *file)
+{
+    kvp__set_err(err, -EUCLEAN, KVP_RULE_IO, -1, 0, 0,
+                 "%s is not a page file's owner record (first line \"" OWNER_FORMAT
+                 "\"): remove it if it is one of an older kvpage",
+                 file);
+}
+
 /* A location for a message: a data directory beside the page file (the
  * default PATH.meta) by its name, anything else as it is. */
 static const char *shown(const char *loc, const char *dir, char *buf, size_t cap)
@@ -254,10 +263,7 @@ int kvp__owner_check(const char *path, const char *loc, const char *dep, const c
     if (rc == -ENOENT)
         rc = 1;
     else if (rc == -EUCLEAN)
-        kvp__set_err(err, rc, KVP_RULE_IO, -1, 0, 0,
-                     "%s is not a page file's owner record (first line \"" OWNER_FORMAT
-                     "\"): remove it if it is one of an older kvpage",
-                     file);
+        malformed(err, file);
     else if (rc < 0)
         set_io(err, rc, "cannot read", file);
     else if (!same(ow, loc, dep, pool, rank))
@@ -387,8 +393,10 @@ KVP_API int kvp_store_check_unowned(const char *path, const char *writer, struct
         rc = 0;
     } else if (rc == -ENOMEM) {
         kvp__set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+    } else if (rc == -EUCLEAN) { /* not ours to ignore: whose it is cannot be told */
+        malformed(err, file);
     } else {
-        set_io(err, rc, "cannot read", file); /* malformed too: not ours to ignore */
+        set_io(err, rc, "cannot read", file);
     }
     free(ow);
     free(file);

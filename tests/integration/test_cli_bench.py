@@ -429,3 +429,15 @@ def test_bench_meta_interrupted_removes_its_keys(start_server, dialect, sig):
     after = keys_of(srv.stats())
     assert after.get((f"int-{dialect}", 0), 0) == 0, (after, err)
     assert {k: v for k, v in after.items() if k[0] != f"int-{dialect}"} == before
+
+
+def test_bench_io_refuses_a_file_whose_owner_record_is_unreadable(tmp_path):
+    """An owner record that is not one (whose file it is cannot be told) is
+    not ignored: bench io refuses, naming it, and writes nothing."""
+    f = tmp_path / "s.pages"
+    f.write_bytes(b"\1" * (1 << 20))
+    (tmp_path / "s.pages.owner").write_text("something else\n")
+    before = _tree(tmp_path)
+    rc, _, err = kvp("bench", "io", "--file", f, *SMALL_IO)
+    assert rc == 3 and "s.pages.owner is not a page file's owner record" in err, err
+    assert _tree(tmp_path) == before
