@@ -299,7 +299,9 @@ static void usage(FILE *out)
         "from 1, 4 and 16 threads, keeping the best: what fio-like plain I/O gets here.\n"
         "flags:\n"
         "  --file PATH        the file to use; created and filled once if missing or\n"
-        "                     smaller than --file-size (removed afterwards only then)\n"
+        "                     smaller than --file-size (removed afterwards, and at\n"
+        "                     Ctrl-C, only then); a store's page file (PATH.owner) is\n"
+        "                     refused, naming its owner\n"
         "  --file-size SIZE   bytes of PATH to use, default 1G (K, M, G, T: powers of 1024)\n"
         "  --page-size SIZE   bytes per page, default 2M\n"
         "  --batch N          pages per batch (the engines' entries), default 8\n"
@@ -554,10 +556,21 @@ int kvp__cli_bench_io(int argc, char **argv)
         return rc;
     int tty = isatty(2);
     int made = 0;
+    /* A store's page file is not a benchmark's: its keys would read our bytes. */
+    struct kvp_error oe = {0};
+    int own = kvp_store_check_unowned(a.file, CMD, &oe);
+    if (own) {
+        fprintf(stderr, CMD ": %s: %s\n", a.file, oe.msg);
+        return own == -EEXIST ? KVP_EXIT_USAGE : KVP_EXIT_FAILED;
+    }
+    struct stat st0;
+    if (stat(a.file, &st0) != 0 && errno == ENOENT)
+        kvp__cleanup_file(a.file); /* a Ctrl-C while filling or measuring removes it */
     rc = prepare_file(&a, tty, &made);
     if (rc) {
         if (made)
             unlink(a.file);
+        kvp__cleanup_done();
         return rc;
     }
     struct run r;
@@ -732,5 +745,6 @@ out:
     pthread_mutex_destroy(&r.why_lock);
     if (made && unlink(a.file))
         fprintf(stderr, CMD ": could not remove %s: %s\n", a.file, strerror(errno));
+    kvp__cleanup_done();
     return rc;
 }

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,8 +59,11 @@ struct bench {
     const struct meta_args *a;
     char base[1024];
     char url_exists[1100], url_locations[1100], url_alloc[1100], url_confirm[1100], url_init[1100];
-    uint32_t run;     /* tells this run's keys from another's */
-    uint64_t nheld;   /* keys written before the lookups: kvpbench-RUN-hI */
+    char url_delete[1100];
+    uint32_t run;       /* tells this run's keys from another's */
+    uint64_t nheld;     /* keys written before the lookups: kvpbench-RUN-hI */
+    uint64_t held_done; /* of them, the batches written (or tried) so far, in keys */
+    uint64_t *written;  /* per connection: kvpbench-RUN-cC-I written for I < written[C] */
     atomic_int state; /* 1 measuring, 2 stop */
     pthread_mutex_t lock;
     char first_error[400];
@@ -341,6 +345,8 @@ static void *worker_main(void *arg)
         kvp__lat_add(&w->st.lat, (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000ll +
                                             (t1.tv_nsec - t0.tv_nsec)));
     }
+    if (w->op == OP_WRITE && next > b->written[w->id])
+        b->written[w->id] = next; /* each connection's own slot, joined before it is read */
     free(pages);
     return NULL;
 }
@@ -362,7 +368,8 @@ static void usage(FILE *out)
             "It WRITES KEYS to the server: --batch x 200 keys first (what the lookups ask\n"
             "about), and fresh keys for as long as the write operation runs, evicting older\n"
             "keys when the rank is full. Point it at a deployment of its own,\n"
-            "http://HOST:PORT/ns/NAME, never at the one your engines use.\n"
+            "http://HOST:PORT/ns/NAME, never at the one your engines use. Ctrl-C (SIGINT,\n"
+            "SIGTERM, SIGHUP) deletes the keys the run wrote before it exits.\n"
             "flags:\n"
             "  --dialect vllm|sglang   the protocol, default vllm\n"
             "  --rank R           default 0\n"
@@ -585,6 +592,66 @@ static int64_t rank_pages(const struct bench *b, struct conn *c)
     return pages > 0 ? pages : -1;
 }
 
+/* SIGINT, SIGTERM or SIGHUP: the run stops, removes the keys it wrote, and
+ * then dies of the signal. */
+static volatile sig_atomic_t g_signal;
+
+static void on_signal(int sig)
+{
+    g_signal = sig;
+}
+
+static void catch_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal; /* no SA_RESTART: the main thread's sleep ends */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+}
+
+/* Deletes the keys [0, n) of one series (held, or connection conn's fresh
+ * keys) in batches. Returns how many requests failed. */
+static uint64_t delete_series(struct bench *b, struct conn *c, uint32_t conn, uint64_t n,
+                              int held)
+{
+    uint64_t failed = 0;
+    for (uint64_t first = 0; first < n; first += 1024) {
+        body_reset(c);
+        put(c, "{\"keys\": [");
+        for (uint64_t i = first; i < n && i < first + 1024; i++) {
+            char k[80];
+            keyname(k, sizeof k, b->run, conn, i, held);
+            put(c, "%s\"%s\"", i > first ? ", " : "", k);
+        }
+        put(c, "]}");
+        failed += post(c, b->url_delete) != 0;
+    }
+    return failed;
+}
+
+/* After a signal: deletes every key this run wrote, says so, and dies of
+ * the signal. */
+static void interrupted(struct bench *b, struct conn *c)
+{
+    const struct meta_args *a = b->a;
+    uint64_t n = b->held_done, failed = delete_series(b, c, 0, b->held_done, 1);
+    for (uint32_t i = 0; i < a->conns; i++) {
+        failed += delete_series(b, c, i, b->written[i], 0);
+        n += b->written[i];
+    }
+    if (failed)
+        fprintf(stderr, CMD ": interrupted: %" PRIu64 " delete request(s) to %s failed; keys "
+                "kvpbench-%08x-* are left\n", failed, b->url_delete, b->run);
+    else
+        fprintf(stderr, CMD ": interrupted: removed the %" PRIu64 " keys this run wrote\n", n);
+    int sig = g_signal;
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 /* Initializes the rank unless it answers already; fills *initialized and
  * the held keys. Returns 0 or the exit status after printing why. */
 static int prepare(struct bench *b, struct conn *c, int *initialized, int64_t *num_pages, int tty)
@@ -630,8 +697,9 @@ static int prepare(struct bench *b, struct conn *c, int *initialized, int64_t *n
     int64_t *pages = calloc(a->batch, sizeof *pages);
     if (!pages)
         return KVP_EXIT_FAILED;
-    for (uint64_t i = 0; i < batches; i++) {
+    for (uint64_t i = 0; i < batches && !g_signal; i++) {
         const char *url;
+        b->held_done = (i + 1) * a->batch;
         rc = write_pair(b, c, 0, i * a->batch, 1, pages, &url);
         if (rc) {
             describe(c, rc, url, why, sizeof why);
@@ -725,15 +793,17 @@ int kvp__cli_bench_meta(int argc, char **argv)
     struct bench *b = calloc(1, sizeof *b);
     struct conn *conns = calloc(a.conns, sizeof *conns);
     struct worker *w = calloc(a.conns, sizeof *w);
+    uint64_t *written = calloc(a.conns, sizeof *written);
     struct op_stats res[NOPS];
     memset(res, 0, sizeof res);
-    if (!b || !conns || !w) {
-        free(b), free(conns), free(w);
+    if (!b || !conns || !w || !written) {
+        free(b), free(conns), free(w), free(written);
         fprintf(stderr, CMD ": out of memory\n");
         return KVP_EXIT_FAILED;
     }
     curl_global_init(CURL_GLOBAL_DEFAULT);
     b->a = &a;
+    b->written = written;
     pthread_mutex_init(&b->lock, NULL);
     snprintf(b->base, sizeof b->base, "%s", a.url);
     size_t bl = strlen(b->base);
@@ -747,12 +817,14 @@ int kvp__cli_bench_meta(int argc, char **argv)
                  b->base, a.rank);
         snprintf(b->url_confirm, sizeof b->url_confirm, "%s/%u/confirm_write", b->base, a.rank);
         snprintf(b->url_init, sizeof b->url_init, "%s/%u/initialize", b->base, a.rank);
+        snprintf(b->url_delete, sizeof b->url_delete, "%s/%u/delete_keys", b->base, a.rank);
     } else {
         snprintf(b->url_exists, sizeof b->url_exists, "%s/keys/batch_exists", b->base);
         snprintf(b->url_locations, sizeof b->url_locations, "%s/keys/get_locations", b->base);
         snprintf(b->url_alloc, sizeof b->url_alloc, "%s/keys/batch_allocate", b->base);
         snprintf(b->url_confirm, sizeof b->url_confirm, "%s/keys/confirm_write", b->base);
         snprintf(b->url_init, sizeof b->url_init, "%s/rank/%u/initialize", b->base, a.rank);
+        snprintf(b->url_delete, sizeof b->url_delete, "%s/keys/delete", b->base);
     }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -772,11 +844,14 @@ int kvp__cli_bench_meta(int argc, char **argv)
             strstr(a.url, "/ns/") ? "" : ", the default deployment, which engines may be using");
     int initialized = 0;
     int64_t num_pages = -1;
+    catch_signals();
     rc = prepare(b, &conns[0], &initialized, &num_pages, tty);
+    if (g_signal)
+        interrupted(b, &conns[0]);
     if (rc)
         goto out;
     double durations[NOPS] = {0};
-    for (int o = 0; o < a.nops; o++) {
+    for (int o = 0; o < a.nops && !g_signal; o++) {
         int op = a.ops[o];
         atomic_store(&b->state, 1);
         uint32_t started = 0;
@@ -792,7 +867,7 @@ int kvp__cli_bench_meta(int argc, char **argv)
             rc = KVP_EXIT_FAILED;
         }
         double t0 = now_s(), t_end = t0 + a.seconds;
-        for (double t = t0; t < t_end && !rc; t = now_s()) {
+        for (double t = t0; t < t_end && !rc && !g_signal; t = now_s()) {
             if (tty) {
                 uint64_t n = 0;
                 for (uint32_t i = 0; i < started; i++)
@@ -832,6 +907,8 @@ int kvp__cli_bench_meta(int argc, char **argv)
         }
         durations[op] = dt;
     }
+    if (g_signal)
+        interrupted(b, &conns[0]);
     report(&a, b, res, durations, initialized, num_pages);
     if (b->total_errors) {
         fprintf(stderr, CMD ": %" PRIu64 " request(s) failed; the first: %s\n", b->total_errors,
@@ -842,7 +919,7 @@ out:
     for (uint32_t i = 0; i < nconns; i++)
         conn_free(&conns[i]);
     pthread_mutex_destroy(&b->lock);
-    free(b), free(conns), free(w);
+    free(b), free(conns), free(w), free(written);
     curl_global_cleanup();
     return rc;
 }

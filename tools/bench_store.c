@@ -78,13 +78,56 @@ static void cost_words(char *buf, size_t len, double t_store, double t_alone)
         snprintf(buf, len, "costs %.1f%%", pct < 0 ? 0.0 : pct);
 }
 
+/* What this run creates, and removes at its end or at a Ctrl-C: the file,
+ * the data directory PATH.meta (embedded metadata) and the owner record
+ * PATH.owner, each only when it did not exist before. */
+struct made {
+    char *path[3]; /* the file, PATH.owner, PATH.meta (a directory); NULL: not made */
+};
+
+static char *missing(const char *path, const char *suffix)
+{
+    size_t n = strlen(path) + strlen(suffix) + 1;
+    char *p = malloc(n);
+    struct stat st;
+    if (p)
+        snprintf(p, n, "%s%s", path, suffix);
+    if (p && stat(p, &st) == 0) {
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+static void made_init(struct made *m, const struct kvp__store_flags *f)
+{
+    m->path[0] = missing(f->file, "");
+    m->path[1] = missing(f->file, ".owner");
+    m->path[2] = f->meta ? NULL : missing(f->file, ".meta");
+    for (int i = 0; i < 3; i++)
+        if (m->path[i])
+            i == 2 ? kvp__cleanup_dir(m->path[i]) : kvp__cleanup_file(m->path[i]);
+}
+
+static void made_remove(struct made *m)
+{
+    for (int i = 0; i < 3; i++)
+        if (m->path[i])
+            i == 2 ? kvp__remove_flat_dir(m->path[i]) : (void)unlink(m->path[i]);
+    kvp__cleanup_done();
+    for (int i = 0; i < 3; i++)
+        free(m->path[i]);
+}
+
 static void usage(FILE *out)
 {
     fprintf(out, "usage: kvpage bench store [flags]\n"
                  "Puts and gets batches through the store and through the page file alone, on "
                  "the\nsame file in the same run, and prints GB/s, keys/s and their ratios.\n"
                  "flags (the store's, with these defaults):\n"
-                 "  --file PATH        default: ./kvpage-bench.pages (removed afterwards)\n"
+                 "  --file PATH        default: ./kvpage-bench.pages; what the run creates (the\n"
+                 "                     file, PATH.meta, PATH.owner) is removed afterwards, and\n"
+                 "                     at Ctrl-C; a file that has an owner (a store's) is refused\n"
                  "  --page-size SIZE   default 2M\n"
                  "  --file-size SIZE   default: --rounds batches of pages (no eviction)\n"
                  "  --pool NAME        default kvpage-bench, emptied before and after the run\n"
@@ -128,13 +171,18 @@ int kvp__cli_bench_store(int argc, char **argv)
         f.page_size = 2u << 20;
     if (!f.file_size) /* every round's keys fit: no eviction (see bench/store/README.md) */
         f.file_size = (uint64_t)b.batch * f.page_size * b.rounds;
-    int made = 0;
     char default_file[] = "kvpage-bench.pages";
-    if (!f.file) {
+    if (!f.file)
         f.file = default_file;
-        struct stat st;
-        made = stat(f.file, &st) != 0;
+    /* A store's page file is not a benchmark's: the page file alone writes
+     * every page of it, and its keys would read those bytes. */
+    struct kvp_error oe = {0};
+    if ((rc = kvp_store_check_unowned(f.file, "kvpage bench store", &oe)) != 0) {
+        fprintf(stderr, "kvpage bench store: %s: %s\n", f.file, oe.msg);
+        return rc == -EEXIST ? KVP_EXIT_USAGE : KVP_EXIT_FAILED;
     }
+    struct made made;
+    made_init(&made, &f);
     uint64_t bytes = (uint64_t)b.batch * f.page_size;
     uint8_t *buf = NULL, *rbuf = NULL;
     if (posix_memalign((void **)&buf, 4096, bytes) || posix_memalign((void **)&rbuf, 4096, bytes)) {
@@ -157,6 +205,7 @@ int kvp__cli_bench_store(int argc, char **argv)
     rc = kvp__store_flags_open("bench store", &f, b.entries ? b.entries : b.batch, 1, &s);
     if (rc) {
         free(buf), free(rbuf);
+        made_remove(&made); /* the store undid its own; nothing else was made */
         return rc;
     }
     if (own_pool)
@@ -170,6 +219,7 @@ int kvp__cli_bench_store(int argc, char **argv)
                 np, b.batch);
         kvp_store_close(s);
         free(buf), free(rbuf);
+        made_remove(&made);
         return KVP_EXIT_USAGE;
     }
     uint32_t n = b.batch, entries = kvp_pagefile_entries(pf);
@@ -350,11 +400,6 @@ out:
         kvp_meta_clear(kvp_store_ns(s), f.rank, NULL);
     kvp_store_close(s);
     free(buf), free(rbuf);
-    if (made) {
-        unlink(default_file);
-        if (!f.meta)
-            if (system("rm -rf kvpage-bench.pages.meta"))
-                fprintf(stderr, "kvpage bench store: could not remove kvpage-bench.pages.meta\n");
-    }
+    made_remove(&made);
     return rc;
 }

@@ -24,6 +24,20 @@ int kvp__cli_bench_io(int argc, char **argv);
 /* kvpage bench meta */
 int kvp__cli_bench_meta(int argc, char **argv);
 
+/*
+ * What a benchmark created, removed if SIGINT, SIGTERM or SIGHUP ends the
+ * command (tools/cleanup.c): register a file (or a flat directory: files
+ * only, such as a data directory) before creating it, and only when it does
+ * not exist yet. kvp__cleanup_done forgets them all (the command removes or
+ * keeps them itself from then on). At most 8 paths.
+ */
+void kvp__cleanup_file(const char *path);
+void kvp__cleanup_dir(const char *path);
+void kvp__cleanup_done(void);
+/* Removes the files of a flat directory, then the directory
+ * (async-signal-safe). */
+void kvp__remove_flat_dir(const char *dir);
+
 /* The flags every store command takes (tools/store_cli.c). */
 struct kvp__store_flags {
     const char *file, *meta, *deployment, *pool;

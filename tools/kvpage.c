@@ -67,9 +67,15 @@ static int print_ns(const char *dep, const char *pool, const struct kvp_rank_sta
     return 0;
 }
 
-/* Sizes of the log segments and snapshots in dir. */
-static void print_files(const char *dir)
+/* The log segments and snapshots in dir: how many, how many bytes. */
+struct state_files {
+    uint64_t log_bytes, snap_bytes;
+    int nlog, nsnap;
+};
+
+static void count_files(const char *dir, struct state_files *sf)
 {
+    memset(sf, 0, sizeof *sf);
     DIR *d = opendir(dir);
     if (!d)
         return;
@@ -93,8 +99,7 @@ static void print_files(const char *dir)
         }
     }
     closedir(d);
-    printf("log: %d segment(s), %" PRIu64 " bytes; snapshots: %d file(s), %" PRIu64 " bytes\n",
-           nlog, log_bytes, nsnap, snap_bytes);
+    *sf = (struct state_files){log_bytes, snap_bytes, nlog, nsnap};
 }
 
 static int cmd_dir(const char *cmd, int argc, char **argv)
@@ -107,7 +112,8 @@ static int cmd_dir(const char *cmd, int argc, char **argv)
                      "beside a running server."
                    : "Recovers a data directory of kvpage serve read-only and checks every\n"
                      "invariant; exit status 1 with a report naming the file and offset when\n"
-                     "one fails, 0 when all hold.",
+                     "one fails, 0 when all hold, 2 when DIR holds no kvpage state (no log,\n"
+                     "no snapshot).",
                cmd);
         return 0;
     }
@@ -119,6 +125,17 @@ static int cmd_dir(const char *cmd, int argc, char **argv)
     struct stat st;
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
         fprintf(stderr, "kvpage %s: %s is not a directory\n", cmd, dir);
+        return 2;
+    }
+    /* An empty or unrelated directory recovers as an empty state whose every
+     * invariant holds: say that it is none, rather than "ok". */
+    struct state_files sf;
+    count_files(dir, &sf);
+    if (!sf.nlog && !sf.nsnap) {
+        fprintf(stderr,
+                "kvpage %s: %s holds no kvpage state (no log wal-*.log, no snapshot "
+                "snap-*.snap): not a data directory of kvpage serve or a store's PATH.meta\n",
+                cmd, dir);
         return 2;
     }
     struct logctx lc = {.cmd = cmd};
@@ -137,7 +154,9 @@ static int cmd_dir(const char *cmd, int argc, char **argv)
     int status = 0;
     if (!strcmp(cmd, "inspect")) {
         printf("data directory %s\n", dir);
-        print_files(dir);
+        printf("log: %d segment(s), %" PRIu64 " bytes; snapshots: %d file(s), %" PRIu64
+               " bytes\n",
+               sf.nlog, sf.log_bytes, sf.nsnap, sf.snap_bytes);
         kvp_meta_stats(m, print_ns, NULL);
     } else {
         struct kvp_error e = {0};

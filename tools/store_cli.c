@@ -86,7 +86,9 @@ static const char *const FLAGS_HELP =
     "  --rank R           the rank (default 0)\n"
     "  --meta DIR|URL     the metadata: a data directory (default: PATH.meta), a\n"
     "                     kvpage serve at http://HOST:PORT[/ns/NAME], or Redis at\n"
-    "                     redis://HOST:PORT[/DB] (as kvpage serve --meta)\n"
+    "                     redis://HOST:PORT[/DB] (as kvpage serve --meta); a bare\n"
+    "                     HOST:PORT is refused unless such a directory exists\n"
+    "                     (file:DIR is always a directory)\n"
     "  --deployment NAME  (default: the URL's /ns/NAME, else default)\n"
     "  --pool NAME        (default: kv)\n"
     "  --timeout MS       the metadata server's request timeout (default 10000)\n";
@@ -216,20 +218,6 @@ int kvp__store_flags_parse(const char *cmd, int argc, char **argv, struct kvp__s
     return 0;
 }
 
-/* A --meta value as a location: URLs and schemes as they are, a directory as file:DIR. */
-static char *meta_location(const char *m)
-{
-    if (!m)
-        return NULL;
-    size_t n = strlen(m);
-    if (strstr(m, "://") || !strncmp(m, "mem:", 4) || !strncmp(m, "file:", 5))
-        return strdup(m);
-    char *s = malloc(n + 6);
-    if (s)
-        snprintf(s, n + 6, "file:%s", m);
-    return s;
-}
-
 int kvp__store_flags_open(const char *cmd, const struct kvp__store_flags *f, uint32_t entries,
                           int create, struct kvp_store **out)
 {
@@ -261,11 +249,6 @@ int kvp__store_flags_open(const char *cmd, const struct kvp__store_flags *f, uin
         fprintf(stderr, "kvpage %s: --file %s is a directory\n", cmd, f->file);
         return KVP_EXIT_USAGE;
     }
-    char *loc = meta_location(f->meta);
-    if (f->meta && !loc) {
-        fprintf(stderr, "kvpage %s: out of memory\n", cmd);
-        return KVP_EXIT_FAILED;
-    }
     struct kvp_meta_opts mo;
     kvp_meta_opts_init(&mo);
     if (f->timeout_ms)
@@ -280,19 +263,18 @@ int kvp__store_flags_open(const char *cmd, const struct kvp__store_flags *f, uin
     o.rank = f->rank;
     o.deployment = f->deployment;
     o.pool = f->pool;
-    o.meta = loc;
+    o.meta = f->meta; /* the store's rule: a plain path is a directory, HOST:PORT refused */
     o.meta_opts = &mo;
     o.durable = !f->no_durable;
     o.mkdir = f->mkdir;
     struct kvp_error err = {0};
     int rc = kvp_store_open(&o, out, &err);
-    free(loc);
     if (rc) {
         fprintf(stderr, "kvpage %s: cannot open the store of %s: %s\n", cmd, f->file,
                 err.msg[0] ? err.msg : kvp_strerror(rc));
         /* What the flags can fix: names, sizes, a mismatched page count. */
         return rc == -EINVAL || rc == -EEXIST || rc == -ENOENT || rc == -EISDIR || rc == -ENOTDIR ||
-                       rc == -EACCES
+                       rc == -EACCES || err.rule == KVP_RULE_ARG
                    ? KVP_EXIT_USAGE
                    : KVP_EXIT_FAILED;
     }

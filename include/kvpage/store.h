@@ -14,6 +14,10 @@
  *   - in an open kvp_meta handle the caller passes (opts.meta_handle), which
  *     several stores of one process (several ranks) may share;
  *   - or anywhere kvp_meta_open_at accepts ("mem:", "file:DIR", ...).
+ * opts.meta without a scheme is a data directory (file:DIR), except that a
+ * bare HOST:PORT ("127.0.0.1:18000") that is no existing directory is
+ * refused (-EINVAL, KVP_RULE_ARG: "did you mean http://HOST:PORT?");
+ * "file:DIR" is always a directory.
  *
  * Keys: 1..KVP_MAX_KEY_LEN bytes without NUL (kvp_key_problem), for instance
  * from kvp_page_keys (kvpage/keys.h). A key counts as there when it is
@@ -147,6 +151,17 @@ KVP_API int kvp_store_open(const struct kvp_store_opts *opts, struct kvp_store *
  */
 KVP_API int kvp_store_claim(const char *path, const char *location, const char *deployment,
                             const char *pool, uint32_t rank, struct kvp_error *err);
+
+/*
+ * Whether a program that writes a page file without a store, named writer
+ * (e.g. "kvpage bench io"), may write the file at path: 0 when no owner is
+ * recorded beside it (no PATH.owner, path missing, or a block device),
+ * -EEXIST when one is (KVP_RULE_OWNER: msg names the owner and the writer,
+ * as kvp_store_open's refusal names both, and the fix), or -errno when the
+ * record cannot be read (KVP_RULE_IO). Writes nothing.
+ */
+KVP_API int kvp_store_check_unowned(const char *path, const char *writer,
+                                    struct kvp_error *err);
 
 /* Closes the page file (after kvp_pagefile_flush) and the metadata the store
  * opened. No other call may be running or follow. NULL is a no-op. */

@@ -66,11 +66,12 @@ def _addr_of_bytes(b):
 
 
 def _location(meta):
-    """A meta argument as a location: a plain directory becomes file:DIR."""
+    """A meta argument as the library takes it: a str (a path-like as its
+    path). The library decides what it is (kvp__store_location): a URL,
+    mem: or file:DIR as it is, any other path a directory, HOST:PORT that
+    is no directory refused ("did you mean http://HOST:PORT?")."""
     if meta is not None and not isinstance(meta, str):
         meta = os.fspath(meta)
-    if meta is not None and "://" not in meta and not meta.startswith(("mem:", "file:")):
-        meta = "file:" + meta  # a directory
     return meta
 
 
@@ -94,7 +95,8 @@ def claim(path, meta=None, *, rank=0, deployment=None, pool=None):
 class Store(Handle):
     """One rank of one namespace: the rank's storage file and where its
     metadata lives (meta: a data directory, default PATH.meta; "mem:";
-    "http://HOST:PORT[/ns/NAME]" for a kvpage serve). Thread-safe.
+    "http://HOST:PORT[/ns/NAME]" for a kvpage serve; a bare "HOST:PORT" that
+    is no directory is refused: did you mean http://HOST:PORT?). Thread-safe.
     mmap_reads: as kvpage.PageFile's (None: KVPAGE_MMAP_READS). direct:
     O_DIRECT page I/O (KVP_PAGEFILE_DIRECT), past the page cache.
 

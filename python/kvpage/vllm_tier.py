@@ -281,9 +281,9 @@ def _canonical(metadata):
     """A metadata location as one string per place: a directory and file:DIR
     of the same directory are one location (None stays None: PATH.meta)."""
     loc = _location(metadata)
-    if loc is not None and loc.startswith("file:"):
-        loc = "file:" + os.path.realpath(loc[5:])
-    return loc
+    if loc is None or "://" in loc or loc.startswith("mem:"):
+        return loc
+    return "file:" + os.path.realpath(loc[5:] if loc.startswith("file:") else loc)
 
 
 def _sums_location(path, metadata):

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "meta/backend.h"
+#include "store/location.h"
 #include "store/owner.h"
 
 /* ---------------------------------------------------------------- rules */
@@ -200,6 +201,8 @@ KVP_API int kvp_meta_open_at(const char *location, const struct kvp_meta_opts *o
                          known);
             return -EOPNOTSUPP;
         }
+        if (kvp__looks_hostport(location))
+            return kvp__hostport_refusal(location, err);
         kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, 0, 0,
                      "unknown metadata location scheme '%.*s:' (known: %s)",
                      (int)(slen > 32 ? 32 : slen), scheme, known);

@@ -25,6 +25,7 @@
 #include <sys/resource.h>
 #include <stddef.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -32,6 +33,7 @@
 #include "server/serve.h"
 #include "server/server.h"
 #include "util/clock.h"
+#include "util/dirs.h"
 #include "util/size.h"
 #include "server/log.h"
 
@@ -1432,6 +1434,25 @@ static int serve_run(const struct serve_cfg *sc)
 
     /* From here on failures are not usage errors. */
     status = 1;
+    /* SIGINT and SIGTERM are taken synchronously by this thread only (the
+     * sigwait below), blocked before any thread exists: the log's and the
+     * snapshot's threads, started while the state opens, and MHD's inherit
+     * the mask. A signal during start-up then waits for the sigwait (a clean
+     * stop, exit 0) instead of killing the process in another thread. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    /* The port before the state: a port in use is refused before a data
+     * directory, its LOCK and its log are created. */
+    int fd = open_listener(&la, listen_text);
+    if (fd < 0)
+        goto out;
+    struct stat dst;
+    int made_dir = !meta_loc && strcmp(data_dir, "none") != 0 && stat(data_dir, &dst) != 0 &&
+                   errno == ENOENT;
     /* Every connection is a file descriptor: take all the kernel allows, and
      * keep some for the log, snapshots and the listener. */
     struct rlimit rl;
@@ -1483,7 +1504,7 @@ static int serve_run(const struct serve_cfg *sc)
     if (rc && meta_loc) {
         fprintf(stderr, "kvpage serve: cannot open the state in %s: %s\n", shown_loc,
                 merr.msg[0] ? merr.msg : kvp_strerror(rc));
-        goto out;
+        goto out_closed;
     }
     if (rc) {
         /* meta has logged the details (file, offset, what is wrong). */
@@ -1498,7 +1519,7 @@ static int serve_run(const struct serve_cfg *sc)
         else
             fprintf(stderr, "kvpage serve: cannot create the metadata store: %s\n",
                     merr.msg[0] ? merr.msg : kvp_strerror(rc));
-        goto out;
+        goto out_closed;
     }
     /* Before the listener: by the time a client is answered, the log says it. */
     if (meta_loc)
@@ -1507,7 +1528,7 @@ static int serve_run(const struct serve_cfg *sc)
     if (!S) {
         fprintf(stderr, "kvpage serve: out of memory\n");
         kvp_meta_close(meta);
-        goto out;
+        goto out_closed;
     }
     /* Where the state is, as the backend says (never a password): the
      * banner and /v1/stats's server.state. */
@@ -1547,19 +1568,9 @@ static int serve_run(const struct serve_cfg *sc)
     pthread_mutex_init(&S->jobs_lock, NULL);
     pthread_cond_init(&S->jobs_cond, NULL);
 
-    /* Signals are taken synchronously by this thread only; MHD's threads
-     * inherit the mask. */
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
-
-    int fd = open_listener(&la, listen_text);
     struct MHD_Daemon *d = NULL;
     S->accept_stop = -1;
-    if (fd >= 0) {
+    { /* the HTTP server on the listener */
         unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_TURBO | MHD_USE_ERROR_LOG |
                          MHD_ALLOW_SUSPEND_RESUME;
         /* acceptor_main: where a call waits on the network (--meta) and
@@ -1601,12 +1612,14 @@ static int serve_run(const struct serve_cfg *sc)
         if (!d) {
             fprintf(stderr, "kvpage serve: cannot start the HTTP server on %s\n", listen_text);
             close(fd);
+            fd = -1;
         } else if (own_accept) {
             S->d = d;
             if (acceptor_start(S, fd) != 0) {
                 MHD_stop_daemon(d);
                 d = NULL;
                 close(fd);
+                fd = -1;
             }
         }
     }
@@ -1658,6 +1671,13 @@ static int serve_run(const struct serve_cfg *sc)
         status = 0;
     }
     serve_free(S);
+    if (!d && made_dir)
+        kvp__remove_data_dir(data_dir); /* started nothing: leave no state behind */
+    return status;
+out_closed:
+    close(fd);
+    if (made_dir)
+        kvp__remove_data_dir(data_dir);
 out:
     return status;
 }

@@ -197,6 +197,15 @@ static int owner_read(const char *file, struct owner *ow)
     return rc;
 }
 
+/* The error of a record owner_read found malformed (-EUCLEAN). */
+static void malformed(struct kvp_error *err, const char *file)
+{
+    kvp__set_err(err, -EUCLEAN, KVP_RULE_IO, -1, 0, 0,
+                 "%s is not a page file's owner record (first line \"" OWNER_FORMAT
+                 "\"): remove it if it is one of an older kvpage",
+                 file);
+}
+
 /* A location for a message: a data directory beside the page file (the
  * default PATH.meta) by its name, anything else as it is. */
 static const char *shown(const char *loc, const char *dir, char *buf, size_t cap)
@@ -254,10 +263,7 @@ int kvp__owner_check(const char *path, const char *loc, const char *dep, const c
     if (rc == -ENOENT)
         rc = 1;
     else if (rc == -EUCLEAN)
-        kvp__set_err(err, rc, KVP_RULE_IO, -1, 0, 0,
-                     "%s is not a page file's owner record (first line \"" OWNER_FORMAT
-                     "\"): remove it if it is one of an older kvpage",
-                     file);
+        malformed(err, file);
     else if (rc < 0)
         set_io(err, rc, "cannot read", file);
     else if (!same(ow, loc, dep, pool, rank))
@@ -354,4 +360,45 @@ void kvp__owner_remove(const char *path)
     if (file)
         unlink(file);
     free(file);
+}
+
+KVP_API int kvp_store_check_unowned(const char *path, const char *writer, struct kvp_error *err)
+{
+    if (!path || !*path || !writer) {
+        kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, 0, 0, "path or writer is NULL or empty");
+        return -EINVAL;
+    }
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+        return 0; /* nothing to protect, or a device: no record beside it */
+    char *file = cat3(path, ".owner", "");
+    struct owner *ow = file ? calloc(1, sizeof *ow) : NULL;
+    int rc = ow ? owner_read(file, ow) : -ENOMEM;
+    if (rc == 0) {
+        char *abs = kvp__path_abs(path);
+        char *slash = abs ? strrchr(abs, '/') : NULL;
+        if (slash)
+            *slash = '\0';
+        const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+        char a[300];
+        kvp__set_err(err, -EEXIST, KVP_RULE_OWNER, -1, (int64_t)ow->rank, 0,
+                     "the page file belongs to %s (%s/%s rank %lu), not %s (which writes over "
+                     "its pages): give it a file of its own, or delete %s.owner if that "
+                     "metadata is gone for good",
+                     shown(ow->loc, slash ? abs : NULL, a, sizeof a), ow->dep, ow->pool, ow->rank,
+                     writer, base);
+        free(abs);
+        rc = -EEXIST;
+    } else if (rc == -ENOENT) {
+        rc = 0;
+    } else if (rc == -ENOMEM) {
+        kvp__set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+    } else if (rc == -EUCLEAN) { /* not ours to ignore: whose it is cannot be told */
+        malformed(err, file);
+    } else {
+        set_io(err, rc, "cannot read", file);
+    }
+    free(ow);
+    free(file);
+    return rc;
 }

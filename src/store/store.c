@@ -11,11 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "kvpage/store.h"
+#include "store/location.h"
 #include "store/owner.h"
 #include "store/pieces.h"
 #include "util/dirs.h"
@@ -152,8 +152,12 @@ KVP_API int kvp_store_claim(const char *path, const char *location, const char *
 {
     if (!path || !*path)
         return arg_err(err, "%s is NULL or empty", "path");
-    char *loc, *dep, *pl;
-    int rc = owner_of(path, location, NULL, deployment, pool, &loc, &dep, &pl, err);
+    char *loc, *dep, *pl, *where;
+    int rc = kvp__store_location(location, &where, err);
+    if (rc)
+        return rc;
+    rc = owner_of(path, where, NULL, deployment, pool, &loc, &dep, &pl, err);
+    free(where);
     if (rc)
         return rc;
     rc = check_names(dep, pl, rank, err);
@@ -163,20 +167,6 @@ KVP_API int kvp_store_claim(const char *path, const char *location, const char *
         rc = kvp__owner_write(path, loc, dep, pl, rank, err);
     free(loc), free(dep), free(pl);
     return rc < 0 ? rc : 0;
-}
-
-/* Removes a data directory this open created (flat: files only). */
-static void remove_data_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-            unlinkat(dirfd(d), e->d_name, 0);
-    closedir(d);
-    rmdir(dir);
 }
 
 /* The checks of the page file before anything is opened: *exists, the page
@@ -277,8 +267,16 @@ KVP_API int kvp_store_open(const struct kvp_store_opts *opts_in, struct kvp_stor
         return -EINVAL;
     }
 
+    /* A plain directory as file:DIR; a HOST:PORT that is none refused. */
+    char *where = NULL;
+    int lrc = o.meta_handle ? 0 : kvp__store_location(o.meta, &where, err);
+    if (lrc)
+        return lrc;
+    if (where)
+        o.meta = where;
     struct kvp_store *s = calloc(1, sizeof *s);
     if (!s) {
+        free(where);
         kvp__set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
         return -ENOMEM;
     }
@@ -384,6 +382,7 @@ KVP_API int kvp_store_open(const struct kvp_store_opts *opts_in, struct kvp_stor
             goto fail;
     }
     free(owner_loc);
+    free(where);
     *out = s;
     return 0;
 nomem:
@@ -397,9 +396,10 @@ fail:;
     if (wrote_owner)
         kvp__owner_remove(o.path);
     if (made_meta_dir)
-        remove_data_dir(owner_loc + 5);
+        kvp__remove_data_dir(owner_loc + 5);
     kvp__rmparents(o.path, made_dirs);
     free(owner_loc);
+    free(where);
     return rc;
 }
 

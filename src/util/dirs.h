@@ -19,4 +19,8 @@ int kvp__mkparents(const char *path, size_t *made, struct kvp_error *err);
  * are empty. */
 void kvp__rmparents(const char *path, size_t made);
 
+/* Removes a flat directory this process created: its files, then itself
+ * (a data directory a failed open or a refused start made). */
+void kvp__remove_data_dir(const char *dir);
+
 #endif

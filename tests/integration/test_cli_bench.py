@@ -6,6 +6,7 @@ unreachable server give exit 2 / 3 with a message that says why."""
 import json
 import os
 import pty
+import signal
 import subprocess
 import time
 
@@ -313,3 +314,130 @@ def test_meta_unreachable_exits_3_naming_it():
     rc, out, err = kvp("bench", "meta", url, *SHORT_META, "--json")
     assert (rc, out) == (3, "")
     assert f"cannot reach {url}" in err and "onnect" in err
+
+
+def _tree(d):
+    """Every file under d with its size, mtime and bytes: what a refusal must leave."""
+    out = {}
+    for root, _, files in os.walk(d):
+        for n in files:
+            p = os.path.join(root, n)
+            st = os.stat(p)
+            with open(p, "rb") as f:
+                out[p] = (st.st_size, st.st_mtime_ns, st.st_uid, f.read())
+    return out
+
+
+@pytest.mark.parametrize("bench", [["io", *SMALL_IO, "--rw", "write"],
+                                   ["store", "--page-size", "64K", "--batch", "4",
+                                    "--rounds", "1"]])
+def test_bench_refuses_a_stores_page_file_naming_both(tmp_path, bench):
+    """issue 36: bench io wrote over a store's pages and `kvpage get` then
+    returned its bytes for the key. A file with an owner record is refused
+    (exit 2) naming the owner and the bench, and nothing changes."""
+    f = tmp_path / "s.pages"
+    page = b"the key's own bytes\n"
+    p = subprocess.run([require_bin(), "put", "--file", f, "--file-size", "32M", "--page-size",
+                        "256K", "K"], input=page, capture_output=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    before = _tree(tmp_path)
+    rc, out, err = kvp("bench", bench[0], "--file", f, *bench[1:])
+    assert rc == 2, err
+    assert ("the page file belongs to s.pages.meta beside the file (default/kv rank 0), not "
+            f"kvpage bench {bench[0]}") in err, err
+    assert "delete s.pages.owner" in err
+    assert _tree(tmp_path) == before
+    p = subprocess.run([require_bin(), "get", "--file", f, "--page-size", "256K", "K"],
+                       capture_output=True, timeout=60)
+    assert (p.returncode, p.stdout) == (0, page)
+
+
+def test_bench_store_leaves_nothing_it_made(tmp_path):
+    """A successful bench store removes the file, PATH.meta and PATH.owner it
+    created (a named --file too); a file that was there stays, without an
+    owner record of the bench's."""
+    rc, _, err = kvp("bench", "store", "--file", tmp_path / "b.pages", "--page-size", "64K",
+                     "--batch", "4", "--rounds", "1", "--json")
+    assert rc == 0, err
+    assert os.listdir(tmp_path) == []
+    mine = tmp_path / "mine.pages"
+    mine.write_bytes(b"\0" * (1 << 20))
+    rc, _, err = kvp("bench", "store", "--file", mine, "--page-size", "64K", "--batch", "4",
+                     "--rounds", "1", "--json")
+    assert rc == 0, err
+    assert os.listdir(tmp_path) == ["mine.pages"]
+
+
+def _interrupt_when(cmd, cwd, ready, sig):
+    """Starts kvpage cmd, sends sig once ready() holds, returns (status, stderr)."""
+    p = subprocess.Popen([require_bin(), *map(str, cmd)], cwd=cwd, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not ready() and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert p.poll() is None, p.stderr.read().decode()
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=60)
+    return p.returncode, err.decode(errors="replace")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_bench_io_interrupted_removes_its_file(tmp_path, sig):
+    """issue 36: Ctrl-C during bench io left its 512 MiB file."""
+    f = tmp_path / "big.pages"
+    rc, err = _interrupt_when(["bench", "io", "--file", f, "--file-size", "32M", "--pool", "32M",
+                               "--page-size", "256K", "--seconds", "30", "--warmup", "0"],
+                              tmp_path, f.exists, sig)
+    assert rc == -sig, err
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_bench_store_interrupted_removes_what_it_made(tmp_path, sig):
+    """Ctrl-C during bench store removes its file, PATH.meta and PATH.owner
+    (the default ./kvpage-bench.pages, in the working directory)."""
+    rc, err = _interrupt_when(["bench", "store", "--page-size", "64K", "--file-size", "4M",
+                               "--batch", "8", "--rounds", "1000000"],
+                              tmp_path, (tmp_path / "kvpage-bench.pages.owner").exists, sig)
+    assert rc == -sig, err
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("dialect", ["vllm", "sglang"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_bench_meta_interrupted_removes_its_keys(start_server, dialect, sig):
+    """Ctrl-C during bench meta deletes every key the run wrote (the held
+    keys and the write operation's), says so, and dies of the signal."""
+    srv = start_server()
+    before = keys_of(srv.stats())
+    url = srv.url(f"/ns/int-{dialect}")
+    p = subprocess.Popen([require_bin(), "bench", "meta", url, "--dialect", dialect,
+                          "--seconds", "60", "--connections", "4", "--batch", "16",
+                          "--pages", "65536", "--ops", "write"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while p.poll() is None and time.monotonic() < deadline:
+        if keys_of(srv.stats()).get((f"int-{dialect}", 0), 0) > 16 * 200 + 64:
+            break  # the held keys and some of the write operation's are there
+        time.sleep(0.05)
+    assert p.poll() is None, p.stderr.read().decode()
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=120)
+    err = err.decode(errors="replace")
+    assert p.returncode == -sig, err
+    assert "interrupted: removed the" in err, err
+    after = keys_of(srv.stats())
+    assert after.get((f"int-{dialect}", 0), 0) == 0, (after, err)
+    assert {k: v for k, v in after.items() if k[0] != f"int-{dialect}"} == before
+
+
+def test_bench_io_refuses_a_file_whose_owner_record_is_unreadable(tmp_path):
+    """An owner record that is not one (whose file it is cannot be told) is
+    not ignored: bench io refuses, naming it, and writes nothing."""
+    f = tmp_path / "s.pages"
+    f.write_bytes(b"\1" * (1 << 20))
+    (tmp_path / "s.pages.owner").write_text("something else\n")
+    before = _tree(tmp_path)
+    rc, _, err = kvp("bench", "io", "--file", f, *SMALL_IO)
+    assert rc == 3 and "s.pages.owner is not a page file's owner record" in err, err
+    assert _tree(tmp_path) == before

@@ -352,3 +352,37 @@ def test_missing_directory_refused_unless_mkdir(tmp_path):
     assert not (tmp_path / "data").exists()
     assert kvp("put", *flags, "--mkdir", "K", input=b"x") == (0, b"", "")
     assert kvp("get", "--file", path, "--page-size", "64K", "K")[1] == b"x"
+
+
+@pytest.mark.parametrize("loc", ["127.0.0.1:18501", "localhost:18000", "[::1]:6379"])
+def test_host_port_is_not_a_directory(tmp_path, loc):
+    """--meta HOST:PORT without a scheme is refused (exit 2), naming the URL
+    meant, and creates nothing: no ./HOST:PORT/ directory, no page file."""
+    rc, _, err = kvp("put", "--file", "s.pages", "--file-size", "1M", "--page-size", "64K",
+                     "--meta", loc, "K", input=b"x", cwd=tmp_path)
+    assert rc == 2, err
+    assert f"did you mean http://{loc}?" in err
+    assert os.listdir(tmp_path) == []
+    rc, _, err = kvp("exists", "--file", "s.pages", "--page-size", "64K", "--meta", loc, "K",
+                     cwd=tmp_path)
+    assert rc == 2 and os.listdir(tmp_path) == []
+    # any location the library refuses as an argument is a bad flag: exit 2 (https was 3)
+    rc, _, err = kvp("put", "--file", "s.pages", "--file-size", "1M", "--page-size", "64K",
+                     "--meta", f"https://{loc}", "K", input=b"x", cwd=tmp_path)
+    assert rc == 2 and "'https:' is not implemented" in err, err
+    assert os.listdir(tmp_path) == []
+
+
+def test_host_port_directory_that_exists_or_file_scheme_still_works(tmp_path):
+    """An existing directory named like HOST:PORT is a directory, and file:
+    always is one (created when missing)."""
+    (tmp_path / "127.0.0.1:18501").mkdir()
+    base = ["--file-size", "1M", "--page-size", "64K"]
+    assert kvp("put", "--file", "a.pages", *base, "--meta", "127.0.0.1:18501", "K",
+               input=b"a", cwd=tmp_path)[:2] == (0, b"")
+    assert kvp("get", "--file", "a.pages", "--page-size", "64K", "--meta", "127.0.0.1:18501",
+               "K", cwd=tmp_path)[1] == b"a"
+    assert any(n.startswith("wal-") for n in os.listdir(tmp_path / "127.0.0.1:18501"))
+    assert kvp("put", "--file", "b.pages", *base, "--meta", "file:localhost:18000", "K",
+               input=b"b", cwd=tmp_path)[0] == 0
+    assert (tmp_path / "localhost:18000").is_dir()

@@ -319,3 +319,22 @@ def xxh64(data, seed=0):
     h = (h * P3) & M
     h ^= h >> 32
     return h
+
+
+@pytest.mark.parametrize("cmd", ["fsck", "inspect"])
+def test_fsck_of_a_directory_without_state_says_so(tmp_path, cmd):
+    """issue 36: `kvpage fsck` said "ok: every invariant holds" on an empty
+    or unrelated directory. It says the directory holds no kvpage state and
+    exits 2, writing nothing there."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("not kvpage's\n")
+    (other / "LOCK").write_bytes(b"")  # what a refused start once left: still no state
+    for d in (empty, other):
+        before = sorted(os.listdir(d))
+        res = subprocess.run([BIN, cmd, str(d)], capture_output=True, text=True, timeout=60)
+        assert res.returncode == 2, res.stdout + res.stderr
+        assert "holds no kvpage state" in res.stderr and res.stdout == ""
+        assert sorted(os.listdir(d)) == before

@@ -1,6 +1,7 @@
 """Native routes (protocol.md §4) and the process itself: /healthz, /metrics,
 /v1/stats, signals, --help, bad flags, a port already in use."""
 import math
+import os
 import re
 import signal
 import socket
@@ -318,3 +319,90 @@ def test_port_in_use(tmp_path):
     low = err.lower()
     assert "in use" in low or str(port) in err, f"unclear message:\n{err}"
     assert not sanitizer_report(err), err
+
+
+@pytest.mark.parametrize("why", ["port-in-use", "bad-flag", "state-in-use"])
+def test_refused_start_leaves_no_data_directory(tmp_path, why):
+    """issue 36: a serve refused at start (port in use) left the data
+    directory it created, with LOCK and a 1 MiB log. A refused start
+    creates none (--data-dir is the default ./kvpage-data too), and leaves a
+    directory in use as it was."""
+    binary = require_bin()
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv = None
+    (tmp_path / "busy").mkdir()  # the stderr of the server that holds the state
+    try:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        port = free_port() if why != "port-in-use" else holder.getsockname()[1]
+        args = ["serve", "--listen", f"127.0.0.1:{port}"]
+        before = {}
+        if why == "bad-flag":
+            args += ["--log-level", "loud"]
+        if why == "state-in-use":
+            from kvpserver import launch
+            srv = launch(tmp_path / "busy", ["--data-dir", tmp_path / "kvpage-data"])
+            before = {n: (tmp_path / "kvpage-data" / n).stat().st_size
+                      for n in os.listdir(tmp_path / "kvpage-data")}
+        p = subprocess.run([binary, *args], stdin=subprocess.DEVNULL, capture_output=True,
+                           timeout=60, cwd=tmp_path)
+        err = p.stderr.decode(errors="replace")
+        assert p.returncode in (1, 2), err
+        if why == "state-in-use":
+            assert {n: (tmp_path / "kvpage-data" / n).stat().st_size
+                    for n in os.listdir(tmp_path / "kvpage-data")} == before
+        else:
+            assert sorted(os.listdir(tmp_path)) == ["busy"], err
+    finally:
+        holder.close()
+        if srv is not None:
+            assert srv.stop() == 0, srv.stderr()
+
+
+def test_every_thread_but_the_main_one_blocks_sigterm(tmp_path):
+    """issue 36 (a flaky test_disk.py run exited -15): the log's and the
+    snapshot's threads, started while the state opens, had SIGTERM
+    unblocked, so a SIGTERM that arrived while the main thread was not in
+    its sigwait (during start-up) killed the process. Every thread but the
+    main one (which takes them in sigwait) blocks SIGINT and SIGTERM."""
+    from kvpserver import launch
+    srv = launch(tmp_path, ["--data-dir", tmp_path / "data"])
+    try:
+        pid = srv.proc.pid
+        tasks = os.listdir(f"/proc/{pid}/task")
+        assert len(tasks) >= 3  # main, the log's flusher, MHD's
+        for tid in tasks:
+            if int(tid) == pid:
+                continue
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                st = dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+            blocked = int(st["SigBlk"], 16)
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                assert blocked & (1 << (sig - 1)), (st["Name"], sig, st["SigBlk"])
+    finally:
+        assert srv.stop() == 0, srv.stderr()
+
+
+def test_sigterm_during_start_up_is_a_clean_stop(tmp_path):
+    """A SIGTERM that arrives while the state is still opening (its LOCK is
+    there, the log is being made) waits for the server's sigwait: it stops
+    cleanly, exit 0, where it killed the process (-15)."""
+    binary = require_bin()
+    for attempt in range(5):
+        data = tmp_path / f"data{attempt}"
+        p = subprocess.Popen([binary, "serve", "--listen", f"127.0.0.1:{free_port()}",
+                              "--data-dir", str(data)], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 30
+        while p.poll() is None and time.monotonic() < deadline and not (data / "LOCK").exists():
+            pass
+        assert p.poll() is None, p.stderr.read().decode(errors="replace")
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=60)
+        err = err.decode(errors="replace")
+        if "port" in err and "in use" in err:
+            continue  # another process took the free port meanwhile
+        assert p.returncode == 0, (p.returncode, err)
+        assert not sanitizer_report(err), err
+        return
+    pytest.fail("no free port in 5 tries")

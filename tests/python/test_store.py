@@ -170,3 +170,20 @@ def test_engine_page_through_the_command_line_unchanged(tmp_path):
     with kvpage.Store(tmp_path / "b.pages", 64 * BPP, BPP) as s:
         assert s.get(["k"], [out]) == (1, [BPP])
     assert bytes(out) == page
+
+
+def test_host_port_is_not_a_directory(tmp_path, monkeypatch):
+    """meta="HOST:PORT" is refused by the library's rule (the CLI's too),
+    naming the URL meant, and creates nothing; an existing directory of that
+    name and file:HOST:PORT are directories."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(kvpage.KvpageValueError, match=r"did you mean http://127\.0\.0\.1:18504\?"):
+        kvpage.Store("f", 1 << 20, BPP, meta="127.0.0.1:18504")
+    with pytest.raises(kvpage.KvpageValueError, match="did you mean http://localhost:18000"):
+        kvpage.store.claim("f", "localhost:18000")
+    assert os.listdir(tmp_path) == []
+    with kvpage.Store("f", 1 << 20, BPP, meta="file:127.0.0.1:18504") as s:
+        assert s.put(["k"], [bytearray(BPP)]) == [kvpage.STORED]
+    assert (tmp_path / "127.0.0.1:18504").is_dir()
+    with kvpage.Store("f", 1 << 20, BPP, meta="127.0.0.1:18504") as s:  # now a directory
+        assert s.exists(["k"]) == (1, [True])

@@ -274,6 +274,10 @@ static void test_locations(void)
     CHECK_EQ(kvp_meta_open_at("no scheme here", NULL, &m, &err), -EINVAL);
     CHECK(strstr(err.msg, "no scheme") != NULL);
     memset(&err, 0, sizeof err);
+    /* A server's address without its scheme: the URL it meant is named. */
+    CHECK_EQ(kvp_meta_open_at("127.0.0.1:18501", NULL, &m, &err), -EINVAL);
+    CHECK(m == NULL && strstr(err.msg, "did you mean http://127.0.0.1:18501?") != NULL);
+    memset(&err, 0, sizeof err);
     /* http: is the remote backend (test_http_client.c); opening connects to nothing. */
     CHECK_EQ(kvp_meta_open_at("http://127.0.0.1:18000", NULL, &m, &err), 0);
     kvp_meta_close(m);
