@@ -513,20 +513,6 @@ static int pf_validate(const struct kvp_pagefile *pf, const struct kvp_pagefile_
     return 0;
 }
 
-static int pf_report(const struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops, size_t n,
-                     const int64_t *results, int write, struct kvp_error *err);
-
-static int pf_batch(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops, size_t n,
-                    int64_t *results, int write, struct kvp_error *err)
-{
-    int rc = pf_validate(pf, ops, n, results, write, 0, err);
-    if (rc || n == 0)
-        return rc;
-    struct kvp__pf_batch b = {.ops = ops, .results = results, .n = n, .write = write};
-    pf->be[write]->run(pf, &b);
-    return pf_report(pf, ops, n, results, write, err);
-}
-
 /* The batch's return: 0, or the first op that did not move its size. */
 static int pf_report(const struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops, size_t n,
                      const int64_t *results, int write, struct kvp_error *err)
@@ -546,6 +532,17 @@ static int pf_report(const struct kvp_pagefile *pf, const struct kvp_pagefile_op
                        pf->path);
     }
     return 0;
+}
+
+static int pf_batch(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops, size_t n,
+                    int64_t *results, int write, struct kvp_error *err)
+{
+    int rc = pf_validate(pf, ops, n, results, write, 0, err);
+    if (rc || n == 0)
+        return rc;
+    struct kvp__pf_batch b = {.ops = ops, .results = results, .n = n, .write = write};
+    pf->be[write]->run(pf, &b);
+    return pf_report(pf, ops, n, results, write, err);
 }
 
 KVP_API int kvp_pagefile_read(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops, size_t n,

@@ -11,7 +11,10 @@
  * compared byte for byte, and read as one buffer to check that the segments
  * lie back to back; a plain put read back in segments; a missing key leaves
  * its segments untouched; refused calls (too long, a NULL segment, too many
- * segments) change nothing; a failed write releases its page.
+ * segments) change nothing; a failed write releases its page. And the page
+ * file's own checks of a vectored batch and, with psync and io_uring, a
+ * short read (the file truncated under the handle) giving the bytes of the
+ * leading part and -EIO.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -19,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/vfs.h>
+#include <unistd.h>
 #include <linux/magic.h>
 
 #include "check.h"
@@ -316,13 +320,15 @@ static void run(const struct config *c)
     kvp_store_close(s);
 }
 
-/* The page file's own checks of a vectored op, and a short read's result. */
-static void pagefile_checks(void)
+/* The page file's own checks of a vectored op, and a short read's result
+ * (the file truncated under the handle): the bytes of the leading part. */
+static void pagefile_checks(int backend)
 {
     char path[512];
-    snprintf(path, sizeof path, "%s/pf", tmpdir);
+    snprintf(path, sizeof path, "%s/pf%d", tmpdir, backend);
     struct kvp_pagefile_opts o;
     kvp_pagefile_opts_init(&o);
+    o.backend = backend;
     o.size = 4 * BPP;
     o.bytes_per_page = BPP;
     o.entries = 2;
@@ -353,6 +359,14 @@ static void pagefile_checks(void)
     struct kvp_pagefile_op rd = {BPP, whole, 150};
     CHECK_EQ(kvp_pagefile_read(pf, &rd, 1, res, &err), 0);
     CHECK(memcmp(whole, want, 150) == 0);
+    CHECK_EQ(truncate(path, BPP + 120), 0);
+    uint8_t c[100], d[50];
+    memset(d, 0xee, sizeof d);
+    struct kvp_pagefile_buf rseg[2] = {{c, 100}, {d, 50}};
+    struct kvp_pagefile_vop rop = {BPP, rseg, 2};
+    CHECK_EQ(kvp_pagefile_readv(pf, &rop, 1, res, &err), -EIO);
+    CHECK_EQ(res[0], 120);
+    CHECK(memcmp(c, want, 100) == 0 && memcmp(d, want + 100, 20) == 0 && d[20] == 0xee);
     kvp_pagefile_close(pf);
 }
 
@@ -373,7 +387,8 @@ int main(void)
         snprintf(keyname[i], sizeof keyname[i], "key-%d", i);
         keys[i] = (struct kvp_str){keyname[i], strlen(keyname[i])};
     }
-    pagefile_checks();
+    pagefile_checks(KVP_PAGEFILE_BACKEND_PSYNC);
+    pagefile_checks(KVP_PAGEFILE_BACKEND_URING);
     const struct config cs[] = {
         {"psync", KVP_PAGEFILE_BACKEND_PSYNC, 0, 1},
         {"uring", KVP_PAGEFILE_BACKEND_URING, 0, 1},
