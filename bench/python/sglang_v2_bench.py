@@ -12,7 +12,11 @@ v2 pools, each 2 MiB a page:
   swa      the same MHA geometry as another pool (mode split: zero copy);
   indexer  a DSA indexer page_first pool (mode ptr: zero copy);
   mamba    a Mamba slot: temporal state (8, 32, 60) fp32 and two conv
-           states (2, 512) fp16, 32 layers (mode staged: one copy).
+           states (2, 512) fp16, 32 layers (mode vec: zero copy, the three
+           buffers of a slot moved as one page by kvp_store_putv / getv);
+           then again with the pool's mode set to staged (the one staging
+           copy it took before, kept for pages of over 1024 pointers), the
+           baseline of vec in the same run.
 Host pools are the stand-ins of tests/python/sglang_v2_standins.py. Embedded
 metadata, durable false, files in the page cache.
 
@@ -106,7 +110,9 @@ def main():
         return tp[0], tg[0]
 
     gb = batch * MIB2 / 1e9
-    for name in ("swa", "indexer", "mamba"):
+    for name, mode in (("swa", None), ("indexer", None), ("mamba", None), ("mamba", "staged")):
+        if mode:
+            b._pools[name].mode = mode
         v2_round(name)  # warm-up, untimed
         v1_round()
         rp, rg, s1, s2 = [], [], [], []

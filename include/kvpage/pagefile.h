@@ -191,6 +191,46 @@ KVP_API int kvp_pagefile_write(struct kvp_pagefile *pf, const struct kvp_pagefil
                                int64_t *results, struct kvp_error *err);
 
 /*
+ * A vectored operation: the file range [offset, offset + the sum of the
+ * segments' lengths) <-> the segments segs[0..nsegs), laid back to back
+ * (segs[0] first). A page kept in host memory as several buffers moves
+ * without being copied into one first.
+ */
+struct kvp_pagefile_vop {
+    int64_t offset;
+    const struct kvp_pagefile_buf *segs;
+    size_t nsegs; /* 0 .. KVP_PAGEFILE_MAX_SEGS */
+};
+
+/* The most segments of one vectored operation (IOV_MAX). */
+#define KVP_PAGEFILE_MAX_SEGS 1024
+
+/*
+ * Reads (kvp_pagefile_readv) or writes (kvp_pagefile_writev) a batch of
+ * vectored operations: as kvp_pagefile_read / kvp_pagefile_write, where an
+ * operation's size is the sum of its segments' lengths. A segment of length
+ * 0 moves nothing (its base may then be NULL); a segment of length > 0 must
+ * not be NULL (KVP_RULE_ARG, err->value the segment's index); nsegs over
+ * KVP_PAGEFILE_MAX_SEGS or segs NULL with nsegs > 0 is KVP_RULE_ARG. With
+ * KVP_PAGEFILE_DIRECT the offset and the size must be aligned (as for
+ * read/write), the segments need not be. results[i]: the operation's bytes
+ * (its size) or a negative errno; on a short transfer the bytes of the
+ * complete leading part.
+ *
+ * Without a copy (one segment per SQE with io_uring, one preadv/pwritev per
+ * operation with psync) where the backend can; through a staging buffer
+ * inside the call where it cannot: USRBIO, reads with
+ * KVP_PAGEFILE_MMAP_READS, and O_DIRECT with a segment whose address or
+ * length is not aligned. A read whose transfer failed leaves its segments
+ * partly written or untouched.
+ * Returns as kvp_pagefile_read (-EINVAL: nothing done, results untouched).
+ */
+KVP_API int kvp_pagefile_readv(struct kvp_pagefile *pf, const struct kvp_pagefile_vop *ops,
+                               size_t n, int64_t *results, struct kvp_error *err);
+KVP_API int kvp_pagefile_writev(struct kvp_pagefile *pf, const struct kvp_pagefile_vop *ops,
+                                size_t n, int64_t *results, struct kvp_error *err);
+
+/*
  * Registers host memory regions with every io_uring ring of the handle so
  * that O_DIRECT operations whose buffer lies inside one use fixed buffers
  * (no per-I/O page pinning). Replaces any earlier registration. Regions over

@@ -203,6 +203,35 @@ KVP_API int64_t kvp_store_get(struct kvp_store *s, const struct kvp_str *keys,
                               const struct kvp_store_buf *bufs, size_t n, int64_t *results,
                               struct kvp_error *err);
 
+/* One key's page as several caller buffers, laid back to back in the page
+ * (bufs[0] first): a page that host memory keeps in several places. */
+struct kvp_store_bufv {
+    const struct kvp_store_buf *bufs;
+    size_t n; /* 0 .. KVP_PAGEFILE_MAX_SEGS */
+};
+
+/*
+ * kvp_store_put and kvp_store_get where key i's page comes from, or goes
+ * to, the buffers bufv[i].bufs[0..bufv[i].n) instead of one buffer: the
+ * page's first bufs[0].len bytes are bufs[0], the next bufs[1], ... Their
+ * lengths add up to at most bytes_per_page (the key's length, as a single
+ * buffer's len is in put and get: results[i] of getv is that sum). A buffer
+ * of length 0 is allowed and moves nothing (its base may be NULL). The
+ * same results, returns and semantics as put and get, and the same checks
+ * first (nothing changed, -EINVAL, err naming key and buffer): more than
+ * KVP_PAGEFILE_MAX_SEGS buffers or bufs NULL with n > 0 (KVP_RULE_ARG), a
+ * buffer NULL with len > 0 (KVP_RULE_ARG), lengths over bytes_per_page
+ * (KVP_RULE_SIZE).
+ * The page file moves the buffers without a copy where its backend can (see
+ * kvp_pagefile_readv) and through a staging copy where it cannot.
+ */
+KVP_API int kvp_store_putv(struct kvp_store *s, const struct kvp_str *keys,
+                           const struct kvp_store_bufv *bufv, size_t n, int64_t *results,
+                           struct kvp_error *err);
+KVP_API int64_t kvp_store_getv(struct kvp_store *s, const struct kvp_str *keys,
+                               const struct kvp_store_bufv *bufv, size_t n, int64_t *results,
+                               struct kvp_error *err);
+
 /*
  * out[i] = 1 where keys[i] is there, else 0 (no recency change). out may be
  * NULL. Returns the number of leading keys that are there, or a negative

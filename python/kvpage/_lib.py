@@ -147,6 +147,9 @@ store_open = _fn("kvp_store_open", c_int, P(StoreOpts), P(c_void_p), E)
 store_close = _fn("kvp_store_close", None, c_void_p)
 store_put = _fn("kvp_store_put", c_int, c_void_p, P(Str), P(StoreBuf), c_size_t, P(c_int64), E)
 store_get = _fn("kvp_store_get", c_int64, c_void_p, P(Str), P(StoreBuf), c_size_t, P(c_int64), E)
+# bufv: struct kvp_store_bufv {const struct kvp_store_buf *bufs; size_t n;}[] as two words each
+store_putv = _fn("kvp_store_putv", c_int, c_void_p, P(Str), c_void_p, c_size_t, P(c_int64), E)
+store_getv = _fn("kvp_store_getv", c_int64, c_void_p, P(Str), c_void_p, c_size_t, P(c_int64), E)
 store_exists = _fn("kvp_store_exists", c_int64, c_void_p, P(Str), c_size_t,
                    P(ctypes.c_uint8), E)
 store_delete = _fn("kvp_store_delete", c_int, c_void_p, P(Str), c_size_t, E)

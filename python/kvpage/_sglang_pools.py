@@ -11,9 +11,12 @@ How a pool's pages move (PoolIO.mode), from what its host pool offers:
           and "-v", each get_ksize_per_token() * page_size bytes;
   ptr     one pointer per page from get_page_buffer_meta (an indexer, an MLA
           draft, a conv-only Mamba slot): zero copy;
-  staged  several pointers per page (a Mamba slot: temporal state, then each
-          conv state): one copy through a staging page, in the order of
+  vec     several pointers per page (a Mamba slot: temporal state, then each
+          conv state): zero copy, the page file moves the pointers back to
+          back into one page (kvp_store_putv / getv), in the order of
           get_data_page(flat=True), which is what SGLang's hf3fs backend stores;
+  staged  as vec, for a page of more pointers than a page may take
+          (kvpage.store.MAX_SEGMENTS): one copy through a staging page;
   flat    anything else (layer_first): get_data_page(flat=True) out,
           get_dummy_flat_data_page + set_from_flat_data_page in.
 A page holds the pool's flat page (get_dummy_flat_data_page's bytes; an MHA
@@ -27,7 +30,9 @@ import ctypes
 import logging
 import threading
 
-from kvpage.store import Store
+from array import array
+
+from kvpage.store import MAX_SEGMENTS, Store
 
 try:  # SGLang's own types when it is installed
     from sglang.srt.mem_cache.hicache_storage import PoolName as _PoolName
@@ -172,7 +177,7 @@ class PoolIO:
                     self.bytes_per_page, layout, self.mode)
 
     def _mode(self, zero_copy):
-        """("split" | "ptr" | "staged" | "flat", pointers per page)."""
+        """("split" | "ptr" | "vec" | "staged" | "flat", pointers per page)."""
         if self.split:
             return "split", 2
         if not zero_copy or not hasattr(self.pool, "get_page_buffer_meta"):
@@ -186,7 +191,8 @@ class PoolIO:
             logger.info("kvpage.sglang: pool %s's page pointers cover %d of %d bytes: flat pages",
                         self.tag, sum(sizes or ()), self.bytes_per_page)
             return "flat", 0
-        return ("ptr" if len(sizes) == 1 else "staged"), len(sizes)
+        k = len(sizes)
+        return ("ptr" if k == 1 else "vec" if k <= MAX_SEGMENTS else "staged"), k
 
     def _meta_indices(self, starts):
         """host indices for get_page_buffer_meta: page_size per page, each
@@ -224,6 +230,14 @@ class PoolIO:
             return [b for s in starts for b in _kv_halves(self.pool.get_data_page(s, flat=False))]
         ptrs, sizes = self.pool.get_page_buffer_meta(self._meta_indices(starts))
         return [_pointer_page(p, n) for p, n in zip(ptrs, sizes)]
+
+    def _segment_words(self, starts):
+        """vec: array("Q") of every page's (pointer, size) pairs, the pages'
+        one after the other, and the count per page (kvpage.Store._segments)."""
+        ptrs, sizes = self.pool.get_page_buffer_meta(self._meta_indices(starts))
+        words = [0] * (2 * len(ptrs))
+        words[0::2], words[1::2] = ptrs, sizes
+        return array("Q", words), [self.segments] * len(starts)
 
     def _segments(self, starts):
         """staged: [(pointer, size) of each segment] per page."""
@@ -263,7 +277,10 @@ class PoolIO:
         if not real:
             return out
         sk, ss = [keys[i] for i in real], [starts[i] for i in real]
-        res = self.store.put(self.store_keys(sk), self._out_bufs(ss))
+        if self.mode == "vec":
+            res = self.store._segments(True, self.store_keys(sk), *self._segment_words(ss))
+        else:
+            res = self.store.put(self.store_keys(sk), self._out_bufs(ss))
         for i, ok in zip(real, self._per_page([r >= 0 for r in res])):
             out[i] = ok
         return out
@@ -298,6 +315,9 @@ class PoolIO:
             bufs = self._views(ss)
             _, res = self.store.get(self.store_keys(sk), bufs)
             ok = self._per_page([r == _nbytes(b) for r, b in zip(res, bufs)])
+        elif self.mode == "vec":
+            _, res = self.store._segments(False, self.store_keys(sk), *self._segment_words(ss))
+            ok = [r == self.bytes_per_page for r in res]
         else:
             ok = self._get_copied(sk, ss)
         for i, good in zip(real, ok):

@@ -12,6 +12,8 @@ from kvpage._size import size_arg
 from kvpage.errors import KvpageValueError, from_c
 from kvpage.pagefile import _BACKENDS, _FLAGS, mmap_reads_default
 
+# The most buffers of one key's page in put / get (KVP_PAGEFILE_MAX_SEGS)
+MAX_SEGMENTS = 1024
 STORED = 1   # put: written and confirmed by this call
 ALREADY = 0  # put: the key was there already; not rewritten
 
@@ -63,6 +65,22 @@ def _keys(op, keys):
 
 def _addr_of_bytes(b):
     return ctypes.cast(ctypes.c_char_p(b), ctypes.c_void_p).value or 0
+
+
+def _bufv_array(words, counts):
+    """struct kvp_store_bufv[] over words (array("Q") of every segment's
+    address and length, the keys' one after the other): (pointer, keepalive)."""
+    if len(words) < 2 * sum(counts):
+        raise ValueError("kvpage: fewer segment words than the counts say")
+    if not words:
+        words = array("Q", [0, 0])
+    base = words.buffer_info()[0]
+    n = len(counts)
+    v = [0] * (2 * n)
+    v[0::2] = [base + 16 * s for s in accumulate(counts[:-1], initial=0)]
+    v[1::2] = counts
+    vw = array("Q", v)
+    return ctypes.c_void_p(vw.buffer_info()[0]), (words, vw)
 
 
 def _location(meta):
@@ -176,51 +194,110 @@ class Store(Handle):
         self.backend = _lib.pagefile_backend_name(_lib.pagefile_backend(pf, 1)).decode()
 
     def _bufs(self, op, buffers, n, writable):
+        """(the C array of the buffers, what keeps it alive, vectored): one
+        struct kvp_store_buf per key, or, when a key has a list or tuple of
+        buffers, one struct kvp_store_bufv per key (_bufv)."""
         if len(buffers) != n:
             raise KvpageValueError(op, -errno.EINVAL,
                                    f"{n} keys but {len(buffers)} buffers: one buffer per key",
                                    "arg", -1, len(buffers), n)
         if not n:
-            return ctypes.cast((ctypes.c_uint64 * 2)(), ctypes.POINTER(_lib.StoreBuf)), None
+            return ctypes.cast((ctypes.c_uint64 * 2)(), ctypes.POINTER(_lib.StoreBuf)), None, False
         flat, keep = fast_words("Q", buffers)
         if flat is not None:
-            return ctypes.cast(flat.buffer_info()[0], ctypes.POINTER(_lib.StoreBuf)), (keep, flat)
+            return (ctypes.cast(flat.buffer_info()[0], ctypes.POINTER(_lib.StoreBuf)),
+                    (keep, flat), False)
+        if any(type(b) is list or type(b) is tuple for b in buffers):
+            return self._bufv(op, buffers, writable)
         addrs, sizes, keep = addresses(buffers, writable, op)
         words = [0] * (2 * n)
         words[0::2], words[1::2] = addrs, sizes
         flat = array("Q", words)
-        return ctypes.cast(flat.buffer_info()[0], ctypes.POINTER(_lib.StoreBuf)), (keep, flat)
+        return ctypes.cast(flat.buffer_info()[0], ctypes.POINTER(_lib.StoreBuf)), (keep, flat), False
+
+    def _bufv(self, op, buffers, writable):
+        """Keys whose page is several buffers (a list or tuple: back to back in
+        the page, the first first; a single buffer is a list of one)."""
+        segs = [b if type(b) is list or type(b) is tuple else (b,) for b in buffers]
+        counts = list(map(len, segs))
+        flat = [b for bs in segs for b in bs]
+        words, keep = fast_words("Q", flat) if flat else (array("Q"), None)
+        if words is None:
+            words, keep = array("Q"), []
+            for i, bs in enumerate(segs):
+                addrs, sizes, k = addresses(bs, writable, f"{op} key {i}")
+                w = [0] * (2 * len(bs))
+                w[0::2], w[1::2] = addrs, sizes
+                words.extend(w)
+                keep.append(k)
+        barr, vkeep = _bufv_array(words, counts)
+        return barr, (keep, vkeep), True
+
+    def _transfer(self, op, keys, barr, vec, n, write):
+        """The C call of put (write) or get: (return, results, err)."""
+        res = (ctypes.c_int64 * max(n, 1))()
+        err = _lib.Error()
+        fn = (_lib.store_putv if vec else _lib.store_put) if write else \
+            (_lib.store_getv if vec else _lib.store_get)
+        rc = self._call(op, fn, keys, barr, n, res, ctypes.byref(err))
+        return rc, res, err
 
     def put(self, keys, buffers):
-        """Stores buffers[i] under keys[i]. Returns a result per key:
+        """Stores buffers[i] under keys[i]. A key's buffer may be a list or
+        tuple of buffers: its page is those bytes back to back, moved without
+        joining them first (kvp_store_putv). Returns a result per key:
         kvpage.STORED (1), kvpage.ALREADY (0: the key was there, not
         rewritten) or a negative errno (-ENOSPC: no page could be had; the
         write's error). Bad arguments raise KvpageValueError and change
         nothing; a failure of the whole call (the metadata) raises KvpageError."""
         karr, n, kb = _keys("Store.put", keys)
-        barr, keep = self._bufs("Store.put", buffers, n, False)
-        res = (ctypes.c_int64 * max(n, 1))()
-        err = _lib.Error()
-        rc = self._call("Store.put", _lib.store_put, karr, barr, n, res, ctypes.byref(err))
+        barr, keep, vec = self._bufs("Store.put", buffers, n, False)
+        rc, res, err = self._transfer("Store.put", karr, barr, vec, n, True)
         del keep, kb
+        return self._put_results(rc, res, err, n)
+
+    @staticmethod
+    def _put_results(rc, res, err, n):
         if rc == -errno.EINVAL or (rc < 0 and err.index < 0):
             raise from_c("Store.put", rc, err)
         return list(res[:n])
 
     def get(self, keys, buffers):
-        """Loads the pages of keys[i] into buffers[i]. Returns (lead, results):
-        lead is the number of leading keys read in full, results[i] the bytes
-        read, -ENOENT (the key is not there: its buffer is untouched) or the
-        read's negative errno."""
+        """Loads the pages of keys[i] into buffers[i] (a list or tuple of
+        buffers: the page's bytes in order, back to back, as put took them).
+        Returns (lead, results): lead is the number of leading keys read in
+        full, results[i] the bytes read (a key's buffers' sum), -ENOENT (the
+        key is not there: its buffers are untouched) or the read's negative
+        errno."""
         karr, n, kb = _keys("Store.get", keys)
-        barr, keep = self._bufs("Store.get", buffers, n, True)
-        res = (ctypes.c_int64 * max(n, 1))()
-        err = _lib.Error()
-        lead = self._call("Store.get", _lib.store_get, karr, barr, n, res, ctypes.byref(err))
+        barr, keep, vec = self._bufs("Store.get", buffers, n, True)
+        lead, res, err = self._transfer("Store.get", karr, barr, vec, n, False)
         del keep, kb
+        return self._get_results(lead, res, err, n)
+
+    @staticmethod
+    def _get_results(lead, res, err, n):
         if lead < 0:
             raise from_c("Store.get", lead, err)
         return lead, list(res[:n])
+
+    def _segments(self, write, keys, words, counts):
+        """put (write) or get of pages given as raw host memory: words, an
+        array("Q") of (address, length) per segment, counts[i] segments for
+        keys[i] (kvpage.sglang's hybrid pools, whose pointers come from the
+        host pool). The memory must stay valid for the call."""
+        op = "Store.put" if write else "Store.get"
+        karr, n, kb = _keys(op, keys)
+        if len(counts) != n:
+            raise KvpageValueError(op, -errno.EINVAL, f"{n} keys but {len(counts)} pages",
+                                   "arg", -1, len(counts), n)
+        if not n:
+            return [] if write else (0, [])
+        barr, keep = _bufv_array(words, counts)
+        rc, res, err = self._transfer(op, karr, barr, True, n, write)
+        del keep, kb
+        return self._put_results(rc, res, err, n) if write else \
+            self._get_results(rc, res, err, n)
 
     def exists(self, keys):
         """Returns (lead, flags): flags[i] is True where keys[i] is there; lead

@@ -14,6 +14,7 @@
 #include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 #include <linux/fs.h>
 
@@ -436,8 +437,10 @@ KVP_API void kvp_pagefile_close(struct kvp_pagefile *pf)
 
 /* ---- batches ----------------------------------------------------------- */
 
+/* vec: ops are the whole ranges of vectored ops, whose segments were
+ * checked already (their buf is unused: no NULL or address check). */
 static int pf_validate(const struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops, size_t n,
-                       const int64_t *results, int write, struct kvp_error *err)
+                       const int64_t *results, int write, int vec, struct kvp_error *err)
 {
     if (!pf)
         return pf_fail(err, -EINVAL, KVP_RULE_ARG, -1, 0, "pagefile handle is NULL");
@@ -475,7 +478,7 @@ static int pf_validate(const struct kvp_pagefile *pf, const struct kvp_pagefile_
                     pf->bytes_per_page);
             return pf_limit(err, -EINVAL, (int64_t)pf->bytes_per_page);
         }
-        if (!ops[i].buf && sz > 0)
+        if (!vec && !ops[i].buf && sz > 0)
             return pf_fail(err, -EINVAL, KVP_RULE_ARG, (int64_t)i, 0,
                            "op %zu: buffer is NULL for size %" PRIu64, i, sz);
         if ((pf->flags & KVP_PAGEFILE_ALIGNED) && (uint64_t)off % pf->bytes_per_page) {
@@ -498,7 +501,7 @@ static int pf_validate(const struct kvp_pagefile *pf, const struct kvp_pagefile_
                         sz, pf->off_align);
                 return pf_limit(err, -EINVAL, pf->off_align);
             }
-            if ((uintptr_t)ops[i].buf % pf->mem_align) {
+            if (!vec && (uintptr_t)ops[i].buf % pf->mem_align) {
                 pf_fail(
                     err, -EINVAL, KVP_RULE_ALIGN, (int64_t)i, (int64_t)(uintptr_t)ops[i].buf,
                     "op %zu: buffer address %p is not aligned to %u bytes, as O_DIRECT requires", i,
@@ -510,14 +513,10 @@ static int pf_validate(const struct kvp_pagefile *pf, const struct kvp_pagefile_
     return 0;
 }
 
-static int pf_batch(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops, size_t n,
-                    int64_t *results, int write, struct kvp_error *err)
+/* The batch's return: 0, or the first op that did not move its size. */
+static int pf_report(const struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops, size_t n,
+                     const int64_t *results, int write, struct kvp_error *err)
 {
-    int rc = pf_validate(pf, ops, n, results, write, err);
-    if (rc || n == 0)
-        return rc;
-    struct kvp__pf_batch b = {.ops = ops, .results = results, .n = n, .write = write};
-    pf->be[write]->run(pf, &b);
     for (size_t i = 0; i < n; i++) {
         if (results[i] >= 0 && (uint64_t)results[i] == ops[i].size)
             continue;
@@ -535,6 +534,17 @@ static int pf_batch(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops, 
     return 0;
 }
 
+static int pf_batch(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops, size_t n,
+                    int64_t *results, int write, struct kvp_error *err)
+{
+    int rc = pf_validate(pf, ops, n, results, write, 0, err);
+    if (rc || n == 0)
+        return rc;
+    struct kvp__pf_batch b = {.ops = ops, .results = results, .n = n, .write = write};
+    pf->be[write]->run(pf, &b);
+    return pf_report(pf, ops, n, results, write, err);
+}
+
 KVP_API int kvp_pagefile_read(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops, size_t n,
                               int64_t *results, struct kvp_error *err)
 {
@@ -545,6 +555,259 @@ KVP_API int kvp_pagefile_write(struct kvp_pagefile *pf, const struct kvp_pagefil
                                int64_t *results, struct kvp_error *err)
 {
     return pf_batch(pf, ops, n, results, 1, err);
+}
+
+/* ---- vectored batches -------------------------------------------------- */
+
+/* How a vectored op moves (pf_vplan). */
+enum { PF_V_PLAIN, PF_V_VEC, PF_V_SPLIT, PF_V_STAGE };
+
+/* The segments of vectored ops checked; whole[i] gets op i's file range
+ * (its size the segments' sum, saturated so that an overflow is too big). */
+static int pf_vcheck(const struct kvp_pagefile_vop *ops, size_t n, struct kvp_pagefile_op *whole,
+                     struct kvp_error *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (ops[i].nsegs > KVP_PAGEFILE_MAX_SEGS) {
+            pf_fail(err, -EINVAL, KVP_RULE_ARG, (int64_t)i, (int64_t)ops[i].nsegs,
+                    "op %zu: %zu segments, over %d", i, ops[i].nsegs, KVP_PAGEFILE_MAX_SEGS);
+            return pf_limit(err, -EINVAL, KVP_PAGEFILE_MAX_SEGS);
+        }
+        if (ops[i].nsegs && !ops[i].segs)
+            return pf_fail(err, -EINVAL, KVP_RULE_ARG, (int64_t)i, 0,
+                           "op %zu: segs is NULL with nsegs = %zu", i, ops[i].nsegs);
+        uint64_t sum = 0;
+        for (size_t k = 0; k < ops[i].nsegs; k++) {
+            const struct kvp_pagefile_buf *g = &ops[i].segs[k];
+            if (g->len && !g->base)
+                return pf_fail(err, -EINVAL, KVP_RULE_ARG, (int64_t)i, (int64_t)k,
+                               "op %zu: segment %zu is NULL for %" PRIu64 " bytes", i, k, g->len);
+            sum = g->len > UINT64_MAX - sum ? UINT64_MAX : sum + g->len;
+        }
+        whole[i] = (struct kvp_pagefile_op){ops[i].offset, NULL, sum};
+    }
+    return 0;
+}
+
+/* Whether op's segments may go to the file as they are (O_DIRECT: every
+ * non-empty one aligned); *k gets the number of non-empty segments. */
+static int pf_valigned(const struct kvp_pagefile *pf, const struct kvp_pagefile_vop *op, size_t *k)
+{
+    int ok = 1;
+    *k = 0;
+    for (size_t s = 0; s < op->nsegs; s++) {
+        const struct kvp_pagefile_buf *g = &op->segs[s];
+        if (!g->len)
+            continue;
+        ++*k;
+        if ((uintptr_t)g->base % pf->mem_align || g->len % pf->off_align)
+            ok = 0;
+    }
+    return ok;
+}
+
+/* The plan of a vectored batch: xops (and for psync xvec) the plain
+ * operations the backend runs, xown[j] the vectored op of xops[j]. */
+struct pf_vplan {
+    struct kvp_pagefile_op *xops;
+    struct kvp__pf_vec *xvec;
+    struct iovec *iov;
+    size_t *xown;
+    int64_t *xres;
+    uint8_t *mode, *stop; /* per vectored op: PF_V_*, and done gathering */
+    char *stage;
+    size_t nx, niov;
+};
+
+static void pf_vplan_free(struct pf_vplan *p)
+{
+    free(p->mode);
+    free(p->xops);
+    free(p->stage);
+}
+
+/* The staging buffer of op i's whole range, gathered from its segments for a
+ * write; *at advances past it. */
+static char *pf_vstage(const struct kvp_pagefile *pf, const struct kvp_pagefile_vop *op,
+                       uint64_t size, char **at, int write)
+{
+    char *buf = *at;
+    uint64_t a = pf->mem_align > 64 ? pf->mem_align : 64;
+    *at += (size + a - 1) / a * a;
+    uint64_t o = 0;
+    for (size_t s = 0; write && s < op->nsegs; s++) {
+        if (op->segs[s].len)
+            memcpy(buf + o, op->segs[s].base, op->segs[s].len);
+        o += op->segs[s].len;
+    }
+    return buf;
+}
+
+/* Plans the batch: how each op moves, its plain operations, staging. */
+static int pf_vplan_make(const struct kvp_pagefile *pf, const struct kvp_pagefile_vop *ops,
+                         const struct kvp_pagefile_op *whole, size_t n, int write,
+                         struct pf_vplan *p)
+{
+    memset(p, 0, sizeof *p);
+    uint8_t *mode = p->mode = malloc(2 * n);
+    if (!mode)
+        return -ENOMEM;
+    p->stop = mode + n;
+    const int psync = pf->be[write]->id == KVP_PAGEFILE_BACKEND_PSYNC;
+    const int vec_ok = psync && pf->xfer[write] == kvp__pf_xfer_plain;
+    size_t nx = 0, niov = 0;
+    uint64_t staged = 0, a = pf->mem_align > 64 ? pf->mem_align : 64;
+    for (size_t i = 0; i < n; i++) {
+        size_t k;
+        int aligned = pf_valigned(pf, &ops[i], &k);
+        mode[i] = !aligned ? PF_V_STAGE : k <= 1 ? PF_V_PLAIN : vec_ok ? PF_V_VEC : PF_V_SPLIT;
+        nx += mode[i] == PF_V_SPLIT ? k : 1;
+        niov += mode[i] == PF_V_VEC ? k : 0;
+        staged += mode[i] == PF_V_STAGE ? (whole[i].size + a - 1) / a * a : 0;
+    }
+    size_t bytes = nx * (sizeof *p->xops + sizeof *p->xvec + sizeof *p->xown + sizeof *p->xres) +
+                   niov * sizeof *p->iov;
+    char *mem = malloc(bytes);
+    p->xops = (struct kvp_pagefile_op *)mem;
+    if (!mem || (staged && posix_memalign((void **)&p->stage, (size_t)a, (size_t)staged) != 0)) {
+        pf_vplan_free(p);
+        return -ENOMEM;
+    }
+    p->niov = niov;
+    p->xops = (struct kvp_pagefile_op *)mem;
+    p->xvec = (struct kvp__pf_vec *)(p->xops + nx);
+    p->xown = (size_t *)(p->xvec + nx);
+    p->xres = (int64_t *)(p->xown + nx);
+    p->iov = (struct iovec *)(p->xres + nx);
+    char *at = p->stage;
+    struct iovec *iov = p->iov;
+    size_t j = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct kvp_pagefile_vop *op = &ops[i];
+        int64_t off = op->offset;
+        struct kvp__pf_vec v = {iov, 0};
+        if (mode[i] == PF_V_STAGE) {
+            p->xvec[j] = (struct kvp__pf_vec){NULL, 0};
+            p->xown[j] = i;
+            p->xops[j++] = (struct kvp_pagefile_op){
+                off, pf_vstage(pf, op, whole[i].size, &at, write), whole[i].size};
+            continue;
+        }
+        if (mode[i] == PF_V_PLAIN) { /* the one non-empty segment, or none */
+            p->xops[j] = (struct kvp_pagefile_op){off, NULL, 0};
+            for (size_t s = 0; s < op->nsegs; s++)
+                if (op->segs[s].len)
+                    p->xops[j] = (struct kvp_pagefile_op){off, op->segs[s].base, op->segs[s].len};
+            p->xvec[j] = (struct kvp__pf_vec){NULL, 0};
+            p->xown[j++] = i;
+            continue;
+        }
+        for (size_t s = 0; s < op->nsegs; s++) {
+            const struct kvp_pagefile_buf *g = &op->segs[s];
+            if (!g->len)
+                continue;
+            if (mode[i] == PF_V_VEC) {
+                *iov++ = (struct iovec){g->base, (size_t)g->len};
+                v.n++;
+                continue;
+            }
+            p->xvec[j] = (struct kvp__pf_vec){NULL, 0};
+            p->xown[j] = i;
+            p->xops[j++] = (struct kvp_pagefile_op){off, g->base, g->len};
+            off += (int64_t)g->len;
+        }
+        if (mode[i] == PF_V_VEC) {
+            p->xvec[j] = v;
+            p->xown[j] = i;
+            p->xops[j++] = (struct kvp_pagefile_op){off, NULL, whole[i].size};
+        }
+    }
+    p->nx = j;
+    return 0;
+}
+
+/* Each op's result from its plain operations' (in file order): its bytes,
+ * the leading part moved before a short one, or the first error; a staged
+ * read's bytes are scattered into its segments. */
+static void pf_vgather(const struct kvp_pagefile_vop *ops, size_t n, const struct pf_vplan *p,
+                       int write, int64_t *results)
+{
+    uint8_t *stop = p->stop;
+    memset(stop, 0, n);
+    for (size_t i = 0; i < n; i++)
+        results[i] = 0;
+    for (size_t j = 0; j < p->nx; j++) {
+        size_t i = p->xown[j];
+        if (stop[i])
+            continue;
+        int64_t r = p->xres[j];
+        if (r < 0) {
+            results[i] = r, stop[i] = 1;
+            continue;
+        }
+        results[i] += r;
+        stop[i] = (uint64_t)r < p->xops[j].size;
+        if (p->mode[i] != PF_V_STAGE || write)
+            continue;
+        uint64_t o = 0;
+        for (size_t s = 0; s < ops[i].nsegs && o < (uint64_t)r; s++) {
+            uint64_t len =
+                ops[i].segs[s].len < (uint64_t)r - o ? ops[i].segs[s].len : (uint64_t)r - o;
+            if (len)
+                memcpy(ops[i].segs[s].base, (char *)p->xops[j].buf + o, len);
+            o += len;
+        }
+    }
+}
+
+static int pf_vbatch(struct kvp_pagefile *pf, const struct kvp_pagefile_vop *ops, size_t n,
+                     int64_t *results, int write, struct kvp_error *err)
+{
+    if (!pf || n > pf->entries || n == 0) /* the handle, the batch's size */
+        return pf_validate(pf, NULL, n, results, write, 1, err);
+    if (!ops || !results)
+        return pf_fail(err, -EINVAL, KVP_RULE_ARG, -1, 0, "%s is NULL with n = %zu",
+                       !ops ? "ops" : "results", n);
+    struct kvp_pagefile_op *whole = malloc(n * sizeof *whole);
+    if (!whole)
+        return pf_fail(err, -ENOMEM, KVP_RULE_IO, -1, 0, "out of memory");
+    struct pf_vplan p;
+    int rc = pf_vcheck(ops, n, whole, err);
+    if (!rc)
+        rc = pf_validate(pf, whole, n, results, write, 1, err);
+    if (!rc && pf_vplan_make(pf, ops, whole, n, write, &p) != 0)
+        rc = pf_fail(err, -ENOMEM, KVP_RULE_IO, -1, 0, "out of memory");
+    if (rc) {
+        free(whole);
+        return rc;
+    }
+    /* A split op is several plain ones: batches of at most `entries`. */
+    for (size_t lo = 0; lo < p.nx; lo += pf->entries) {
+        size_t m = p.nx - lo < pf->entries ? p.nx - lo : pf->entries;
+        struct kvp__pf_batch b = {.ops = p.xops + lo,
+                                  .results = p.xres + lo,
+                                  .n = m,
+                                  .write = write,
+                                  .vec = p.niov ? p.xvec + lo : NULL};
+        pf->be[write]->run(pf, &b);
+    }
+    pf_vgather(ops, n, &p, write, results);
+    pf_vplan_free(&p);
+    rc = pf_report(pf, whole, n, results, write, err);
+    free(whole);
+    return rc;
+}
+
+KVP_API int kvp_pagefile_readv(struct kvp_pagefile *pf, const struct kvp_pagefile_vop *ops,
+                               size_t n, int64_t *results, struct kvp_error *err)
+{
+    return pf_vbatch(pf, ops, n, results, 0, err);
+}
+
+KVP_API int kvp_pagefile_writev(struct kvp_pagefile *pf, const struct kvp_pagefile_vop *ops,
+                                size_t n, int64_t *results, struct kvp_error *err)
+{
+    return pf_vbatch(pf, ops, n, results, 1, err);
 }
 
 KVP_API int kvp_pagefile_flush(struct kvp_pagefile *pf, struct kvp_error *err)

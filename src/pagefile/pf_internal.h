@@ -57,12 +57,22 @@ int kvp__pf_fault_on(void);
 
 /* ---- the handle ------------------------------------------------------- */
 
+/* The segments of a vectored op (kvp_pagefile_readv/writev) as psync moves
+ * them: one preadv/pwritev; n == 0 for a plain op. */
+struct kvp__pf_vec {
+    const struct iovec *iov;
+    int n;
+};
+
 /* One batch as the backends see it: already validated. */
 struct kvp__pf_batch {
     const struct kvp_pagefile_op *ops;
     int64_t *results; /* filled by the backend: bytes or -errno per op */
     size_t n;
     int write;
+    /* NULL, or per op its segments (ops[i].buf then unused when vec[i].n):
+     * only given to psync, which moves such an op whole, never in pieces. */
+    const struct kvp__pf_vec *vec;
 };
 
 struct kvp_pagefile;
@@ -158,6 +168,12 @@ void kvp__pf_again_pause(unsigned n);
  * EINTR and EAGAIN. Returns bytes done (< len only at end of file) or -errno.
  */
 int64_t kvp__pf_pio(int fd, int write, void *buf, uint64_t len, int64_t off);
+
+/* kvp__pf_pio for the segments iov[0..n) laid back to back from off, len
+ * bytes in all: one preadv/pwritev, the rest of a short transfer segment by
+ * segment (and every segment by itself while a fault hook is installed). */
+struct iovec;
+int64_t kvp__pf_piov(int fd, int write, const struct iovec *iov, int n, uint64_t len, int64_t off);
 
 /* kvp__pf_pio on the handle's fd: the plain kvp__pf_xfer_fn. */
 int64_t kvp__pf_xfer_plain(const struct kvp_pagefile *pf, int write, void *buf, uint64_t len,

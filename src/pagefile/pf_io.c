@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <sched.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -83,6 +84,49 @@ int64_t kvp__pf_pio(int fd, int write, void *buf, uint64_t len, int64_t off)
     return (int64_t)done;
 }
 
+/* The segments from byte `done` on, one kvp__pf_pio each. */
+static int64_t pf_piov_rest(int fd, int write, const struct iovec *iov, int n, uint64_t done,
+                            int64_t off)
+{
+    uint64_t at = 0; /* where segment k starts */
+    for (int k = 0; k < n; at += iov[k].iov_len, k++) {
+        uint64_t seg = iov[k].iov_len;
+        if (at + seg <= done)
+            continue;
+        uint64_t skip = done - at;
+        int64_t r =
+            kvp__pf_pio(fd, write, (char *)iov[k].iov_base + skip, seg - skip, off + (int64_t)done);
+        if (r < 0)
+            return r;
+        done += (uint64_t)r;
+        if ((uint64_t)r < seg - skip)
+            break; /* end of file */
+    }
+    return (int64_t)done;
+}
+
+int64_t kvp__pf_piov(int fd, int write, const struct iovec *iov, int n, uint64_t len, int64_t off)
+{
+    uint64_t done = 0;
+    if (!kvp__pf_fault_on()) {
+        for (;;) {
+            ssize_t r = write ? pwritev(fd, iov, n, off) : preadv(fd, iov, n, off);
+            if (r >= 0) {
+                done = (uint64_t)r;
+                break;
+            }
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN)
+                return -errno;
+            break; /* the per-segment path retries EAGAIN with its pauses */
+        }
+        if (done == len)
+            return (int64_t)done;
+    }
+    return pf_piov_rest(fd, write, iov, n, done, off);
+}
+
 int64_t kvp__pf_xfer_plain(const struct kvp_pagefile *pf, int write, void *buf, uint64_t len,
                            int64_t off)
 {
@@ -93,5 +137,8 @@ void kvp__pf_run_inline(struct kvp_pagefile *pf, struct kvp__pf_batch *b)
 {
     for (size_t i = 0; i < b->n; i++)
         b->results[i] =
-            kvp__pf_pio(pf->fd, b->write, b->ops[i].buf, b->ops[i].size, b->ops[i].offset);
+            b->vec && b->vec[i].n
+                ? kvp__pf_piov(pf->fd, b->write, b->vec[i].iov, b->vec[i].n, b->ops[i].size,
+                               b->ops[i].offset)
+                : kvp__pf_pio(pf->fd, b->write, b->ops[i].buf, b->ops[i].size, b->ops[i].offset);
 }

@@ -107,13 +107,15 @@ static void pf_job_work(struct pf_job *job, const struct kvp__pf_pool *helper)
         size_t i = c / job->per_op;
         uint64_t start = (uint64_t)(c % job->per_op) * job->chunk;
         const struct kvp_pagefile_op *op = &b->ops[i];
-        if (start >= op->size)
+        const struct kvp__pf_vec *v = b->vec && b->vec[i].n ? &b->vec[i] : NULL;
+        if (start >= op->size || (v && start)) /* a vectored op moves whole */
             continue;
-        uint64_t len = op->size - start < job->chunk ? op->size - start : job->chunk;
+        uint64_t len = v ? op->size : op->size - start < job->chunk ? op->size - start : job->chunk;
         if (helper)
             atomic_fetch_add_explicit(&pf_helped, 1, memory_order_relaxed);
-        int64_t r =
-            job->xfer(job->pf, b->write, (char *)op->buf + start, len, op->offset + (int64_t)start);
+        int64_t r = v ? kvp__pf_piov(job->pf->fd, b->write, v->iov, v->n, len, op->offset)
+                      : job->xfer(job->pf, b->write, (char *)op->buf + start, len,
+                                  op->offset + (int64_t)start);
         if (r < 0)
             pf_record(&b->results[i], r);
         else if ((uint64_t)r < len)
@@ -349,7 +351,7 @@ static void pf_pool_run(struct kvp_pagefile *pf, struct kvp__pf_batch *b)
      * 6.1-6.5 GB/s with a helper, 8.3-9.3 GB/s alone (bench/io). */
     if (b->write && cpu_bound)
         want = 1;
-    uint64_t per_op = b->n >= want ? 1 : (want + b->n - 1) / b->n;
+    uint64_t per_op = b->n >= want || b->vec ? 1 : (want + b->n - 1) / b->n;
     /* Pieces are whole multiples of chunk_bytes (which keeps O_DIRECT alignment). */
     uint64_t unit = pf->chunk_bytes;
     uint64_t chunk = largest / per_op;

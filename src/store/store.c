@@ -422,9 +422,74 @@ KVP_API void kvp_store_close(struct kvp_store *s)
 
 /* ---------------------------------------------------------------- checks */
 
-static int check_call(struct kvp_store *s, const struct kvp_str *keys,
-                      const struct kvp_store_buf *bufs, size_t n, const int64_t *results,
+/* Where a call's pages come from or go to: one buffer per key (bufs) or
+ * several (bufv, whose buffers src_open copies into segs: key i's from
+ * first[i], len[i] bytes in all). */
+struct src {
+    const struct kvp_store_buf *bufs;
+    const struct kvp_store_bufv *bufv;
+    struct kvp_pagefile_buf *segs;
+    size_t *first;
+    uint64_t *len;
+    int vec; /* kvp_store_putv / getv */
+};
+
+static uint64_t src_len(const struct src *c, size_t i)
+{
+    return c->bufs ? c->bufs[i].len : c->len[i];
+}
+
+static int size_err(struct kvp_store *s, size_t i, uint64_t len, struct kvp_error *err)
+{
+    kvp__set_err(err, -EINVAL, KVP_RULE_SIZE, (int64_t)i, (int64_t)len, (int64_t)s->bpp,
+                 "buffer %zu is %llu bytes, over the page size %llu", i, (unsigned long long)len,
+                 (unsigned long long)s->bpp);
+    return -EINVAL;
+}
+
+/* Checks key i's buffers (bufv[i]) and sums their lengths into *len. */
+static int check_bufv(struct kvp_store *s, size_t i, const struct kvp_store_bufv *v, uint64_t *len,
                       struct kvp_error *err)
+{
+    if (v->n > KVP_PAGEFILE_MAX_SEGS) {
+        kvp__set_err(err, -EINVAL, KVP_RULE_ARG, (int64_t)i, (int64_t)v->n, KVP_PAGEFILE_MAX_SEGS,
+                     "key %zu has %zu buffers, over %d", i, v->n, KVP_PAGEFILE_MAX_SEGS);
+        return -EINVAL;
+    }
+    if (v->n && !v->bufs) {
+        kvp__set_err(err, -EINVAL, KVP_RULE_ARG, (int64_t)i, 0, 0,
+                     "key %zu: bufs is NULL with %zu buffers", i, v->n);
+        return -EINVAL;
+    }
+    *len = 0;
+    for (size_t k = 0; k < v->n; k++) {
+        if (v->bufs[k].len && !v->bufs[k].base) {
+            kvp__set_err(err, -EINVAL, KVP_RULE_ARG, (int64_t)i, (int64_t)k, 0,
+                         "key %zu: buffer %zu is NULL with %llu bytes", i, k,
+                         (unsigned long long)v->bufs[k].len);
+            return -EINVAL;
+        }
+        if (v->bufs[k].len > s->bpp - *len) {
+            kvp__set_err(err, -EINVAL, KVP_RULE_SIZE, (int64_t)i, (int64_t)k, (int64_t)s->bpp,
+                         "key %zu: its buffers 0..%zu are over the page size %llu", i, k,
+                         (unsigned long long)s->bpp);
+            return -EINVAL;
+        }
+        *len += v->bufs[k].len;
+    }
+    return 0;
+}
+
+static void src_close(struct src *c)
+{
+    free(c->segs);
+    free(c->first);
+    free(c->len);
+}
+
+/* Checks a call's arguments; for bufv, copies its buffers into c->segs. */
+static int check_call(struct kvp_store *s, const struct kvp_str *keys, struct src *c, size_t n,
+                      const int64_t *results, struct kvp_error *err)
 {
     if (!s)
         return arg_err(err, "%s is NULL", "store");
@@ -433,36 +498,67 @@ static int check_call(struct kvp_store *s, const struct kvp_str *keys,
                      "too many keys");
         return -EINVAL;
     }
-    if (n && !bufs)
-        return arg_err(err, "%s is NULL", "bufs");
+    if (n && !c->bufs && !c->bufv)
+        return arg_err(err, "%s is NULL", c->vec ? "bufv" : "bufs");
     if (n && !results)
         return arg_err(err, "%s is NULL", "results");
     if (n && !keys)
         return arg_err(err, "%s is NULL", "keys");
     /* The keys are checked by the metadata call, before it changes anything. */
-    for (size_t i = 0; i < n; i++) {
-        if (bufs[i].len > s->bpp) {
-            kvp__set_err(err, -EINVAL, KVP_RULE_SIZE, (int64_t)i, (int64_t)bufs[i].len,
-                         (int64_t)s->bpp, "buffer %zu is %llu bytes, over the page size %llu", i,
-                         (unsigned long long)bufs[i].len, (unsigned long long)s->bpp);
-            return -EINVAL;
-        }
-        if (bufs[i].len && !bufs[i].base) {
+    for (size_t i = 0; c->bufs && i < n; i++) {
+        if (c->bufs[i].len > s->bpp)
+            return size_err(s, i, c->bufs[i].len, err);
+        if (c->bufs[i].len && !c->bufs[i].base) {
             kvp__set_err(err, -EINVAL, KVP_RULE_ARG, (int64_t)i, 0, 0,
-                         "buffer %zu is NULL with %llu bytes", i, (unsigned long long)bufs[i].len);
+                         "buffer %zu is NULL with %llu bytes", i,
+                         (unsigned long long)c->bufs[i].len);
             return -EINVAL;
         }
     }
-    return 0;
+    if (!c->bufv || !n)
+        return 0;
+    c->len = malloc(n * sizeof *c->len);
+    c->first = malloc(n * sizeof *c->first);
+    size_t total = 0;
+    int rc = c->len && c->first ? 0 : -ENOMEM;
+    for (size_t i = 0; !rc && i < n; i++) {
+        rc = check_bufv(s, i, &c->bufv[i], &c->len[i], err);
+        c->first[i] = total;
+        total += c->bufv[i].n;
+    }
+    if (!rc && !(c->segs = malloc((total ? total : 1) * sizeof *c->segs)))
+        rc = -ENOMEM;
+    if (rc == -ENOMEM)
+        kvp__set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+    for (size_t i = 0; !rc && i < n; i++)
+        for (size_t k = 0; k < c->bufv[i].n; k++)
+            c->segs[c->first[i] + k] =
+                (struct kvp_pagefile_buf){c->bufv[i].bufs[k].base, c->bufv[i].bufs[k].len};
+    if (rc)
+        src_close(c);
+    return rc;
+}
+
+/* Key i's page I/O at page `page`: ops[k] (one buffer) or vops[k] (several). */
+static void src_op(struct kvp_store *s, const struct src *c, size_t i, int64_t page,
+                   struct kvp_pagefile_op *ops, struct kvp_pagefile_vop *vops, size_t k)
+{
+    int64_t off = (int64_t)((uint64_t)page * s->bpp);
+    if (c->bufs)
+        ops[k] = (struct kvp_pagefile_op){off, c->bufs[i].base, c->bufs[i].len};
+    else
+        vops[k] = (struct kvp_pagefile_vop){off, c->segs + c->first[i], c->bufv[i].n};
 }
 
 /* ---------------------------------------------------------------- page I/O */
 
-/* The page I/O of one call: ops[k] for k < nops, results into res[k]. */
+/* The page I/O of one call: ops[k] (or vops[k]) for k < nops, results
+ * into res[k]. */
 struct io_job {
     struct kvp_store *s;
     int write;
     struct kvp_pagefile_op *ops;
+    struct kvp_pagefile_vop *vops; /* not NULL: the call's pages are vectored */
     int64_t *res;
     size_t nops;
 };
@@ -472,19 +568,22 @@ static void io_piece(void *arg, size_t piece)
     struct io_job *j = arg;
     size_t lo = piece * j->s->entries;
     size_t n = j->nops - lo < j->s->entries ? j->nops - lo : j->s->entries;
-    int rc = j->write ? kvp_pagefile_write(j->s->pf, j->ops + lo, n, j->res + lo, NULL)
-                      : kvp_pagefile_read(j->s->pf, j->ops + lo, n, j->res + lo, NULL);
+    struct kvp_pagefile *pf = j->s->pf;
+    int rc = j->vops && j->write ? kvp_pagefile_writev(pf, j->vops + lo, n, j->res + lo, NULL)
+             : j->vops           ? kvp_pagefile_readv(pf, j->vops + lo, n, j->res + lo, NULL)
+             : j->write          ? kvp_pagefile_write(pf, j->ops + lo, n, j->res + lo, NULL)
+                                 : kvp_pagefile_read(pf, j->ops + lo, n, j->res + lo, NULL);
     if (rc == -EINVAL) /* validated before: cannot happen, but never leave results unset */
         for (size_t k = 0; k < n; k++)
             j->res[lo + k] = rc;
 }
 
-static void run_io(struct kvp_store *s, int write, struct kvp_pagefile_op *ops, int64_t *res,
-                   size_t nops)
+static void run_io(struct kvp_store *s, int write, struct kvp_pagefile_op *ops,
+                   struct kvp_pagefile_vop *vops, int64_t *res, size_t nops)
 {
     if (!nops)
         return;
-    struct io_job j = {s, write, ops, res, nops};
+    struct io_job j = {s, write, ops, vops, res, nops};
     size_t pieces = (nops + s->entries - 1) / s->entries;
     kvp__pieces_run(s->pieces, pieces, io_piece, &j);
 }
@@ -556,23 +655,25 @@ static void no_page_err(struct kvp_store *s, size_t i, struct kvp_error *err)
                      i, s->rank, s->deployment, s->pool, (unsigned long long)s->num_pages);
 }
 
-KVP_API int kvp_store_put(struct kvp_store *s, const struct kvp_str *keys,
-                          const struct kvp_store_buf *bufs, size_t n, int64_t *results,
-                          struct kvp_error *err)
+static int store_put(struct kvp_store *s, const struct kvp_str *keys, struct src *c, size_t n,
+                     int64_t *results, struct kvp_error *err)
 {
-    int rc = check_call(s, keys, bufs, n, results, err);
+    int rc = check_call(s, keys, c, n, results, err);
     if (rc)
         return rc;
     atomic_fetch_add(&s->puts, 1);
     if (n == 0)
         return 0;
-    /* One allocation holds every array of the call. */
+    /* One allocation holds every array of the call (ops: room for vops). */
+    _Static_assert(sizeof(struct kvp_pagefile_vop) == sizeof(struct kvp_pagefile_op),
+                   "ops and vops share their room");
     size_t bytes = n * (sizeof(int64_t) * 5 + sizeof(struct kvp_pagefile_op) +
                         sizeof(struct kvp_str) + sizeof(size_t) + 1);
     char *mem = malloc(bytes);
     struct page_set dup;
     if (!mem || page_set_init(&dup, n)) {
         free(mem);
+        src_close(c);
         kvp__set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
         return -ENOMEM;
     }
@@ -582,6 +683,7 @@ KVP_API int kvp_store_put(struct kvp_store *s, const struct kvp_str *keys,
     int64_t *release = cpages + n;
     int64_t *dupof = release + n; /* -1, or the first index of the same key */
     struct kvp_pagefile_op *ops = (struct kvp_pagefile_op *)(dupof + n);
+    struct kvp_pagefile_vop *vops = c->bufv ? (struct kvp_pagefile_vop *)ops : NULL;
     struct kvp_str *ckeys = (struct kvp_str *)(ops + n);
     size_t *widx = (size_t *)(ckeys + n);
     uint8_t *existed = (uint8_t *)(widx + n);
@@ -616,21 +718,20 @@ KVP_API int kvp_store_put(struct kvp_store *s, const struct kvp_str *keys,
                 dupof[i] = first; /* resolved below, after the first's fate */
                 continue;
             }
-            ops[nw] = (struct kvp_pagefile_op){(int64_t)((uint64_t)pages[i] * s->bpp), bufs[i].base,
-                                               bufs[i].len};
+            src_op(s, c, i, pages[i], ops, vops, nw);
             widx[nw++] = i;
         }
     }
-    run_io(s, 1, ops, wres, nw);
+    run_io(s, 1, ops, vops, wres, nw);
 
     size_t nc = 0, nrel = 0;
     uint64_t bytes_w = 0;
     for (size_t k = 0; k < nw; k++) {
         size_t i = widx[k];
-        if (wres[k] == (int64_t)bufs[i].len) {
+        if (wres[k] == (int64_t)src_len(c, i)) {
             ckeys[nc] = keys[i];
             cpages[nc++] = pages[i];
-            bytes_w += bufs[i].len;
+            bytes_w += src_len(c, i);
             results[i] = KVP_STORE_STORED;
         } else {
             release[nrel++] = pages[i];
@@ -701,16 +802,32 @@ KVP_API int kvp_store_put(struct kvp_store *s, const struct kvp_str *keys,
 out:
     page_set_free(&dup);
     free(mem);
+    src_close(c);
     return rc;
+}
+
+KVP_API int kvp_store_put(struct kvp_store *s, const struct kvp_str *keys,
+                          const struct kvp_store_buf *bufs, size_t n, int64_t *results,
+                          struct kvp_error *err)
+{
+    struct src c = {.bufs = bufs};
+    return store_put(s, keys, &c, n, results, err);
+}
+
+KVP_API int kvp_store_putv(struct kvp_store *s, const struct kvp_str *keys,
+                           const struct kvp_store_bufv *bufv, size_t n, int64_t *results,
+                           struct kvp_error *err)
+{
+    struct src c = {.bufv = bufv, .vec = 1};
+    return store_put(s, keys, &c, n, results, err);
 }
 
 /* ---------------------------------------------------------------- get */
 
-KVP_API int64_t kvp_store_get(struct kvp_store *s, const struct kvp_str *keys,
-                              const struct kvp_store_buf *bufs, size_t n, int64_t *results,
-                              struct kvp_error *err)
+static int64_t store_get(struct kvp_store *s, const struct kvp_str *keys, struct src *c, size_t n,
+                         int64_t *results, struct kvp_error *err)
 {
-    int rc = check_call(s, keys, bufs, n, results, err);
+    int rc = check_call(s, keys, c, n, results, err);
     if (rc)
         return rc;
     atomic_fetch_add(&s->gets, 1);
@@ -718,16 +835,19 @@ KVP_API int64_t kvp_store_get(struct kvp_store *s, const struct kvp_str *keys,
         return 0;
     char *mem = malloc(n * (sizeof(int64_t) * 2 + sizeof(struct kvp_pagefile_op) + sizeof(size_t)));
     if (!mem) {
+        src_close(c);
         kvp__set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
         return -ENOMEM;
     }
     int64_t *pages = (int64_t *)mem;
     int64_t *rres = pages + n;
     struct kvp_pagefile_op *ops = (struct kvp_pagefile_op *)(rres + n);
+    struct kvp_pagefile_vop *vops = c->bufv ? (struct kvp_pagefile_vop *)ops : NULL;
     size_t *ridx = (size_t *)(ops + n);
     rc = kvp_meta_lookup(s->ns, s->rank, !s->per_rank, keys, n, pages, err);
     if (rc) {
         free(mem);
+        src_close(c);
         return rc;
     }
     size_t nr = 0;
@@ -736,15 +856,14 @@ KVP_API int64_t kvp_store_get(struct kvp_store *s, const struct kvp_str *keys,
             results[i] = -ENOENT;
             continue;
         }
-        ops[nr] = (struct kvp_pagefile_op){(int64_t)((uint64_t)pages[i] * s->bpp), bufs[i].base,
-                                           bufs[i].len};
+        src_op(s, c, i, pages[i], ops, vops, nr);
         ridx[nr++] = i;
     }
-    run_io(s, 0, ops, rres, nr);
+    run_io(s, 0, ops, vops, rres, nr);
     uint64_t bytes_r = 0, ok = 0, failed = 0;
     for (size_t k = 0; k < nr; k++) {
         size_t i = ridx[k];
-        results[i] = rres[k] == (int64_t)bufs[i].len ? rres[k] : rres[k] < 0 ? rres[k] : -EIO;
+        results[i] = rres[k] == (int64_t)src_len(c, i) ? rres[k] : rres[k] < 0 ? rres[k] : -EIO;
         if (results[i] >= 0)
             bytes_r += (uint64_t)results[i], ok++;
         else
@@ -764,7 +883,24 @@ KVP_API int64_t kvp_store_get(struct kvp_store *s, const struct kvp_str *keys,
     atomic_fetch_add(&s->missing, n - nr);
     atomic_fetch_add(&s->bytes_read, bytes_r);
     free(mem);
+    src_close(c);
     return lead;
+}
+
+KVP_API int64_t kvp_store_get(struct kvp_store *s, const struct kvp_str *keys,
+                              const struct kvp_store_buf *bufs, size_t n, int64_t *results,
+                              struct kvp_error *err)
+{
+    struct src c = {.bufs = bufs};
+    return store_get(s, keys, &c, n, results, err);
+}
+
+KVP_API int64_t kvp_store_getv(struct kvp_store *s, const struct kvp_str *keys,
+                               const struct kvp_store_bufv *bufv, size_t n, int64_t *results,
+                               struct kvp_error *err)
+{
+    struct src c = {.bufv = bufv, .vec = 1};
+    return store_get(s, keys, &c, n, results, err);
 }
 
 /* ---------------------------------------------------------------- the rest */

@@ -100,7 +100,7 @@ def test_files_namespaces_and_modes(tmp_path):
     for suffix in ("", ".mamba", ".swa", ".indexer"):
         assert os.path.exists(tmp_path / f"hc.0.bin{suffix}"), suffix
     modes = {t: p.mode for t, p in b._pools.items()}
-    assert modes == {"mamba": "staged", "swa": "split", "indexer": "ptr"}
+    assert modes == {"mamba": "vec", "swa": "split", "indexer": "ptr"}
     st = b.get_stats()["pools"]
     assert st["mamba"]["bytes_per_page"] == g.mamba.get_size_per_token()
     assert st["swa"]["bytes_per_page"] == g.swa.get_ksize_per_token() * PS
@@ -280,6 +280,22 @@ def test_staged_miss_leaves_the_slot_alone(tmp_path):
     assert b.batch_get_v2([t]) == {PoolName.MAMBA: [True, False]}
     assert np.array_equal(g.mamba.page_bytes(5), want["mamba"])
     assert np.array_equal(g.mamba.page_bytes(6), before)
+    b.close()
+
+
+def test_mamba_vec_and_staged_modes_store_the_same_bytes(tmp_path, monkeypatch):
+    """A Mamba slot moves zero copy (vec); a page of more pointers than a
+    page may take keeps the staging copy (forced here): the same bytes."""
+    b, c, g, hs, want = written(tmp_path / "vec", n=3)
+    assert b._pools["mamba"].mode == "vec"
+    b.close()
+    monkeypatch.setattr(_sglang_pools, "MAX_SEGMENTS", 1)
+    b, c, g, hs, want_staged = written(tmp_path / "staged", n=3)
+    assert b._pools["mamba"].mode == "staged"
+    assert np.array_equal(want_staged["mamba"], want["mamba"])
+    t = PoolTransfer(PoolName.MAMBA, host_indices=torch.tensor([5]), keys=[hs[2]])
+    assert b.batch_get_v2([t]) == {PoolName.MAMBA: [True]}
+    assert np.array_equal(g.mamba.page_bytes(5), want["mamba"])
     b.close()
 
 
