@@ -146,8 +146,8 @@ static void reserve_run(struct sgl *s, size_t n)
         return;
     struct kvp_reply *r = s->c->rep;
     struct kvp_error err = {0};
-    int rc =
-        kvp_meta_allocate_async(s->ns, s->rank, r->keys, n, r->pages, r->flags, &r->ticket, &err);
+    int rc = kvp_meta_allocate_ordered_async(s->ns, s->rank, KVP_ORDER_SGLANG, r->keys, n, r->pages,
+                                             r->flags, &r->ticket, &err);
     if (rc) {
         meta_fail(s, rc, &err);
         return;
