@@ -636,7 +636,7 @@ struct frozen {
 
 static struct fz_rank live_rank(const struct kvp__rank *r)
 {
-    return (struct fz_rank){r->id, r->num_pages, r->lru.tail, r->pages, NULL};
+    return (struct fz_rank){r->id, r->num_pages, r->lru.tail, r->pages, NULL, 0};
 }
 
 static uint32_t fz_prev(const struct fz_rank *r, uint32_t p)
@@ -1007,7 +1007,7 @@ static void freeze(struct kvp__local *m, struct frozen *fz)
         v->ranks = frozen_take(fz, (size_t)ns->nranks * sizeof *v->ranks);
         for (uint32_t s = 0; s < ns->nranks; s++) {
             const struct kvp__rank *r = ns->slots[s];
-            v->ranks[s] = (struct fz_rank){r->id, r->num_pages, r->lru.tail, NULL, NULL};
+            v->ranks[s] = (struct fz_rank){r->id, r->num_pages, r->lru.tail, NULL, NULL, 0};
             if (r->lru.tail == KVP_NONE)
                 continue; /* nothing held: nothing to copy */
             struct fz_page *c = frozen_take(fz, (size_t)(r->top - r->bot) * sizeof *c);
