@@ -268,7 +268,8 @@ KVP_API int kvp_meta_allocate(struct kvp_ns *ns, uint32_t rank, const struct kvp
  *     first, then the highest never handed out.
  * Eviction is the same in every order. A restart forgets the release order:
  * every FREE page then counts as never handed out. The http:// backend
- * ignores the order (the server's SGLang route decides).
+ * sends the order to the server (SGLang's route with kvpage's "order"
+ * field); a server older than the field answers in its own order.
  */
 enum kvp_page_order { KVP_ORDER_DEFAULT = 0, KVP_ORDER_VLLM = 1, KVP_ORDER_SGLANG = 2 };
 

@@ -45,8 +45,8 @@ static void expect_alloc(struct kvp_ns *ns, uint32_t rank, int order, const char
     alloc(ns, rank, order, keys, got);
     for (size_t i = 0; i < strlen(keys); i++) {
         if (got[i] != want[i])
-            fprintf(stderr, "rank %u order %d key %c: page %lld, want %lld\n", rank, order,
-                    keys[i], (long long)got[i], (long long)want[i]);
+            fprintf(stderr, "rank %u order %d key %c: page %lld, want %lld\n", rank, order, keys[i],
+                    (long long)got[i], (long long)want[i]);
         CHECK_EQ(got[i], want[i]);
     }
 }
