@@ -288,7 +288,7 @@ int kvp__sglang_fast(struct kvp_ctx *c, int route)
     size_t n, nrel = 0;
     int rc;
     if (route == KVP_ROUTE_SGL_RESERVE)
-        rc = kvp__fast_sgl_allocate(c, &pool, &n);
+        rc = kvp__fast_sgl_reserve(c, &pool, &s.order, &n);
     else if (route == KVP_ROUTE_SGL_CONFIRM)
         rc = kvp__fast_sgl_confirm(c, &pool, &n, &nrel);
     else if (route == KVP_ROUTE_SGL_EXISTS || route == KVP_ROUTE_SGL_GET)
