@@ -12,7 +12,8 @@
 # of each build and the median of the per-round ratios new / old.
 #
 # Env: ROUNDS (5), DUR (3), CONNS (16), PAGES (16777216), THREADS (1: the
-#      servers' --threads), OPS ("exists64 locations64 sglexists64 allocconfirm64"),
+#      servers' --threads), OPS ("exists64 locations64 sglexists64 allocconfirm64";
+#      also sglpairs64: SGLang reserve + confirm pairs, pairs.lua, wrk -t4 -c4),
 #      FSYNC ("": with "batch", the servers run --data-dir in a temp dir
 #      with --fsync batch, and only allocconfirm64 is run).
 set -euo pipefail
@@ -63,15 +64,16 @@ for side in old new; do
 done
 
 run() { # run SIDE OP -> requests/s
-    local script=lookup.lua vars=() op=$2
+    local script=lookup.lua vars=() op=$2 threads=1 conns=$CONNS
     case $op in
     exists64) vars=(BENCH_OP=exists BENCH_BATCH=64) ;;
     locations64) vars=(BENCH_OP=locations BENCH_BATCH=64) ;;
     sglexists64) vars=(BENCH_OP=sgl_exists BENCH_BATCH=64) ;;
     allocconfirm64) script=allocconfirm.lua vars=(BENCH_BATCH=64) ;;
+    sglpairs64) script=pairs.lua vars=(BENCH_DIALECT=sglang BENCH_BATCH=64) threads=4 conns=4 ;;
     *) echo "unknown op $op" >&2; exit 2 ;;
     esac
-    env "${vars[@]}" wrk -t1 -c"$CONNS" -d"${DUR}s" --timeout 30s -s "$HERE/$script" \
+    env "${vars[@]}" wrk -t"$threads" -c"$conns" -d"${DUR}s" --timeout 30s -s "$HERE/$script" \
         "http://127.0.0.1:${PORT[$1]}/" | sed -n 's/^Requests\/sec: *//p'
 }
 

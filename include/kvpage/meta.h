@@ -256,6 +256,30 @@ KVP_API int kvp_meta_allocate(struct kvp_ns *ns, uint32_t rank, const struct kvp
                               size_t n, int64_t *pages, uint8_t *existed, struct kvp_error *err);
 
 /*
+ * The order in which an allocation takes FREE pages (protocol-notes, "The
+ * order of free pages"). A rank's free pages are kept as the engines'
+ * reference servers keep their free list: the pages never handed out,
+ * ascending, then the pages freed since, in the order they were freed.
+ *   KVP_ORDER_DEFAULT: the most recently freed first, then the lowest never
+ *     handed out (kvp_meta_allocate, the store).
+ *   KVP_ORDER_VLLM: from the front, as vLLM's metadata server: the lowest
+ *     never handed out first, then the freed ones, the earliest freed first.
+ *   KVP_ORDER_SGLANG: from the back, as SGLang's: the most recently freed
+ *     first, then the highest never handed out.
+ * Eviction is the same in every order. A restart forgets the release order:
+ * every FREE page then counts as never handed out. The http:// backend
+ * sends the order to the server (SGLang's route with kvpage's "order"
+ * field); a server older than the field answers in its own order.
+ */
+enum kvp_page_order { KVP_ORDER_DEFAULT = 0, KVP_ORDER_VLLM = 1, KVP_ORDER_SGLANG = 2 };
+
+/* kvp_meta_allocate taking FREE pages in the given order; -EINVAL
+ * (KVP_RULE_ARG) for an order not in enum kvp_page_order. */
+KVP_API int kvp_meta_allocate_ordered(struct kvp_ns *ns, uint32_t rank, int order,
+                                      const struct kvp_str *keys, size_t n, int64_t *pages,
+                                      uint8_t *existed, struct kvp_error *err);
+
+/*
  * Confirms written pages and releases unused reservations, all or nothing:
  * the whole request is validated first. confirmations are (keys[i], pages[i])
  * for i < n; release holds nrel pages.
@@ -318,6 +342,10 @@ KVP_API int kvp_meta_init_rank_async(struct kvp_ns *ns, uint32_t rank, uint64_t 
 KVP_API int kvp_meta_allocate_async(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys,
                                     size_t n, int64_t *pages, uint8_t *existed, uint64_t *ticket,
                                     struct kvp_error *err);
+KVP_API int kvp_meta_allocate_ordered_async(struct kvp_ns *ns, uint32_t rank, int order,
+                                            const struct kvp_str *keys, size_t n, int64_t *pages,
+                                            uint8_t *existed, uint64_t *ticket,
+                                            struct kvp_error *err);
 KVP_API int kvp_meta_confirm_async(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys,
                                    const int64_t *pages, size_t n, const int64_t *release,
                                    size_t nrel, uint64_t *ticket, struct kvp_error *err);

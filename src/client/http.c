@@ -722,9 +722,10 @@ static int reply_list(struct hbe *b, struct req *r, struct jdoc *d, const char *
 /* POSTs {["rank": R, ]"keys": [...][, "namespace": P]} to the vLLM route
  * (vllm: rank in the body when >= 0) or to /{rank}/route, and checks the
  * status is want. r->idempotent is the caller's. */
-static int keys_call(struct kvp_ns *ns, int64_t rank, int vllm, const char *route,
-                     const struct kvp_str *keys, size_t n, long want, struct req *r,
-                     struct kvp_error *err)
+/* order: the "order" field's value (reserve only), or NULL. */
+static int keys_call_order(struct kvp_ns *ns, int64_t rank, int vllm, const char *route,
+                           const char *order, const struct kvp_str *keys, size_t n, long want,
+                           struct req *r, struct kvp_error *err)
 {
     struct hns *s = hns_of(ns);
     int rc = keys_utf8(keys, n, err);
@@ -739,6 +740,11 @@ static int keys_call(struct kvp_ns *ns, int64_t rank, int vllm, const char *rout
     }
     put_keys(&body, "keys", keys, n);
     put_pool(&body, s, vllm);
+    if (order) {
+        put_lit(&body, ", \"order\": \"");
+        kvp__buf_put(&body, order, strlen(order));
+        put_lit(&body, "\"");
+    }
     put_lit(&body, "}");
     if (vllm)
         route_path(r, s, route);
@@ -746,6 +752,13 @@ static int keys_call(struct kvp_ns *ns, int64_t rank, int vllm, const char *rout
         rank_path(r, s, rank, route);
     return run(be_of(ns->meta), r, &body, want, r->idempotent ? OP_OTHER : OP_ALLOC, rank, NULL, 0,
                err);
+}
+
+static int keys_call(struct kvp_ns *ns, int64_t rank, int vllm, const char *route,
+                     const struct kvp_str *keys, size_t n, long want, struct req *r,
+                     struct kvp_error *err)
+{
+    return keys_call_order(ns, rank, vllm, route, NULL, keys, n, want, r, err);
 }
 
 static int h_init_rank(struct kvp_ns *ns, uint32_t rank, uint32_t num_pages, uint64_t *ticket,
@@ -767,12 +780,20 @@ static int h_init_rank(struct kvp_ns *ns, uint32_t rank, uint32_t num_pages, uin
     return rc;
 }
 
-static int h_allocate(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys, size_t n,
-                      int64_t *pages, uint8_t *existed, uint64_t *ticket, struct kvp_error *err)
+/* SGLang's reserve route, with the order as the "order" field (protocol-notes,
+ * "The order of free pages"); a server before it ignores the field and
+ * answers in its own order. */
+static int h_allocate_ordered(struct kvp_ns *ns, uint32_t rank, int order,
+                              const struct kvp_str *keys, size_t n, int64_t *pages,
+                              uint8_t *existed, uint64_t *ticket, struct kvp_error *err)
 {
     struct hbe *b = be_of(ns->meta);
     struct req r = {.idempotent = 0}; /* never repeated */
-    int rc = keys_call(ns, rank, 0, "reserve_and_allocate_page_indices", keys, n, 200, &r, err);
+    const char *name = order == KVP_ORDER_VLLM     ? "vllm"
+                       : order == KVP_ORDER_SGLANG ? NULL /* the route's own */
+                                                   : "default";
+    int rc = keys_call_order(ns, rank, 0, "reserve_and_allocate_page_indices", name, keys, n, 200,
+                             &r, err);
     if (rc)
         return rc;
     struct jdoc d;
@@ -796,6 +817,12 @@ static int h_allocate(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *ke
     free(d.t);
     kvp__buf_free(&r.reply);
     return rc;
+}
+
+static int h_allocate(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys, size_t n,
+                      int64_t *pages, uint8_t *existed, uint64_t *ticket, struct kvp_error *err)
+{
+    return h_allocate_ordered(ns, rank, KVP_ORDER_DEFAULT, keys, n, pages, existed, ticket, err);
 }
 
 static int h_confirm(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys,
@@ -1295,6 +1322,7 @@ const struct kvp__meta_ops kvp__http_ops = {
     .ns = h_ns,
     .init_rank = h_init_rank,
     .allocate = h_allocate,
+    .allocate_ordered = h_allocate_ordered,
     .confirm = h_confirm,
     .exists = h_exists,
     .lookup = h_lookup,

@@ -71,6 +71,11 @@ struct kvp__meta_ops {
     /* Durability: as kvp_meta_wait / kvp_meta_when_durable, ticket != 0. */
     int (*wait)(struct kvp_meta *m, uint64_t ticket, struct kvp_error *err);
     int (*when_durable)(struct kvp_meta *m, uint64_t ticket, kvp_meta_durable_fn fn, void *arg);
+    /* allocate taking FREE pages in an order of enum kvp_page_order
+     * (checked). May be NULL: the backend has one order (allocate's). */
+    int (*allocate_ordered)(struct kvp_ns *ns, uint32_t rank, int order, const struct kvp_str *keys,
+                            size_t n, int64_t *pages, uint8_t *existed, uint64_t *ticket,
+                            struct kvp_error *err);
     /* May be NULL: no values, always healthy, no snapshots (-ENOENT), no
      * description but the name. health sets *scope (never NULL) when it
      * fails: KVP_HEALTH_WRITES or KVP_HEALTH_ALL (kvp_meta_health_scope);

@@ -548,15 +548,22 @@ static void key_unlink(struct kvp__lns *ns, struct kvp__key *e)
 
 /* ---------------------------------------------------------------- pages */
 
-/* Puts page p, already unlinked from any list, into FREE. */
+/* Page p is outside the untouched range: on the free list when FREE. */
+static int page_touched(const struct kvp__rank *r, uint32_t p)
+{
+    return p < r->hwm || p >= r->ceil;
+}
+
+/* Puts page p, already unlinked from any list, into FREE: at the back of
+ * the free pages (the free list's head), as the references append it. */
 static void page_to_free(struct kvp__rank *r, uint32_t p)
 {
     struct kvp__page *pg = &r->pages[p];
     pg->state = KVP_PFREE;
     pg->owner = NULL;
     pg->t = 0;
-    /* Pages at or above the high-water mark are found by the hwm scan. */
-    if (p < r->hwm)
+    /* Pages of the untouched range are found by its scans. */
+    if (page_touched(r, p))
         list_push_head(r->pages, &r->free, p);
     r->nfree++;
 }
@@ -564,7 +571,7 @@ static void page_to_free(struct kvp__rank *r, uint32_t p)
 /* Unlinks FREE page p from wherever it is so that it can change state. */
 static void page_take_free(struct kvp__rank *r, uint32_t p)
 {
-    if (p < r->hwm)
+    if (page_touched(r, p))
         list_remove(r->pages, &r->free, p);
     r->nfree--;
 }
@@ -578,6 +585,8 @@ static void page_hold(struct kvp__rank *r, uint32_t p, struct kvp__key *e)
     pg->t = 0;
     if (p >= r->top)
         r->top = p + 1;
+    if (p < r->bot)
+        r->bot = p;
     e->pages[r->slot] = p;
     e->nheld++;
     list_push_head(r->pages, &r->lru, p);
@@ -614,40 +623,67 @@ static void expire(struct kvp__rank *r, uint64_t now)
 /* Pages whose slots fill one 2 MiB piece of a page array. */
 #define PAGES_PER_PIECE (KVP_PIECE_SIZE / sizeof(struct kvp__page))
 
-/* Has the background thread back the page array from page `from` on, one
- * piece ahead of the high-water mark, so that handing out never-used pages
- * does not wait for fresh memory. */
-static void populate_ahead(struct kvp__local *m, struct kvp__rank *r, uint64_t from)
+/* Has the background thread back the pages [from, to) of the page array
+ * (at most one piece), one piece ahead of the untouched range's scan, so
+ * that handing out never-used pages does not wait for fresh memory. */
+static void populate_ahead(struct kvp__local *m, struct kvp__rank *r, uint64_t from, uint64_t to)
 {
-    if (from >= r->num_pages)
-        return;
-    uint64_t n = r->num_pages - from < PAGES_PER_PIECE ? r->num_pages - from : PAGES_PER_PIECE;
-    if (atomic_load(&r->ahead.state) == KVP_POPULATE_QUEUED)
+    if (from >= to || atomic_load(&r->ahead.state) == KVP_POPULATE_QUEUED)
         return;
     r->ahead.addr = &r->pages[from];
-    r->ahead.len = n * sizeof *r->pages;
+    r->ahead.len = (to - from) * sizeof *r->pages;
     kvp__mempool_populate(&m->pool, &r->ahead);
 }
 
-/* A FREE page, unlinked, or KVP_NONE. */
-static uint32_t take_free_page(struct kvp__local *m, struct kvp__rank *r)
+/* The lowest FREE page of the untouched range, unlinked, or KVP_NONE. */
+static uint32_t take_lowest_untouched(struct kvp__local *m, struct kvp__rank *r)
 {
-    if (r->free.head != KVP_NONE) {
-        uint32_t p = r->free.head;
-        list_remove(r->pages, &r->free, p);
-        r->nfree--;
-        return p;
-    }
-    while (r->hwm < r->num_pages) {
+    while (r->hwm < r->ceil) {
         uint32_t p = r->hwm++;
-        if (p % PAGES_PER_PIECE == 0)
-            populate_ahead(m, r, (uint64_t)p + PAGES_PER_PIECE);
+        if (p % PAGES_PER_PIECE == 0) {
+            uint64_t from = (uint64_t)p + PAGES_PER_PIECE;
+            populate_ahead(m, r, from,
+                           from + PAGES_PER_PIECE < r->ceil ? from + PAGES_PER_PIECE : r->ceil);
+        }
         if (r->pages[p].state == KVP_PFREE) {
             r->nfree--;
             return p;
         }
     }
     return KVP_NONE;
+}
+
+/* The highest FREE page of the untouched range, unlinked, or KVP_NONE. */
+static uint32_t take_highest_untouched(struct kvp__local *m, struct kvp__rank *r)
+{
+    while (r->ceil > r->hwm) {
+        uint32_t p = --r->ceil;
+        if ((p + 1) % PAGES_PER_PIECE == 0 && p + 1 >= PAGES_PER_PIECE) {
+            uint64_t to = (uint64_t)p + 1 - PAGES_PER_PIECE;
+            populate_ahead(m, r, to > PAGES_PER_PIECE + r->hwm ? to - PAGES_PER_PIECE : r->hwm, to);
+        }
+        if (r->pages[p].state == KVP_PFREE) {
+            r->nfree--;
+            return p;
+        }
+    }
+    return KVP_NONE;
+}
+
+/* A FREE page in the given order (enum kvp_page_order), unlinked, or KVP_NONE. */
+static uint32_t take_free_page(struct kvp__local *m, struct kvp__rank *r, int order)
+{
+    uint32_t p;
+    if (order == KVP_ORDER_VLLM) { /* the front: untouched ascending, then the oldest freed */
+        if ((p = take_lowest_untouched(m, r)) != KVP_NONE || (p = r->free.tail) == KVP_NONE)
+            return p;
+    } else if ((p = r->free.head) == KVP_NONE) { /* the newest freed first */
+        return order == KVP_ORDER_SGLANG ? take_highest_untouched(m, r)
+                                         : take_lowest_untouched(m, r);
+    }
+    list_remove(r->pages, &r->free, p);
+    r->nfree--;
+    return p;
 }
 
 /*
@@ -725,6 +761,8 @@ static void rank_set_pages(struct kvp__rank *r, struct kvp__page *pg, uint32_t n
     r->pages = pg;
     r->num_pages = num_pages;
     r->hwm = 0;
+    r->ceil = num_pages;
+    r->bot = num_pages;
     r->top = 0;
     r->nfree = num_pages;
     list_init(&r->free);
@@ -1042,8 +1080,9 @@ static void seen_free(struct seen *s)
     free(s->hash);
 }
 
-static int lo_allocate(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *keys, size_t n,
-                       int64_t *pages, uint8_t *existed, uint64_t *ticket, struct kvp_error *err)
+static int lo_allocate_ordered(struct kvp_ns *pub, uint32_t rank, int order,
+                               const struct kvp_str *keys, size_t n, int64_t *pages,
+                               uint8_t *existed, uint64_t *ticket, struct kvp_error *err)
 {
     struct kvp__lns *ns = (struct kvp__lns *)pub;
     int rc;
@@ -1106,7 +1145,7 @@ static int lo_allocate(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *
             continue;
         }
         r->misses++;
-        uint32_t p = take_free_page(ns->meta, r);
+        uint32_t p = take_free_page(ns->meta, r, order);
         if (p != KVP_NONE)
             reused = 1;
         else
@@ -1129,6 +1168,12 @@ out:
         seen_free(&seen);
     kb_free(&kb);
     return rc;
+}
+
+static int lo_allocate(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *keys, size_t n,
+                       int64_t *pages, uint8_t *existed, uint64_t *ticket, struct kvp_error *err)
+{
+    return lo_allocate_ordered(pub, rank, KVP_ORDER_DEFAULT, keys, n, pages, existed, ticket, err);
 }
 
 /* -EINVAL (rule, the element, its page) unless every page is in [0, num_pages). */
@@ -1506,7 +1551,7 @@ static int check_ns(struct kvp__lns *ns, struct kvp_error *err)
             switch (pg->state) {
             case KVP_PFREE:
                 nf++;
-                nfl += p < r->hwm;
+                nfl += page_touched(r, p);
                 CHECK(!pg->owner, "%s rank %u: FREE page %u has an owner", ctx, r->id, p);
                 break;
             case KVP_PRESERVED:
@@ -1529,8 +1574,12 @@ static int check_ns(struct kvp__lns *ns, struct kvp_error *err)
         CHECK(nf + nr + nh == r->num_pages, "%s rank %u: states do not add up", ctx, r->id);
         CHECK(nf == r->nfree, "%s rank %u: %llu FREE pages, counted %llu", ctx, r->id,
               (unsigned long long)nf, (unsigned long long)r->nfree);
-        CHECK(nfl == r->free.count, "%s rank %u: %llu FREE pages below hwm, free list has %llu",
-              ctx, r->id, (unsigned long long)nfl, (unsigned long long)r->free.count);
+        CHECK(r->hwm <= r->ceil && r->ceil <= r->num_pages,
+              "%s rank %u: untouched range [%u, %u) is not within [0, %u]", ctx, r->id, r->hwm,
+              r->ceil, r->num_pages);
+        CHECK(nfl == r->free.count,
+              "%s rank %u: %llu FREE pages outside [hwm, ceil), free list has %llu", ctx, r->id,
+              (unsigned long long)nfl, (unsigned long long)r->free.count);
         CHECK(nr == r->reserved.count, "%s rank %u: reserved count wrong", ctx, r->id);
         CHECK(nh == r->lru.count, "%s rank %u: held count wrong", ctx, r->id);
         held_total += nh;
@@ -1725,6 +1774,7 @@ const struct kvp__meta_ops kvp__local_ops = {
     .ns = lo_ns,
     .init_rank = lo_init_rank,
     .allocate = lo_allocate,
+    .allocate_ordered = lo_allocate_ordered,
     .confirm = lo_confirm,
     .exists = lo_exists,
     .lookup = lo_lookup,

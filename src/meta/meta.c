@@ -353,9 +353,10 @@ KVP_API int kvp_meta_init_rank(struct kvp_ns *ns, uint32_t rank, uint64_t num_pa
     return settle(ns ? ns->meta : NULL, rc, t, err);
 }
 
-KVP_API int kvp_meta_allocate_async(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys,
-                                    size_t n, int64_t *pages, uint8_t *existed, uint64_t *ticket,
-                                    struct kvp_error *err)
+KVP_API int kvp_meta_allocate_ordered_async(struct kvp_ns *ns, uint32_t rank, int order,
+                                            const struct kvp_str *keys, size_t n, int64_t *pages,
+                                            uint8_t *existed, uint64_t *ticket,
+                                            struct kvp_error *err)
 {
     int rc;
     if ((rc = check_ns(ns, err)) || (rc = check_rank(rank, 0, err)) ||
@@ -363,15 +364,35 @@ KVP_API int kvp_meta_allocate_async(struct kvp_ns *ns, uint32_t rank, const stru
         return rc;
     if ((n && !pages) || !ticket)
         return bad_arg(err, "pages or ticket is NULL");
-    return ns->meta->ops->allocate(ns, rank, keys, n, pages, existed, ticket, err);
+    if (order != KVP_ORDER_DEFAULT && order != KVP_ORDER_VLLM && order != KVP_ORDER_SGLANG)
+        return bad_arg(err, "unknown page order");
+    const struct kvp__meta_ops *ops = ns->meta->ops;
+    if (ops->allocate_ordered)
+        return ops->allocate_ordered(ns, rank, order, keys, n, pages, existed, ticket, err);
+    return ops->allocate(ns, rank, keys, n, pages, existed, ticket, err);
+}
+
+KVP_API int kvp_meta_allocate_async(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys,
+                                    size_t n, int64_t *pages, uint8_t *existed, uint64_t *ticket,
+                                    struct kvp_error *err)
+{
+    return kvp_meta_allocate_ordered_async(ns, rank, KVP_ORDER_DEFAULT, keys, n, pages, existed,
+                                           ticket, err);
+}
+
+KVP_API int kvp_meta_allocate_ordered(struct kvp_ns *ns, uint32_t rank, int order,
+                                      const struct kvp_str *keys, size_t n, int64_t *pages,
+                                      uint8_t *existed, struct kvp_error *err)
+{
+    uint64_t t = 0;
+    int rc = kvp_meta_allocate_ordered_async(ns, rank, order, keys, n, pages, existed, &t, err);
+    return settle(ns ? ns->meta : NULL, rc, t, err);
 }
 
 KVP_API int kvp_meta_allocate(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys,
                               size_t n, int64_t *pages, uint8_t *existed, struct kvp_error *err)
 {
-    uint64_t t = 0;
-    int rc = kvp_meta_allocate_async(ns, rank, keys, n, pages, existed, &t, err);
-    return settle(ns ? ns->meta : NULL, rc, t, err);
+    return kvp_meta_allocate_ordered(ns, rank, KVP_ORDER_DEFAULT, keys, n, pages, existed, err);
 }
 
 KVP_API int kvp_meta_confirm_async(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys,

@@ -53,8 +53,9 @@ static inline const char *kvp__key_bytes(const struct kvp__key *k)
 
 /*
  * One page slot. Its state decides which list prev/next link it into:
- * FREE pages below the rank's high-water mark are on the free list, RESERVED
- * pages on the reservation FIFO (lease order), HELD pages on the LRU list.
+ * FREE pages outside the rank's untouched range [hwm, ceil) are on the free
+ * list, RESERVED pages on the reservation FIFO (lease order), HELD pages on
+ * the LRU list.
  */
 struct kvp__page {
     struct kvp__key *owner; /* HELD: the key; else NULL */
@@ -73,13 +74,19 @@ struct kvp__rank {
     uint32_t id;   /* the rank number clients use */
     uint32_t slot; /* index into the namespace's slot table and keys' pages[] */
     uint32_t num_pages;
-    uint32_t hwm; /* pages >= hwm were never handed out from the free list */
-    uint32_t top; /* pages >= top were not HELD since the array was installed (a
-                   * snapshot thread copies the pages below it) */
+    /* The free pages in the order the engines' reference servers keep them
+     * (protocol-notes, "The order of free pages"): the untouched range
+     * [hwm, ceil), whose FREE pages were never handed out from the free
+     * list, ascending, then the free list in release order (its head the
+     * newest). vLLM's routes take from the front, SGLang's from the back. */
+    uint32_t hwm;      /* pages < hwm were handed out from the bottom */
+    uint32_t ceil;     /* pages >= ceil were handed out from the top */
+    uint32_t bot, top; /* no page outside [bot, top) was HELD since the array
+                        * was installed (a snapshot thread copies the range) */
     uint32_t stamp;
     struct kvp__page *pages;
     struct kvp__list free, reserved, lru;
-    uint64_t nfree;             /* free-list pages plus FREE pages >= hwm */
+    uint64_t nfree;             /* free-list pages plus FREE pages in [hwm, ceil) */
     struct kvp__populate ahead; /* backs the page array ahead of hwm */
     uint64_t hits, misses, allocations, evictions, expired, release_held;
 };

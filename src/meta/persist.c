@@ -599,7 +599,7 @@ static void sw_rec(struct snapw *w, const struct enc *e)
  * What a snapshot reads, frozen with every lock held, for a snapshot that a
  * thread of this process writes while requests go on (KVP_SNAPSHOT_THREAD,
  * KVP_SNAPSHOT_MANUAL): per namespace its key count and ranks; per rank,
- * the owner and LRU link of each page below the rank's top. Copying those
+ * the owner and LRU link of each page in the rank's [bot, top). Copying those
  * 16 bytes a page is a sequential pass (about 5 ms per 1,000,000 pages
  * here), where encoding the records with the locks held would walk the LRU
  * in its own order and hash every record (bench/persist/README.md).
@@ -619,6 +619,7 @@ struct fz_rank {
     uint32_t id, num_pages, tail;
     const struct kvp__page *live; /* the rank's own pages (no copy), or NULL */
     const struct fz_page *pages;  /* the copy, or NULL */
+    uint32_t base;                /* the page pages[0] copies */
 };
 struct fz_ns {
     const struct kvp__lns *ns; /* its id and names never change */
@@ -635,17 +636,17 @@ struct frozen {
 
 static struct fz_rank live_rank(const struct kvp__rank *r)
 {
-    return (struct fz_rank){r->id, r->num_pages, r->lru.tail, r->pages, NULL};
+    return (struct fz_rank){r->id, r->num_pages, r->lru.tail, r->pages, NULL, 0};
 }
 
 static uint32_t fz_prev(const struct fz_rank *r, uint32_t p)
 {
-    return r->pages ? r->pages[p].prev : r->live[p].prev;
+    return r->pages ? r->pages[p - r->base].prev : r->live[p].prev;
 }
 
 static const struct kvp__key *fz_owner(const struct fz_rank *r, uint32_t p)
 {
-    return r->pages ? r->pages[p].owner : r->live[p].owner;
+    return r->pages ? r->pages[p - r->base].owner : r->live[p].owner;
 }
 
 /*
@@ -958,7 +959,7 @@ static size_t frozen_bytes(struct kvp__local *m, int unlocked)
         b += sizeof(struct fz_ns) + (size_t)ns->nranks * sizeof(struct fz_rank);
         for (uint32_t s = 0; s < ns->nranks; s++)
             if (ns->slots[s]->lru.tail != KVP_NONE)
-                b += (size_t)ns->slots[s]->top * sizeof(struct fz_page);
+                b += (size_t)(ns->slots[s]->top - ns->slots[s]->bot) * sizeof(struct fz_page);
         if (unlocked)
             pthread_mutex_unlock(&ns->lock);
     }
@@ -1006,13 +1007,14 @@ static void freeze(struct kvp__local *m, struct frozen *fz)
         v->ranks = frozen_take(fz, (size_t)ns->nranks * sizeof *v->ranks);
         for (uint32_t s = 0; s < ns->nranks; s++) {
             const struct kvp__rank *r = ns->slots[s];
-            v->ranks[s] = (struct fz_rank){r->id, r->num_pages, r->lru.tail, NULL, NULL};
+            v->ranks[s] = (struct fz_rank){r->id, r->num_pages, r->lru.tail, NULL, NULL, 0};
             if (r->lru.tail == KVP_NONE)
                 continue; /* nothing held: nothing to copy */
-            struct fz_page *c = frozen_take(fz, (size_t)r->top * sizeof *c);
-            for (uint32_t p = 0; p < r->top; p++)
-                c[p] = (struct fz_page){r->pages[p].owner, r->pages[p].prev};
+            struct fz_page *c = frozen_take(fz, (size_t)(r->top - r->bot) * sizeof *c);
+            for (uint32_t p = r->bot; p < r->top; p++)
+                c[p - r->bot] = (struct fz_page){r->pages[p].owner, r->pages[p].prev};
             v->ranks[s].pages = c;
+            v->ranks[s].base = r->bot;
         }
         kvp__meta_keep_keys(ns, 1);
     }

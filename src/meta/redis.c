@@ -801,17 +801,19 @@ static int rd_init_rank(struct kvp_ns *pub, uint32_t rank, uint32_t num_pages, u
     return ns_register(m, ns, err);
 }
 
-static int rd_allocate(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *keys, size_t n,
-                       int64_t *pages, uint8_t *existed, uint64_t *ticket, struct kvp_error *err)
+static int rd_allocate_ordered(struct kvp_ns *pub, uint32_t rank, int order,
+                               const struct kvp_str *keys, size_t n, int64_t *pages,
+                               uint8_t *existed, uint64_t *ticket, struct kvp_error *err)
 {
     struct rns *ns = (struct rns *)pub;
     (void)ticket;
     struct args a;
     int rc;
-    if ((rc = args_init(&a, 2 + n, 2, err)) != 0)
+    if ((rc = args_init(&a, 3 + n, 3, err)) != 0)
         return rc;
     arg_int(&a, (long long)(ns->m->lease_ms > INT64_MAX / 2 ? INT64_MAX / 2 : ns->m->lease_ms));
     arg_int(&a, EVICT_SCAN_MAX);
+    arg_int(&a, order);
     arg_keys(&a, keys, n);
     redisReply *r;
     /* Not repeated after a lost connection: it may have handed out pages. */
@@ -839,6 +841,12 @@ static int rd_allocate(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *
     }
     kvp__rreply_free(r);
     return bad ? unexpected(ns->m, "the allocate script", err) : 0;
+}
+
+static int rd_allocate(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *keys, size_t n,
+                       int64_t *pages, uint8_t *existed, uint64_t *ticket, struct kvp_error *err)
+{
+    return rd_allocate_ordered(pub, rank, KVP_ORDER_DEFAULT, keys, n, pages, existed, ticket, err);
 }
 
 /* The index of the first confirmation (in page, then index order) whose page
@@ -1846,10 +1854,10 @@ static int rd_open_sentinel(struct kvp_meta *front, const char *where, struct kv
 
 #define RD_OPS                                                                                     \
     .close = rd_close, .ns = rd_ns, .init_rank = rd_init_rank, .allocate = rd_allocate,            \
-    .confirm = rd_confirm, .exists = rd_exists, .lookup = rd_lookup, .del = rd_delete,             \
-    .clear = rd_clear, .nranks = rd_nranks, .stats = rd_stats, .check = rd_check, .wait = rd_wait, \
-    .when_durable = rd_when_durable, .values = rd_values, .health = rd_health,                     \
-    .snapshot = rd_snapshot, .describe = rd_describe
+    .allocate_ordered = rd_allocate_ordered, .confirm = rd_confirm, .exists = rd_exists,           \
+    .lookup = rd_lookup, .del = rd_delete, .clear = rd_clear, .nranks = rd_nranks,                 \
+    .stats = rd_stats, .check = rd_check, .wait = rd_wait, .when_durable = rd_when_durable,        \
+    .values = rd_values, .health = rd_health, .snapshot = rd_snapshot, .describe = rd_describe
 
 /* The same backend, its master named by sentinels. */
 const struct kvp__meta_ops kvp__redis_sentinel_ops = {

@@ -13,9 +13,14 @@
  *                         (reservation counter: one per page reserved), nres
  *                         (RESERVED pages), then the counters of
  *                         kvp_rank_stats: hits, misses, allocations,
- *                         evictions, expired, release_held
- *   KEYS[2] free   ZSET   FREE pages below hwm, scored by fseq: the highest
- *                         is the most recently freed
+ *                         evictions, expired, release_held, then ceil
+ *                         (pages >= ceil were handed out from the top;
+ *                         written only when below num_pages, so a rank
+ *                         that SGLang's order never took from the top
+ *                         keeps the 13 fields of earlier versions)
+ *   KEYS[2] free   ZSET   FREE pages outside the untouched range [hwm,
+ *                         ceil), scored by fseq: the lowest is the
+ *                         earliest freed, the highest the most recently
  *   KEYS[3] res    ZSET   reservations (one per allocation that reserved
  *                         pages, named by the rseq of its first page) by
  *                         lease deadline (ms, Redis TIME)
@@ -65,7 +70,7 @@
     "end\n"                                                                                        \
     "-- the rank's fields: one string in M, the numbers of F separated by spaces\n"                \
     "local F = {'num_pages', 'hwm', 'top', 'clock', 'fseq', 'rseq', 'nres', 'hits', 'misses',\n"   \
-    "  'allocations', 'evictions', 'expired', 'release_held'}\n"                                   \
+    "  'allocations', 'evictions', 'expired', 'release_held', 'ceil'}\n"                           \
     "local st, st0 = nil, nil\n"                                                                   \
     "-- the rank's fields, or nil when it is not initialized\n"                                    \
     "local function load()\n"                                                                      \
@@ -74,14 +79,17 @@
     "  st = {}\n"                                                                                  \
     "  local i = 0\n"                                                                              \
     "  for x in string.gmatch(st0, '%S+') do i = i + 1; st[F[i]] = tonumber(x) end\n"              \
+    "  st.ceil = st.ceil or st.num_pages\n"                                                        \
     "  return st\n"                                                                                \
     "end\n"                                                                                        \
+    "-- page p is outside the untouched range: on the free set when FREE\n"                        \
+    "local function touched(p) return p < st.hwm or p >= st.ceil end\n"                            \
     "local function packed()\n"                                                                    \
     "  return fmt('%d %d %d %d %d %d %d %d %d %d %d %d %d', st.num_pages, st.hwm, st.top, "        \
     "st.clock,\n"                                                                                  \
     "    st.fseq, st.rseq, st.nres, st.hits, st.misses, st.allocations, st.evictions, "            \
     "st.expired,\n"                                                                                \
-    "    st.release_held)\n"                                                                       \
+    "    st.release_held) .. (st.ceil < st.num_pages and fmt(' %d', st.ceil) or '')\n"             \
     "end\n"                                                                                        \
     "-- writes back what changed\n"                                                                \
     "local function store()\n"                                                                     \
@@ -149,7 +157,7 @@
     "  local fadd, pd = {}, {}\n"                                                                  \
     "  for _, e in ipairs(it) do\n"                                                                \
     "    pd[#pd + 1] = e[4]\n"                                                                     \
-    "    if tonumber(e[4]) < st.hwm then\n"                                                        \
+    "    if touched(tonumber(e[4])) then\n"                                                        \
     "      st.fseq = st.fseq + 1; fadd[#fadd + 1] = I(st.fseq); fadd[#fadd + 1] = e[4]\n"          \
     "    end\n"                                                                                    \
     "  end\n"                                                                                      \
@@ -159,7 +167,7 @@
     "end\n"                                                                                        \
     "local function clear_pages()\n"                                                               \
     "  call('DEL', FREE, RES, LRU, GRACE, K2P, P2K, RB)\n"                                         \
-    "  st.hwm = 0; st.top = 0; st.nres = 0\n"                                                      \
+    "  st.hwm = 0; st.top = 0; st.nres = 0; st.ceil = st.num_pages\n"                              \
     "end\n"
 
 /* ARGV: num_pages. {0} / {ST_RESIZE_HELD, old num_pages}. */
@@ -174,18 +182,18 @@
     "if call('ZCARD', LRU) > 0 or st.nres > 0 then\n"                                              \
     "  store(); return {2, st.num_pages}\n"                                                        \
     "end\n"                                                                                        \
-    "clear_pages(); st.num_pages = np; store()\n"                                                  \
+    "clear_pages(); st.num_pages = np; st.ceil = np; store()\n"                                    \
     "return {0}\n"
 
-/* ARGV: lease_ms, scan bound, keys. {0, "page page ...", "0101..." (existed)} /
- * {ST_NOT_INIT}. */
+/* ARGV: lease_ms, scan bound, order (enum kvp_page_order), keys. {0, "page page ...", "0101..."
+ * (existed)} / {ST_NOT_INIT}. */
 #define KVP_LUA_ALLOCATE                                                                           \
     "#!lua\n" KVP_LUA_PRELUDE "if not load() then return {1} end\n"                                \
-    "local lease, scan_max = tonumber(ARGV[1]), tonumber(ARGV[2])\n"                               \
-    "local n = #ARGV - 2\n"                                                                        \
+    "local lease, scan_max, order = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]\n"               \
+    "local n = #ARGV - 3\n"                                                                        \
     "local now = now_ms()\n"                                                                       \
     "expire(now)\n"                                                                                \
-    "local cur = bulk_argv('HMGET', K2P, 3)\n"                                                     \
+    "local cur = bulk_argv('HMGET', K2P, 4)\n"                                                     \
     "local pages, existed, marked, seen = {}, {}, {}, {} -- pages as text\n"                       \
     "-- hits first, touched last to first: earlier keys end up more recent\n"                      \
     "local hits, lru = 0, {}\n"                                                                    \
@@ -202,7 +210,7 @@
     "-- the keys that need a page, in order; a key given again shares the first's\n"               \
     "local want = {}\n"                                                                            \
     "for i = 1, n do\n"                                                                            \
-    "  local key = ARGV[i + 2]\n"                                                                  \
+    "  local key = ARGV[i + 3]\n"                                                                  \
     "  if not seen[key] then\n"                                                                    \
     "    seen[key] = i\n"                                                                          \
     "    if not pages[i] then want[#want + 1] = i end\n"                                           \
@@ -210,29 +218,63 @@
     "end\n"                                                                                        \
     "local nw = #want\n"                                                                           \
     "local got = {} -- the pages found\n"                                                          \
-    "-- FREE pages below hwm, the most recently freed first\n"                                     \
-    "if nw > 0 then\n"                                                                             \
-    "  local t = call('ZPOPMAX', FREE, nw)\n"                                                      \
+    "-- the free set, from its newest (LIFO) or its oldest end\n"                                  \
+    "local function from_free(newest)\n"                                                           \
+    "  local t = call(newest and 'ZPOPMAX' or 'ZPOPMIN', FREE, nw - #got)\n"                       \
     "  for j = 1, #t, 2 do got[#got + 1] = t[j] end\n"                                             \
     "end\n"                                                                                        \
-    "-- then pages never handed out, from hwm up: those below top may be HELD (one\n"              \
+    "-- the untouched range from hwm up: its pages below top may be HELD (one\n"                   \
     "-- confirmed without a reservation) or RESERVED, those at or above it are FREE\n"             \
-    "while #got < nw and st.hwm < st.num_pages do\n"                                               \
-    "  if st.hwm >= st.top then\n"                                                                 \
-    "    local k = math.min(nw - #got, st.num_pages - st.hwm)\n"                                   \
-    "    for j = st.hwm, st.hwm + k - 1 do got[#got + 1] = I(j) end\n"                             \
-    "    st.hwm = st.hwm + k; st.top = st.hwm\n"                                                   \
-    "  else\n"                                                                                     \
-    "    local k = math.min(nw - #got + 16, st.top - st.hwm, 2000)\n"                              \
-    "    local cand = {}\n"                                                                        \
-    "    for j = 1, k do cand[j] = I(st.hwm + j - 1) end\n"                                        \
-    "    local h = call('HMGET', P2K, unpack(cand))\n"                                             \
-    "    local base = st.hwm\n"                                                                    \
-    "    for j = 1, k do\n"                                                                        \
-    "      if #got >= nw then break end\n"                                                         \
-    "      st.hwm = base + j\n"                                                                    \
-    "      if not h[j] then got[#got + 1] = cand[j] end\n"                                         \
+    "local function from_bottom()\n"                                                               \
+    "  while #got < nw and st.hwm < st.ceil do\n"                                                  \
+    "    if st.hwm >= st.top then\n"                                                               \
+    "      local k = math.min(nw - #got, st.ceil - st.hwm)\n"                                      \
+    "      for j = st.hwm, st.hwm + k - 1 do got[#got + 1] = I(j) end\n"                           \
+    "      st.hwm = st.hwm + k; st.top = st.hwm\n"                                                 \
+    "    else\n"                                                                                   \
+    "      local k = math.min(nw - #got + 16, math.min(st.top, st.ceil) - st.hwm, 2000)\n"         \
+    "      local cand = {}\n"                                                                      \
+    "      for j = 1, k do cand[j] = I(st.hwm + j - 1) end\n"                                      \
+    "      local h = call('HMGET', P2K, unpack(cand))\n"                                           \
+    "      local base = st.hwm\n"                                                                  \
+    "      for j = 1, k do\n"                                                                      \
+    "        if #got >= nw then break end\n"                                                       \
+    "        st.hwm = base + j\n"                                                                  \
+    "        if not h[j] then got[#got + 1] = cand[j] end\n"                                       \
+    "      end\n"                                                                                  \
     "    end\n"                                                                                    \
+    "  end\n"                                                                                      \
+    "end\n"                                                                                        \
+    "-- the untouched range from ceil down: FREE at or above top, checked below it\n"              \
+    "local function from_top()\n"                                                                  \
+    "  while #got < nw and st.ceil > st.hwm do\n"                                                  \
+    "    local low = math.max(st.top, st.hwm)\n"                                                   \
+    "    if st.ceil > low then\n"                                                                  \
+    "      local k = math.min(nw - #got, st.ceil - low)\n"                                         \
+    "      st.top = math.max(st.top, st.ceil)\n"                                                   \
+    "      for j = st.ceil - 1, st.ceil - k, -1 do got[#got + 1] = I(j) end\n"                     \
+    "      st.ceil = st.ceil - k\n"                                                                \
+    "    else\n"                                                                                   \
+    "      local k = math.min(nw - #got + 16, st.ceil - st.hwm, 2000)\n"                           \
+    "      local cand = {}\n"                                                                      \
+    "      for j = 1, k do cand[j] = I(st.ceil - j) end\n"                                         \
+    "      local h = call('HMGET', P2K, unpack(cand))\n"                                           \
+    "      local base = st.ceil\n"                                                                 \
+    "      for j = 1, k do\n"                                                                      \
+    "        if #got >= nw then break end\n"                                                       \
+    "        st.ceil = base - j\n"                                                                 \
+    "        if not h[j] then got[#got + 1] = cand[j] end\n"                                       \
+    "      end\n"                                                                                  \
+    "    end\n"                                                                                    \
+    "  end\n"                                                                                      \
+    "end\n"                                                                                        \
+    "-- vLLM ('1'): the untouched range up, then the earliest freed; SGLang ('2'):\n"              \
+    "-- the latest freed, then the range down; else the latest freed, then up\n"                   \
+    "if nw > 0 then\n"                                                                             \
+    "  if order == '1' then from_bottom(); if #got < nw then from_free(false) end\n"               \
+    "  else\n"                                                                                     \
+    "    from_free(true)\n"                                                                        \
+    "    if order == '2' then from_top() else from_bottom() end\n"                                 \
     "  end\n"                                                                                      \
     "end\n"                                                                                        \
     "-- then the least recent HELD pages, not in their read grace nor returned by\n"               \
@@ -286,7 +328,7 @@
     "  bulk('HSET', P2K, rs)\n"                                                                    \
     "  st.rseq = st.rseq + allocs; st.nres = st.nres + allocs\n"                                   \
     "end\n"                                                                                        \
-    "for i = 1, n do if not pages[i] then pages[i] = pages[seen[ARGV[i + 2]]] end end\n"           \
+    "for i = 1, n do if not pages[i] then pages[i] = pages[seen[ARGV[i + 3]]] end end\n"           \
     "st.misses = st.misses + nw; st.allocations = st.allocations + allocs\n"                       \
     "store()\n"                                                                                    \
     "-- the pages in decimal separated by spaces (-1: none), a '0' or '1' per key\n"               \
@@ -354,14 +396,14 @@
     "end\n"                                                                                        \
     "local hp, hk, lru = {}, {}, {}\n"                                                             \
     "local function to_free(p)\n"                                                                  \
-    "  if p < st.hwm then st.fseq = st.fseq + 1; freeop[p] = st.fseq end\n"                        \
+    "  if touched(p) then st.fseq = st.fseq + 1; freeop[p] = st.fseq end\n"                        \
     "end\n"                                                                                        \
     "for i = 1, n do\n"                                                                            \
     "  local p, key = ps[i], ARGV[5 + i]\n"                                                        \
     "  if not held[p] then\n"                                                                      \
     "    local pt = ARGV[k0 + i]\n"                                                                \
     "    if reserved[p] then unreserve(p, pt)\n"                                                   \
-    "    elseif p < st.hwm then freeop[p] = false end\n"                                           \
+    "    elseif touched(p) then freeop[p] = false end\n"                                           \
     "    -- the key's first confirmed page wins\n"                                                 \
     "    if haskey[key] then to_free(p) else\n"                                                    \
     "      held[p] = true; haskey[key] = true\n"                                                   \
@@ -445,7 +487,7 @@
     "  local key, p = ARGV[i], v[i]\n"                                                             \
     "  if p and not gone[key] then\n"                                                              \
     "    gone[key] = true; dp[#dp + 1] = p; dk[#dk + 1] = key\n"                                   \
-    "    if tonumber(p) < st.hwm then st.fseq = st.fseq + 1; fadd[#fadd + 1] = I(st.fseq); "       \
+    "    if touched(tonumber(p)) then st.fseq = st.fseq + 1; fadd[#fadd + 1] = I(st.fseq); "       \
     "fadd[#fadd + 1] = p end\n"                                                                    \
     "  end\n"                                                                                      \
     "end\n"                                                                                        \
@@ -472,13 +514,15 @@
 /* {0, num_pages} / {ST_NOT_INIT} / {ST_BROKEN, message}: the invariants. */
 #define KVP_LUA_CHECK                                                                              \
     "#!lua flags=no-writes\n" KVP_LUA_PRELUDE "if not load() then return {1} end\n"                \
-    "local np, hwm, top = st.num_pages, st.hwm, st.top\n"                                          \
+    "local np, hwm, top, ceil = st.num_pages, st.hwm, st.top, st.ceil\n"                           \
     "local function bad(msg) return {6, msg} end\n"                                                \
     "for i = 1, #F do if not st[F[i]] then return bad('rank field ' .. F[i] .. ' is missing') "    \
     "end end\n"                                                                                    \
     "if not np or np < 1 or np > 2147483647 then return bad('num_pages is out of range') end\n"    \
     "if not hwm or hwm < 0 or hwm > np then return bad('hwm ' .. tostring(hwm) ..\n"               \
     "  ' is outside [0, num_pages]') end\n"                                                        \
+    "if not ceil or ceil < hwm or ceil > np then return bad('ceil ' .. tostring(ceil) ..\n"        \
+    "  ' is outside [hwm, num_pages]') end\n"                                                      \
     "if not top or top < hwm or top > np then return bad('top ' .. tostring(top) .. ' is outside " \
     "[hwm, num_pages]') end\n"                                                                     \
     "local function inrange(p) return p and p >= 0 and p < np and p == math.floor(p) end\n"        \
@@ -505,7 +549,7 @@
     "      ' is not on the LRU') end\n"                                                            \
     "    nheld = nheld + 1\n"                                                                      \
     "  end\n"                                                                                      \
-    "  if p < hwm then below = below + 1 end\n"                                                    \
+    "  if touched(p) then below = below + 1 end\n"                                                 \
     "end\n"                                                                                        \
     "if call('HLEN', K2P) ~= nheld then return bad(call('HLEN', K2P) ..\n"                         \
     "  ' keys but ' .. nheld .. ' held pages') end\n"                                              \
@@ -534,13 +578,13 @@
     "local fr = call('ZRANGE', FREE, 0, -1)\n"                                                     \
     "for _, ps in ipairs(fr) do\n"                                                                 \
     "  local p = tonumber(ps)\n"                                                                   \
-    "  if not inrange(p) or p >= hwm then return bad('free set has page ' .. ps ..\n"              \
-    "    ' at or above hwm ' .. I(hwm)) end\n"                                                     \
+    "  if not inrange(p) or not touched(p) then return bad('free set has page ' .. ps ..\n"        \
+    "    ' in the untouched range [' .. I(hwm) .. ', ' .. I(ceil) .. ')') end\n"                   \
     "  if call('HEXISTS', P2K, ps) == 1 then return bad('page ' .. ps ..\n"                        \
     "    ' on the free set is not FREE') end\n"                                                    \
     "end\n"                                                                                        \
-    "if #fr ~= hwm - below then return bad(I(hwm - below) .. ' FREE pages below hwm, free set ' "  \
-    "..\n"                                                                                         \
+    "if #fr ~= hwm + np - ceil - below then return bad(I(hwm + np - ceil - below) ..\n"            \
+    "  ' FREE pages outside [hwm, ceil), free set ' ..\n"                                          \
     "  'has ' .. #fr) end\n"                                                                       \
     "local g = call('HKEYS', GRACE)\n"                                                             \
     "for _, ps in ipairs(g) do if not is_held(call('HGET', P2K, ps)) then return bad('page ' .. "  \

@@ -12,6 +12,7 @@
  * and SGLang's (the rank is in the path; "namespace": "POOL" optional)
  *
  *   /{rank}/reserve_and_allocate_page_indices  {"keys": [K | [K, P], ...]}
+ *                               (and kvpage's optional "order": NAME)
  *   /{rank}/confirm_write      {"written_keys_to_confirm": [[K, page], ...],
  *                               "pages_to_release": [page, ...]}
  *   /{rank}/exists, /{rank}/get_page_indices   {"keys": [K, ...]}
@@ -208,14 +209,32 @@ static int pool_value(struct scan *s, struct kvp_str *pool)
     return plain_string(s, pool) && kvp_pool_valid(pool->ptr, pool->len);
 }
 
-/* Reads an object of the shape's lists, "rank" when rank != NULL (required)
- * and "namespace" when pool != NULL (optional, pool->ptr NULL when absent),
- * each field at most once, and nothing after it. */
+/* The order field's value: one of the names the general path takes. */
+static int order_value(struct scan *s, int *order)
+{
+    struct kvp_str v;
+    if (!plain_string(s, &v))
+        return 0;
+    if (is(&v, "sglang"))
+        *order = KVP_ORDER_SGLANG;
+    else if (is(&v, "vllm"))
+        *order = KVP_ORDER_VLLM;
+    else if (is(&v, "default"))
+        *order = KVP_ORDER_DEFAULT;
+    else
+        return 0;
+    return 1;
+}
+
+/* Reads an object of the shape's lists, "rank" when rank != NULL (required),
+ * "namespace" when pool != NULL (optional, pool->ptr NULL when absent) and
+ * "order" when order != NULL (optional, *order unchanged when absent), each
+ * field at most once, and nothing after it. */
 static int scan_body(struct kvp_ctx *c, const struct shape *sh, uint32_t *rank,
-                     struct kvp_str *pool, size_t *n1, size_t *n2, int *oom)
+                     struct kvp_str *pool, int *order, size_t *n1, size_t *n2, int *oom)
 {
     struct scan s = {c->req->body, c->req->body + c->req->body_len};
-    int seen_rank = 0, seen_pool = 0, seen1 = 0, seen2 = 0;
+    int seen_rank = 0, seen_pool = 0, seen_order = 0, seen1 = 0, seen2 = 0;
     *n2 = 0;
     if (pool)
         pool->ptr = NULL, pool->len = 0;
@@ -234,6 +253,9 @@ static int scan_body(struct kvp_ctx *c, const struct shape *sh, uint32_t *rank,
                 return 0;
         } else if (pool && is(&name, "namespace") && !seen_pool++) {
             if (!pool_value(&s, pool))
+                return 0;
+        } else if (order && is(&name, "order") && !seen_order++) {
+            if (!order_value(&s, order))
                 return 0;
         } else if (is(&name, sh->list1) && !seen1++) {
             if (!list(&s, c, n1, oom, sh->one1))
@@ -256,7 +278,7 @@ static int scan(struct kvp_ctx *c, const struct shape *sh, uint32_t *rank, struc
 {
     int oom = 0;
     size_t unused;
-    int ok = scan_body(c, sh, rank, pool, n1, n2 ? n2 : &unused, &oom);
+    int ok = scan_body(c, sh, rank, pool, NULL, n1, n2 ? n2 : &unused, &oom);
     return oom ? -1 : ok;
 }
 
@@ -279,6 +301,14 @@ int kvp__fast_confirm(struct kvp_ctx *c, uint32_t *rank, size_t *n, size_t *nrel
 int kvp__fast_sgl_allocate(struct kvp_ctx *c, struct kvp_str *pool, size_t *n)
 {
     return scan(c, &ALLOCATE, NULL, pool, n, NULL);
+}
+
+int kvp__fast_sgl_reserve(struct kvp_ctx *c, struct kvp_str *pool, int *order, size_t *n)
+{
+    int oom = 0;
+    size_t unused;
+    int ok = scan_body(c, &ALLOCATE, NULL, pool, order, n, &unused, &oom);
+    return oom ? -1 : ok;
 }
 
 int kvp__fast_sgl_keys(struct kvp_ctx *c, struct kvp_str *pool, size_t *n)

@@ -240,6 +240,9 @@ int kvp__fast_keys(struct kvp_ctx *c, uint32_t *rank, struct kvp_str *pool, size
  * (written_keys_to_confirm) and exists / get_page_indices: the same lists, no
  * rank, and an optional "namespace" (pool->ptr NULL when absent). Same returns. */
 int kvp__fast_sgl_allocate(struct kvp_ctx *c, struct kvp_str *pool, size_t *n);
+/* The same, also taking kvpage's optional "order" field (protocol-notes, "The
+ * order of free pages"): *order is set when the body has it. */
+int kvp__fast_sgl_reserve(struct kvp_ctx *c, struct kvp_str *pool, int *order, size_t *n);
 int kvp__fast_sgl_confirm(struct kvp_ctx *c, struct kvp_str *pool, size_t *n, size_t *nrel);
 int kvp__fast_sgl_keys(struct kvp_ctx *c, struct kvp_str *pool, size_t *n);
 

@@ -14,6 +14,7 @@ struct sgl {
     const char *pool;
     size_t plen;
     struct kvp_ns *ns;
+    int order; /* of the pages reserve hands out: KVP_ORDER_SGLANG unless "order" says */
 };
 
 static int body_pool(struct sgl *s)
@@ -146,8 +147,8 @@ static void reserve_run(struct sgl *s, size_t n)
         return;
     struct kvp_reply *r = s->c->rep;
     struct kvp_error err = {0};
-    int rc =
-        kvp_meta_allocate_async(s->ns, s->rank, r->keys, n, r->pages, r->flags, &r->ticket, &err);
+    int rc = kvp_meta_allocate_ordered_async(s->ns, s->rank, s->order, r->keys, n, r->pages,
+                                             r->flags, &r->ticket, &err);
     if (rc) {
         meta_fail(s, rc, &err);
         return;
@@ -168,10 +169,33 @@ static void reserve_run(struct sgl *s, size_t n)
     kvp__jw_lit(b, "]}");
 }
 
+/* kvpage's extension (protocol-notes, "The order of free pages"): an optional
+ * "order" of "sglang" (the default), "vllm" or "default" (the store's, which
+ * the http:// backend of kvpage/meta.h sends). */
+static int body_order(struct sgl *s)
+{
+    static const struct {
+        const char *name;
+        int order;
+    } names[] = {
+        {"sglang", KVP_ORDER_SGLANG}, {"vllm", KVP_ORDER_VLLM}, {"default", KVP_ORDER_DEFAULT}};
+    json_t *v = json_object_get(s->c->body, "order");
+    if (!v)
+        return 0;
+    for (size_t i = 0; json_is_string(v) && i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(json_string_value(v), names[i].name)) {
+            s->order = names[i].order;
+            return 0;
+        }
+    kvp__reply_error(s->c, 400,
+                     "Invalid request format: 'order' must be 'sglang', 'vllm' or 'default'");
+    return -1;
+}
+
 static void do_reserve(struct sgl *s)
 {
     json_t *keys;
-    if (list_field(s, "keys", &keys))
+    if (list_field(s, "keys", &keys) || body_order(s))
         return;
     ptrdiff_t n = kvp__parse_alloc_keys(s->c, keys);
     if (n >= 0)
@@ -258,12 +282,13 @@ static void get_run(struct sgl *s, size_t n)
 
 int kvp__sglang_fast(struct kvp_ctx *c, int route)
 {
-    struct sgl s = {.c = c, .rank = c->path_rank, .pool = "kv", .plen = 2};
+    struct sgl s = {
+        .c = c, .rank = c->path_rank, .pool = "kv", .plen = 2, .order = KVP_ORDER_SGLANG};
     struct kvp_str pool;
     size_t n, nrel = 0;
     int rc;
     if (route == KVP_ROUTE_SGL_RESERVE)
-        rc = kvp__fast_sgl_allocate(c, &pool, &n);
+        rc = kvp__fast_sgl_reserve(c, &pool, &s.order, &n);
     else if (route == KVP_ROUTE_SGL_CONFIRM)
         rc = kvp__fast_sgl_confirm(c, &pool, &n, &nrel);
     else if (route == KVP_ROUTE_SGL_EXISTS || route == KVP_ROUTE_SGL_GET)
@@ -295,7 +320,7 @@ int kvp__sglang_fast(struct kvp_ctx *c, int route)
 
 void kvp__sglang_handle(struct kvp_ctx *c, int route)
 {
-    struct sgl s = {.c = c, .rank = c->path_rank};
+    struct sgl s = {.c = c, .rank = c->path_rank, .order = KVP_ORDER_SGLANG};
     if (body_pool(&s))
         return;
     switch (route) {

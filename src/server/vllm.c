@@ -105,8 +105,8 @@ static void allocate_run(struct kvp_ctx *c, uint32_t rank, size_t n)
         return;
     struct kvp_error err = {0};
     if (rc == 0)
-        rc = kvp_meta_allocate_async(ns, rank, c->rep->keys, n, c->rep->pages, NULL,
-                                     &c->rep->ticket, &err);
+        rc = kvp_meta_allocate_ordered_async(ns, rank, KVP_ORDER_VLLM, c->rep->keys, n,
+                                             c->rep->pages, NULL, &c->rep->ticket, &err);
     if (rc == -ENOENT) {
         kvp__reply_error(c, 404, "Allocation failed: Rank %u not initialized", rank);
         return;

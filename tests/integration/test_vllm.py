@@ -174,12 +174,15 @@ def test_full_rank_of_reservations_gives_minus_one(server, client):
     assert counts(server.stats(), 0) == (2, 0, 2, 0)
 
 
-def test_free_pages_reused_most_recently_freed_first(server, client):
+def test_free_pages_reused_last_in_release_order(server, client):
+    # vLLM's reference: pages from the front of its free list, released
+    # pages appended at its back (protocol-notes, "The order of free pages")
     client.v_init(0, 8)
     assert client.v_alloc(0, ["a", "b", "c", "d"]) == [0, 1, 2, 3]
     client.v_confirm(0, [], [1])
     client.v_confirm(0, [], [3])
-    assert client.v_alloc(0, ["e", "f", "g"]) == [3, 1, 4]
+    assert client.v_alloc(0, ["e", "f", "g"]) == [4, 5, 6]
+    assert client.v_alloc(0, ["h", "i", "j"]) == [7, 1, 3]
 
 
 # ---- confirm_write -----------------------------------------------------------
@@ -227,8 +230,8 @@ def test_first_writer_wins_no_leak(server, client):
     st = invariants(server.stats())
     assert counts(st, 0) == (8, 7, 0, 1)
     assert client.v_loc(0, ["a"]) == [0]
-    # Page 1 is handed out again (most recently freed first).
-    assert client.v_alloc(0, ["b"]) == [1]
+    # Page 1 is FREE again, and handed out after the never-used pages.
+    assert client.v_alloc(0, ["b"]) == [2]
 
 
 def test_confirm_of_free_page_is_accepted(server, client):
@@ -394,8 +397,8 @@ def test_keys_delete(server, client):
     assert counts(st, 1) == (4, 3, 0, 1)
     assert client.v_exists(["a", "b"]) == [False, True]
     assert client.v_loc(0, ["a", "b"]) == [None, 1]
-    # Page 0 of each rank is free again.
-    assert client.v_alloc(0, ["c"]) == [0]
+    # Page 0 of each rank is free again, handed out after the never-used ones.
+    assert client.v_alloc(0, ["c", "d", "e"]) == [2, 3, 0]
     # Deleting on a namespace that was never initialized: 204.
     r = server.client("/ns/nobody").post("/keys/delete", {"keys": ["a"]})
     expect(r, 204)
@@ -682,8 +685,8 @@ def test_connector_flow_tp2(server):
     assert rank_stats(st, 1)["release_of_held_page"] == 1
     assert sched.v_exists(keys2) == [True, True, False]
     assert w1.v_loc(1, [keys[0]]) == [0]
-    # rank 1 retries and succeeds
-    assert w1.v_write(1, keys2[2:]) == [4]
+    # rank 1 retries and succeeds (on a never-used page: page 4 is reused last)
+    assert w1.v_write(1, keys2[2:]) == [5]
     assert sched.v_exists(keys2) == [True, True, True]
     assert counts(server.stats(), 0) == (16, 11, 0, 5)
 
@@ -738,9 +741,9 @@ def test_namespace_field_selects_the_pool(server, client):
     assert r.json() == {"exists": [False, True]}
     r = client.post("/keys/get_locations", {"rank": 0, "keys": ["a", "b"], "namespace": "p1"})
     expect(r, 200)
-    assert r.json() == {"locations": [0, None]}
+    assert r.json() == {"locations": [3, None]}
     r = client.post("/keys/get_locations", {"rank": 1, "namespace": "p1", "keys": ["a"]})
-    assert r.json() == {"locations": [0]}
+    assert r.json() == {"locations": [3]}
     r = client.post("/keys/get_locations", {"rank": 0, "keys": ["a"]})
     assert r.json() == {"locations": [None]}
     # a pool never initialized: as an unknown namespace (protocol-notes.md)

@@ -8,8 +8,11 @@
  *
  *   test_meta_model [ops] [seed]      (defaults: 100000 ops, seed 1)
  *
- * The model follows the documented policy (docs/protocol-notes.md): free pages
- * are handed out most recently freed first, then never-used pages ascending.
+ * The model follows the documented policy (docs/protocol-notes.md, "The order
+ * of free pages"): one list per rank, the never-used pages ascending, then the
+ * freed ones in release order; allocations take from it in the three orders
+ * of kvp_meta_allocate_ordered in turn (the default: the most recently freed,
+ * then the lowest never used; vLLM's: the front; SGLang's: the back).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -55,9 +58,9 @@ struct mpage {
 struct mrank {
     bool init;
     int slot;
-    uint32_t num_pages, hwm, stamp;
+    uint32_t num_pages, hwm, ceil, stamp; /* [hwm, ceil): the never-used range */
     struct mpage pg[MAXP];
-    int stack[MAXP * 2], nstack; /* free list, top = last */
+    int stack[MAXP * 2], nstack; /* freed pages in release order, newest last */
     uint64_t hits, misses, allocs, evictions, expired, release_held;
 };
 struct mns {
@@ -109,7 +112,7 @@ static void to_free(struct mrank *r, int p)
     r->pg[p].state = F;
     r->pg[p].owner = -1;
     r->pg[p].t = 0;
-    if ((uint32_t)p < r->hwm)
+    if ((uint32_t)p < r->hwm || (uint32_t)p >= r->ceil)
         r->stack[r->nstack++] = p;
 }
 
@@ -120,6 +123,7 @@ static void m_reset(struct mrank *r, uint32_t np)
         r->pg[p].owner = -1;
     r->num_pages = np;
     r->hwm = 0;
+    r->ceil = np;
     r->nstack = 0;
 }
 
@@ -138,12 +142,32 @@ static void m_expire(struct mrank *r)
     }
 }
 
-static int m_take_free(struct mrank *r)
+static int m_lowest_unused(struct mrank *r)
 {
+    while (r->hwm < r->ceil) {
+        int p = (int)r->hwm++;
+        if (r->pg[p].state == F)
+            return p;
+    }
+    return -1;
+}
+
+static int m_take_free(struct mrank *r, int order)
+{
+    if (order == KVP_ORDER_VLLM) {
+        int p = m_lowest_unused(r);
+        if (p < 0 && r->nstack) {
+            p = r->stack[0];
+            stack_remove(r, p);
+        }
+        return p;
+    }
     if (r->nstack)
         return r->stack[--r->nstack];
-    while (r->hwm < r->num_pages) {
-        int p = (int)r->hwm++;
+    if (order == KVP_ORDER_DEFAULT)
+        return m_lowest_unused(r);
+    while (r->ceil > r->hwm) {
+        int p = (int)--r->ceil;
         if (r->pg[p].state == F)
             return p;
     }
@@ -243,7 +267,9 @@ static void op_allocate(int n)
     }
     int64_t got[8], want[8];
     uint8_t ex[8], wex[8];
-    int rc = kvp_meta_allocate(nss[n], id, keys, cnt, got, ex, NULL);
+    static unsigned nalloc; /* the orders in turn, without drawing from rnd */
+    int order = (int)(nalloc++ % 3);
+    int rc = kvp_meta_allocate_ordered(nss[n], id, order, keys, cnt, got, ex, NULL);
     if (ri < 0) {
         if (rc != -ENOENT)
             FAIL_OP("allocate on uninitialized rank: rc %d", rc);
@@ -277,7 +303,7 @@ static void op_allocate(int n)
             continue;
         }
         r->misses++;
-        int p = m_take_free(r);
+        int p = m_take_free(r, order);
         if (p < 0)
             p = m_evict(r);
         if (p < 0) {
@@ -343,7 +369,7 @@ static void op_confirm(int n)
                 struct mpage *pg = &r->pg[p];
                 if (pg->state == H)
                     continue;
-                if (pg->state == F && (uint32_t)p < r->hwm)
+                if (pg->state == F && ((uint32_t)p < r->hwm || (uint32_t)p >= r->ceil))
                     stack_remove(r, p);
                 if (mpage_of(r, ks[i]) >= 0) {
                     to_free(r, p);

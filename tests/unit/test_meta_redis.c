@@ -770,6 +770,71 @@ static void combined(int port, int steps, uint64_t seed)
     unsetenv("KVPAGE_REDIS_COMBINE");
 }
 
+/* One key allocated in an order (enum kvp_page_order); its page. */
+static int64_t alloc_in(struct kvp_ns *ns, int order, const char *key)
+{
+    struct kvp_str k = diff_key(key);
+    int64_t p = -9;
+    CHECK_EQ(kvp_meta_allocate_ordered(ns, 0, order, &k, 1, &p, NULL, NULL), 0);
+    return p;
+}
+
+/* How many numbers the rank's string holds (the Redis key PREFIX:{od/70/0}:m). */
+static int rank_fields_of(int port, char *last, size_t len)
+{
+    char v[256];
+    if (raw(port, v, sizeof v, "GET oldst:{od/70/0}:m") != 0)
+        return -1;
+    int n = 0;
+    for (char *t = strtok(v, " "); t; t = strtok(NULL, " "), n++)
+        snprintf(last, len, "%s", t);
+    return n;
+}
+
+/*
+ * Issue 35: pages in each dialect's order over Redis, on state of the format
+ * earlier versions wrote. A rank used in the default order (the store's, the
+ * only one before) keeps its 13 fields, which earlier versions read; then
+ * SGLang's order takes the most recently freed page and then the highest
+ * never-used one, vLLM's the lowest never-used one and then the earliest
+ * freed; the rank gains its 14th field (ceil) only once SGLang's order took
+ * a page from the top, and loses it at a clear.
+ */
+static void page_orders(int port)
+{
+    char loc[80], last[32] = "";
+    snprintf(loc, sizeof loc, "redis://127.0.0.1:%d?prefix=oldst", port);
+    struct kvp_meta *m = diff_open(loc, 60000, 0);
+    CHECK(m != NULL);
+    if (!m)
+        return;
+    struct kvp_ns *ns = diff_ns(m, "od", "p", 1);
+    CHECK_EQ(kvp_meta_init_rank(ns, 0, 8, NULL), 0);
+    for (int i = 0; i < 4; i++) /* a, b, c, d on 0, 1, 2, 3: the default order */
+        CHECK_EQ(put(ns, 0, (char[]){(char)('a' + i), '\0'}), i);
+    struct kvp_str kb = diff_key("b"), kd = diff_key("d");
+    CHECK_EQ(kvp_meta_delete(ns, 0, &kb, 1, NULL), 0); /* freed: 1, then 3 */
+    CHECK_EQ(kvp_meta_delete(ns, 0, &kd, 1, NULL), 0);
+    CHECK_EQ(rank_fields_of(port, last, sizeof last), 13);
+    CHECK_EQ(alloc_in(ns, KVP_ORDER_SGLANG, "x"), 3);
+    CHECK_EQ(alloc_in(ns, KVP_ORDER_VLLM, "y"), 4);
+    CHECK_EQ(rank_fields_of(port, last, sizeof last), 13);
+    CHECK_EQ(alloc_in(ns, KVP_ORDER_SGLANG, "z"), 1);
+    CHECK_EQ(alloc_in(ns, KVP_ORDER_SGLANG, "w"), 7);
+    CHECK_EQ(rank_fields_of(port, last, sizeof last), 14);
+    CHECK(!strcmp(last, "7"));
+    diff_invariants(m);
+    CHECK_EQ(alloc_in(ns, KVP_ORDER_VLLM, "v"), 5);
+    CHECK_EQ(alloc_in(ns, KVP_ORDER_SGLANG, "u"), 6);
+    CHECK_EQ(alloc_in(ns, KVP_ORDER_VLLM, "t"), 0); /* nothing FREE: a, the LRU, is evicted */
+    diff_invariants(m);
+    CHECK_EQ(kvp_meta_clear(ns, 0, NULL), 0);
+    CHECK_EQ(rank_fields_of(port, last, sizeof last), 13);
+    CHECK_EQ(alloc_in(ns, KVP_ORDER_SGLANG, "s"), 7);
+    diff_invariants(m);
+    kvp_meta_close(m);
+}
+
 static void single_server(int steps, uint64_t seed)
 {
     if (server_start(0, 0, NULL)) {
@@ -804,6 +869,7 @@ static void single_server(int steps, uint64_t seed)
     combined(port, steps / 4, seed + 7);
     auth_test(port);
     big_rank(port, loc);
+    page_orders(port);
     restart_test(0);
     server_kill(0);
 }

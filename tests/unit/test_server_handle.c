@@ -170,15 +170,25 @@ static void test_sglang(void)
       D("Invalid request format: 'keys' must be a list"));
     X("POST", "/2/initialize", "{\"num_pages\": 3}", 204, "");
     X("POST", "/2/reserve_and_allocate_page_indices", "{\"keys\": [\"x\", [\"y\", \"\"], \"x\"]}",
-      200, "{\"indices\": [[false, 0], [false, 1], [false, 0]]}");
+      200, "{\"indices\": [[false, 2], [false, 1], [false, 2]]}");
     X("POST", "/2/confirm_write",
-      "{\"written_keys_to_confirm\": [[\"x\", 0]], \"pages_to_release\": [1]}", 204, "");
+      "{\"written_keys_to_confirm\": [[\"x\", 2]], \"pages_to_release\": [1]}", 204, "");
     X("POST", "/2/confirm_write", "{\"written_keys_to_confirm\": [[\"x\", -1]]}", 400,
       D("Confirmation failed: written_keys_to_confirm[0] page -1 is outside [0, 3)"));
     X("POST", "/2/exists", "{\"keys\": [\"x\", \"y\"]}", 200, "{\"exists\": [true, false]}");
-    X("POST", "/2/get_page_indices", "{\"keys\": [\"x\", \"y\"]}", 200, "{\"indices\": [0, null]}");
+    X("POST", "/2/get_page_indices", "{\"keys\": [\"x\", \"y\"]}", 200, "{\"indices\": [2, null]}");
     X("POST", "/2/reserve_and_allocate_page_indices", "{\"keys\": [\"x\"]}", 200,
-      "{\"indices\": [[true, 0]]}");
+      "{\"indices\": [[true, 2]]}");
+    /* kvpage's "order" field: vLLM's order takes the lowest never-used page,
+     * the default the most recently freed; anything else is refused */
+    X("POST", "/2/reserve_and_allocate_page_indices", "{\"keys\": [\"z\"], \"order\": \"vllm\"}",
+      200, "{\"indices\": [[false, 0]]}");
+    X("POST", "/2/reserve_and_allocate_page_indices", "{\"keys\": [\"w\"], \"order\": \"bogus\"}",
+      400, D("Invalid request format: 'order' must be 'sglang', 'vllm' or 'default'"));
+    X("POST", "/2/reserve_and_allocate_page_indices", "{\"order\": 1, \"keys\": [\"w\"]}", 400,
+      D("Invalid request format: 'order' must be 'sglang', 'vllm' or 'default'"));
+    X("POST", "/2/reserve_and_allocate_page_indices", "{\"keys\": [\"w\"], \"order\": \"default\"}",
+      200, "{\"indices\": [[false, 1]]}");
     X("POST", "/2/delete_keys", "{\"keys\": [\"x\"]}", 204, "");
     X("POST", "/2/clear", NULL, 204, "");
     X("POST", "/3/clear", NULL, 404, D("Rank 3 not initialized. Please call /3/initialize first."));
