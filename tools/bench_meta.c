@@ -64,7 +64,7 @@ struct bench {
     uint64_t nheld;     /* keys written before the lookups: kvpbench-RUN-hI */
     uint64_t held_done; /* of them, the batches written (or tried) so far, in keys */
     uint64_t *written;  /* per connection: kvpbench-RUN-cC-I written for I < written[C] */
-    atomic_int state; /* 1 measuring, 2 stop */
+    atomic_int state;   /* 1 measuring, 2 stop */
     pthread_mutex_t lock;
     char first_error[400];
     uint64_t total_errors;
@@ -614,8 +614,7 @@ static void catch_signals(void)
 
 /* Deletes the keys [0, n) of one series (held, or connection conn's fresh
  * keys) in batches. Returns how many requests failed. */
-static uint64_t delete_series(struct bench *b, struct conn *c, uint32_t conn, uint64_t n,
-                              int held)
+static uint64_t delete_series(struct bench *b, struct conn *c, uint32_t conn, uint64_t n, int held)
 {
     uint64_t failed = 0;
     for (uint64_t first = 0; first < n; first += 1024) {
@@ -643,8 +642,10 @@ static void interrupted(struct bench *b, struct conn *c)
         n += b->written[i];
     }
     if (failed)
-        fprintf(stderr, CMD ": interrupted: %" PRIu64 " delete request(s) to %s failed; keys "
-                "kvpbench-%08x-* are left\n", failed, b->url_delete, b->run);
+        fprintf(stderr,
+                CMD ": interrupted: %" PRIu64 " delete request(s) to %s failed; keys "
+                    "kvpbench-%08x-* are left\n",
+                failed, b->url_delete, b->run);
     else
         fprintf(stderr, CMD ": interrupted: removed the %" PRIu64 " keys this run wrote\n", n);
     int sig = g_signal;

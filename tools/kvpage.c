@@ -154,8 +154,7 @@ static int cmd_dir(const char *cmd, int argc, char **argv)
     int status = 0;
     if (!strcmp(cmd, "inspect")) {
         printf("data directory %s\n", dir);
-        printf("log: %d segment(s), %" PRIu64 " bytes; snapshots: %d file(s), %" PRIu64
-               " bytes\n",
+        printf("log: %d segment(s), %" PRIu64 " bytes; snapshots: %d file(s), %" PRIu64 " bytes\n",
                sf.nlog, sf.log_bytes, sf.nsnap, sf.snap_bytes);
         kvp_meta_stats(m, print_ns, NULL);
     } else {

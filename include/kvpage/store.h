@@ -160,8 +160,7 @@ KVP_API int kvp_store_claim(const char *path, const char *location, const char *
  * as kvp_store_open's refusal names both, and the fix), or -errno when the
  * record cannot be read (KVP_RULE_IO). Writes nothing.
  */
-KVP_API int kvp_store_check_unowned(const char *path, const char *writer,
-                                    struct kvp_error *err);
+KVP_API int kvp_store_check_unowned(const char *path, const char *writer, struct kvp_error *err);
 
 /* Closes the page file (after kvp_pagefile_flush) and the metadata the store
  * opened. No other call may be running or follow. NULL is a no-op. */

@@ -1451,8 +1451,8 @@ static int serve_run(const struct serve_cfg *sc)
     if (fd < 0)
         goto out;
     struct stat dst;
-    int made_dir = !meta_loc && strcmp(data_dir, "none") != 0 && stat(data_dir, &dst) != 0 &&
-                   errno == ENOENT;
+    int made_dir =
+        !meta_loc && strcmp(data_dir, "none") != 0 && stat(data_dir, &dst) != 0 && errno == ENOENT;
     /* Every connection is a file descriptor: take all the kernel allows, and
      * keep some for the log, snapshots and the listener. */
     struct rlimit rl;

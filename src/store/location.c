@@ -47,7 +47,8 @@ int kvp__store_location(const char *meta, char **out, struct kvp_error *err)
     if (!meta)
         return 0;
     struct stat st;
-    int url = !*meta || strstr(meta, "://") || !strncmp(meta, "mem:", 4) || !strncmp(meta, "file:", 5);
+    int url =
+        !*meta || strstr(meta, "://") || !strncmp(meta, "mem:", 4) || !strncmp(meta, "file:", 5);
     if (!url && kvp__looks_hostport(meta) && !(stat(meta, &st) == 0 && S_ISDIR(st.st_mode)))
         return kvp__hostport_refusal(meta, err);
     size_t n = strlen(meta) + 6;
