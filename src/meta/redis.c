@@ -92,6 +92,9 @@ struct rns {
     uint32_t *seen_ranks;
     size_t nseen;
     int seen_valid;
+    /* Dropped through this handle (kvp_meta_drop): kvp_meta_ns without
+     * create asks Redis again until a rank is initialized (atomic). */
+    int dropped;
     struct rns *next;
 };
 
@@ -629,9 +632,23 @@ static int rd_ns(struct kvp_meta *front, const char *deployment, size_t dlen, co
     struct rmeta *m = front->be;
     *out = NULL;
     struct rns *ns = ns_cached(m, deployment, dlen, pool, plen);
-    if (ns) {
+    if (ns && (create || !__atomic_load_n(&ns->dropped, __ATOMIC_ACQUIRE))) {
         *out = &ns->pub;
         return 0;
+    }
+    if (ns) { /* dropped here: is it listed again (by another process)? */
+        char list[MAX_PREFIX * 2 + 32], seq[MAX_PREFIX * 2 + 32];
+        nslist_keys(m, list, seq, sizeof list);
+        const char *argv[3] = {"ZSCORE", list, ns->tag};
+        size_t lens[3] = {6, strlen(list), ns->taglen};
+        redisReply *r;
+        int rc = kvp__rconn_cmd(m->c, key_slot(list), NULL, 1, 3, argv, lens, &r, err);
+        if (rc)
+            return rc;
+        int listed = r->type != REDIS_REPLY_NIL;
+        kvp__rreply_free(r);
+        *out = listed ? &ns->pub : NULL;
+        return listed ? 0 : -ENOENT;
     }
     if (!(ns = ns_new(m, deployment, dlen, pool, plen))) {
         set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
@@ -798,7 +815,9 @@ static int rd_init_rank(struct kvp_ns *pub, uint32_t rank, uint32_t num_pages, u
     if ((rc = kvp__rconn_cmd(m->c, key_slot(ns->ranks_key), NULL, 1, 4, argv, lens, &r, err)))
         return rc;
     kvp__rreply_free(r);
-    return ns_register(m, ns, err);
+    if ((rc = ns_register(m, ns, err)) == 0)
+        __atomic_store_n(&ns->dropped, 0, __ATOMIC_RELEASE);
+    return rc;
 }
 
 static int rd_allocate_ordered(struct kvp_ns *pub, uint32_t rank, int order,
@@ -1399,8 +1418,10 @@ static int rd_drop(struct kvp_meta *front, const char *dep, size_t dlen, const c
     if (!rc)
         rc = del_keys(m, key_slot(ns->ranks_key), 1, rk, rl, err);
     argv[0] = "ZREM", lens[0] = 4;
-    if (!rc && (rc = kvp__rconn_cmd(m->c, key_slot(list), NULL, 1, 3, argv, lens, &r, err)) == 0)
+    if (!rc && (rc = kvp__rconn_cmd(m->c, key_slot(list), NULL, 1, 3, argv, lens, &r, err)) == 0) {
         kvp__rreply_free(r);
+        __atomic_store_n(&ns->dropped, 1, __ATOMIC_RELEASE);
+    }
     return rc;
 }
 
