@@ -97,10 +97,10 @@ static int init_rank(struct kvp_store *s, const char *path, struct kvp_error *er
         int is_def = !strcmp(def, s->location), dd = !strcmp(s->deployment, "default"),
             dp = !strcmp(s->pool, "kv");
         kvp__set_err(err, rc, KVP_RULE_RESIZE_HELD, -1, e2.value, (int64_t)s->num_pages,
-                     "rank %u of %s/%s at %s holds data in %lld pages; %s gives %llu pages of "
-                     "%llu bytes: use the same file size and page size, or clear the rank "
-                     "(kvpage clear %s %s%s%s%s%s --rank %u --yes)",
-                     s->rank, s->deployment, s->pool, s->location, (long long)e2.value, path,
+                     "rank %u of %s/%s holds data in %lld pages, not %llu of %llu bytes: clear "
+                     "the rank (kvpage clear %s %s%s%s%s%s --rank %u --yes) or keep the file "
+                     "size and page size",
+                     s->rank, s->deployment, s->pool, (long long)e2.value,
                      (unsigned long long)s->num_pages, (unsigned long long)s->bpp,
                      is_def ? "--file" : "--meta", is_def ? path : s->location,
                      dd ? "" : " --deployment ", dd ? "" : s->deployment, dp ? "" : " --pool ",
