@@ -96,15 +96,15 @@ static int init_rank(struct kvp_store *s, const char *path, struct kvp_error *er
         snprintf(def, sizeof def, "file:%s.meta", path);
         int is_def = !strcmp(def, s->location), dd = !strcmp(s->deployment, "default"),
             dp = !strcmp(s->pool, "kv");
-        kvp__set_err(err, rc, KVP_RULE_RESIZE_HELD, -1, e2.value, (int64_t)s->num_pages,
-                     "rank %u of %s/%s holds data in %lld pages, not %llu of %llu bytes: clear "
-                     "the rank (kvpage clear %s %s%s%s%s%s --rank %u --yes) or keep the file "
-                     "size and page size",
-                     s->rank, s->deployment, s->pool, (long long)e2.value,
-                     (unsigned long long)s->num_pages, (unsigned long long)s->bpp,
-                     is_def ? "--file" : "--meta", is_def ? path : s->location,
-                     dd ? "" : " --deployment ", dd ? "" : s->deployment, dp ? "" : " --pool ",
-                     dp ? "" : s->pool, s->rank);
+        kvp__set_err(
+            err, rc, KVP_RULE_RESIZE_HELD, -1, e2.value, (int64_t)s->num_pages,
+            "rank %u of %s/%s holds data in %lld pages, not %llu pages of %llu bytes: clear "
+            "the rank (kvpage clear %s %s%s%s%s%s --rank %u --yes) or keep the file "
+            "size and page size",
+            s->rank, s->deployment, s->pool, (long long)e2.value, (unsigned long long)s->num_pages,
+            (unsigned long long)s->bpp, is_def ? "--file" : "--meta", is_def ? path : s->location,
+            dd ? "" : " --deployment ", dd ? "" : s->deployment, dp ? "" : " --pool ",
+            dp ? "" : s->pool, s->rank);
     } else if (rc && err)
         *err = e2;
     return rc;
