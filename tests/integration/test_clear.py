@@ -288,3 +288,22 @@ def test_resize_refusal_names_the_clear_command(tmp_path):
                         "--page-size", PAGE, "k2"], input=b"x", capture_output=True)
     err = p.stderr.decode()
     assert p.returncode == 2 and f"(kvpage clear --file {h} --rank 0 --yes)" in err, err
+
+
+def test_help_man_page_and_completion_know_clear():
+    from test_docs import _complete, _man_page, flags_of, run
+    p = run("clear", "--help")
+    assert p.returncode == 0 and p.stdout.startswith("usage: kvpage clear")
+    assert "examples:" in p.stdout
+    assert run("help", "clear").stdout == p.stdout
+    assert "  clear " in run("help").stdout
+    flags = flags_of(p.stdout)
+    assert {"--meta", "--rank", "--all", "--drop", "--yes"} <= set(flags)
+    env = dict(os.environ, MANWIDTH="200", LC_ALL="C.UTF-8")
+    man = subprocess.run(["man", "--nh", "--nj", "-l", _man_page()], capture_output=True,
+                         text=True, env=env, timeout=60).stdout
+    assert "kvpage clear" in man
+    missing = [f for f in flags if f not in man and f != "--help"]
+    assert not missing, missing
+    assert "clear" in _complete("kvpage", "")
+    assert set(flags) <= _complete("kvpage", "clear", "--")
