@@ -13,6 +13,7 @@
  * so a rank whose size must change is cleared, then initialized again by
  * its next user.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,6 +154,19 @@ static char *url_deployment(const char *loc)
     return n ? strndup(p + 4, n) : NULL;
 }
 
+/* 1 when dir holds a log or a snapshot of kvpage's (wal-*, snap-*). */
+static int holds_state(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int found = 0;
+    while (d && !found && (e = readdir(d)))
+        found = !strncmp(e->d_name, "wal-", 4) || !strncmp(e->d_name, "snap-", 5);
+    if (d)
+        closedir(d);
+    return found;
+}
+
 /* The location to open (malloc'd), or NULL after printing why (*rc): a URL
  * or mem:/file: as it is, a plain path as the directory file:PATH. A data
  * directory is opened in this process: one that does not exist holds
@@ -193,6 +207,14 @@ static char *clear_location(const struct kvp__store_flags *f, int *rc)
             else
                 fprintf(stderr, "kvpage clear: %s is not a data directory: nothing to clear\n",
                         dir);
+            free(loc);
+            return NULL;
+        }
+        if (!holds_state(dir)) { /* opening it would write a state into it */
+            fprintf(stderr,
+                    "kvpage clear: %s holds no kvpage state (no log, no snapshot): nothing to "
+                    "clear\n",
+                    dir);
             free(loc);
             return NULL;
         }

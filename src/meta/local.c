@@ -927,6 +927,10 @@ static void lo_close(struct kvp_meta *front)
             pages_free(ns->slots[i]->pages, ns->slots[i]->num_pages);
             free(ns->slots[i]);
         }
+        for (struct kvp__rank *r = ns->dead, *nd; r; r = nd) { /* the pool is stopped */
+            nd = r->next_dead;
+            free(r);
+        }
         free(ns->slots);
         free(ns->by_id);
         kvp__big_free(ns->buckets, ns->nbuckets * sizeof *ns->buckets);
@@ -1461,9 +1465,25 @@ static int lo_clear(struct kvp_ns *pub, int64_t rank, uint64_t *ticket, struct k
 static void ns_drop_locked(struct kvp__lns *ns)
 {
     free_all_keys(ns);
+    struct kvp__rank **pp = &ns->dead, *r;
+    while ((r = *pp)) { /* the ones dropped before whose job is done now */
+        if (atomic_load(&r->ahead.state) != KVP_POPULATE_QUEUED) {
+            *pp = r->next_dead;
+            free(r);
+        } else {
+            pp = &r->next_dead;
+        }
+    }
     for (uint32_t i = 0; i < ns->nranks; i++) {
-        pages_free(ns->slots[i]->pages, ns->slots[i]->num_pages);
-        free(ns->slots[i]);
+        r = ns->slots[i];
+        pages_free(r->pages, r->num_pages); /* a job still queued backs nothing */
+        r->pages = NULL;
+        if (atomic_load(&r->ahead.state) == KVP_POPULATE_QUEUED) {
+            r->next_dead = ns->dead; /* the prefault thread holds &r->ahead */
+            ns->dead = r;
+        } else {
+            free(r);
+        }
     }
     ns->nranks = 0;
     __atomic_store_n(&ns->dropped, 1, __ATOMIC_RELEASE);

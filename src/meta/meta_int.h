@@ -89,6 +89,7 @@ struct kvp__rank {
     uint64_t nfree;             /* free-list pages plus FREE pages in [hwm, ceil) */
     struct kvp__populate ahead; /* backs the page array ahead of hwm */
     uint64_t hits, misses, allocations, evictions, expired, release_held;
+    struct kvp__rank *next_dead; /* on its namespace's dead list (kvp_meta_drop) */
 };
 
 struct kvp__lns {
@@ -139,6 +140,9 @@ struct kvp__lns {
      * namespace numbers keep their meaning. The next rank initialized
      * brings it back (guarded by lock; read atomically by lo_ns). */
     int dropped;
+    /* Ranks dropped while the prefault thread may still hold their page
+     * job (ahead): freed once it is done, or at close (guarded by lock). */
+    struct kvp__rank *dead;
 };
 
 struct kvp__local {
