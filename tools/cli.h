@@ -17,6 +17,8 @@
 
 /* kvpage put | get | exists | delete */
 int kvp__cli_store(int argc, char **argv);
+/* kvpage clear (tools/clear_cli.c) */
+int kvp__cli_clear(int argc, char **argv);
 /* kvpage bench store */
 int kvp__cli_bench_store(int argc, char **argv);
 /* kvpage bench io */

@@ -1,5 +1,5 @@
 /* kvpage — the command line: serve, the store (put, get, exists, delete),
- * bench io | meta | store, inspect, fsck. */
+ * clear, bench io | meta | store, inspect, fsck. */
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -21,6 +21,8 @@ static void usage(FILE *f)
             "  get [flags] KEY [OUTPUT]   write the page of KEY\n"
             "  exists [flags] KEY...      print whether each key is there\n"
             "  delete [flags] KEY...      forget keys\n"
+            "  clear --meta LOC --yes     forget a rank's, a namespace's or every key; --drop\n"
+            "                             removes namespaces (kvpage clear --help)\n"
             "  bench io --file PATH       is this file system fast enough: page I/O against\n"
             "                             plain pread/pwrite\n"
             "  bench meta URL             how much one metadata server takes\n"
@@ -195,6 +197,8 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "put") || !strcmp(argv[1], "get") || !strcmp(argv[1], "exists") ||
         !strcmp(argv[1], "delete"))
         return kvp__cli_store(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "clear"))
+        return kvp__cli_clear(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench")) {
         if (argc >= 3 && !strcmp(argv[2], "store"))
             return kvp__cli_bench_store(argc - 2, argv + 2);

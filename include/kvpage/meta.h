@@ -329,6 +329,22 @@ KVP_API int kvp_meta_delete(struct kvp_ns *ns, int64_t rank, const struct kvp_st
 KVP_API int kvp_meta_clear(struct kvp_ns *ns, int64_t rank, struct kvp_error *err);
 
 /*
+ * Drops the namespace (deployment, pool): every key, reservation and rank of
+ * it is forgotten, and it is gone from kvp_meta_stats (so from kvpage
+ * serve's status page, /v1/stats and /metrics) and from kvp_meta_ns with
+ * create == 0 (-ENOENT), durably (a DROP record in the log; Redis: its keys
+ * deleted). Handles to it stay valid: their calls find no rank initialized
+ * (-ENOENT, KVP_RULE_RANK_NOT_INIT), and the next kvp_meta_init_rank, as
+ * an engine's next initialization, creates it again, empty. The in-process
+ * engine keeps a few bytes of its name so that its log's numbering holds.
+ * Returns 0, -EINVAL (bad name: KVP_RULE_NAMESPACE), -ENOENT (no such
+ * namespace), -EOPNOTSUPP (a backend that cannot: a kvpage serve older
+ * than the route), or a log or connection error as the other changes.
+ */
+KVP_API int kvp_meta_drop(struct kvp_meta *m, const char *deployment, size_t dlen, const char *pool,
+                          size_t plen, struct kvp_error *err);
+
+/*
  * The _async forms: the same as the calls above, but they return once the
  * change is applied and visible to every caller, before it is durable.
  * *ticket (which the caller sets to 0 before its first call) is raised to the
@@ -353,6 +369,9 @@ KVP_API int kvp_meta_delete_async(struct kvp_ns *ns, int64_t rank, const struct 
                                   size_t n, uint64_t *ticket, struct kvp_error *err);
 KVP_API int kvp_meta_clear_async(struct kvp_ns *ns, int64_t rank, uint64_t *ticket,
                                  struct kvp_error *err);
+KVP_API int kvp_meta_drop_async(struct kvp_meta *m, const char *deployment, size_t dlen,
+                                const char *pool, size_t plen, uint64_t *ticket,
+                                struct kvp_error *err);
 
 /*
  * Blocks until everything a ticket covers is durable. Returns 0, or the

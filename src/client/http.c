@@ -936,6 +936,34 @@ static int h_clear(struct kvp_ns *ns, int64_t rank, uint64_t *ticket, struct kvp
     return rc;
 }
 
+/* kvpage's POST [/ns/DEP]/drop. A server older than the route answers 404
+ * without "Namespace not found": -EOPNOTSUPP, saying so. */
+static int h_drop(struct kvp_meta *m, const char *dep, size_t dlen, const char *pool, size_t plen,
+                  uint64_t *ticket, struct kvp_error *err)
+{
+    struct kvp_ns *ns;
+    int rc = m->ops->ns(m, dep, dlen, pool, plen, 1, &ns, ticket, err);
+    if (rc)
+        return rc;
+    struct hns *s = hns_of(ns);
+    struct req r = {.idempotent = 1};
+    struct kvp_buf body = {0};
+    put_lit(&body, "{");
+    put_pool(&body, s, 0);
+    put_lit(&body, "}");
+    route_path(&r, s, "/drop");
+    rc = run(be_of(m), &r, &body, 204, OP_OTHER, -1, NULL, 0, err);
+    if (rc == -ENOENT && err && !strstr(err->msg, "Namespace not found")) {
+        char was[sizeof err->msg];
+        snprintf(was, sizeof was, "%s", err->msg);
+        kvp__set_err(err, -EOPNOTSUPP, KVP_RULE_ARG, -1, 0, 0,
+                     "the server cannot drop a namespace (older than the route; %s)", was);
+        rc = -EOPNOTSUPP;
+    }
+    kvp__buf_free(&r.reply);
+    return rc;
+}
+
 /* ---------------------------------------------------------------- /v1/stats */
 
 /* Calls fn for each namespace of the server's /v1/stats (of the fixed
@@ -1328,6 +1356,7 @@ const struct kvp__meta_ops kvp__http_ops = {
     .lookup = h_lookup,
     .del = h_delete,
     .clear = h_clear,
+    .drop = h_drop,
     .nranks = h_nranks,
     .stats = h_stats,
     .check = h_check,

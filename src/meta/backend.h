@@ -84,6 +84,9 @@ struct kvp__meta_ops {
     int (*health)(struct kvp_meta *m, int *scope, char *why, size_t len);
     int (*snapshot)(struct kvp_meta *m);
     int (*describe)(struct kvp_meta *m, char *buf, size_t len);
+    /* kvp_meta_drop, names checked. May be NULL: -EOPNOTSUPP. */
+    int (*drop)(struct kvp_meta *m, const char *dep, size_t dlen, const char *pool, size_t plen,
+                uint64_t *ticket, struct kvp_error *err);
 };
 
 /* The in-process engine (src/meta/local.c): mem: and file:. */

@@ -828,6 +828,8 @@ static int lo_ns(struct kvp_meta *front, const char *deployment, size_t dlen, co
     pthread_rwlock_rdlock(&m->ns_lock);
     struct kvp__lns *ns = ns_find_locked(m, h, deployment, dlen, pool, plen);
     pthread_rwlock_unlock(&m->ns_lock);
+    if (ns && !create && __atomic_load_n(&ns->dropped, __ATOMIC_ACQUIRE))
+        ns = NULL; /* dropped: found again only to be created */
     if (ns || !create) {
         *out = ns ? &ns->pub : NULL;
         return ns ? 0 : -ENOENT;
@@ -925,6 +927,10 @@ static void lo_close(struct kvp_meta *front)
             pages_free(ns->slots[i]->pages, ns->slots[i]->num_pages);
             free(ns->slots[i]);
         }
+        for (struct kvp__rank *r = ns->dead, *nd; r; r = nd) { /* the pool is stopped */
+            nd = r->next_dead;
+            free(r);
+        }
         free(ns->slots);
         free(ns->by_id);
         kvp__big_free(ns->buckets, ns->nbuckets * sizeof *ns->buckets);
@@ -1004,8 +1010,10 @@ static int lo_init_rank(struct kvp_ns *pub, uint32_t rank, uint32_t num_pages, u
         /* no room in the log: nothing changes */
     } else if (!r) {
         rc = rank_create(ns, rank, num_pages, &r);
-        if (!rc)
-            kvp__jrnl_init(ns, rank, num_pages);
+        if (!rc) {
+            kvp__jrnl_init(ns, rank, num_pages); /* also what brings a dropped one back */
+            __atomic_store_n(&ns->dropped, 0, __ATOMIC_RELEASE);
+        }
         if (rc == -ENOSPC)
             set_err(err, rc, KVP_RULE_TOO_MANY, -1, ns->nranks, KVP_MAX_RANKS_PER_NS,
                     "too many ranks in this namespace (limit %d)", KVP_MAX_RANKS_PER_NS);
@@ -1452,6 +1460,67 @@ static int lo_clear(struct kvp_ns *pub, int64_t rank, uint64_t *ticket, struct k
     return rc;
 }
 
+/* Forgets every key and rank of the namespace and marks it dropped; the
+ * caller holds its lock and has logged the DROP record. */
+static void ns_drop_locked(struct kvp__lns *ns)
+{
+    free_all_keys(ns);
+    struct kvp__rank **pp = &ns->dead, *r;
+    while ((r = *pp)) { /* the ones dropped before whose job is done now */
+        if (atomic_load(&r->ahead.state) != KVP_POPULATE_QUEUED) {
+            *pp = r->next_dead;
+            free(r);
+        } else {
+            pp = &r->next_dead;
+        }
+    }
+    for (uint32_t i = 0; i < ns->nranks; i++) {
+        r = ns->slots[i];
+        pages_free(r->pages, r->num_pages); /* a job still queued backs nothing */
+        r->pages = NULL;
+        if (atomic_load(&r->ahead.state) == KVP_POPULATE_QUEUED) {
+            r->next_dead = ns->dead; /* the prefault thread holds &r->ahead */
+            ns->dead = r;
+        } else {
+            free(r);
+        }
+    }
+    ns->nranks = 0;
+    __atomic_store_n(&ns->dropped, 1, __ATOMIC_RELEASE);
+}
+
+void kvp__replay_drop(struct kvp__lns *ns)
+{
+    pthread_mutex_lock(&ns->lock);
+    ns_drop_locked(ns);
+    pthread_mutex_unlock(&ns->lock);
+}
+
+static int lo_drop(struct kvp_meta *front, const char *dep, size_t dlen, const char *pool,
+                   size_t plen, uint64_t *ticket, struct kvp_error *err)
+{
+    struct kvp_ns *pub;
+    int rc = lo_ns(front, dep, dlen, pool, plen, 0, &pub, ticket, err);
+    if (rc) {
+        set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "no namespace %.*s/%.*s", (int)dlen, dep,
+                (int)plen, pool);
+        return rc;
+    }
+    struct kvp__lns *ns = (struct kvp__lns *)pub;
+    pthread_mutex_lock(&ns->lock);
+    if (ns->dropped) { /* dropped meanwhile by another caller */
+        rc = -ENOENT;
+        set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "no namespace %.*s/%.*s", (int)dlen, dep,
+                (int)plen, pool);
+    } else if ((rc = kvp__jrnl_reserve(ns, KVP_JRNL_DROP, 0, err)) == 0) {
+        kvp__jrnl_drop(ns);
+        ns_drop_locked(ns);
+    }
+    *ticket = later(*ticket, kvp__jrnl_commit(ns));
+    pthread_mutex_unlock(&ns->lock);
+    return rc;
+}
+
 /* ---------------------------------------------------------------- stats and checks */
 
 static void rank_stats(const struct kvp__rank *r, struct kvp_rank_stats *s)
@@ -1481,6 +1550,13 @@ static int lo_stats(struct kvp_meta *front, kvp_meta_stats_fn fn, void *arg)
     int rc = 0;
     for (struct kvp__lns *ns = first; ns && !rc;) {
         pthread_mutex_lock(&ns->lock);
+        if (ns->dropped) { /* gone for everyone but the log's numbering */
+            pthread_mutex_unlock(&ns->lock);
+            pthread_rwlock_rdlock(&m->ns_lock);
+            ns = ns->next_all;
+            pthread_rwlock_unlock(&m->ns_lock);
+            continue;
+        }
         size_t nr = ns->nranks;
         struct kvp_rank_stats *st = calloc(nr ? nr : 1, sizeof *st);
         if (!st) {
@@ -1780,6 +1856,7 @@ const struct kvp__meta_ops kvp__local_ops = {
     .lookup = lo_lookup,
     .del = lo_delete,
     .clear = lo_clear,
+    .drop = lo_drop,
     .nranks = lo_nranks,
     .stats = lo_stats,
     .check = lo_check,

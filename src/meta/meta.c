@@ -485,6 +485,32 @@ KVP_API int kvp_meta_clear(struct kvp_ns *ns, int64_t rank, struct kvp_error *er
     return settle(ns ? ns->meta : NULL, rc, t, err);
 }
 
+KVP_API int kvp_meta_drop_async(struct kvp_meta *m, const char *deployment, size_t dlen,
+                                const char *pool, size_t plen, uint64_t *ticket,
+                                struct kvp_error *err)
+{
+    if (!m || !ticket)
+        return bad_arg(err, "metadata handle or ticket is NULL");
+    if (!kvp_deployment_valid(deployment, dlen) || !kvp_pool_valid(pool, plen)) {
+        kvp__set_err(err, -EINVAL, KVP_RULE_NAMESPACE, -1, 0, 0, "Invalid namespace");
+        return -EINVAL;
+    }
+    if (!m->ops->drop) {
+        kvp__set_err(err, -EOPNOTSUPP, KVP_RULE_ARG, -1, 0, 0,
+                     "the %s backend cannot drop a namespace (clear it instead)", m->ops->name);
+        return -EOPNOTSUPP;
+    }
+    return m->ops->drop(m, deployment, dlen, pool, plen, ticket, err);
+}
+
+KVP_API int kvp_meta_drop(struct kvp_meta *m, const char *deployment, size_t dlen, const char *pool,
+                          size_t plen, struct kvp_error *err)
+{
+    uint64_t t = 0;
+    int rc = kvp_meta_drop_async(m, deployment, dlen, pool, plen, &t, err);
+    return settle(m, rc, t, err);
+}
+
 KVP_API size_t kvp_meta_nranks(struct kvp_ns *ns)
 {
     return ns ? ns->meta->ops->nranks(ns) : 0;

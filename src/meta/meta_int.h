@@ -89,6 +89,7 @@ struct kvp__rank {
     uint64_t nfree;             /* free-list pages plus FREE pages in [hwm, ceil) */
     struct kvp__populate ahead; /* backs the page array ahead of hwm */
     uint64_t hits, misses, allocations, evictions, expired, release_held;
+    struct kvp__rank *next_dead; /* on its namespace's dead list (kvp_meta_drop) */
 };
 
 struct kvp__lns {
@@ -134,6 +135,14 @@ struct kvp__lns {
     int keep_keys;
     struct kvp__key *kept;
     uint64_t nkept;
+    /* Dropped (kvp_meta_drop): no ranks, no keys, left out of the figures
+     * and found only to be created again; an entry stays so that the log's
+     * namespace numbers keep their meaning. The next rank initialized
+     * brings it back (guarded by lock; read atomically by lo_ns). */
+    int dropped;
+    /* Ranks dropped while the prefault thread may still hold their page
+     * job (ahead): freed once it is done, or at close (guarded by lock). */
+    struct kvp__rank *dead;
 };
 
 struct kvp__local {
@@ -158,6 +167,9 @@ void kvp__jrnl_init(struct kvp__lns *ns, uint32_t rank, uint32_t num_pages);
 void kvp__jrnl_hold(struct kvp__lns *ns, uint32_t rank, uint32_t page, const struct kvp__key *key);
 void kvp__jrnl_free(struct kvp__lns *ns, uint32_t rank, uint32_t page);
 void kvp__jrnl_clear(struct kvp__lns *ns, int64_t rank);
+void kvp__jrnl_drop(struct kvp__lns *ns);
+/* Recovery's DROP record: drops the namespace (takes its lock). */
+void kvp__replay_drop(struct kvp__lns *ns);
 /* Appends the records staged by the calls above; before the lock is released.
  * Returns the log position at which the operation is durable (0: now). */
 uint64_t kvp__jrnl_commit(struct kvp__lns *ns);
@@ -183,6 +195,7 @@ void kvp__jrnl_unspace(struct kvp__local *m, uint64_t bytes);
 #define KVP_JRNL_HOLD(klen) (KVP_JRNL_HDR + 15u + (uint64_t)(klen))
 #define KVP_JRNL_FREE (KVP_JRNL_HDR + 13u)
 #define KVP_JRNL_CLEAR (KVP_JRNL_HDR + 9u)
+#define KVP_JRNL_DROP KVP_JRNL_CLEAR /* the same fields: namespace, every rank */
 /* The most an allocate probes for the confirmations it enables. */
 #define KVP_JRNL_PROBE_MAX ((uint64_t)256 << 10)
 /* The operation hands out a FREE page: its reply waits until the newest

@@ -3,7 +3,8 @@
  * snapshots, and recovery. The log mechanics are in src/wal.
  *
  * Logged: namespace creation, rank init/resize, HOLD (a confirmed key takes a
- * page), FREE (a key loses a page: delete or eviction), CLEAR. Reservations
+ * page), FREE (a key loses a page: delete or eviction), CLEAR, DROP (the
+ * namespace and its ranks go; a later INIT brings it back). Reservations
  * are not logged: after a restart they are gone and their writers'
  * confirmations are still accepted while the page is free.
  *
@@ -61,6 +62,7 @@ enum {
     REC_SNAP_END = 7,
     REC_HOLD_HEX = 8,  /* HOLD of a lowercase hex key, stored as its bytes */
     REC_KEYS_HINT = 9, /* snapshot: how many keys the namespace has (sizes its index once) */
+    REC_DROP = 10,     /* kvp_meta_drop: as CLEAR's fields (namespace, every rank) */
 };
 #define MAX_KEYS_HINT (1ull << 28)
 #define SNAP_VERSION 1
@@ -366,6 +368,19 @@ void kvp__jrnl_clear(struct kvp__lns *ns, int64_t rank)
     ns->jfreed = 1;
 }
 
+void kvp__jrnl_drop(struct kvp__lns *ns)
+{
+    if (!jwal(ns->meta))
+        return;
+    struct enc e;
+    e.n = 0;
+    e8(&e, REC_DROP);
+    e32(&e, ns->id);
+    e32(&e, ALL_RANKS);
+    stage(ns, &e);
+    ns->jfreed = 1;
+}
+
 /* ---------------------------------------------------------------- decoding */
 
 struct dec {
@@ -496,6 +511,11 @@ int kvp__persist_apply(struct kvp__local *m, const uint8_t *payload, uint32_t le
         pthread_mutex_unlock(&ns->lock);
         return rc;
     }
+    case REC_DROP:
+        if (d.bad || d.off != d.n || rank != ALL_RANKS)
+            break;
+        kvp__replay_drop(ns);
+        return 0;
     case REC_CLEAR:
         if (d.bad || d.off != d.n)
             break;
@@ -626,6 +646,7 @@ struct fz_ns {
     uint64_t nkeys;
     uint32_t nranks;
     struct fz_rank *ranks; /* NULL: the namespace's own ranks (no copy) */
+    int dropped;
 };
 struct frozen {
     struct fz_ns *ns;
@@ -674,7 +695,8 @@ static int write_snapshot(struct kvp__local *m, struct snapw *w, int fd, uint64_
     sw_rec(w, &e);
     const struct kvp__lns *live = m->ns_first;
     for (size_t i = 0; fz ? i < fz->nns : live != NULL; i++) {
-        struct fz_ns v = fz ? fz->ns[i] : (struct fz_ns){live, live->nkeys, live->nranks, NULL};
+        struct fz_ns v =
+            fz ? fz->ns[i] : (struct fz_ns){live, live->nkeys, live->nranks, NULL, live->dropped};
         const struct kvp__lns *ns = v.ns;
         e.n = 0;
         enc_ns(&e, ns);
@@ -684,6 +706,13 @@ static int write_snapshot(struct kvp__local *m, struct snapw *w, int fd, uint64_
         e32(&e, ns->id);
         e64(&e, v.nkeys);
         sw_rec(w, &e);
+        if (v.dropped) { /* kept for its number; no ranks, no keys */
+            e.n = 0;
+            e8(&e, REC_DROP);
+            e32(&e, ns->id);
+            e32(&e, ALL_RANKS);
+            sw_rec(w, &e);
+        }
         for (uint32_t s = 0; s < v.nranks; s++) {
             struct fz_rank r = v.ranks ? v.ranks[s] : live_rank(ns->slots[s]);
             e.n = 0;
@@ -789,7 +818,7 @@ static void append_catalog(struct kvp__local *m)
     uint64_t bytes = 0;
     for (struct kvp__lns *ns = m->ns_first; ns; ns = ns->next_all)
         bytes += KVP_JRNL_NS(strlen(ns->deployment), strlen(ns->pool)) +
-                 (uint64_t)ns->nranks * KVP_JRNL_INIT;
+                 (uint64_t)ns->nranks * KVP_JRNL_INIT + (ns->dropped ? KVP_JRNL_DROP : 0);
     if (!bytes)
         return;
     if (kvp__jrnl_space(m, bytes, 0, NULL) != 0) {
@@ -800,6 +829,8 @@ static void append_catalog(struct kvp__local *m)
     }
     for (struct kvp__lns *ns = m->ns_first; ns; ns = ns->next_all) {
         kvp__jrnl_ns(m, ns);
+        if (ns->dropped)
+            kvp__jrnl_drop(ns);
         for (uint32_t s = 0; s < ns->nranks; s++)
             kvp__jrnl_init(ns, ns->slots[s]->id, ns->slots[s]->num_pages);
         kvp__jrnl_commit(ns);
@@ -1004,6 +1035,7 @@ static void freeze(struct kvp__local *m, struct frozen *fz)
         v->ns = ns;
         v->nkeys = ns->nkeys;
         v->nranks = ns->nranks;
+        v->dropped = ns->dropped;
         v->ranks = frozen_take(fz, (size_t)ns->nranks * sizeof *v->ranks);
         for (uint32_t s = 0; s < ns->nranks; s++) {
             const struct kvp__rank *r = ns->slots[s];

@@ -92,6 +92,9 @@ struct rns {
     uint32_t *seen_ranks;
     size_t nseen;
     int seen_valid;
+    /* Dropped through this handle (kvp_meta_drop): kvp_meta_ns without
+     * create asks Redis again until a rank is initialized (atomic). */
+    int dropped;
     struct rns *next;
 };
 
@@ -629,9 +632,23 @@ static int rd_ns(struct kvp_meta *front, const char *deployment, size_t dlen, co
     struct rmeta *m = front->be;
     *out = NULL;
     struct rns *ns = ns_cached(m, deployment, dlen, pool, plen);
-    if (ns) {
+    if (ns && (create || !__atomic_load_n(&ns->dropped, __ATOMIC_ACQUIRE))) {
         *out = &ns->pub;
         return 0;
+    }
+    if (ns) { /* dropped here: is it listed again (by another process)? */
+        char list[MAX_PREFIX * 2 + 32], seq[MAX_PREFIX * 2 + 32];
+        nslist_keys(m, list, seq, sizeof list);
+        const char *argv[3] = {"ZSCORE", list, ns->tag};
+        size_t lens[3] = {6, strlen(list), ns->taglen};
+        redisReply *r;
+        int rc = kvp__rconn_cmd(m->c, key_slot(list), NULL, 1, 3, argv, lens, &r, err);
+        if (rc)
+            return rc;
+        int listed = r->type != REDIS_REPLY_NIL;
+        kvp__rreply_free(r);
+        *out = listed ? &ns->pub : NULL;
+        return listed ? 0 : -ENOENT;
     }
     if (!(ns = ns_new(m, deployment, dlen, pool, plen))) {
         set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
@@ -798,7 +815,9 @@ static int rd_init_rank(struct kvp_ns *pub, uint32_t rank, uint32_t num_pages, u
     if ((rc = kvp__rconn_cmd(m->c, key_slot(ns->ranks_key), NULL, 1, 4, argv, lens, &r, err)))
         return rc;
     kvp__rreply_free(r);
-    return ns_register(m, ns, err);
+    if ((rc = ns_register(m, ns, err)) == 0)
+        __atomic_store_n(&ns->dropped, 0, __ATOMIC_RELEASE);
+    return rc;
 }
 
 static int rd_allocate_ordered(struct kvp_ns *pub, uint32_t rank, int order,
@@ -1336,6 +1355,76 @@ static int rd_clear(struct kvp_ns *pub, int64_t rank, uint64_t *ticket, struct k
     return each_rank_op((struct rns *)pub, rank, SC_CLEAR, NULL, 0, err);
 }
 
+/* Deletes one command's worth of keys of one slot (DEL k...). */
+static int del_keys(struct rmeta *m, int slot, int n, const char **keys, const size_t *lens,
+                    struct kvp_error *err)
+{
+    const char *argv[NRKEYS + 1] = {"DEL"};
+    size_t al[NRKEYS + 1] = {3};
+    for (int i = 0; i < n; i++)
+        argv[1 + i] = keys[i], al[1 + i] = lens[i];
+    redisReply *r;
+    int rc = kvp__rconn_cmd(m->c, slot, NULL, 1, 1 + n, argv, al, &r, err);
+    if (!rc)
+        kvp__rreply_free(r);
+    return rc;
+}
+
+/* kvp_meta_drop: every rank's keys, the rank list and the namespace's entry
+ * in the list of namespaces are deleted, in that order (each step atomic,
+ * the whole not: a drop cut short is finished by repeating it). A later
+ * init_rank lists the namespace again. */
+static int rd_drop(struct kvp_meta *front, const char *dep, size_t dlen, const char *pool,
+                   size_t plen, uint64_t *ticket, struct kvp_error *err)
+{
+    struct rmeta *m = front->be;
+    struct kvp_ns *pub;
+    int rc = rd_ns(front, dep, dlen, pool, plen, 0, &pub, ticket, err);
+    if (rc == -ENOENT)
+        set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "no namespace %.*s/%.*s", (int)dlen, dep,
+                (int)plen, pool);
+    if (rc)
+        return rc;
+    struct rns *ns = (struct rns *)pub;
+    char list[MAX_PREFIX * 2 + 32], seq[MAX_PREFIX * 2 + 32];
+    nslist_keys(m, list, seq, sizeof list);
+    const char *argv[3] = {"ZSCORE", list, ns->tag};
+    size_t lens[3] = {6, strlen(list), ns->taglen};
+    redisReply *r;
+    if ((rc = kvp__rconn_cmd(m->c, key_slot(list), NULL, 1, 3, argv, lens, &r, err)) != 0)
+        return rc;
+    int listed = r->type != REDIS_REPLY_NIL;
+    kvp__rreply_free(r);
+    if (!listed) { /* a handle of this process may know it still: Redis does not */
+        set_err(err, -ENOENT, KVP_RULE_NONE, -1, 0, 0, "no namespace %.*s/%.*s", (int)dlen, dep,
+                (int)plen, pool);
+        return -ENOENT;
+    }
+    uint32_t *ranks;
+    size_t nr;
+    if ((rc = list_ranks(m, ns->ranks_key, &ranks, NULL, &nr, err)) != 0)
+        return rc;
+    for (size_t i = 0; i < nr && !rc; i++) {
+        struct rkeys k;
+        rank_keys(ns, ranks[i], &k);
+        const char *kp[NRKEYS];
+        for (int j = 0; j < NRKEYS; j++)
+            kp[j] = k.k[j];
+        rc = del_keys(m, k.slot, NRKEYS, kp, k.len, err);
+    }
+    free(ranks);
+    const char *rk[1] = {ns->ranks_key};
+    size_t rl[1] = {strlen(ns->ranks_key)};
+    if (!rc)
+        rc = del_keys(m, key_slot(ns->ranks_key), 1, rk, rl, err);
+    argv[0] = "ZREM", lens[0] = 4;
+    if (!rc && (rc = kvp__rconn_cmd(m->c, key_slot(list), NULL, 1, 3, argv, lens, &r, err)) == 0) {
+        kvp__rreply_free(r);
+        __atomic_store_n(&ns->dropped, 1, __ATOMIC_RELEASE);
+    }
+    return rc;
+}
+
 static size_t rd_nranks(struct kvp_ns *pub)
 {
     struct rns *ns = (struct rns *)pub;
@@ -1855,9 +1944,10 @@ static int rd_open_sentinel(struct kvp_meta *front, const char *where, struct kv
 #define RD_OPS                                                                                     \
     .close = rd_close, .ns = rd_ns, .init_rank = rd_init_rank, .allocate = rd_allocate,            \
     .allocate_ordered = rd_allocate_ordered, .confirm = rd_confirm, .exists = rd_exists,           \
-    .lookup = rd_lookup, .del = rd_delete, .clear = rd_clear, .nranks = rd_nranks,                 \
-    .stats = rd_stats, .check = rd_check, .wait = rd_wait, .when_durable = rd_when_durable,        \
-    .values = rd_values, .health = rd_health, .snapshot = rd_snapshot, .describe = rd_describe
+    .lookup = rd_lookup, .del = rd_delete, .clear = rd_clear, .drop = rd_drop,                     \
+    .nranks = rd_nranks, .stats = rd_stats, .check = rd_check, .wait = rd_wait,                    \
+    .when_durable = rd_when_durable, .values = rd_values, .health = rd_health,                     \
+    .snapshot = rd_snapshot, .describe = rd_describe
 
 /* The same backend, its master named by sentinels. */
 const struct kvp__meta_ops kvp__redis_sentinel_ops = {

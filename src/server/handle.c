@@ -31,6 +31,7 @@ static const char *const route_names[KVP_ROUTE_COUNT] = {
     [KVP_ROUTE_VLLM_LOCATIONS] = "/keys/get_locations",
     [KVP_ROUTE_VLLM_CLEAR] = "/clear",
     [KVP_ROUTE_VLLM_DELETE] = "/keys/delete",
+    [KVP_ROUTE_VLLM_DROP] = "/drop",
     [KVP_ROUTE_SGL_INIT] = "/{rank}/initialize",
     [KVP_ROUTE_STATUS] = "/",
     [KVP_ROUTE_SGL_EXISTS] = "/{rank}/exists",
@@ -152,6 +153,8 @@ static void match_route(const char *p, size_t n, int has_ns, struct match *m)
     if (ns == 1) {
         if (seg_is(s[0], "clear"))
             m->route = KVP_ROUTE_VLLM_CLEAR;
+        else if (seg_is(s[0], "drop"))
+            m->route = KVP_ROUTE_VLLM_DROP;
         else if (!has_ns && seg_is(s[0], "healthz"))
             m->route = KVP_ROUTE_HEALTHZ, m->get = 1;
         else if (!has_ns && seg_is(s[0], "metrics"))
@@ -245,7 +248,7 @@ struct dialect {
 };
 
 static const struct dialect dialects[] = {
-    {KVP_ROUTE_VLLM_INIT, KVP_ROUTE_VLLM_DELETE, kvp__vllm_fast, kvp__vllm_handle},
+    {KVP_ROUTE_VLLM_INIT, KVP_ROUTE_VLLM_DROP, kvp__vllm_fast, kvp__vllm_handle},
     {KVP_ROUTE_SGL_INIT, KVP_ROUTE_SGL_GET, kvp__sglang_fast, kvp__sglang_handle},
 };
 

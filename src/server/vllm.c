@@ -281,6 +281,24 @@ static void do_clear(struct kvp_ctx *c)
     kvp__reply_empty(c, 204);
 }
 
+/* kvpage's POST /drop: the namespace (this deployment, the body's pool) and
+ * its ranks go (kvp_meta_drop); 204, or 404 when there is none. */
+static void do_drop(struct kvp_ctx *c)
+{
+    const char *pool;
+    size_t plen;
+    if (body_pool(c, &pool, &plen))
+        return;
+    struct kvp_error err = {0};
+    int rc = kvp_meta_drop_async(c->srv->meta, c->dep, c->dlen, pool, plen, &c->rep->ticket, &err);
+    if (rc == -ENOENT)
+        kvp__reply_error(c, 404, "Namespace not found");
+    else if (rc)
+        kvp__meta_error(c, rc, &err, "namespace");
+    else
+        kvp__reply_empty(c, 204);
+}
+
 static void do_delete(struct kvp_ctx *c)
 {
     json_t *keys;
@@ -357,6 +375,9 @@ void kvp__vllm_handle(struct kvp_ctx *c, int route)
         break;
     case KVP_ROUTE_VLLM_DELETE:
         do_delete(c);
+        break;
+    case KVP_ROUTE_VLLM_DROP:
+        do_drop(c);
         break;
     default:
         kvp__reply_error(c, 404, "Not Found");

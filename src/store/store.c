@@ -6,6 +6,7 @@
  * caller run in parallel (src/store/pieces.c).
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,14 +88,24 @@ static int init_rank(struct kvp_store *s, const char *path, struct kvp_error *er
         return rc;
     struct kvp_error e2 = {0};
     rc = kvp_meta_init_rank(s->ns, s->rank, s->num_pages, &e2);
-    if (rc == -EEXIST)
-        kvp__set_err(err, rc, KVP_RULE_RESIZE_HELD, -1, e2.value, (int64_t)s->num_pages,
-                     "the metadata at %s has rank %u of %s/%s with %lld pages and holds data in "
-                     "it; the file %s gives %llu pages of %llu bytes (use the same file size and "
-                     "page size, or clear the rank)",
-                     s->location, s->rank, s->deployment, s->pool, (long long)e2.value, path,
-                     (unsigned long long)s->num_pages, (unsigned long long)s->bpp);
-    else if (rc && err)
+    if (rc == -EEXIST) {
+        /* The command that clears it, short enough that the message (256
+         * bytes) keeps it whole: the store's default location is --file,
+         * the default names are left out. */
+        char def[PATH_MAX + 16];
+        snprintf(def, sizeof def, "file:%s.meta", path);
+        int is_def = !strcmp(def, s->location), dd = !strcmp(s->deployment, "default"),
+            dp = !strcmp(s->pool, "kv");
+        kvp__set_err(
+            err, rc, KVP_RULE_RESIZE_HELD, -1, e2.value, (int64_t)s->num_pages,
+            "rank %u of %s/%s holds data in %lld pages, not %llu pages of %llu bytes: clear "
+            "the rank (kvpage clear %s %s%s%s%s%s --rank %u --yes) or keep the file "
+            "size and page size",
+            s->rank, s->deployment, s->pool, (long long)e2.value, (unsigned long long)s->num_pages,
+            (unsigned long long)s->bpp, is_def ? "--file" : "--meta", is_def ? path : s->location,
+            dd ? "" : " --deployment ", dd ? "" : s->deployment, dp ? "" : " --pool ",
+            dp ? "" : s->pool, s->rank);
+    } else if (rc && err)
         *err = e2;
     return rc;
 }

@@ -520,6 +520,8 @@ static void *conn_main(void *arg)
                 reply(c.fd, 404,
                       "{\"detail\": \"Rank 3 not initialized. Please call "
                       "/3/initialize first.\"}");
+            else if (strstr(buf, "/drop ")) /* a server older than the route */
+                reply(c.fd, 404, "{\"detail\": \"Not Found\"}");
             else if (strstr(buf, "/confirm_write "))
                 reply(c.fd, 409,
                       "{\"detail\": \"Confirmation failed: page 7 on rank 3 holds "
@@ -672,6 +674,53 @@ static void test_fake_4xx(void)
     fake_stop(&f);
 }
 
+/* kvp_meta_drop of a server that does not know POST /drop: -EOPNOTSUPP,
+ * saying so, not "no such namespace". */
+static void test_fake_old_drop(void)
+{
+    struct fake f;
+    struct kvp_meta *m;
+    struct kvp_ns *ns;
+    struct kvp_error err = {0};
+    if (fake_client(&f, FAKE_4XX, "/ns/d5", 5000, 3, &m, &ns))
+        return;
+    CHECK_EQ(kvp_meta_drop(m, "d5", 2, "p", 1, &err), -EOPNOTSUPP);
+    CHECK(strstr(err.msg, "cannot drop a namespace") && strstr(err.msg, "POST /ns/d5/drop"));
+    kvp_meta_close(m);
+    fake_stop(&f);
+}
+
+/* kvp_meta_drop through POST /drop of the real server: gone, a second drop
+ * finds nothing, the namespace's next init creates it again, empty. */
+static void test_drop(int port)
+{
+    struct kvp_meta *m;
+    if (http_open("", port, 5000, 3, &m)) {
+        CHECK(0);
+        return;
+    }
+    struct kvp_ns *ns = NULL;
+    struct kvp_error err = {0};
+    CHECK_EQ(kvp_meta_ns(m, "dropme", 6, "pool x", 6, 1, &ns, &err), 0);
+    CHECK_EQ(kvp_meta_init_rank(ns, 2, 16, &err), 0);
+    struct kvp_str k = S("k");
+    int64_t p = -1;
+    CHECK_EQ(kvp_meta_allocate(ns, 2, &k, 1, &p, NULL, &err), 0);
+    CHECK_EQ(kvp_meta_confirm(ns, 2, &k, &p, 1, NULL, 0, &err), 0);
+    CHECK_EQ(kvp_meta_drop(m, "dropme", 6, "pool x", 6, &err), 0);
+    struct kvp_ns *again = NULL;
+    CHECK_EQ(kvp_meta_ns(m, "dropme", 6, "pool x", 6, 0, &again, &err), -ENOENT);
+    memset(&err, 0, sizeof err);
+    CHECK_EQ(kvp_meta_drop(m, "dropme", 6, "pool x", 6, &err), -ENOENT);
+    CHECK(strstr(err.msg, "Namespace not found") != NULL);
+    CHECK_EQ(kvp_meta_init_rank(ns, 2, 16, &err), 0);
+    p = 0;
+    CHECK_EQ(kvp_meta_lookup(ns, 2, 0, &k, 1, &p, &err), 0);
+    CHECK_EQ(p, -1);
+    CHECK_EQ(kvp_meta_drop(m, "dropme", 6, "pool x", 6, &err), 0);
+    kvp_meta_close(m);
+}
+
 static void test_fake_503(void)
 {
     struct fake f;
@@ -822,12 +871,14 @@ int main(int argc, char **argv)
     test_fake_4xx();
     test_fake_503();
     test_fake_drop();
+    test_fake_old_drop();
 
     int port = 0;
     pid_t pid = start_server(&port, dir);
     CHECK(pid > 0);
     if (pid > 0) {
         test_round_trip(port);
+        test_drop(port);
         test_restart(&pid, port, dir);
     }
     if (pid > 0) {

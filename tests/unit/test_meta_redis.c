@@ -40,6 +40,7 @@
 #include "meta/backend.h"
 #include "meta/redis_conn.h"
 #include "meta_diff.h"
+#include "meta_drop.h"
 
 /* ---------------------------------------------------------------- Redis servers */
 
@@ -835,6 +836,32 @@ static void page_orders(int port)
     kvp_meta_close(m);
 }
 
+/* kvp_meta_drop on Redis: meta_drop.h's semantics, every key of the
+ * dropped namespace deleted (only d2's remain under the prefix), and a
+ * second handle (another process's) no longer finds it. */
+static void drop_test(int port)
+{
+    char loc[96], n[32];
+    snprintf(loc, sizeof loc, "redis://127.0.0.1:%d?prefix=drop", port);
+    struct kvp_meta *m = NULL, *m2 = NULL;
+    CHECK_EQ(kvp_meta_open_at(loc, NULL, &m, NULL), 0);
+    CHECK_EQ(kvp_meta_open_at(loc, NULL, &m2, NULL), 0);
+    if (!m || !m2)
+        return;
+    drop_semantics(m);
+    struct kvp_ns *ns = NULL;
+    CHECK_EQ(kvp_meta_ns(m2, "d1", 2, "kv", 2, 0, &ns, NULL), -ENOENT);
+    struct drop_seen seen = drop_seen_of(m2);
+    CHECK(!seen.a && seen.b);
+    /* d1's keys are gone: its tag appears in no key of the prefix */
+    CHECK_EQ(raw(port, n, sizeof n, "KEYS drop:{d1/*"), 0);
+    CHECK_EQ(strcmp(n, "0"), 0);
+    CHECK_EQ(raw(port, n, sizeof n, "KEYS drop:{d2/*"), 0);
+    CHECK(strcmp(n, "0") != 0);
+    kvp_meta_close(m2);
+    kvp_meta_close(m);
+}
+
 static void single_server(int steps, uint64_t seed)
 {
     if (server_start(0, 0, NULL)) {
@@ -870,6 +897,7 @@ static void single_server(int steps, uint64_t seed)
     auth_test(port);
     big_rank(port, loc);
     page_orders(port);
+    drop_test(port);
     restart_test(0);
     server_kill(0);
 }
