@@ -1504,14 +1504,20 @@ static int serve_run(const struct serve_cfg *sc)
     if (rc && meta_loc) {
         fprintf(stderr, "kvpage serve: cannot open the state in %s: %s\n", shown_loc,
                 merr.msg[0] ? merr.msg : kvp_strerror(rc));
+        if (merr.rule == KVP_RULE_ARG) /* a bad location, as a bad flag: 2 */
+            status = 2;
         goto out_closed;
     }
     if (rc) {
-        /* meta has logged the details (file, offset, what is wrong). */
+        /* A data directory that cannot be one (a missing parent, a file): 2. */
+        if (persistent && (rc == -ENOENT || rc == -ENOTDIR))
+            status = 2;
+        /* meta has logged the details (file, offset, what is wrong); "data
+         * directory D is busy: in use by another kvpage process" among them, in
+         * the words the embedded store's callers print. */
         if (rc == -EBUSY)
-            fprintf(stderr, "kvpage serve: data directory %s is in use by another kvpage process\n",
-                    data_dir);
-        else if (persistent && merr.msg[0])
+            goto out_closed;
+        if (persistent && merr.msg[0])
             fprintf(stderr, "kvpage serve: %s\n", merr.msg); /* names the directory */
         else if (persistent)
             fprintf(stderr, "kvpage serve: cannot open the state in %s: %s\n", data_dir,
