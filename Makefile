@@ -41,18 +41,25 @@ tsan: deps
 KVP_TSAN_OPTIONS = halt_on_error=1:exitcode=66:second_deadlock_stack=1
 
 # Quiet on success: the build's output goes to $(BUILD)/build.log, shown
-# (without make's directory lines and progress) only when the build fails.
-run: deps
-	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
-	@cmake --build $(BUILD) -j $(JOBS) >$(BUILD)/build.log 2>&1 || \
+# (without make's directory lines and progress) only when the build fails;
+# one line first says what the wait is ($@: run or install).
+quiet-build = \
+	echo "make $@: building kvpage in $(BUILD)/ (a minute or more the first time; its output: $(BUILD)/build.log)"; \
+	cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null && \
+	{ cmake --build $(BUILD) -j $(JOBS) >$(BUILD)/build.log 2>&1 || \
 	  { grep -v -e 'make\[[0-9]*\]: \(Entering\|Leaving\) directory' -e '^\[ *[0-9]*%\]' \
 	    $(BUILD)/build.log >&2; \
-	    echo "make run: the build failed (all of its output: $(BUILD)/build.log)" >&2; exit 1; }
+	    echo "make $@: the build failed (all of its output: $(BUILD)/build.log)" >&2; exit 1; }; }
+
+run: deps
+	@$(quiet-build)
+	@echo "make run: starting $(BUILD)/kvpage serve $(ARGS)"
 	@$(BUILD)/kvpage serve $(ARGS)
 
 # Headers, libkvpage.so (with its SONAME links), kvpage.pc, the CMake package
-# kvpage and bin/kvpage under $(PREFIX).
-install: build
+# kvpage and bin/kvpage under $(PREFIX) (cmake --install says each file).
+install: deps
+	@$(quiet-build)
 	@cmake --install $(BUILD) --prefix $(PREFIX)
 
 unit: test-deps build

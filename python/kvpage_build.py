@@ -11,6 +11,12 @@ dot files. Environment:
                        building one (it must be this tree's version)
   KVPAGE_SOURCE_DIR    the source tree, when pip copied python/ away from
                        its checkout (pip older than 21.3 builds in a copy)
+  KVPAGE_DEBUG_DIR     keep the built library's debug info there, as
+                       libkvpage.so.debug, which the wheel's library names
+                       (.gnu_debuglink): gdb finds it beside the installed
+                       library or under its debug-file-directory
+The library the backend builds goes into the wheel stripped (about a third
+of its size); a KVPAGE_PREBUILT_LIB goes in as it is.
 The package's metadata is pyproject.toml's [project] table (its simple
 form: strings, lists of strings and license = {text = ...}).
 """
@@ -192,9 +198,32 @@ def _package_files():
                 yield f"{PACKAGE}/{f}", fh.read(), 0o644
 
 
+def _strip(lib, tmp):
+    """A stripped copy of the built library (its symbol table and debug info
+    gone, its exported symbols kept); with $KVPAGE_DEBUG_DIR the debug info
+    is kept there and the copy names it."""
+    out = os.path.join(tmp, LIBRARY + ".stripped")
+    debug_dir = os.environ.get("KVPAGE_DEBUG_DIR")
+    tool = shutil.which("objcopy") and shutil.which("strip")
+    if not tool:
+        _fail("strip and objcopy are not on PATH: install binutils (Debian: apt-get install "
+              "binutils), or set KVPAGE_PREBUILT_LIB to a built libkvpage.so")
+    if debug_dir:
+        os.makedirs(debug_dir, exist_ok=True)
+        debug = os.path.join(os.path.abspath(debug_dir), LIBRARY + ".debug")
+        _run(["objcopy", "--only-keep-debug", lib, debug], f"keeping the debug info in {debug}")
+    _run(["strip", "--strip-unneeded", "-o", out, lib], f"stripping {lib}")
+    if debug_dir:
+        _run(["objcopy", f"--add-gnu-debuglink={debug}", out], f"naming {debug} in the library")
+    return out
+
+
 def _library_bytes():
     with tempfile.TemporaryDirectory(prefix="kvpage-build-") as tmp:
-        with open(_build_library(tmp), "rb") as f:  # follows the SONAME links
+        lib = _build_library(tmp)
+        if not os.environ.get("KVPAGE_PREBUILT_LIB"):
+            lib = _strip(lib, tmp)
+        with open(lib, "rb") as f:  # follows the SONAME links
             return f.read()
 
 

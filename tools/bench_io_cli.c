@@ -461,6 +461,15 @@ static int parse_args(int argc, char **argv, struct io_args *a)
     return 0;
 }
 
+/* The exit status for a --file that cannot be opened or created: a missing
+ * directory, a path through a file or one the user may not write is a bad
+ * location (2, as a bad flag); anything else a failure (3). */
+static int bad_location(int e)
+{
+    return e == ENOENT || e == ENOTDIR || e == EACCES || e == EISDIR ? KVP_EXIT_USAGE
+                                                                     : KVP_EXIT_FAILED;
+}
+
 /* Makes PATH at least a->file_size bytes, written (not sparse: reads of holes
  * would not touch the device). *made: it did not exist. Returns 0 or the
  * exit status after printing why. */
@@ -469,8 +478,9 @@ static int prepare_file(const struct io_args *a, int tty, int *made)
     struct stat st;
     *made = stat(a->file, &st) != 0;
     if (*made && errno != ENOENT) {
-        fprintf(stderr, CMD ": %s: %s\n", a->file, strerror(errno));
-        return KVP_EXIT_FAILED;
+        int e = errno;
+        fprintf(stderr, CMD ": %s: %s\n", a->file, strerror(e));
+        return bad_location(e);
     }
     if (!*made && !S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
         fprintf(stderr, CMD ": %s is not a regular file\n", a->file);
@@ -483,9 +493,10 @@ static int prepare_file(const struct io_args *a, int tty, int *made)
         return 0;
     int fd = open(a->file, O_WRONLY | O_CREAT, 0644);
     if (fd < 0) {
-        fprintf(stderr, CMD ": cannot create %s: %s\n", a->file, strerror(errno));
+        int e = errno;
+        fprintf(stderr, CMD ": cannot create %s: %s\n", a->file, strerror(e));
         *made = 0;
-        return KVP_EXIT_FAILED;
+        return bad_location(e);
     }
     size_t chunk = 8u << 20;
     unsigned char *buf = malloc(chunk);

@@ -270,6 +270,11 @@ int kvp__store_flags_open(const char *cmd, const struct kvp__store_flags *f, uin
     struct kvp_error err = {0};
     int rc = kvp_store_open(&o, out, &err);
     if (rc) {
+        /* The library's hint names its option: put's flag, or none. */
+        char *hint = strstr(err.msg, ", or set mkdir)");
+        if (hint)
+            snprintf(hint, sizeof err.msg - (size_t)(hint - err.msg), "%s",
+                     strcmp(cmd, "put") ? ")" : ", or give --mkdir)");
         fprintf(stderr, "kvpage %s: cannot open the store of %s: %s\n", cmd, f->file,
                 err.msg[0] ? err.msg : kvp_strerror(rc));
         /* What the flags can fix: names, sizes, a mismatched page count. */

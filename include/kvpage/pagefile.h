@@ -255,7 +255,10 @@ KVP_API int kvp_pagefile_unregister_buffers(struct kvp_pagefile *pf);
  * 4096). With the USRBIO backend it is shared memory the 3FS daemon reads
  * and writes (an iov): ops whose buffers lie in it, and in a region
  * registered with kvp_pagefile_register_buffers, move without a copy. With
- * the other backends it is ordinary aligned memory. Release it with
+ * the other backends it is ordinary aligned memory; 2 MiB or more is aligned
+ * to 2 MiB and asks for transparent huge pages (madvise MADV_HUGEPAGE: the
+ * first touch of each 4 KiB page is slow on some virtual machines; the
+ * README's performance note on it). Release it with
  * kvp_pagefile_free on the same handle; kvp_pagefile_close releases the
  * USRBIO memory still allocated. Thread-safe. NULL on failure, err filled
  * (KVP_RULE_ARG for size 0, KVP_RULE_IO for the allocation).

@@ -77,7 +77,9 @@ struct kvp_store_opts {
     int durable;      /* 1 (default): fdatasync written pages before confirming them */
     uint32_t threads; /* batches of one call run at once; 0: 4 */
     int mkdir;        /* 1: create the missing directories of a file it creates (a
-                         missing directory is otherwise -ENOENT naming it) */
+                         missing directory is otherwise -ENOENT naming it; its msg ends
+                         "(create it, or set mkdir)", which the CLI words as --mkdir and
+                         Python as mkdir=True) */
 };
 
 /* Per-key results of put (kvp_store_put results[i]). */

@@ -23,10 +23,26 @@ class KvpageValueError(KvpageError, ValueError):
     """A bad argument (-EINVAL): nothing was done."""
 
 
+# The library's hints name its C options; a Python caller reads the keyword
+# argument that sets each (the CLI words the same hints as its flags).
+_HINTS = (("or set mkdir)", "or pass mkdir=True)"),
+          ("or ask for KVP_PAGEFILE_MKDIR)", "or pass mkdir=True)"),
+          ("open it without KVP_PAGEFILE_DIRECT", "open it with direct=False"),
+          ("opened with KVP_PAGEFILE_READONLY", "opened with readonly=True"))
+
+
+def python_words(msg):
+    """msg with the library's hints in the words of kvpage's Python API."""
+    for c, py in _HINTS:
+        msg = msg.replace(c, py)
+    return msg
+
+
 def from_c(op, code, err):
     """The exception for a C call's negative return and its struct kvp_error."""
     from kvpage import _lib
     msg = bytes(err.msg).split(b"\0", 1)[0].decode(errors="replace") if err is not None else ""
+    msg = python_words(msg)
     if not msg:
         msg = _lib.strerror(code).decode(errors="replace")
     rule = RULES[err.rule] if err is not None and 0 <= err.rule < len(RULES) else "none"

@@ -133,8 +133,10 @@ class PageFile(Handle):
         aligned for O_DIRECT. With the USRBIO backend it is memory the 3FS
         daemon reads and writes directly: reads into it and writes from it
         move without a copy (it is registered with the page file). With the
-        other backends it is ordinary aligned memory. It is released by
-        close(): use it no longer than the page file."""
+        other backends it is ordinary aligned memory; 2 MiB or more is 2 MiB
+        aligned and asks for huge pages (the README's performance note on
+        the first touch of host memory). It is released by close(): use it
+        no longer than the page file."""
         n = size_arg("PageFile.alloc", "nbytes", nbytes)
         err = _lib.Error()
         addr = self._call("PageFile.alloc", _lib.pagefile_alloc, n, ctypes.byref(err))

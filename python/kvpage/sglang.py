@@ -13,7 +13,8 @@ module imports (and is tested) without SGLang.
 
 Its own keys in extra_config:
   file_path_prefix  the storage file of rank R is f"{prefix}.{R}.bin" (required)
-  file_size         bytes per rank file (default 1 TiB, sparse)
+  file_size         bytes per rank file (default 1 TiB, sparse): a number or a
+                    size string as the rest of kvpage takes them ("1T", "64G")
   entries           most pages per page-I/O batch (default 8)
   metadata_url      http://HOST:PORT[/ns/NAME]: a kvpage serve that every rank
                     of every instance shares. Absent: embedded metadata in a
@@ -78,7 +79,8 @@ import errno
 import logging
 
 from kvpage import _sglang_pools as _pools
-from kvpage.errors import KvpageError
+from kvpage._size import size_arg
+from kvpage.errors import KvpageError, KvpageValueError
 from kvpage.pagefile import flag as _flag
 from kvpage.store import Store
 
@@ -90,6 +92,33 @@ except Exception:  # SGLang is not installed: the module still imports
 logger = logging.getLogger(__name__)
 
 ZERO_COPY_LAYOUTS = _pools.ZERO_COPY_LAYOUTS
+
+
+def _size_key(cfg, key, default):
+    """extra_config[key] as bytes: a number or a size string as the rest of
+    kvpage takes them ("1T", "64G", "2MiB"); a bad one is refused naming the
+    key."""
+    v = cfg.get(key, default)
+    if isinstance(v, str):
+        return size_arg("kvpage.sglang", f"extra_config \"{key}\"", v.strip())
+    return _count_key(cfg, key, default)
+
+
+def _count_key(cfg, key, default):
+    """extra_config[key] as a whole number (an int or its digits); a bad one
+    is refused naming the key, not a bare int() error."""
+    v = cfg.get(key, default)
+    try:
+        if isinstance(v, bool) or isinstance(v, float) and not v.is_integer():
+            raise ValueError(v)
+        n = int(v.strip()) if isinstance(v, str) else int(v)
+    except (TypeError, ValueError):
+        n = -1
+    if n < 0:
+        raise KvpageValueError("kvpage.sglang", -errno.EINVAL,
+                               f"extra_config \"{key}\" is {v!r}: it takes a whole number "
+                               f"(0 or more)", "arg")
+    return n
 
 
 class KvpageHiCacheStorage(_Base):
@@ -115,9 +144,10 @@ class KvpageHiCacheStorage(_Base):
         if not self.prefix:
             raise ValueError("kvpage.sglang: extra_config needs \"file_path_prefix\": each rank's "
                              "storage file is f\"{file_path_prefix}.{rank}.bin\"")
-        self.file_size = int(cfg.get("file_size", 1 << 40))
-        self.entries = int(cfg.get("entries", 8))
-        self.threads = int(cfg.get("threads", 4))
+        self.file_size = _size_key(cfg, "file_size", 1 << 40)
+        self.entries = _count_key(cfg, "entries", 8)
+        self.threads = _count_key(cfg, "threads", 4)
+        self.anchor_pages = _count_key(cfg, "anchor_pages", 1 << 20)
         self.mmap_reads = _flag(cfg.get("mmap_reads"), None)
         self.durable = _flag(cfg.get("durable"), True)
         self.metadata_url = cfg.get("metadata_url") or cfg.get("metadata_server_url") or None
@@ -175,7 +205,7 @@ class KvpageHiCacheStorage(_Base):
         if self.logical:  # DeepSeek-V4's logical KV anchor: page indices, no bytes
             self.zero_copy = self.split_kv = False
             bpp = _pools.MARKER_BYTES
-            file_size = int(self.config.get("anchor_pages", 1 << 20)) * bpp
+            file_size = self.anchor_pages * bpp
         self.bytes_per_page = bpp
         meta = self.metadata_url if self.metadata_url is not None else self.metadata_dir
         self.store = Store(self.path, file_size, bpp, self.entries, rank=self.rank, meta=meta,

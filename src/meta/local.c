@@ -76,8 +76,13 @@ static int lo_open(struct kvp_meta *front, const char *where, struct kvp_error *
     if (m->opts.data_dir) {
         int rc = kvp__persist_open(m);
         if (rc) {
-            set_err(err, rc, KVP_RULE_IO, -1, 0, 0, "cannot open the state in %.160s: %s",
-                    m->opts.data_dir, kvp_strerror(rc));
+            if (rc == -EBUSY) /* the words of kvpage serve's log (wal.c) */
+                set_err(err, rc, KVP_RULE_IO, -1, 0, 0,
+                        "data directory %.160s is busy: in use by another kvpage process",
+                        m->opts.data_dir);
+            else
+                set_err(err, rc, KVP_RULE_IO, -1, 0, 0, "cannot open the state in %.160s: %s",
+                        m->opts.data_dir, kvp_strerror(rc));
             lo_close(front);
             return rc;
         }

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -858,6 +859,9 @@ KVP_API int kvp_pagefile_unregister_buffers(struct kvp_pagefile *pf)
     return 0;
 }
 
+/* Huge page size of x86-64 and of arm64 with 4 KiB pages (THP's PMD size). */
+#define PF_HUGE_PAGE ((size_t)2 << 20)
+
 KVP_API void *kvp_pagefile_alloc(struct kvp_pagefile *pf, uint64_t size, struct kvp_error *err)
 {
     if (!pf) {
@@ -873,13 +877,23 @@ KVP_API void *kvp_pagefile_alloc(struct kvp_pagefile *pf, uint64_t size, struct 
         if (pf->started[i] && pf->started[i]->alloc)
             return pf->started[i]->alloc(pf, size, err);
     size_t align = pf->mem_align > 4096 ? pf->mem_align : 4096;
+    /* A buffer of a huge page or more is aligned to one and asks for huge
+     * pages: each first touch of a 4 KiB page can cost microseconds (some
+     * virtual machines: ~5 us, a fresh 1 GiB buffer read at ~1 GB/s), one
+     * per 2 MiB page is far cheaper. A request: without THP it is ignored. */
+    int huge = size >= PF_HUGE_PAGE;
+    if (huge && align < PF_HUGE_PAGE)
+        align = PF_HUGE_PAGE;
+    size_t len = (size_t)((size + align - 1) / align * align);
     void *p = NULL;
-    int rc = posix_memalign(&p, align, (size_t)((size + align - 1) / align * align));
+    int rc = posix_memalign(&p, align, len);
     if (rc != 0) {
         pf_fail(err, -rc, KVP_RULE_IO, -1, (int64_t)size, "cannot allocate %" PRIu64 " bytes: %s",
                 size, strerror(rc));
         return NULL;
     }
+    if (huge)
+        (void)madvise(p, len, MADV_HUGEPAGE);
     memset(p, 0, (size_t)size);
     return p;
 }

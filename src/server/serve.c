@@ -1407,6 +1407,15 @@ static int serve_parse(int argc, char **argv, struct serve_cfg *cfg)
 
 /* ---------------------------------------------------------------- running */
 
+/* Whether stock vLLM's metadata client, which ignores its URL and always
+ * asks http://localhost:18000, reaches a server listening on host:port
+ * (research/vllm_hf3fs.md: hf3fs_metadata_server_url is read, never used). */
+static int stock_vllm_reaches(const char *host, unsigned port)
+{
+    return port == 18000 && (!strncmp(host, "127.", 4) || !strcmp(host, "0.0.0.0") ||
+                             !strcmp(host, "[::]") || !strcmp(host, "[::1]"));
+}
+
 /* Runs the server that sc describes until SIGTERM or SIGINT: the exit
  * status. */
 static int serve_run(const struct serve_cfg *sc)
@@ -1504,14 +1513,20 @@ static int serve_run(const struct serve_cfg *sc)
     if (rc && meta_loc) {
         fprintf(stderr, "kvpage serve: cannot open the state in %s: %s\n", shown_loc,
                 merr.msg[0] ? merr.msg : kvp_strerror(rc));
+        if (merr.rule == KVP_RULE_ARG) /* a bad location, as a bad flag: 2 */
+            status = 2;
         goto out_closed;
     }
     if (rc) {
-        /* meta has logged the details (file, offset, what is wrong). */
+        /* A data directory that cannot be one (a missing parent, a file): 2. */
+        if (persistent && (rc == -ENOENT || rc == -ENOTDIR))
+            status = 2;
+        /* meta has logged the details (file, offset, what is wrong); "data
+         * directory D is busy: in use by another kvpage process" among them, in
+         * the words the embedded store's callers print. */
         if (rc == -EBUSY)
-            fprintf(stderr, "kvpage serve: data directory %s is in use by another kvpage process\n",
-                    data_dir);
-        else if (persistent && merr.msg[0])
+            goto out_closed;
+        if (persistent && merr.msg[0])
             fprintf(stderr, "kvpage serve: %s\n", merr.msg); /* names the directory */
         else if (persistent)
             fprintf(stderr, "kvpage serve: cannot open the state in %s: %s\n", data_dir,
@@ -1642,16 +1657,30 @@ static int serve_run(const struct serve_cfg *sc)
                  max_conns, max_conns_client, idle_timeout, request_timeout);
         if (kvp__log_json())
             /* Every line a JSON object: the banner as a log line. */
-            KVP_LOGI("listening on http://%s:%u (vLLM: hf3fs_metadata_server_url, SGLang: "
+            KVP_LOGI("listening on http://%s:%u (vLLM: hf3fs_metadata_server_url%s, SGLang: "
                      "metadata_server_url)",
-                     host, port);
-        else
-            printf("kvpage serve: listening on http://%s:%u\n"
-                   "  vLLM:   \"hf3fs_metadata_server_url\": \"http://%s:%u\" in "
-                   "kv_connector_extra_config\n"
-                   "  SGLang: \"metadata_server_url\": \"http://%s:%u\" in the JSON file named by "
+                     host, port,
+                     stock_vllm_reaches(host, port)
+                         ? ""
+                         : " of kvpage.vllm; stock vLLM talks to localhost:18000 only");
+        else {
+            printf("kvpage serve: listening on http://%s:%u\n", host, port);
+            if (stock_vllm_reaches(host, port))
+                printf("  vLLM:   \"hf3fs_metadata_server_url\": \"http://%s:%u\" in "
+                       "kv_connector_extra_config\n",
+                       host, port);
+            else
+                printf("  vLLM:   stock vLLM ignores hf3fs_metadata_server_url: it talks to "
+                       "localhost:18000 only,\n"
+                       "          never to this server. Use kvpage.vllm "
+                       "(\"kv_connector_module_path\": \"kvpage.vllm\",\n"
+                       "          \"kv_connector\": \"KvpageHF3FSConnector\") with "
+                       "\"hf3fs_metadata_server_url\": \"http://%s:%u\"\n",
+                       host, port);
+            printf("  SGLang: \"metadata_server_url\": \"http://%s:%u\" in the JSON file named by "
                    "SGLANG_HICACHE_HF3FS_CONFIG_PATH\n",
-                   host, port, host, port, host, port);
+                   host, port);
+        }
         fflush(stdout);
         if (!strcmp(host, "0.0.0.0") || !strcmp(host, "[::]"))
             KVP_LOGI("listening on every interface: give clients this machine's address instead "

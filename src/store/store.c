@@ -226,7 +226,7 @@ static int check_file(const struct kvp_store_opts *o, int *exists, uint64_t *np,
         else if (rc == -ENOENT)
             kvp__set_err(err, rc, KVP_RULE_IO, -1, 0, 0,
                          "cannot create %s: its directory %s does not exist (create it, or "
-                         "pass mkdir: --mkdir on the command line)",
+                         "set mkdir)",
                          o->path, dir);
         else
             kvp__set_err(err, rc, KVP_RULE_IO, -1, 0, 0, "cannot create %s: %s: %s", o->path, dir,

@@ -278,7 +278,8 @@ int kvp__wal_open(const char *dir, int fsync_mode, kvp__log_fn log, void *log_ar
     if (!locked) {
         int e = errno;
         if (e == EWOULDBLOCK)
-            snprintf(msg, msglen, "data directory %s is in use by another kvpage process", dir);
+            snprintf(msg, msglen, "data directory %s is busy: in use by another kvpage process",
+                     dir);
         else
             snprintf(msg, msglen, "cannot lock %s/LOCK: %s", dir, strerror(e));
         if (w->lockfd >= 0)

@@ -386,3 +386,65 @@ def test_host_port_directory_that_exists_or_file_scheme_still_works(tmp_path):
     assert kvp("put", "--file", "b.pages", *base, "--meta", "file:localhost:18000", "K",
                input=b"b", cwd=tmp_path)[0] == 0
     assert (tmp_path / "localhost:18000").is_dir()
+
+
+# A bad flag or location, for every command that takes one: exit 2 and
+# nothing created. ("serve" is given 127.0.0.1:0, so no port is in use.)
+# serve --meta https:/HOST:PORT/ftp:/redis:// and a --data-dir through a
+# file or a missing parent, and bench io's --file there, were 1 and 3.
+BAD_INVOCATIONS = [
+    ["serve", "--listen", "127.0.0.1:0", "--meta", "https://127.0.0.1:1"],
+    ["serve", "--listen", "127.0.0.1:0", "--meta", "127.0.0.1:1"],
+    ["serve", "--listen", "127.0.0.1:0", "--meta", "ftp://x"],
+    ["serve", "--listen", "127.0.0.1:0", "--meta", "redis://"],
+    ["serve", "--listen", "127.0.0.1:0", "--data-dir", "afile"],
+    ["serve", "--listen", "127.0.0.1:0", "--data-dir", "afile/d"],
+    ["serve", "--listen", "127.0.0.1:0", "--data-dir", "none/x/y"],
+    ["serve", "--listen", "nonsense"],
+    ["serve", "--bogus"],
+    ["put", "--file", "f", "--file-size", "1M", "--page-size", "64K", "--meta",
+     "https://127.0.0.1:1", "K"],
+    ["put", "--file", "f", "--file-size", "1M", "--page-size", "64K", "--meta", "ftp://x", "K"],
+    ["put", "--file", "afile/f", "--file-size", "1M", "--page-size", "64K", "K"],
+    ["put", "--bogus", "K"],
+    ["get", "--file", "afile/f", "--page-size", "64K", "K"],
+    ["exists", "--file", "f", "--page-size", "64X", "K"],
+    ["delete", "--bogus", "K"],
+    ["bench", "io", "--file", "none/x/f", "--seconds", "1"],
+    ["bench", "io", "--file", "afile/f", "--seconds", "1"],
+    ["bench", "io", "--bogus"],
+    ["bench", "meta", "https://127.0.0.1:1"],
+    ["bench", "meta", "127.0.0.1:1"],
+    ["bench", "store", "--file", "f", "--meta", "https://127.0.0.1:1"],
+    ["bench", "store", "--file", "none/x/f"],
+    ["bench", "store", "--bogus"],
+    ["inspect", "afile"],
+    ["fsck", "https://127.0.0.1:1"],
+    ["bogus"],
+]
+
+
+@pytest.mark.parametrize("args", BAD_INVOCATIONS, ids=" ".join)
+def test_bad_flag_or_location_exits_2(tmp_path, args):
+    (tmp_path / "afile").write_bytes(b"")
+    rc, out, err = kvp(*args, cwd=tmp_path)
+    assert rc == 2, (rc, err)
+    assert err.strip()
+    assert sorted(os.listdir(tmp_path)) == ["afile"]
+
+
+def test_data_dir_in_use_said_once_in_serve_words(tmp_path, start_server):
+    """A data directory that a kvpage serve holds: the second serve and an
+    embedded put say so once, in the same words, and change nothing."""
+    data = tmp_path / "busy"
+    start_server("--data-dir", data)
+    words = f"data directory {data} is busy: in use by another kvpage process"
+    before = sorted(os.listdir(data))
+    p = subprocess.run([require_bin(), "serve", "--listen", "127.0.0.1:0", "--data-dir", data],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and p.stderr.count("in use") == 1 and words in p.stderr, p.stderr
+    rc, _, err = kvp("put", "--file", tmp_path / "f", "--file-size", "1M", "--page-size", "64K",
+                     "--meta", data, "K", input=b"x")
+    assert rc == 3 and err.count("in use") == 1 and words in err, err
+    assert sorted(os.listdir(data)) == before
+    assert not (tmp_path / "f").exists()

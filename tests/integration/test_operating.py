@@ -4,10 +4,13 @@ every series and latency histograms per route; --log-format json gives one
 JSON object per line."""
 import json
 import shutil
+import socket
 import subprocess
+import time
 
 import pytest
 
+from kvpserver import require_bin
 from kvptest import Raw, expect
 
 
@@ -91,3 +94,57 @@ def test_banner_names_the_data_directory(tmp_path, start_server):
     srv = start_server("--data-dir", "none")
     assert "--data-dir none: state is in memory only" in srv.stderr(), srv.stderr()
     assert srv.stats()["server"]["state"] == "memory only (--data-dir none)"
+
+
+def _banner(text_of, deadline_s=30):
+    """The banner's lines (from "kvpage serve: listening" to the SGLang
+    line) once the server has printed them."""
+    end = time.monotonic() + deadline_s
+    while True:
+        text = text_of()
+        if "  SGLang:" in text or time.monotonic() > end:
+            start = text.find("kvpage serve: listening")
+            return text[start:text.find("\n", text.find("  SGLang:")) + 1]
+        time.sleep(0.05)
+
+
+def test_banner_vllm_line_off_port_18000(start_server):
+    """Stock vLLM ignores hf3fs_metadata_server_url (its client always asks
+    localhost:18000): on another port the banner says so and names
+    kvpage.vllm, instead of a setting stock vLLM would not follow."""
+    srv = start_server()
+    assert srv.port != 18000
+    banner = _banner(srv.stderr)
+    url = f"http://127.0.0.1:{srv.port}"
+    vllm = banner[banner.index("  vLLM:"):banner.index("  SGLang:")]
+    assert "stock vLLM ignores hf3fs_metadata_server_url" in vllm, banner
+    assert "localhost:18000 only" in vllm and "never to this server" in vllm, banner
+    assert '"kv_connector_module_path": "kvpage.vllm"' in vllm, banner
+    assert '"kv_connector": "KvpageHF3FSConnector"' in vllm, banner
+    assert f'"hf3fs_metadata_server_url": "{url}"' in vllm, banner
+    assert f'"metadata_server_url": "{url}"' in banner[banner.index("  SGLang:"):], banner
+
+
+def test_banner_vllm_line_on_port_18000(tmp_path):
+    """On loopback port 18000 stock vLLM does reach the server: the plain
+    setting, no warning (skipped when something else holds the port)."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", 18000))
+        except OSError:
+            pytest.skip("127.0.0.1:18000 is in use")
+    out = tmp_path / "out"
+    with open(out, "wb") as f:
+        p = subprocess.Popen([require_bin(), "serve", "--listen", "127.0.0.1:18000", "--data-dir",
+                              "none"], stdout=f, stderr=f, stdin=subprocess.DEVNULL)
+    try:
+        banner = _banner(out.read_text)
+    finally:
+        p.terminate()
+        rc = p.wait(timeout=30)
+    if "address is already in use" in out.read_text():
+        pytest.skip("127.0.0.1:18000 was taken meanwhile")
+    assert rc == 0, out.read_text()
+    assert ('  vLLM:   "hf3fs_metadata_server_url": "http://127.0.0.1:18000" in '
+            'kv_connector_extra_config\n') in banner, banner
+    assert "stock vLLM ignores" not in banner and "kvpage.vllm" not in banner, banner

@@ -392,7 +392,7 @@ def test_a_bad_redis_url_is_refused_at_start(tmp_path):
     import subprocess
     p = subprocess.run([require_bin(), "serve", "--listen", "127.0.0.1:0", "--meta",
                         "redis://127.0.0.1:notaport"], capture_output=True, text=True, timeout=60)
-    assert p.returncode == 1, p.stderr
+    assert p.returncode == 2, p.stderr  # a bad location, as a bad flag (issue 36)
     assert "cannot open the state in redis://127.0.0.1:notaport" in p.stderr, p.stderr
 
 

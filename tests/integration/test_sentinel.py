@@ -88,7 +88,7 @@ def test_opening_writes_nothing_even_when_writes_cannot_be_acknowledged(start_se
 def test_bad_locations_are_refused_at_start(loc, message):
     p = subprocess.run([require_bin(), "serve", "--listen", "127.0.0.1:0", "--meta", loc],
                        capture_output=True, text=True, timeout=60)
-    assert p.returncode == 1, p.stderr
+    assert p.returncode == 2, p.stderr  # a bad location, as a bad flag (issue 36)
     assert message in p.stderr, p.stderr
 
 

@@ -9,6 +9,7 @@ import base64
 import glob
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -214,3 +215,44 @@ def test_build_errors_say_what_is_missing(tmp_path):
     p, _ = _hook(tmp_path, "build_wheel", cwd=src)
     assert p.returncode == 1 and "KVPAGE_SOURCE_DIR" in p.stderr, p.stderr
     assert f"from a copy of python/ ({src})" in p.stderr, p.stderr
+
+
+def _sections(path):
+    out = subprocess.run(["readelf", "-S", "-W", str(path)], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    return set(re.findall(r"\]\s+(\.\S+)", out))
+
+
+def _exports(path):
+    out = subprocess.run(["nm", "-D", "--defined-only", str(path)], capture_output=True,
+                         text=True, timeout=60, check=True).stdout
+    return sorted(line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip())
+
+
+def test_the_built_library_is_stripped_and_its_debug_info_kept_apart(tmp_path):
+    """The wheel's libkvpage.so, built by the backend, has no symbol table or
+    debug info (a third of the release build's size) and the same exports;
+    with KVPAGE_DEBUG_DIR the debug info is there and the library names it."""
+    debug = tmp_path / "debug"
+    p, out = _hook(tmp_path, "build_wheel", KVPAGE_DEBUG_DIR=str(debug))
+    assert p.returncode == 0, p.stderr
+    with zipfile.ZipFile(out / p.stdout.strip()) as z:
+        lib = tmp_path / "libkvpage.so"
+        lib.write_bytes(z.read("kvpage/libkvpage.so"))
+    release = _release_lib()
+    secs = _sections(lib)
+    assert ".symtab" not in secs and not [s for s in secs if s.startswith(".debug")], secs
+    assert ".gnu_debuglink" in secs, secs
+    assert "stripped" in subprocess.run(["file", "-L", str(lib)], capture_output=True, text=True,
+                                        timeout=60).stdout
+    assert os.path.getsize(lib) * 2 < os.path.getsize(release)
+    assert _exports(lib) == _exports(release) and "kvp_store_open" in _exports(lib)
+    assert ".debug_info" in _sections(debug / "libkvpage.so.debug")
+    link = subprocess.run(["readelf", "--string-dump=.gnu_debuglink", str(lib)],
+                          capture_output=True, text=True, timeout=60).stdout
+    assert "libkvpage.so.debug" in link, link
+    # it loads and works
+    py = subprocess.run([sys.executable, "-c", "import kvpage; print(kvpage.library_path)"],
+                        capture_output=True, text=True, timeout=120, cwd=str(tmp_path),
+                        env=_env(KVPAGE_LIB=str(lib), PYTHONPATH=PYTHON_DIR))
+    assert py.returncode == 0 and py.stdout.strip() == str(lib), py.stderr

@@ -169,3 +169,20 @@ def test_missing_directory_refused_unless_mkdir(tmp_path):
     # the compat client creates directories, as the engines' clients do
     Hf3fsClient(str(tmp_path / "e" / "f" / "hicache.0.bin"), 4 << 20, BPP, 8).close()
     assert (tmp_path / "e" / "f" / "hicache.0.bin").stat().st_size == 4 << 20
+
+
+def test_missing_directory_hint_in_python_words(tmp_path):
+    """The refusal's hint is the keyword that fixes it (mkdir=True), not the
+    command line's --mkdir or the C flag's name; the CLI's says --mkdir."""
+    path = tmp_path / "data" / "rank0.pages"
+    for open_ in (lambda: kvpage.Store(path, 4 << 20, BPP),
+                  lambda: kvpage.PageFile(path, 4 << 20, BPP)):
+        with pytest.raises(kvpage.KvpageError) as e:
+            open_()
+        msg = str(e.value)
+        assert msg.endswith("(create it, or pass mkdir=True)"), msg
+        assert "--mkdir" not in msg and "KVP_PAGEFILE" not in msg
+    rc, _, err = kvp("put", "--file", path, "--file-size", "4M", "--page-size", "1M", "K",
+                     input=b"x")
+    assert rc == 2 and err.rstrip().endswith("(create it, or give --mkdir)"), err
+    assert not (tmp_path / "data").exists()

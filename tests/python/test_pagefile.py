@@ -228,3 +228,38 @@ def test_mmap_reads_option_and_environment(tmp_path, monkeypatch):
         kvpage.PageFile(path, SIZE, BPP, direct=True, mmap_reads=True)
     with pytest.raises(kvpage.KvpageValueError, match="copies on the psync threads"):
         kvpage.PageFile(path, SIZE, BPP, backend="uring", mmap_reads=True)
+
+
+def _vm_flags(addr):
+    """The VmFlags of the mapping that holds addr (/proc/self/smaps)."""
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split(" ", 1)[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= addr < hi
+            elif inside and line.startswith("VmFlags:"):
+                return line.split()[1:]
+    return []
+
+
+def test_alloc_asks_for_huge_pages(tmp_path):
+    """PageFile.alloc of 2 MiB or more (ordinary memory: psync) is 2 MiB
+    aligned, zeroed, and its mapping asks for huge pages (MADV_HUGEPAGE:
+    "hg"), so that its first touch is one fault per 2 MiB, not per 4 KiB."""
+    import ctypes
+    with kvpage.PageFile(tmp_path / "pages", SIZE, BPP, backend="psync") as f:
+        mv = f.alloc("8M")
+        addr = ctypes.addressof(ctypes.c_char.from_buffer(mv))
+        assert addr % (2 << 20) == 0
+        assert not any(mv[::4093])
+        if not os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled"):
+            pytest.skip("this kernel has no transparent huge pages")
+        assert "hg" in _vm_flags(addr), _vm_flags(addr)
+        # the pages read into it are the file's
+        data = os.urandom(BPP)
+        assert f.write([0], [data]) == [BPP]
+        assert f.read([0], [mv[(2 << 20):(2 << 20) + BPP]]) == [BPP]
+        assert bytes(mv[(2 << 20):(2 << 20) + BPP]) == data
+        del mv

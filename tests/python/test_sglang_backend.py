@@ -410,3 +410,30 @@ def test_prefix_directories_made_and_files_owned(tmp_path, server):
         backend(tmp_path, pool, name="new/dir/hc", metadata_url=server.url("/ns/b"))
     assert e.value.rule == "owner" and server.url("/ns/a") in str(e.value)
     backend(tmp_path, pool, name="new/dir/hc", metadata_url=server.url("/ns/a")).close()
+
+
+def test_file_size_takes_size_strings(tmp_path):
+    """"file_size": "1M" as every other kvpage size takes it, not only bytes."""
+    pool = MHAPageFirstPool()
+    b = backend(tmp_path, pool, file_size="1M", entries="8")
+    assert b.file_size == 1 << 20 and b.entries == 8
+    assert os.path.getsize(b.path) == 1 << 20
+    ks = keys(2)
+    fill(pool, 2)
+    assert b.batch_set_v1(ks, indices(2)) == [True] * 2
+    assert b.batch_exists(ks) == 2
+    b.close()
+
+
+@pytest.mark.parametrize("key,value", [("file_size", "1X"), ("file_size", "-1"),
+                                       ("file_size", [1]), ("entries", "eight"),
+                                       ("entries", -1), ("threads", "4M"),
+                                       ("anchor_pages", 1.5)])
+def test_bad_numeric_key_named(tmp_path, key, value):
+    """A bad numeric key is refused at construction, naming the key and its
+    value (not int()'s bare "invalid literal"), and nothing is created."""
+    cfg = storage_config(file_path_prefix=str(tmp_path / "hc"), **{key: value})
+    with pytest.raises(ValueError) as e:
+        KvpageHiCacheStorage(cfg, {})
+    assert f'extra_config "{key}"' in str(e.value) and repr(value) in str(e.value)
+    assert os.listdir(tmp_path) == []

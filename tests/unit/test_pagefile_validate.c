@@ -579,6 +579,59 @@ static void test_info(void)
     }
 }
 
+/* The VmFlags of the mapping that holds p (/proc/self/smaps), or "" if none. */
+static void vm_flags(const void *p, char *out, size_t cap)
+{
+    out[0] = 0;
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f)
+        return;
+    char line[512];
+    int inside = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+            inside = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+        else if (inside && !strncmp(line, "VmFlags:", 8)) {
+            snprintf(out, cap, "%s", line + 8);
+            break;
+        }
+    }
+    fclose(f);
+}
+
+/* kvp_pagefile_alloc: 2 MiB or more is 2 MiB aligned and asks for huge
+ * pages (its mapping is marked "hg", MADV_HUGEPAGE), zeroed; less is not. */
+static void test_alloc_huge_pages(void)
+{
+    char path[600];
+    pt_path(path, sizeof path, "huge");
+    struct kvp_pagefile_opts o =
+        pt_opts(4 * MiB, MiB, 8, KVP_PAGEFILE_CREATE, KVP_PAGEFILE_BACKEND_PSYNC);
+    struct kvp_pagefile *pf = pt_open_or_skip(path, &o, "alloc huge pages");
+    if (!pf)
+        return;
+    reset_err();
+    unsigned char *big = kvp_pagefile_alloc(pf, 6 * MiB + 4096, &E);
+    CHECK(big != NULL);
+    CHECK_EQ((uintptr_t)big % (2 * MiB), 0);
+    int zero = 1;
+    for (size_t i = 0; i < 6 * MiB + 4096; i += 4093)
+        zero &= big[i] == 0;
+    CHECK(zero);
+    char flags[512];
+    vm_flags(big, flags, sizeof flags);
+    if (access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) == 0)
+        CHECK(strstr(flags, " hg") != NULL);
+    else
+        printf("SKIP huge pages: this kernel has no transparent huge pages\n");
+    unsigned char *small = kvp_pagefile_alloc(pf, 64 * 1024, &E);
+    CHECK(small != NULL && (uintptr_t)small % 4096 == 0);
+    kvp_pagefile_free(pf, small);
+    kvp_pagefile_free(pf, big);
+    kvp_pagefile_close(pf);
+}
+
 int main(void)
 {
     pt_mkdir("validate");
@@ -588,6 +641,7 @@ int main(void)
     test_auto_and_fallback();
     test_register();
     test_info();
+    test_alloc_huge_pages();
     pt_rmdir();
     return pt_finish();
 }
