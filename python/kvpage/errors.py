@@ -1,6 +1,7 @@
 """kvpage's exceptions: every failure the library reports, with what it
 says (which operation, which rule, which values)."""
 import errno as _errno
+import re as _re
 
 RULES = ("none", "rank_not_init", "rank_range", "num_pages", "resize_held", "key",
          "confirm_page", "release_page", "held_by_other", "namespace", "too_many", "io",
@@ -31,11 +32,17 @@ _HINTS = (("or set mkdir)", "or pass mkdir=True)"),
           ("opened with KVP_PAGEFILE_READONLY", "opened with readonly=True"))
 
 
+# The resize refusal names the command line's clear; from Python the same is
+# Store.clear() on a Store opened with the rank's present sizes.
+_CLEAR = _re.compile(r"clear the rank \((kvpage clear [^)]*)\)")
+
+
 def python_words(msg):
     """msg with the library's hints in the words of kvpage's Python API."""
     for c, py in _HINTS:
         msg = msg.replace(c, py)
-    return msg
+    return _CLEAR.sub(r"clear the rank (Store.clear() on a Store opened with its present file "
+                      r"size and page size, or \1)", msg)
 
 
 def from_c(op, code, err):

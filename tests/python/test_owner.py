@@ -186,3 +186,20 @@ def test_missing_directory_hint_in_python_words(tmp_path):
                      input=b"x")
     assert rc == 2 and err.rstrip().endswith("(create it, or give --mkdir)"), err
     assert not (tmp_path / "data").exists()
+
+
+def test_resize_refusal_names_store_clear(tmp_path):
+    """A rank that holds pages refuses a Store of other sizes; from Python the
+    hint names Store.clear() (and still the command), and following it works."""
+    path = tmp_path / "r.pages"
+    with kvpage.Store(path, 4 << 20, BPP) as st:
+        st.put(["a"], [bytes(BPP)])
+    with pytest.raises(kvpage.KvpageError) as e:
+        kvpage.Store(path, 4 << 20, BPP // 2)
+    msg = str(e.value)
+    assert "clear the rank (Store.clear() on a Store opened with its present file size" in msg, msg
+    assert "kvpage clear --file" in msg and msg.endswith("or keep the file size and page size"), msg
+    with kvpage.Store(path, 4 << 20, BPP) as st:
+        st.clear()
+    with kvpage.Store(path, 4 << 20, BPP // 2) as st:
+        assert st.bytes_per_page == BPP // 2
