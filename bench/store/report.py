@@ -1,5 +1,8 @@
 """Summarizes bench/store/run.sh's JSON results: medians per case, the
-store's cost over the page file alone, and the targets of issue 13."""
+store's cost over the page file alone, and the targets of issue 13.
+`kvpage bench store` reports medians of its rounds (issue 36); runs of
+before, whose figures were sums over the rounds and counted the cold first
+one, are named as such under the table."""
 import glob
 import json
 import os
@@ -11,7 +14,9 @@ runs = {}
 for path in sorted(glob.glob(os.path.join(out, "*.rep*.json"))):
     name = os.path.basename(path).split(".rep")[0]
     with open(path) as f:
-        runs.setdefault(name, []).append(json.load(f))
+        run = json.load(f)
+    runs.setdefault(name, []).append(run)
+old = sum("per_round" not in r for v in runs.values() for r in v)
 
 
 def med(name, key):
@@ -37,5 +42,13 @@ for name in runs:
           f"| {med(name, 'store_put_keys_s'):,.0f} | {med(name, 'store_get_keys_s'):,.0f} "
           f"| {med(name, 'meta_put_keys_s'):,.0f} | {target} | {verdict} |")
 n = {len(v) for v in runs.values()}
-print(f"\n{'/'.join(map(str, sorted(n)))} runs per case; cost = store time / page file time - 1 "
-      "(medians of the per-run ratios).")
+print(f"\n{'/'.join(map(str, sorted(n)))} runs per case, medians of the runs.")
+if old < sum(map(len, runs.values())):
+    print("In a run (after one "
+          "warm-up round of each side, not counted) every figure is the median of its rounds', "
+          "each ratio (store GB/s / page file GB/s) the median over its pairs of consecutive "
+          "rounds (one with each side first); "
+          "cost = 1 / ratio - 1.")
+if old:
+    print(f"{old} runs are of before issue 36: their figures are sums over the rounds, the first "
+          "(cold) one counted, and the ratios not to be trusted.")

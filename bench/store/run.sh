@@ -5,6 +5,8 @@
 # same batches through kvp_pagefile alone on the same file in the same run)
 # for each case below, REPS times, the cases interleaved (A B C ... then the
 # reverse order), and prints a markdown table of medians with the targets.
+# Each run's own figures are medians of its rounds after a warm-up round of
+# both sides (issue 36; `kvpage bench store --help`).
 #
 #   bench/store/run.sh              # everything, ~3 minutes
 #   REPS=5 bench/store/run.sh
