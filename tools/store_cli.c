@@ -267,11 +267,13 @@ int kvp__store_flags_open(const char *cmd, const struct kvp__store_flags *f, uin
     o.meta_opts = &mo;
     o.durable = !f->no_durable;
     o.mkdir = f->mkdir;
+    /* The reads write nothing (no owner record, log or snapshot). */
+    o.readonly = !strcmp(cmd, "get") || !strcmp(cmd, "exists") || !strcmp(cmd, "put?");
     struct kvp_error err = {0};
     int rc = kvp_store_open(&o, out, &err);
     if (rc) {
-        fprintf(stderr, "kvpage %s: cannot open the store of %s: %s\n", cmd, f->file,
-                err.msg[0] ? err.msg : kvp_strerror(rc));
+        fprintf(stderr, "kvpage %.*s: cannot open the store of %s: %s\n", (int)strcspn(cmd, "?"),
+                cmd, f->file, err.msg[0] ? err.msg : kvp_strerror(rc));
         /* What the flags can fix: names, sizes, a mismatched page count. */
         return rc == -EINVAL || rc == -EEXIST || rc == -ENOENT || rc == -EISDIR || rc == -ENOTDIR ||
                        rc == -EACCES || err.rule == KVP_RULE_ARG
@@ -359,6 +361,22 @@ static int key_ok(const char *cmd, const char *key)
     return 1;
 }
 
+/* A put into an existing store is first opened read-only,
+ * so that what refuses it (the page size against the rank's, the owner)
+ * refuses it before the metadata is opened for writing, which rewrites its
+ * log. Returns 0 or the exit status of the refusal. */
+static int put_precheck(const struct kvp__store_flags *f)
+{
+    struct stat st;
+    if (stat(f->file, &st) != 0 || !S_ISREG(st.st_mode))
+        return 0;
+    struct kvp_store *s;
+    int rc = kvp__store_flags_open("put?", f, 1, 0, &s);
+    if (!rc)
+        kvp_store_close(s);
+    return rc;
+}
+
 static int cmd_put(const struct kvp__store_flags *f, char **pos, int npos)
 {
     if (npos < 1 || npos > 2) {
@@ -438,7 +456,9 @@ static int cmd_put(const struct kvp__store_flags *f, char **pos, int npos)
     }
 
     struct kvp_store *s;
-    int rc = kvp__store_flags_open("put", f, 1, 1, &s);
+    int rc = put_precheck(f);
+    if (!rc)
+        rc = kvp__store_flags_open("put", f, 1, 1, &s);
     if (rc) {
         free(page);
         return rc;

@@ -65,7 +65,12 @@ struct kvp_meta_opts {
     int fsync; /* KVP_FSYNC_NEVER 0, KVP_FSYNC_BATCH 1 (default), KVP_FSYNC_ALWAYS 2 */
     uint64_t snapshot_bytes; /* log bytes after which a snapshot is written (not in
                               * KVP_SNAPSHOT_MANUAL); default 64 MiB */
-    int readonly;            /* recover data_dir but never write it (inspect, fsck) */
+    int readonly;            /* recover data_dir but never write it: 1 unlocked (inspect,
+                              * fsck: safe beside a running server); KVP_META_READONLY_SHARED
+                              * under a shared lock of its LOCK file (a process that writes
+                              * it: -EBUSY either way), what kvp_store_opts.readonly uses.
+                              * Changes (an LRU touch, a lease) then live in memory only
+                              * and are gone at kvp_meta_close. */
     /* Where recovery and background work report (level 0 error .. 3 debug); may be NULL. */
     void (*log)(void *arg, int level, const char *msg);
     void *log_arg;
@@ -83,6 +88,8 @@ struct kvp_meta_opts {
                                   * repeated. */
     const char *token;           /* sent as "Authorization: Bearer TOKEN"; NULL: none */
 };
+
+#define KVP_META_READONLY_SHARED 2
 
 #define KVP_FSYNC_NEVER 0
 #define KVP_FSYNC_BATCH 1

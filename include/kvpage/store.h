@@ -78,6 +78,14 @@ struct kvp_store_opts {
     uint32_t threads; /* batches of one call run at once; 0: 4 */
     int mkdir;        /* 1: create the missing directories of a file it creates (a
                          missing directory is otherwise -ENOENT naming it) */
+    int readonly;     /* 1: for get and exists alone, writing nothing: no file,
+                         directory or owner record is made or changed (the page file
+                         must exist and is opened read-only; file_size, when given,
+                         sets only the page count checked against the metadata's
+                         rank); an embedded data directory is recovered
+                         in memory under a shared lock (KVP_META_READONLY_SHARED:
+                         a missing one is an empty state), so a get's LRU touch is
+                         not kept; put and delete are -EROFS */
 };
 
 /* Per-key results of put (kvp_store_put results[i]). */
