@@ -297,11 +297,12 @@ static void store_usage(FILE *out, const char *cmd)
     else if (!strcmp(cmd, "get"))
         fprintf(out, "usage: kvpage get [flags] KEY [OUTPUT]\n"
                      "Writes the bytes put under KEY to OUTPUT (standard output when absent or "
-                     "-).\n");
+                     "-).\nChanges no file of the store: it is opened read-only.\n");
     else
         fprintf(out, "usage: kvpage %s [flags] KEY...\n%s", cmd,
                 !strcmp(cmd, "exists")
-                    ? "Prints KEY<TAB>present or KEY<TAB>missing per key.\n"
+                    ? "Prints KEY<TAB>present or KEY<TAB>missing per key. Changes no file "
+                      "of the\nstore: it is opened read-only.\n"
                     : "Forgets the keys on this rank (their pages are freed).\n");
     fprintf(out, "flags:\n%s%s", FLAGS_HELP, strcmp(cmd, "put") ? "" : PUT_FLAGS_HELP);
     fprintf(out, "exit status: 0 done, 1 a key is missing, 2 a bad flag, file or input "

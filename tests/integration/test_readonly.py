@@ -101,10 +101,15 @@ def test_reads_and_refusals_write_nothing(tmp_path, start_server):
     assert kvp("get", *base, "C")[:2] == (0, b"I am C")
 
 
-def test_remote_reads_write_nothing_beside_the_file(tmp_path, start_server):
-    srv = start_server("--data-dir", tmp_path / "srv")
+@pytest.mark.parametrize("kind", ["server", "redis"])
+def test_remote_reads_write_nothing_beside_the_file(tmp_path, start_server, kind):
+    if kind == "redis":
+        import redisfix
+        url = redisfix.fresh_location()
+    else:
+        url = start_server("--data-dir", tmp_path / "srv").url()
     path = tmp_path / "r.pages"
-    base = ["--file", path, "--page-size", "64K", "--meta", srv.url()]
+    base = ["--file", path, "--page-size", "64K", "--meta", url]
     assert kvp("put", *base, "--file-size", "1M", "A", input=b"remote A")[0] == 0
     before = store_files(path)
     assert kvp("get", *base, "A")[:2] == (0, b"remote A")
