@@ -225,6 +225,21 @@ KVP_API void kvp_meta_close(struct kvp_meta *m);
 KVP_API const char *kvp_meta_location(const struct kvp_meta *m);
 
 /*
+ * The identity of m's state: 32 hex digits made at random when the state was
+ * created, the same for every handle on that state whatever the location's
+ * spelling (http://localhost:P and http://127.0.0.1:P; two kvpage serve over
+ * one Redis prefix), different for two states (what a page file's owner
+ * record compares, kvp_store_open). Where it lives: a data directory's
+ * IDENTITY file (written with the directory; an older directory gets one at
+ * its next writable open); a Redis prefix's key PREFIX:{PREFIX}:identity (SET
+ * NX); a kvpage serve reports its backend's in GET /v1/stats (server.identity;
+ * asked once, at the first call); "mem:" makes one per open. NULL when the
+ * state has none: an older data directory opened read-only, an older server,
+ * a server that cannot be reached. Owned by m.
+ */
+KVP_API const char *kvp_meta_identity(struct kvp_meta *m);
+
+/*
  * Finds (or, when create != 0, creates) the namespace (deployment, pool).
  * deployment: 1..128 bytes of [A-Za-z0-9._-]; pool: 1..128 bytes, no NUL.
  * The handle stays valid until kvp_meta_close.

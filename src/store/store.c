@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "kvpage/store.h"
+#include "meta/backend.h"
 #include "store/location.h"
 #include "store/owner.h"
 #include "store/pieces.h"
@@ -147,6 +148,22 @@ static int check_names(const char *dep, const char *pool, uint32_t rank, struct 
     return 0;
 }
 
+/* The identity of a data directory location ("file:DIR") read from it without
+ * opening it, into buf; NULL for another location or a directory without. */
+static const char *file_identity(const char *loc, char buf[KVP_IDENTITY_LEN + 1])
+{
+    return !strncmp(loc, "file:", 5) && kvp__dir_identity(loc + 5, buf) == 0 ? buf : NULL;
+}
+
+/* Whether an owner record's identity is to be compared once the metadata at
+ * loc is open: a server's or Redis's (asking changes no file), or a data
+ * directory without one (missing: a new state, whose identity is made with
+ * it; a refused open removes it). mem: has none. */
+static int defer_identity(const char *loc, const char *known)
+{
+    return !known && strcmp(loc, "mem:");
+}
+
 KVP_API int kvp_store_claim(const char *path, const char *location, const char *deployment,
                             const char *pool, uint32_t rank, struct kvp_error *err)
 {
@@ -161,10 +178,12 @@ KVP_API int kvp_store_claim(const char *path, const char *location, const char *
     if (rc)
         return rc;
     rc = check_names(dep, pl, rank, err);
+    char idbuf[KVP_IDENTITY_LEN + 1];
+    const char *id = file_identity(loc, idbuf); /* a remote one unknown: the location */
     if (!rc)
-        rc = kvp__owner_check(path, loc, dep, pl, rank, err);
+        rc = kvp__owner_check(path, loc, id, 0, dep, pl, rank, err);
     if (rc == 1)
-        rc = kvp__owner_write(path, loc, dep, pl, rank, err);
+        rc = kvp__owner_write(path, loc, id, dep, pl, rank, err);
     free(loc), free(dep), free(pl);
     return rc < 0 ? rc : 0;
 }
@@ -334,7 +353,11 @@ KVP_API int kvp_store_open(const struct kvp_store_opts *opts_in, struct kvp_stor
         goto fail;
     if ((rc = check_names(s->deployment, s->pool, s->rank, err)) != 0)
         goto fail;
-    int claim = kvp__owner_check(o.path, owner_loc, s->deployment, s->pool, s->rank, err);
+    char idbuf[KVP_IDENTITY_LEN + 1];
+    const char *id =
+        o.meta_handle ? kvp_meta_identity(o.meta_handle) : file_identity(owner_loc, idbuf);
+    int claim = kvp__owner_check(o.path, owner_loc, id, defer_identity(owner_loc, id),
+                                 s->deployment, s->pool, s->rank, err);
     if (claim < 0) {
         rc = claim;
         goto fail;
@@ -370,6 +393,14 @@ KVP_API int kvp_store_open(const struct kvp_store_opts *opts_in, struct kvp_stor
     }
     if (!s->location)
         goto nomem;
+    if (claim == 2) { /* the record's identity against the metadata's, now known */
+        claim = kvp__owner_check(o.path, owner_loc, kvp_meta_identity(s->meta), 0, s->deployment,
+                                 s->pool, s->rank, err);
+        if (claim < 0) {
+            rc = claim;
+            goto fail;
+        }
+    }
     if (s->num_pages) {
         /* Whether the metadata takes this rank with this page count. */
         if ((rc = init_rank(s, o.path, err)) != 0)
@@ -382,7 +413,8 @@ KVP_API int kvp_store_open(const struct kvp_store_opts *opts_in, struct kvp_stor
         goto fail;
     }
     if (claim == 1 && !s->readonly) {
-        rc = kvp__owner_write(o.path, owner_loc, s->deployment, s->pool, s->rank, err);
+        rc = kvp__owner_write(o.path, owner_loc, kvp_meta_identity(s->meta), s->deployment, s->pool,
+                              s->rank, err);
         if (rc < 0)
             goto fail;
         wrote_owner = rc == 0;
