@@ -267,15 +267,19 @@ int kvp__store_flags_open(const char *cmd, const struct kvp__store_flags *f, uin
     o.meta_opts = &mo;
     o.durable = !f->no_durable;
     o.mkdir = f->mkdir;
+    /* The reads write nothing (no owner record, log or snapshot). */
+    o.readonly = !strcmp(cmd, "get") || !strcmp(cmd, "exists") || !strcmp(cmd, "put?");
     struct kvp_error err = {0};
     int rc = kvp_store_open(&o, out, &err);
     if (rc) {
-        /* The library's hint names its option: put's flag, or none. */
+        /* The library's hint names its option: put's flag, or none. A
+         * command name may end in "?" (its read-only look first). */
+        int clen = (int)strcspn(cmd, "?");
         char *hint = strstr(err.msg, ", or set mkdir)");
         if (hint)
             snprintf(hint, sizeof err.msg - (size_t)(hint - err.msg), "%s",
-                     strcmp(cmd, "put") ? ")" : ", or give --mkdir)");
-        fprintf(stderr, "kvpage %s: cannot open the store of %s: %s\n", cmd, f->file,
+                     clen == 3 && !strncmp(cmd, "put", 3) ? ", or give --mkdir)" : ")");
+        fprintf(stderr, "kvpage %.*s: cannot open the store of %s: %s\n", clen, cmd, f->file,
                 err.msg[0] ? err.msg : kvp_strerror(rc));
         /* What the flags can fix: names, sizes, a mismatched page count. */
         return rc == -EINVAL || rc == -EEXIST || rc == -ENOENT || rc == -EISDIR || rc == -ENOTDIR ||
@@ -300,11 +304,12 @@ static void store_usage(FILE *out, const char *cmd)
     else if (!strcmp(cmd, "get"))
         fprintf(out, "usage: kvpage get [flags] KEY [OUTPUT]\n"
                      "Writes the bytes put under KEY to OUTPUT (standard output when absent or "
-                     "-).\n");
+                     "-).\nChanges no file of the store: it is opened read-only.\n");
     else
         fprintf(out, "usage: kvpage %s [flags] KEY...\n%s", cmd,
                 !strcmp(cmd, "exists")
-                    ? "Prints KEY<TAB>present or KEY<TAB>missing per key.\n"
+                    ? "Prints KEY<TAB>present or KEY<TAB>missing per key. Changes no file "
+                      "of the\nstore: it is opened read-only.\n"
                     : "Forgets the keys on this rank (their pages are freed).\n");
     fprintf(out, "flags:\n%s%s", FLAGS_HELP, strcmp(cmd, "put") ? "" : PUT_FLAGS_HELP);
     fprintf(out, "exit status: 0 done, 1 a key is missing, 2 a bad flag, file or input "
@@ -362,6 +367,22 @@ static int key_ok(const char *cmd, const char *key)
         return 0;
     }
     return 1;
+}
+
+/* A put into an existing store is first opened read-only,
+ * so that what refuses it (the page size against the rank's, the owner)
+ * refuses it before the metadata is opened for writing, which rewrites its
+ * log. Returns 0 or the exit status of the refusal. */
+static int put_precheck(const struct kvp__store_flags *f)
+{
+    struct stat st;
+    if (stat(f->file, &st) != 0 || !S_ISREG(st.st_mode))
+        return 0;
+    struct kvp_store *s;
+    int rc = kvp__store_flags_open("put?", f, 1, 0, &s);
+    if (!rc)
+        kvp_store_close(s);
+    return rc;
 }
 
 static int cmd_put(const struct kvp__store_flags *f, char **pos, int npos)
@@ -443,7 +464,9 @@ static int cmd_put(const struct kvp__store_flags *f, char **pos, int npos)
     }
 
     struct kvp_store *s;
-    int rc = kvp__store_flags_open("put", f, 1, 1, &s);
+    int rc = put_precheck(f);
+    if (!rc)
+        rc = kvp__store_flags_open("put", f, 1, 1, &s);
     if (rc) {
         free(page);
         return rc;

@@ -65,7 +65,12 @@ struct kvp_meta_opts {
     int fsync; /* KVP_FSYNC_NEVER 0, KVP_FSYNC_BATCH 1 (default), KVP_FSYNC_ALWAYS 2 */
     uint64_t snapshot_bytes; /* log bytes after which a snapshot is written (not in
                               * KVP_SNAPSHOT_MANUAL); default 64 MiB */
-    int readonly;            /* recover data_dir but never write it (inspect, fsck) */
+    int readonly;            /* recover data_dir but never write it: 1 unlocked (inspect,
+                              * fsck: safe beside a running server); KVP_META_READONLY_SHARED
+                              * under a shared lock of its LOCK file (a process that writes
+                              * it: -EBUSY either way), what kvp_store_opts.readonly uses.
+                              * Changes (an LRU touch, a lease) then live in memory only
+                              * and are gone at kvp_meta_close. */
     /* Where recovery and background work report (level 0 error .. 3 debug); may be NULL. */
     void (*log)(void *arg, int level, const char *msg);
     void *log_arg;
@@ -83,6 +88,8 @@ struct kvp_meta_opts {
                                   * repeated. */
     const char *token;           /* sent as "Authorization: Bearer TOKEN"; NULL: none */
 };
+
+#define KVP_META_READONLY_SHARED 2
 
 #define KVP_FSYNC_NEVER 0
 #define KVP_FSYNC_BATCH 1
@@ -216,6 +223,21 @@ KVP_API void kvp_meta_close(struct kvp_meta *m);
  * the URL with its scheme and host in lower case, without user, password,
  * fragment or a trailing slash. Owned by m; NULL for a NULL m. */
 KVP_API const char *kvp_meta_location(const struct kvp_meta *m);
+
+/*
+ * The identity of m's state: 32 hex digits made at random when the state was
+ * created, the same for every handle on that state whatever the location's
+ * spelling (http://localhost:P and http://127.0.0.1:P; two kvpage serve over
+ * one Redis prefix), different for two states (what a page file's owner
+ * record compares, kvp_store_open). Where it lives: a data directory's
+ * IDENTITY file (written with the directory; an older directory gets one at
+ * its next writable open); a Redis prefix's key PREFIX:{PREFIX}:identity (SET
+ * NX); a kvpage serve reports its backend's in GET /v1/stats (server.identity;
+ * asked once, at the first call); "mem:" makes one per open. NULL when the
+ * state has none: an older data directory opened read-only, an older server,
+ * a server that cannot be reached. Owned by m.
+ */
+KVP_API const char *kvp_meta_identity(struct kvp_meta *m);
 
 /*
  * Finds (or, when create != 0, creates) the namespace (deployment, pool).

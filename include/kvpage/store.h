@@ -80,6 +80,14 @@ struct kvp_store_opts {
                          missing directory is otherwise -ENOENT naming it; its msg ends
                          "(create it, or set mkdir)", which the CLI words as --mkdir and
                          Python as mkdir=True) */
+    int readonly;     /* 1: for get and exists alone, writing nothing: no file,
+                         directory or owner record is made or changed (the page file
+                         must exist and is opened read-only; file_size, when given,
+                         sets only the page count checked against the metadata's
+                         rank); an embedded data directory is recovered
+                         in memory under a shared lock (KVP_META_READONLY_SHARED:
+                         a missing one is an empty state), so a get's LRU touch is
+                         not kept; put and delete are -EROFS */
 };
 
 /* Per-key results of put (kvp_store_put results[i]). */
@@ -107,9 +115,12 @@ KVP_API void kvp_store_opts_init(struct kvp_store_opts *opts);
  * rank, initialized with file_size / bytes_per_page pages.
  *
  * A page file has one owner: the metadata location (canonical, as
- * kvp_meta_location gives it; for meta_handle the handle's), deployment,
- * pool and rank whose keys point into it. The first open records it in
- * PATH.owner (kvp_store_claim); an open under another owner is refused.
+ * kvp_meta_location gives it; for meta_handle the handle's) and its
+ * identity (kvp_meta_identity), deployment, pool and rank whose keys point
+ * into it. The first open records it in PATH.owner (kvp_store_claim); an
+ * open under another owner is refused. The metadata is the same when the
+ * identities are (whatever the location's spelling), else, when the record
+ * or the state has none, when the locations are.
  *
  * Everything is checked before anything is created or changed: the options,
  * the geometry (at least one page), the file's directory, the owner, the
@@ -140,8 +151,10 @@ KVP_API int kvp_store_open(const struct kvp_store_opts *opts, struct kvp_store *
  * data directory PATH.meta), deployment NULL (the location's /ns/NAME, else
  * "default"), pool NULL ("kv"). When path has no owner record (or path does
  * not exist: a record left of a removed file is stale) the owner is recorded
- * in PATH.owner: text, "kvpage page-file owner 1" then location, deployment,
- * pool and rank lines, never a password; written to a temporary file,
+ * in PATH.owner: text, "kvpage page-file owner 1" then location, identity
+ * (a data directory's, read from it; none for other locations, which
+ * kvp_store_claim does not open), deployment, pool and rank lines, never a
+ * password; written to a temporary file,
  * fsynced, linked into place, the directory fsynced. A block device has no
  * record (nothing is written beside it), nor does a file in a directory
  * this process may not write (EACCES, EROFS, EPERM: the open goes on): keep

@@ -83,7 +83,7 @@ class StoreOpts(ctypes.Structure):
                 ("pagefile", P(PagefileOpts)), ("rank", c_uint32), ("deployment", c_char_p),
                 ("pool", c_char_p), ("meta", c_char_p), ("meta_opts", P(MetaOpts)),
                 ("meta_handle", c_void_p), ("per_rank", c_int), ("durable", c_int),
-                ("threads", c_uint32), ("mkdir", c_int)]
+                ("threads", c_uint32), ("mkdir", c_int), ("readonly", c_int)]
 
 
 class Str(ctypes.Structure):

@@ -122,14 +122,19 @@ class Store(Handle):
     PATH.owner by its first store: a Store under another owner raises
     KvpageError (EEXIST, rule "owner"). A missing file is created when
     file_size is given, in an existing directory unless mkdir=True. A
-    refused open changes nothing."""
+    refused open changes nothing.
+
+    readonly=True: for get and exists alone, writing nothing (no file,
+    directory, owner record, log or snapshot; the file must exist; embedded
+    metadata is recovered in memory under a shared lock, so a get's LRU
+    touch is not kept); put, delete and clear raise (EROFS)."""
 
     _noun = "store"
 
     def __init__(self, path, file_size=0, bytes_per_page=None, entries=8, *, rank=0, meta=None,
                  deployment=None, pool=None, per_rank=False, durable=True, threads=4,
                  timeout_ms=0, connect_timeout_ms=0, retries=None, token=None, mmap_reads=None,
-                 mkdir=False, backend="auto", direct=False):
+                 mkdir=False, backend="auto", direct=False, readonly=False):
         if not bytes_per_page:
             raise KvpageValueError("Store", -errno.EINVAL, "bytes_per_page is required", "arg")
         o = _lib.StoreOpts()
@@ -154,6 +159,7 @@ class Store(Handle):
         o.meta = s(_location(meta))
         o.per_rank, o.durable, o.threads = int(bool(per_rank)), int(bool(durable)), int(threads)
         o.mkdir = int(bool(mkdir))
+        o.readonly = int(bool(readonly))
         if timeout_ms:
             mo.timeout_ms = int(timeout_ms)
         if connect_timeout_ms:

@@ -290,6 +290,8 @@ struct hbe {
     struct hns *nss;
     atomic_uint_fast64_t requests, retries, connections, transport_errors, error_replies, handles;
     atomic_uint_fast64_t jitter;
+    pthread_mutex_t idlock; /* id_asked and m->identity */
+    int id_asked;
 };
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -966,6 +968,34 @@ static int h_drop(struct kvp_meta *m, const char *dep, size_t dlen, const char *
 
 /* ---------------------------------------------------------------- /v1/stats */
 
+/* The server's identity (its backend's, kvp_meta_identity): server.identity
+ * of GET /v1/stats, asked once; NULL when it has none (an older server) or
+ * did not answer (asked again at the next call). */
+static const char *h_identity(struct kvp_meta *m)
+{
+    struct hbe *b = be_of(m);
+    pthread_mutex_lock(&b->idlock);
+    if (!b->id_asked) {
+        struct req r = {.idempotent = 1};
+        struct kvp_error err = {0};
+        snprintf(r.path, sizeof r.path, "/v1/stats");
+        struct jdoc d = {0};
+        char id[KVP_IDENTITY_LEN + 8];
+        if (run(b, &r, NULL, 200, OP_OTHER, -1, NULL, 0, &err) == 0) {
+            b->id_asked = 1;
+            if (!jparse(&d, r.reply.p ? r.reply.p : "", r.reply.len) &&
+                jstr(&d, jget(&d, jget(&d, 0, "server"), "identity"), id, sizeof id) ==
+                    KVP_IDENTITY_LEN &&
+                kvp__identity_valid(id, KVP_IDENTITY_LEN))
+                m->identity = strndup(id, KVP_IDENTITY_LEN);
+            free(d.t);
+        }
+        kvp__buf_free(&r.reply);
+    }
+    pthread_mutex_unlock(&b->idlock);
+    return m->identity;
+}
+
 /* Calls fn for each namespace of the server's /v1/stats (of the fixed
  * deployment only, when the location names one). */
 static int walk_stats(struct hbe *b, kvp_meta_stats_fn fn, void *arg, struct kvp_error *err)
@@ -1258,6 +1288,7 @@ static void h_close(struct kvp_meta *m)
     }
     curl_slist_free_all(b->headers);
     pthread_mutex_destroy(&b->lock);
+    pthread_mutex_destroy(&b->idlock);
     free((char *)m->opts.token);
     m->opts.token = NULL;
     free(b->root);
@@ -1309,6 +1340,7 @@ static int h_open(struct kvp_meta *m, const char *where, struct kvp_error *err)
     if (!b)
         goto oom;
     pthread_mutex_init(&b->lock, NULL);
+    pthread_mutex_init(&b->idlock, NULL);
     b->m = m;
     m->be = b;
     if (!(b->root = malloc(hlen + 8)))
@@ -1345,6 +1377,7 @@ oom:
 
 const struct kvp__meta_ops kvp__http_ops = {
     .name = "http",
+    .identity = h_identity,
     .open = h_open,
     .close = h_close,
     .ns = h_ns,

@@ -35,7 +35,22 @@ struct kvp_meta {
     struct kvp_meta_opts opts; /* as given, defaults filled in; data_dir points at dir */
     char *dir;                 /* the data directory of a file: location (owned) */
     char *location;            /* the location, canonical (kvp_meta_location; owned) */
+    char *identity;            /* kvp_meta_identity, set by open (owned); NULL: none, or
+                                  the backend's identity op gives it */
 };
+
+/* The length of an identity: hex digits of 16 random bytes. */
+#define KVP_IDENTITY_LEN 32
+
+/* A new identity (KVP_IDENTITY_LEN hex digits and a NUL) in out: 0 or -errno. */
+int kvp__identity_new(char out[KVP_IDENTITY_LEN + 1]);
+
+/* Whether s (len bytes) is an identity. */
+int kvp__identity_valid(const char *s, size_t len);
+
+/* The identity in the data directory dir's IDENTITY file into out: 0,
+ * -ENOENT (none), -EUCLEAN (not an identity) or -errno. Writes nothing. */
+int kvp__dir_identity(const char *dir, char out[KVP_IDENTITY_LEN + 1]);
 
 /* The head of every backend's namespace: a backend's own namespace struct
  * starts with it, so that the interface finds the handle (and so the ops). */
@@ -87,6 +102,9 @@ struct kvp__meta_ops {
     /* kvp_meta_drop, names checked. May be NULL: -EOPNOTSUPP. */
     int (*drop)(struct kvp_meta *m, const char *dep, size_t dlen, const char *pool, size_t plen,
                 uint64_t *ticket, struct kvp_error *err);
+    /* May be NULL: m->identity is the identity. Else kvp_meta_identity's
+     * answer (a remote server's, asked on the first call). */
+    const char *(*identity)(struct kvp_meta *m);
 };
 
 /* The in-process engine (src/meta/local.c): mem: and file:. */

@@ -13,6 +13,7 @@
  */
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -21,6 +22,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "meta/mem.h"
@@ -49,6 +51,37 @@ struct kvp__local *kvp__local_of(struct kvp_meta *m)
 }
 
 static void lo_close(struct kvp_meta *front);
+
+/* The identity of the data directory dir (its file IDENTITY), written now
+ * when missing and the directory is writable (not readonly). NULL when it
+ * has none: an older directory read-only, or one that could not be written
+ * (logged; the owner records then compare locations). */
+static char *dir_identity(const struct kvp__local *m, const char *dir)
+{
+    char path[4096], tmp[4128], id[KVP_IDENTITY_LEN + 1];
+    snprintf(path, sizeof path, "%s/IDENTITY", dir);
+    int rc = kvp__dir_identity(dir, id);
+    if (rc == 0)
+        return strdup(id);
+    /* none readable (damaged): compared by location, never rewritten */
+    if (rc != -ENOENT || m->opts.readonly || kvp__identity_new(id))
+        return NULL;
+    int fd;
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int ok = fd >= 0 && write(fd, id, KVP_IDENTITY_LEN) == KVP_IDENTITY_LEN &&
+             write(fd, "\n", 1) == 1 && fsync(fd) == 0;
+    if (fd >= 0)
+        close(fd);
+    if (!ok || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return NULL;
+    }
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0)
+        fsync(dfd), close(dfd);
+    return strndup(id, KVP_IDENTITY_LEN);
+}
 
 /* where: the data directory (file:), or NULL (mem:); front->opts has it too. */
 static int lo_open(struct kvp_meta *front, const char *where, struct kvp_error *err)
@@ -86,7 +119,10 @@ static int lo_open(struct kvp_meta *front, const char *where, struct kvp_error *
             lo_close(front);
             return rc;
         }
+        front->identity = dir_identity(m, m->opts.data_dir);
     }
+    /* mem: has none: its state ends with the handle, and a page file's
+     * owner record of "mem:" compares the location, as before. */
     return 0;
 }
 

@@ -9,6 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #include "meta/backend.h"
 #include "store/location.h"
@@ -254,6 +257,7 @@ KVP_API int kvp_meta_open_at(const char *location, const struct kvp_meta_opts *o
     if (rc) {
         if (!m->location)
             kvp__set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        free(m->identity);
         free(m->location);
         free(m->dir);
         free(m);
@@ -268,6 +272,54 @@ KVP_API const char *kvp_meta_location(const struct kvp_meta *m)
     return m ? m->location : NULL;
 }
 
+int kvp__identity_new(char out[KVP_IDENTITY_LEN + 1])
+{
+    unsigned char r[KVP_IDENTITY_LEN / 2];
+    size_t got = 0;
+    while (got < sizeof r) {
+        ssize_t n = getrandom(r + got, sizeof r - got, 0);
+        if (n < 0 && errno != EINTR)
+            return -errno;
+        got += n > 0 ? (size_t)n : 0;
+    }
+    for (size_t i = 0; i < sizeof r; i++)
+        snprintf(out + 2 * i, 3, "%02x", r[i]);
+    return 0;
+}
+
+int kvp__identity_valid(const char *s, size_t len)
+{
+    if (len != KVP_IDENTITY_LEN)
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        if (!strchr("0123456789abcdef", s[i]) || !s[i])
+            return 0;
+    return 1;
+}
+
+int kvp__dir_identity(const char *dir, char out[KVP_IDENTITY_LEN + 1])
+{
+    char path[4096], id[KVP_IDENTITY_LEN + 2] = "";
+    snprintf(path, sizeof path, "%s/IDENTITY", dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    ssize_t n = read(fd, id, sizeof id - 1);
+    close(fd);
+    if (n < KVP_IDENTITY_LEN || !kvp__identity_valid(id, KVP_IDENTITY_LEN))
+        return -EUCLEAN;
+    memcpy(out, id, KVP_IDENTITY_LEN);
+    out[KVP_IDENTITY_LEN] = '\0';
+    return 0;
+}
+
+KVP_API const char *kvp_meta_identity(struct kvp_meta *m)
+{
+    if (!m)
+        return NULL;
+    return m->ops->identity ? m->ops->identity(m) : m->identity;
+}
+
 KVP_API int kvp_meta_open(const struct kvp_meta_opts *opts, struct kvp_meta **out)
 {
     return kvp_meta_open_at(NULL, opts, out, NULL);
@@ -278,6 +330,7 @@ KVP_API void kvp_meta_close(struct kvp_meta *m)
     if (!m)
         return;
     m->ops->close(m);
+    free(m->identity);
     free(m->location);
     free(m->dir);
     free(m);

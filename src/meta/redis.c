@@ -1866,6 +1866,31 @@ static int check_format(struct rmeta *m, struct kvp_error *err)
     return -EPROTO;
 }
 
+/* The prefix's identity (kvp_meta_identity): its key set once, by the
+ * first process that opens the prefix (SET NX), then read by every one. */
+static int load_identity(struct rmeta *m, struct kvp_meta *front, struct kvp_error *err)
+{
+    char key[MAX_PREFIX * 2 + 32], id[KVP_IDENTITY_LEN + 1];
+    snprintf(key, sizeof key, "%s:{%s}:identity", m->prefix, m->prefix);
+    int rc = kvp__identity_new(id);
+    if (rc)
+        return 0; /* no randomness: compared by location */
+    const char *set[4] = {"SET", key, id, "NX"}, *get[2] = {"GET", key};
+    size_t sl[4] = {3, strlen(key), KVP_IDENTITY_LEN, 2}, gl[2] = {3, strlen(key)};
+    struct kvp__rcmd cmds[2] = {
+        {.slot = key_slot(key), .argc = 4, .argv = set, .lens = sl},
+        {.slot = key_slot(key), .argc = 2, .argv = get, .lens = gl},
+    };
+    rc = kvp__rconn_multi(m->c, cmds, 2, err);
+    if (!rc && cmds[1].reply->type == REDIS_REPLY_STRING &&
+        kvp__identity_valid(cmds[1].reply->str, cmds[1].reply->len))
+        front->identity = strndup(cmds[1].reply->str, KVP_IDENTITY_LEN);
+    for (int i = 0; i < 2; i++)
+        if (cmds[i].reply)
+            kvp__rreply_free(cmds[i].reply);
+    return rc;
+}
+
 static int open_either(struct kvp_meta *front, const char *where, int sentinel,
                        struct kvp_error *err)
 {
@@ -1909,7 +1934,7 @@ static int open_either(struct kvp_meta *front, const char *where, int sentinel,
         free(m);
         return rc;
     }
-    if ((rc = check_format(m, err)) != 0) {
+    if ((rc = check_format(m, err)) != 0 || (rc = load_identity(m, front, err)) != 0) {
         kvp__rconn_close(m->c);
         pthread_mutex_destroy(&m->lock);
         free(m);

@@ -372,6 +372,12 @@ int kvp__metrics_stats_json(struct kvp_server *srv, struct kvp_buf *b)
                     (unsigned long long)(up / 1000000u % 1000u));
     kvp__jw_str(b, srv->cfg.state ? srv->cfg.state : "",
                 srv->cfg.state ? strlen(srv->cfg.state) : 0);
+    /* The state's identity: what a page file's owner record compares. */
+    const char *id = kvp_meta_identity(srv->meta);
+    if (id) {
+        kvp__jw_lit(b, ", \"identity\": ");
+        kvp__jw_str(b, id, strlen(id));
+    }
     kvp__jw_lit(b, "}, \"namespaces\": [");
     int rc = kvp_meta_stats(srv->meta, stats_ns_fn, b);
     if (rc)

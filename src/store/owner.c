@@ -157,6 +157,7 @@ char *kvp__location_canon(const char *loc)
 
 struct owner {
     char loc[OWNER_MAX], dep[256], pool[256];
+    char id[40]; /* the metadata's identity; "" in a record of an older kvpage */
     unsigned long rank;
 };
 
@@ -189,6 +190,8 @@ static int owner_read(const char *file, struct owner *ow)
                 strcpy(ow->pool, v), have |= 4;
             else if (!strcmp(line, "rank"))
                 ow->rank = strtoul(v, NULL, 10), have |= 8;
+            else if (!strcmp(line, "identity") && strlen(v) < sizeof ow->id)
+                strcpy(ow->id, v); /* optional: older records have none */
         }
         if (have == 15)
             rc = 0;
@@ -219,33 +222,38 @@ static const char *shown(const char *loc, const char *dir, char *buf, size_t cap
     return loc;
 }
 
-static int refuse(const char *path, const struct owner *ow, const char *loc, const char *dep,
-                  const char *pool, uint32_t rank, struct kvp_error *err)
+static int refuse(const char *path, const struct owner *ow, const char *loc, const char *id,
+                  const char *dep, const char *pool, uint32_t rank, struct kvp_error *err)
 {
     char *abs = kvp__path_abs(path);
     char *slash = abs ? strrchr(abs, '/') : NULL;
     if (slash)
         *slash = '\0';
     const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-    char a[300], b[300];
+    char a[300], b[300], states[160] = "";
+    if (ow->id[0] && id && strcmp(ow->id, id) && !strcmp(ow->loc, loc)) /* alike but not one */
+        snprintf(states, sizeof states, "; another state: identity %.40s, the record's %.40s", id,
+                 ow->id);
     kvp__set_err(err, -EEXIST, KVP_RULE_OWNER, -1, (int64_t)ow->rank, rank,
-                 "the page file belongs to %s (%s/%s rank %lu), not %s (%s/%s rank %u): use "
+                 "the page file belongs to %s (%s/%s rank %lu), not %s (%s/%s rank %u%s): use "
                  "that metadata, or delete %s.owner if it is gone for good",
                  shown(ow->loc, slash ? abs : NULL, a, sizeof a), ow->dep, ow->pool, ow->rank,
-                 shown(loc, slash ? abs : NULL, b, sizeof b), dep, pool, rank, base);
+                 shown(loc, slash ? abs : NULL, b, sizeof b), dep, pool, rank, states, base);
     free(abs);
     return -EEXIST;
 }
 
-static int same(const struct owner *ow, const char *loc, const char *dep, const char *pool,
-                uint32_t rank)
+/* The same names, and the same metadata: by identity when both have one,
+ * else by location. */
+static int same(const struct owner *ow, const char *loc, const char *id, const char *dep,
+                const char *pool, uint32_t rank)
 {
-    return !strcmp(ow->loc, loc) && !strcmp(ow->dep, dep) && !strcmp(ow->pool, pool) &&
-           ow->rank == rank;
+    int meta = ow->id[0] && id ? !strcmp(ow->id, id) : !strcmp(ow->loc, loc);
+    return meta && !strcmp(ow->dep, dep) && !strcmp(ow->pool, pool) && ow->rank == rank;
 }
 
-int kvp__owner_check(const char *path, const char *loc, const char *dep, const char *pool,
-                     uint32_t rank, struct kvp_error *err)
+int kvp__owner_check(const char *path, const char *loc, const char *id, int defer, const char *dep,
+                     const char *pool, uint32_t rank, struct kvp_error *err)
 {
     struct stat st;
     int found = stat(path, &st) == 0;
@@ -266,8 +274,11 @@ int kvp__owner_check(const char *path, const char *loc, const char *dep, const c
         malformed(err, file);
     else if (rc < 0)
         set_io(err, rc, "cannot read", file);
-    else if (!same(ow, loc, dep, pool, rank))
-        rc = refuse(path, ow, loc, dep, pool, rank, err);
+    else if (defer && !id && ow->id[0] && !strcmp(ow->dep, dep) && !strcmp(ow->pool, pool) &&
+             ow->rank == rank)
+        rc = 2;
+    else if (!same(ow, loc, id, dep, pool, rank))
+        rc = refuse(path, ow, loc, id, dep, pool, rank, err);
     free(ow);
     free(file);
     return rc;
@@ -290,8 +301,8 @@ static int sync_dir_of(const char *file)
     return rc == -EINVAL ? 0 : rc; /* some file systems cannot sync a directory */
 }
 
-int kvp__owner_write(const char *path, const char *loc, const char *dep, const char *pool,
-                     uint32_t rank, struct kvp_error *err)
+int kvp__owner_write(const char *path, const char *loc, const char *id, const char *dep,
+                     const char *pool, uint32_t rank, struct kvp_error *err)
 {
     char *file = cat3(path, ".owner", "");
     char *tmp = file ? cat3(file, ".tmp.", "XXXXXX") : NULL;
@@ -318,8 +329,10 @@ int kvp__owner_write(const char *path, const char *loc, const char *dep, const c
         goto out;
     }
     fchmod(fd, 0644);
-    fprintf(f, OWNER_FORMAT "\nlocation %s\ndeployment %s\npool %s\nrank %u\n", loc, dep, pool,
-            rank);
+    fprintf(f, OWNER_FORMAT "\nlocation %s\n", loc);
+    if (id)
+        fprintf(f, "identity %s\n", id);
+    fprintf(f, "deployment %s\npool %s\nrank %u\n", dep, pool, rank);
     if (fflush(f) || fsync(fd)) {
         rc = set_io(err, -errno, "cannot write", tmp);
         fclose(f);
@@ -335,8 +348,8 @@ int kvp__owner_write(const char *path, const char *loc, const char *dep, const c
         unlink(tmp);
         struct owner *ow = calloc(1, sizeof *ow);
         rc = !ow ? -ENOMEM : owner_read(file, ow);
-        if (rc == 0 && !same(ow, loc, dep, pool, rank))
-            rc = refuse(path, ow, loc, dep, pool, rank, err);
+        if (rc == 0 && !same(ow, loc, id, dep, pool, rank))
+            rc = refuse(path, ow, loc, id, dep, pool, rank, err);
         else if (rc)
             set_io(err, rc, "cannot read", file);
         free(ow);

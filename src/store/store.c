@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "kvpage/store.h"
+#include "meta/backend.h"
 #include "store/location.h"
 #include "store/owner.h"
 #include "store/pieces.h"
@@ -30,7 +31,7 @@ struct kvp_store {
     uint32_t rank;
     uint64_t num_pages, bpp;
     uint32_t entries;
-    int per_rank, durable;
+    int per_rank, durable, readonly;
     char *location, *deployment, *pool;
     struct kvp__pieces *pieces;
     _Atomic uint64_t puts, gets, stored, already, put_failed, read, missing, get_failed;
@@ -158,6 +159,22 @@ static int check_names(const char *dep, const char *pool, uint32_t rank, struct 
     return 0;
 }
 
+/* The identity of a data directory location ("file:DIR") read from it without
+ * opening it, into buf; NULL for another location or a directory without. */
+static const char *file_identity(const char *loc, char buf[KVP_IDENTITY_LEN + 1])
+{
+    return !strncmp(loc, "file:", 5) && kvp__dir_identity(loc + 5, buf) == 0 ? buf : NULL;
+}
+
+/* Whether an owner record's identity is to be compared once the metadata at
+ * loc is open: a server's or Redis's (asking changes no file), or a data
+ * directory without one (missing: a new state, whose identity is made with
+ * it; a refused open removes it). mem: has none. */
+static int defer_identity(const char *loc, const char *known)
+{
+    return !known && strcmp(loc, "mem:");
+}
+
 KVP_API int kvp_store_claim(const char *path, const char *location, const char *deployment,
                             const char *pool, uint32_t rank, struct kvp_error *err)
 {
@@ -172,12 +189,44 @@ KVP_API int kvp_store_claim(const char *path, const char *location, const char *
     if (rc)
         return rc;
     rc = check_names(dep, pl, rank, err);
+    char idbuf[KVP_IDENTITY_LEN + 1];
+    const char *id = file_identity(loc, idbuf); /* a remote one unknown: the location */
     if (!rc)
-        rc = kvp__owner_check(path, loc, dep, pl, rank, err);
+        rc = kvp__owner_check(path, loc, id, 0, dep, pl, rank, err);
     if (rc == 1)
-        rc = kvp__owner_write(path, loc, dep, pl, rank, err);
+        rc = kvp__owner_write(path, loc, id, dep, pl, rank, err);
     free(loc), free(dep), free(pl);
     return rc < 0 ? rc : 0;
+}
+
+/* A read-only open's page file exists (file_size, when given, sets only the
+ * page count checked against the metadata's; the file is not changed). */
+static int check_readonly(const struct kvp_store_opts *o, int exists, struct kvp_error *err)
+{
+    if (exists)
+        return 0;
+    kvp__set_err(err, -ENOENT, KVP_RULE_IO, -1, 0, 0,
+                 "%s does not exist (a read-only store creates nothing)", o->path);
+    return -ENOENT;
+}
+
+/* Opens the metadata of a read-only store at s->location: an embedded data
+ * directory recovered in memory under a shared lock, writing nothing (a
+ * missing one: an empty state in memory); any other location as it is. */
+static int open_meta_readonly(struct kvp_store *s, const char *loc, const struct kvp_meta_opts *mo,
+                              struct kvp_error *err)
+{
+    struct stat st;
+    const char *where = !strncmp(loc, "file:", 5) && stat(loc + 5, &st) != 0 ? "mem:" : s->location;
+    struct kvp_meta_opts o;
+    kvp_meta_opts_init(&o);
+    if (mo && (mo->opts_size == 0 || mo->opts_size > sizeof o))
+        return kvp_meta_open_at(where, mo, &s->meta, err); /* refused, naming opts_size */
+    if (mo)
+        memcpy(&o, mo, mo->opts_size);
+    o.opts_size = sizeof o;
+    o.readonly = KVP_META_READONLY_SHARED;
+    return kvp_meta_open_at(where, &o, &s->meta, err);
 }
 
 /* The checks of the page file before anything is opened: *exists, the page
@@ -296,6 +345,7 @@ KVP_API int kvp_store_open(const struct kvp_store_opts *opts_in, struct kvp_stor
     s->entries = o.entries;
     s->per_rank = o.per_rank != 0;
     s->durable = o.durable != 0;
+    s->readonly = o.readonly != 0;
     /* What this open made, undone when it fails. */
     int wrote_owner = 0, made_meta_dir = 0, exists = 0, mkdirs = 0;
     size_t made_dirs = 0;
@@ -306,13 +356,19 @@ KVP_API int kvp_store_open(const struct kvp_store_opts *opts_in, struct kvp_stor
     uint64_t np;
     if ((rc = check_file(&o, &exists, &np, &mkdirs, err)) != 0)
         goto fail;
+    if (s->readonly && (rc = check_readonly(&o, exists, err)) != 0)
+        goto fail;
     rc = owner_of(o.path, o.meta, o.meta_handle, o.deployment, o.pool, &owner_loc, &s->deployment,
                   &s->pool, err);
     if (rc)
         goto fail;
     if ((rc = check_names(s->deployment, s->pool, s->rank, err)) != 0)
         goto fail;
-    int claim = kvp__owner_check(o.path, owner_loc, s->deployment, s->pool, s->rank, err);
+    char idbuf[KVP_IDENTITY_LEN + 1];
+    const char *id =
+        o.meta_handle ? kvp_meta_identity(o.meta_handle) : file_identity(owner_loc, idbuf);
+    int claim = kvp__owner_check(o.path, owner_loc, id, defer_identity(owner_loc, id),
+                                 s->deployment, s->pool, s->rank, err);
     if (claim < 0) {
         rc = claim;
         goto fail;
@@ -336,8 +392,10 @@ KVP_API int kvp_store_open(const struct kvp_store_opts *opts_in, struct kvp_stor
         if (!s->location)
             goto nomem;
         struct stat st;
-        made_meta_dir = !strncmp(owner_loc, "file:", 5) && stat(owner_loc + 5, &st) != 0;
-        rc = kvp_meta_open_at(s->location, o.meta_opts, &s->meta, err);
+        made_meta_dir =
+            !s->readonly && !strncmp(owner_loc, "file:", 5) && stat(owner_loc + 5, &st) != 0;
+        rc = s->readonly ? open_meta_readonly(s, owner_loc, o.meta_opts, err)
+                         : kvp_meta_open_at(s->location, o.meta_opts, &s->meta, err);
         if (rc) {
             made_meta_dir = 0; /* not made, or another process's by now */
             goto fail;
@@ -346,6 +404,14 @@ KVP_API int kvp_store_open(const struct kvp_store_opts *opts_in, struct kvp_stor
     }
     if (!s->location)
         goto nomem;
+    if (claim == 2) { /* the record's identity against the metadata's, now known */
+        claim = kvp__owner_check(o.path, owner_loc, kvp_meta_identity(s->meta), 0, s->deployment,
+                                 s->pool, s->rank, err);
+        if (claim < 0) {
+            rc = claim;
+            goto fail;
+        }
+    }
     if (s->num_pages) {
         /* Whether the metadata takes this rank with this page count. */
         if ((rc = init_rank(s, o.path, err)) != 0)
@@ -357,8 +423,9 @@ KVP_API int kvp_store_open(const struct kvp_store_opts *opts_in, struct kvp_stor
                      kvp_strerror(rc));
         goto fail;
     }
-    if (claim == 1) {
-        rc = kvp__owner_write(o.path, owner_loc, s->deployment, s->pool, s->rank, err);
+    if (claim == 1 && !s->readonly) {
+        rc = kvp__owner_write(o.path, owner_loc, kvp_meta_identity(s->meta), s->deployment, s->pool,
+                              s->rank, err);
         if (rc < 0)
             goto fail;
         wrote_owner = rc == 0;
@@ -375,10 +442,12 @@ KVP_API int kvp_store_open(const struct kvp_store_opts *opts_in, struct kvp_stor
     po.size = o.file_size;
     po.bytes_per_page = o.bytes_per_page;
     po.entries = o.entries;
-    if (o.file_size)
+    if (o.file_size && !s->readonly)
         po.flags |= KVP_PAGEFILE_CREATE;
-    if (o.mkdir)
+    if (o.mkdir && !s->readonly)
         po.flags |= KVP_PAGEFILE_MKDIR;
+    if (s->readonly)
+        po.size = 0, po.flags = (po.flags & ~KVP_PAGEFILE_CREATE) | KVP_PAGEFILE_READONLY;
     rc = kvp_pagefile_open(o.path, &po, &s->pf, err);
     if (rc)
         goto fail;
@@ -666,12 +735,25 @@ static void no_page_err(struct kvp_store *s, size_t i, struct kvp_error *err)
                      i, s->rank, s->deployment, s->pool, (unsigned long long)s->num_pages);
 }
 
+/* -EROFS for a change asked of a read-only store. */
+static int ro_err(const char *what, struct kvp_error *err)
+{
+    kvp__set_err(err, -EROFS, KVP_RULE_ARG, -1, 0, 0,
+                 "%s on a store opened read-only (kvp_store_opts.readonly)", what);
+    return -EROFS;
+}
+
 static int store_put(struct kvp_store *s, const struct kvp_str *keys, struct src *c, size_t n,
                      int64_t *results, struct kvp_error *err)
 {
     int rc = check_call(s, keys, c, n, results, err);
     if (rc)
         return rc;
+    if (s->readonly) {
+        for (size_t i = 0; i < n; i++)
+            results[i] = -EROFS;
+        return ro_err("put", err);
+    }
     atomic_fetch_add(&s->puts, 1);
     if (n == 0)
         return 0;
@@ -941,6 +1023,8 @@ KVP_API int kvp_store_delete(struct kvp_store *s, const struct kvp_str *keys, si
 {
     if (!s)
         return arg_err(err, "%s is NULL", "store");
+    if (s->readonly)
+        return ro_err("delete", err);
     return kvp_meta_delete(s->ns, s->rank, keys, n, err);
 }
 
@@ -948,6 +1032,8 @@ KVP_API int kvp_store_clear(struct kvp_store *s, struct kvp_error *err)
 {
     if (!s)
         return arg_err(err, "%s is NULL", "store");
+    if (s->readonly)
+        return ro_err("clear", err);
     return kvp_meta_clear(s->ns, s->rank, err);
 }
 

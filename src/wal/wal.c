@@ -266,14 +266,20 @@ int kvp__wal_open(const char *dir, int fsync_mode, kvp__log_fn log, void *log_ar
         free(w);
         return -e;
     }
+    /* A shared reader opens an existing LOCK read-only (none: no writer has
+     * ever run here, nothing to keep out) and creates nothing. */
+    int how = readonly == 2 ? LOCK_SH : LOCK_EX;
     if (!readonly)
         w->lockfd = openat(w->dirfd, "LOCK", O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    else if (readonly == 2)
+        w->lockfd = openat(w->dirfd, "LOCK", O_RDONLY | O_CLOEXEC);
     /* A snapshot child of a server that was just killed dies with it, but
      * holds the lock it inherited until it is gone: give it a moment. */
-    int locked = readonly || (w->lockfd >= 0 && flock(w->lockfd, LOCK_EX | LOCK_NB) == 0);
+    int locked =
+        (readonly && w->lockfd < 0) || (w->lockfd >= 0 && flock(w->lockfd, how | LOCK_NB) == 0);
     for (int i = 0; !locked && w->lockfd >= 0 && errno == EWOULDBLOCK && i < 50; i++) {
         usleep(20000);
-        locked = flock(w->lockfd, LOCK_EX | LOCK_NB) == 0;
+        locked = flock(w->lockfd, how | LOCK_NB) == 0;
     }
     if (!locked) {
         int e = errno;

@@ -33,8 +33,10 @@ void kvp__wal_frame(uint8_t hdr[KVP_WAL_HDR], const void *payload, uint32_t len)
 
 /*
  * Takes the directory (creating it), locks it with flock. -EBUSY when another
- * process holds it. Nothing is written until kvp__wal_start. readonly: the
- * directory must exist, is not locked, and is never written (inspect, fsck).
+ * process holds it. Nothing is written until kvp__wal_start. readonly 1: the
+ * directory must exist, is not locked, and is never written (inspect, fsck);
+ * readonly 2: the same, under a shared flock of an existing LOCK file
+ * (-EBUSY while a writer holds it; a writer is -EBUSY meanwhile).
  */
 int kvp__wal_open(const char *dir, int fsync_mode, kvp__log_fn log, void *log_arg, int readonly,
                   struct kvp__wal **out, char *msg, size_t msglen);

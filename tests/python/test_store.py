@@ -3,6 +3,7 @@ round trips with numpy, bytearrays and CPU torch tensors, hits not rewritten,
 a missing key leaving its buffer untouched, exists, delete, clear, stats,
 errors as exceptions, reopen, threads; a page put from Python through
 kvpage get and kvpage put into another store."""
+import errno
 import os
 import threading
 
@@ -187,3 +188,41 @@ def test_host_port_is_not_a_directory(tmp_path, monkeypatch):
     assert (tmp_path / "127.0.0.1:18504").is_dir()
     with kvpage.Store("f", 1 << 20, BPP, meta="127.0.0.1:18504") as s:  # now a directory
         assert s.exists(["k"]) == (1, [True])
+
+
+def _files(d):
+    """{path: (bytes, mtime_ns, mode, uid)} of every file under d."""
+    return {p: (p.read_bytes(), p.stat().st_mtime_ns, p.stat().st_mode, p.stat().st_uid)
+            for p in d.rglob("*") if p.is_file()}
+
+
+def test_readonly_store_writes_nothing(tmp_path):
+    """Store(readonly=True) reads what a writer put and writes nothing; two
+    readers share the data directory, and a writer is kept out meanwhile."""
+    path = tmp_path / "rank0.pages"
+    with kvpage.Store(path, 8 * BPP, BPP) as w:
+        assert w.put(["a"], [np.full(BPP, 7, dtype=np.uint8)]) == [kvpage.STORED]
+    before = _files(tmp_path)
+    r1 = kvpage.Store(path, 0, BPP, readonly=True)
+    r2 = kvpage.Store(path, 0, BPP, readonly=True)
+    try:
+        dst = np.zeros(BPP, dtype=np.uint8)
+        assert r1.get(["a", "b"], [dst, np.zeros(BPP, dtype=np.uint8)])[0] == 1
+        assert (dst == 7).all()
+        assert r2.exists(["a", "b"]) == (1, [True, False])
+        with pytest.raises(kvpage.KvpageError) as e:
+            r1.put(["b"], [dst])
+        assert e.value.errno == errno.EROFS
+        with pytest.raises(kvpage.KvpageError) as e:
+            r1.delete(["a"])
+        assert e.value.errno == errno.EROFS
+        with pytest.raises(kvpage.KvpageError) as e:
+            kvpage.Store(path, 8 * BPP, BPP)
+        assert e.value.errno == errno.EBUSY
+    finally:
+        r1.close(), r2.close()
+    assert _files(tmp_path) == before
+    with pytest.raises(kvpage.KvpageError) as e:
+        kvpage.Store(tmp_path / "none.pages", 8 * BPP, BPP, readonly=True)
+    assert e.value.errno == errno.ENOENT
+    assert _files(tmp_path) == before
