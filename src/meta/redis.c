@@ -605,18 +605,38 @@ static void format_key(struct rmeta *m, char *key, size_t len)
     snprintf(key, len, "%s:{%s}:format", m->prefix, m->prefix);
 }
 
+/* The state's identity (kvp_meta_identity), in the same slot: set with the
+ * format by the script that registers the first namespace, so that opening
+ * a prefix writes nothing. */
+static void identity_key(struct rmeta *m, char *key, size_t len)
+{
+    snprintf(key, len, "%s:{%s}:identity", m->prefix, m->prefix);
+}
+
 /* Lists the namespace (no change when it is listed already). */
 static int ns_register(struct rmeta *m, struct rns *ns, struct kvp_error *err)
 {
     char list[MAX_PREFIX * 2 + 32], seq[MAX_PREFIX * 2 + 32];
     nslist_keys(m, list, seq, sizeof list);
-    char fkey[MAX_PREFIX * 2 + 32];
+    char fkey[MAX_PREFIX * 2 + 32], ikey[MAX_PREFIX * 2 + 32], id[KVP_IDENTITY_LEN + 1];
     format_key(m, fkey, sizeof fkey);
-    const char *argv[8] = {"EVALSHA", "", "3", list, seq, fkey, ns->tag, STORE_FORMAT};
-    size_t lens[8] = {7, 0, 1, strlen(list), strlen(seq), strlen(fkey), ns->taglen, 1};
+    identity_key(m, ikey, sizeof ikey);
+    if (kvp__identity_new(id))
+        memset(id, '0', sizeof id - 1), id[KVP_IDENTITY_LEN] = 0; /* no randomness: never valid */
+    const char *argv[10] = {"EVALSHA", "", "4", list, seq, fkey, ikey, ns->tag, STORE_FORMAT, id};
+    size_t lens[10] = {7,
+                       0,
+                       1,
+                       strlen(list),
+                       strlen(seq),
+                       strlen(fkey),
+                       strlen(ikey),
+                       ns->taglen,
+                       1,
+                       KVP_IDENTITY_LEN};
     redisReply *r;
     int rc =
-        kvp__rconn_cmd(m->c, key_slot(list), &m->scripts[SC_NS_CREATE], 1, 8, argv, lens, &r, err);
+        kvp__rconn_cmd(m->c, key_slot(list), &m->scripts[SC_NS_CREATE], 1, 10, argv, lens, &r, err);
     if (rc)
         return rc;
     if (r->type != REDIS_REPLY_INTEGER)
@@ -1858,7 +1878,7 @@ static int check_format(struct rmeta *m, struct kvp_error *err)
         return 0;
     if (!found[0]) /* written before the format was named */
         snprintf(found, sizeof found, "1 (no %.64s)", fkey);
-    set_err(err, -EPROTO, KVP_RULE_ARG, -1, 0, 0,
+    set_err(err, -EPROTO, KVP_RULE_NONE, -1, 0, 0, /* the state's, not the location's */
             "redis %.120s: prefix '%s' holds kvpage state of format %s, this kvpage reads format "
             "%s: use another ?prefix=, or delete the old state (redis-cli --scan --pattern "
             "'%s:*' | xargs redis-cli del)",
@@ -1866,29 +1886,29 @@ static int check_format(struct rmeta *m, struct kvp_error *err)
     return -EPROTO;
 }
 
-/* The prefix's identity (kvp_meta_identity): its key set once, by the
- * first process that opens the prefix (SET NX), then read by every one. */
-static int load_identity(struct rmeta *m, struct kvp_meta *front, struct kvp_error *err)
+/* The prefix's identity, read (never written: a fresh prefix has none until
+ * its first namespace is registered, and is then asked again). Front's
+ * identity is set once, under m->lock; a failed read leaves it unknown. */
+static const char *rd_identity(struct kvp_meta *front)
 {
-    char key[MAX_PREFIX * 2 + 32], id[KVP_IDENTITY_LEN + 1];
-    snprintf(key, sizeof key, "%s:{%s}:identity", m->prefix, m->prefix);
-    int rc = kvp__identity_new(id);
-    if (rc)
-        return 0; /* no randomness: compared by location */
-    const char *set[4] = {"SET", key, id, "NX"}, *get[2] = {"GET", key};
-    size_t sl[4] = {3, strlen(key), KVP_IDENTITY_LEN, 2}, gl[2] = {3, strlen(key)};
-    struct kvp__rcmd cmds[2] = {
-        {.slot = key_slot(key), .argc = 4, .argv = set, .lens = sl},
-        {.slot = key_slot(key), .argc = 2, .argv = get, .lens = gl},
-    };
-    rc = kvp__rconn_multi(m->c, cmds, 2, err);
-    if (!rc && cmds[1].reply->type == REDIS_REPLY_STRING &&
-        kvp__identity_valid(cmds[1].reply->str, cmds[1].reply->len))
-        front->identity = strndup(cmds[1].reply->str, KVP_IDENTITY_LEN);
-    for (int i = 0; i < 2; i++)
-        if (cmds[i].reply)
-            kvp__rreply_free(cmds[i].reply);
-    return rc;
+    struct rmeta *m = front->be;
+    pthread_mutex_lock(&m->lock);
+    if (!front->identity) {
+        char key[MAX_PREFIX * 2 + 32];
+        identity_key(m, key, sizeof key);
+        const char *get[2] = {"GET", key};
+        size_t gl[2] = {3, strlen(key)};
+        struct kvp__rcmd cmd = {.slot = key_slot(key), .argc = 2, .argv = get, .lens = gl};
+        struct kvp_error err = {0};
+        if (kvp__rconn_multi(m->c, &cmd, 1, &err) == 0 && cmd.reply &&
+            cmd.reply->type == REDIS_REPLY_STRING &&
+            kvp__identity_valid(cmd.reply->str, cmd.reply->len))
+            front->identity = strndup(cmd.reply->str, KVP_IDENTITY_LEN);
+        if (cmd.reply)
+            kvp__rreply_free(cmd.reply);
+    }
+    pthread_mutex_unlock(&m->lock);
+    return front->identity;
 }
 
 static int open_either(struct kvp_meta *front, const char *where, int sentinel,
@@ -1934,7 +1954,7 @@ static int open_either(struct kvp_meta *front, const char *where, int sentinel,
         free(m);
         return rc;
     }
-    if ((rc = check_format(m, err)) != 0 || (rc = load_identity(m, front, err)) != 0) {
+    if ((rc = check_format(m, err)) != 0) {
         kvp__rconn_close(m->c);
         pthread_mutex_destroy(&m->lock);
         free(m);
@@ -1972,7 +1992,7 @@ static int rd_open_sentinel(struct kvp_meta *front, const char *where, struct kv
     .lookup = rd_lookup, .del = rd_delete, .clear = rd_clear, .drop = rd_drop,                     \
     .nranks = rd_nranks, .stats = rd_stats, .check = rd_check, .wait = rd_wait,                    \
     .when_durable = rd_when_durable, .values = rd_values, .health = rd_health,                     \
-    .snapshot = rd_snapshot, .describe = rd_describe
+    .snapshot = rd_snapshot, .describe = rd_describe, .identity = rd_identity
 
 /* The same backend, its master named by sentinels. */
 const struct kvp__meta_ops kvp__redis_sentinel_ops = {

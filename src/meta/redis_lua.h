@@ -593,10 +593,12 @@
     "return {0, np}\n"
 
 /* KEYS: namespaces (ZSET name -> creation number), their counter, the store's format
- * (STRING, set by the first namespace). ARGV: name, format. */
+ * and its identity (STRINGs, set by the first namespace). ARGV: name, format, a new
+ * identity (kept only if the state has none). */
 #define KVP_LUA_NS_CREATE                                                                          \
     "#!lua\n"                                                                                      \
     "redis.call('SET', KEYS[3], ARGV[2], 'NX')\n"                                                  \
+    "redis.call('SET', KEYS[4], ARGV[3], 'NX')\n"                                                  \
     "if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end\n"                                \
     "redis.call('ZADD', KEYS[1], redis.call('INCR', KEYS[2]), ARGV[1])\n"                          \
     "return 1\n"
