@@ -232,9 +232,9 @@ KVP_API const char *kvp_meta_location(const struct kvp_meta *m);
  * record compares, kvp_store_open). Where it lives: a data directory's
  * IDENTITY file (written with the directory; an older directory gets one at
  * its next writable open); a Redis prefix's key PREFIX:{PREFIX}:identity (SET
- * NX with its first namespace: opening a prefix writes nothing); a kvpage serve reports its backend's in GET /v1/stats (server.identity;
- * asked once, at the first call); "mem:" makes one per open. NULL when the
- * state has none: an older data directory opened read-only, a Redis prefix
+ * NX with its first namespace: opening a prefix writes nothing); a kvpage serve reports its
+ * backend's in GET /v1/stats (server.identity; asked once, at the first call); "mem:" makes one per
+ * open. NULL when the state has none: an older data directory opened read-only, a Redis prefix
  * without a namespace yet (asked again at the next call), an older server, a
  * server that cannot be reached. Owned by m.
  */
