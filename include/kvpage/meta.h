@@ -344,6 +344,19 @@ KVP_API int kvp_meta_delete(struct kvp_ns *ns, int64_t rank, const struct kvp_st
                             struct kvp_error *err);
 
 /*
+ * kvp_meta_delete of keys whose pages a reader rejected: their bytes failed
+ * the page's integrity tag (kvpage/pagefile.h), so the key is forgotten and
+ * its next lookup is an honest miss. The same change as kvp_meta_delete; a
+ * remote kvpage serve (http://) is also told why ("reason": "integrity" in
+ * the delete's body), so that it counts the keys in its /metrics
+ * (kvpage_pages_rejected_total); the other backends just delete. The same
+ * returns as kvp_meta_delete. A key put again meanwhile on another page is
+ * forgotten too (one miss more, never wrong bytes).
+ */
+KVP_API int kvp_meta_delete_rejected(struct kvp_ns *ns, int64_t rank, const struct kvp_str *keys,
+                                     size_t n, struct kvp_error *err);
+
+/*
  * Clears: rank < 0, every key and reservation of the namespace (ranks stay
  * initialized, all pages FREE); rank >= 0, that rank's pages and its keys.
  * Returns 0, -ENOENT (rank >= 0 and not initialized), -ENOMEM, or a log

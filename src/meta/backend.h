@@ -105,6 +105,11 @@ struct kvp__meta_ops {
     /* May be NULL: m->identity is the identity. Else kvp_meta_identity's
      * answer (a remote server's, asked on the first call). */
     const char *(*identity)(struct kvp_meta *m);
+    /* kvp_meta_delete_rejected: del of keys whose pages failed their
+     * integrity tag. May be NULL: del (the reason matters only to a remote
+     * server, which counts them). */
+    int (*del_rejected)(struct kvp_ns *ns, int64_t rank, const struct kvp_str *keys, size_t n,
+                        uint64_t *ticket, struct kvp_error *err);
 };
 
 /* The in-process engine (src/meta/local.c): mem: and file:. */

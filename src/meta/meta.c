@@ -520,6 +520,20 @@ KVP_API int kvp_meta_delete(struct kvp_ns *ns, int64_t rank, const struct kvp_st
     return settle(ns ? ns->meta : NULL, rc, t, err);
 }
 
+KVP_API int kvp_meta_delete_rejected(struct kvp_ns *ns, int64_t rank, const struct kvp_str *keys,
+                                     size_t n, struct kvp_error *err)
+{
+    int rc;
+    if ((rc = check_ns(ns, err)) || (rc = check_rank(rank, 1, err)) ||
+        (rc = check_keys(keys, n, err)))
+        return rc;
+    const struct kvp__meta_ops *ops = ns->meta->ops;
+    uint64_t t = 0;
+    rc = (ops->del_rejected ? ops->del_rejected : ops->del)(ns, rank < 0 ? -1 : rank, keys, n, &t,
+                                                            err);
+    return settle(ns->meta, rc, t, err);
+}
+
 KVP_API int kvp_meta_clear_async(struct kvp_ns *ns, int64_t rank, uint64_t *ticket,
                                  struct kvp_error *err)
 {

@@ -195,6 +195,54 @@ void kvp__server_init(struct kvp_server *srv, struct kvp_meta *meta,
         srv->cfg.token = NULL;
     srv->token_len = srv->cfg.token ? strlen(srv->cfg.token) : 0;
     srv->started_ns = kvp__mono_ns();
+    pthread_mutex_init(&srv->rejected_lock, NULL);
+}
+
+void kvp__server_fini(struct kvp_server *srv)
+{
+    while (srv->rejected) {
+        struct kvp_rejected *r = srv->rejected;
+        srv->rejected = r->next;
+        free(r);
+    }
+    pthread_mutex_destroy(&srv->rejected_lock);
+}
+
+static struct kvp_rejected *rejected_find(struct kvp_server *srv, const char *dep, size_t dlen,
+                                          const char *pool, size_t plen)
+{
+    for (struct kvp_rejected *r = srv->rejected; r; r = r->next)
+        if (r->dlen == dlen && r->plen == plen && !memcmp(r->names, dep, dlen) &&
+            !memcmp(r->names + dlen + 1, pool, plen))
+            return r;
+    return NULL;
+}
+
+void kvp__rejected_add(struct kvp_server *srv, const char *dep, size_t dlen, const char *pool,
+                       size_t plen, uint64_t n)
+{
+    pthread_mutex_lock(&srv->rejected_lock);
+    struct kvp_rejected *r = rejected_find(srv, dep, dlen, pool, plen);
+    if (!r && (r = calloc(1, sizeof *r + dlen + plen + 2))) { /* no memory: not counted */
+        memcpy(r->names, dep, dlen);
+        memcpy(r->names + dlen + 1, pool, plen);
+        r->dlen = dlen;
+        r->plen = plen;
+        r->next = srv->rejected;
+        srv->rejected = r;
+    }
+    if (r)
+        r->count += n;
+    pthread_mutex_unlock(&srv->rejected_lock);
+}
+
+uint64_t kvp__rejected_count(struct kvp_server *srv, const char *dep, const char *pool)
+{
+    pthread_mutex_lock(&srv->rejected_lock);
+    struct kvp_rejected *r = rejected_find(srv, dep, strlen(dep), pool, strlen(pool));
+    uint64_t n = r ? r->count : 0;
+    pthread_mutex_unlock(&srv->rejected_lock);
+    return n;
 }
 
 /* Longest decoded path (after a namespace prefix) that can name a route. */

@@ -329,6 +329,21 @@ int kvp__metrics_prometheus(struct kvp_server *srv, struct kvp_buf *b)
                 kvp__buf_printf(b, "} %llu\n", (unsigned long long)field_of(st, rf->off));
             }
     }
+    /* Per namespace: keys its clients dropped because their pages failed
+     * the integrity tag (a delete with "reason": "integrity"). */
+    kvp__jw_lit(b,
+                "# HELP kvpage_pages_rejected_total Keys whose page a client rejected (its bytes "
+                "failed the integrity tag) and dropped.\n"
+                "# TYPE kvpage_pages_rejected_total counter\n");
+    for (size_t i = 0; i < col.n; i++) {
+        kvp__jw_lit(b, "kvpage_pages_rejected_total{deployment=\"");
+        label_value(b, col.rows[i].dep);
+        kvp__jw_lit(b, "\",pool=\"");
+        label_value(b, col.rows[i].pool);
+        kvp__buf_printf(
+            b, "\"} %llu\n",
+            (unsigned long long)kvp__rejected_count(srv, col.rows[i].dep, col.rows[i].pool));
+    }
     collect_free(&col);
     return b->oom ? -ENOMEM : 0;
 }

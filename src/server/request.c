@@ -230,6 +230,17 @@ int kvp__body_list(struct kvp_ctx *c, const char *field, json_t **out)
     return -1;
 }
 
+int kvp__body_reason(struct kvp_ctx *c)
+{
+    json_t *v = json_object_get(c->body, "reason");
+    if (!v)
+        return 0;
+    if (json_is_string(v) && !strcmp(json_string_value(v), "integrity"))
+        return 1;
+    kvp__reply_error(c, 400, "Invalid request format: 'reason' must be 'integrity'");
+    return -1;
+}
+
 /* Keeps the string s as key i of the request; -1 after replying 400 when it
  * is not a valid key. */
 static int take_key(struct kvp_ctx *c, size_t i, json_t *s)

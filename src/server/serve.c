@@ -1164,6 +1164,7 @@ static void serve_free(struct serve *S)
     pthread_mutex_destroy(&S->clients_lock);
     pthread_mutex_destroy(&S->jobs_lock);
     pthread_cond_destroy(&S->jobs_cond);
+    kvp__server_fini(&S->srv);
     kvp_meta_close(S->meta);
     free(S);
 }

@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <pthread.h>
 #include <sys/socket.h>
 
 #include "kvpage/meta.h"
@@ -99,6 +100,16 @@ struct kvp_conn_stats {
     atomic_uint_fast64_t timeout_request; /* dropped after --request-timeout inside a request */
 };
 
+/* Keys a client dropped because their pages failed the integrity tag (a
+ * delete with "reason": "integrity"), per namespace: a list, rarely added
+ * to, under srv->rejected_lock. */
+struct kvp_rejected {
+    struct kvp_rejected *next;
+    uint64_t count;
+    size_t dlen, plen;
+    char names[]; /* the deployment then the pool, each NUL-terminated */
+};
+
 struct kvp_server {
     struct kvp_meta *meta; /* not owned */
     struct kvp_server_config cfg;
@@ -106,6 +117,8 @@ struct kvp_server {
     struct kvp_metrics metrics;
     struct kvp_conn_stats conns;
     uint64_t started_ns; /* kvp__mono_ns() at kvp__server_init, for the uptime */
+    pthread_mutex_t rejected_lock;
+    struct kvp_rejected *rejected;
 };
 
 /* access.c: whether the client at sa may ask (--allow; NULL sa: yes), and
@@ -170,6 +183,15 @@ void kvp__reply_free(struct kvp_reply *rep);
 /* Handles one request. Never fails: every outcome is a reply. */
 void kvp__server_handle(struct kvp_server *srv, const struct kvp_request *req,
                         struct kvp_reply *rep);
+
+/* Releases what kvp__server_init and the requests since allocated. */
+void kvp__server_fini(struct kvp_server *srv);
+
+/* Counts n keys of namespace (dep, pool) dropped for integrity (a delete
+ * route's "reason": "integrity"); the count of (dep, pool) so far. */
+void kvp__rejected_add(struct kvp_server *srv, const char *dep, size_t dlen, const char *pool,
+                       size_t plen, uint64_t n);
+uint64_t kvp__rejected_count(struct kvp_server *srv, const char *dep, const char *pool);
 
 /* Records one answered request (route, status, duration) in srv->metrics. */
 void kvp__metrics_record(struct kvp_metrics *m, int route, int status, uint64_t ns);
@@ -250,6 +272,9 @@ int kvp__fast_sgl_keys(struct kvp_ctx *c, struct kvp_str *pool, size_t *n);
 /* A body list field: missing → *out = NULL and returns 0 (reads as []);
  * present and an array → 0; anything else (null included) → -1. */
 int kvp__body_list(struct kvp_ctx *c, const char *field, json_t **out);
+/* A delete route's optional "reason": 0 when absent, 1 for "integrity";
+ * else replies 400 and returns -1. */
+int kvp__body_reason(struct kvp_ctx *c);
 
 /*
  * Reads a list of plain string keys from arr (NULL: empty) into c->rep->keys.

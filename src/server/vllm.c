@@ -310,6 +310,9 @@ static void do_delete(struct kvp_ctx *c)
         kvp__reply_error(c, 400, "Invalid request format: 'keys' must be a list");
         return;
     }
+    int reason = kvp__body_reason(c);
+    if (reason < 0)
+        return;
     ptrdiff_t n = kvp__parse_str_keys(c, keys, 0);
     if (n < 0)
         return;
@@ -324,6 +327,8 @@ static void do_delete(struct kvp_ctx *c)
             kvp__meta_error(c, rc, &err, "keys");
             return;
         }
+        if (reason)
+            kvp__rejected_add(c->srv, c->dep, c->dlen, pool, plen, (uint64_t)n);
     }
     kvp__reply_empty(c, 204);
 }
