@@ -146,6 +146,8 @@ static void usage(FILE *out)
             "                     both sides make one page-file call per batch)\n"
             "  --no-durable       puts do not fdatasync before confirming (and the page\n"
             "                     file alone does not flush)\n"
+            "  --no-tags          no integrity tags on either side (what they cost: the\n"
+            "                     same run with and without)\n"
             "  --json             one JSON object on standard output\n"
             "examples:\n"
             "  kvpage bench store --file /mnt/3fs/bench.pages --page-size 2M\n"

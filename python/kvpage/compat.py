@@ -84,10 +84,17 @@ class Hf3fsClient:
     when the file is on a 3FS mount and 3FS's library is found (as the
     engines' own clients do), else the file system's calls; alloc_host()
     hands out host memory that such a client reads into and writes from
-    without a copy."""
+    without a copy.
+
+    tags: kvpage.PageFile's (True, the default): a page whose bytes changed
+    since it was written through kvpage (another writer, a torn write, a
+    bit flip) reads as failed, -EBADMSG in batch_read's result for that
+    operation (its buffer zeroed), never the bytes; the other operations
+    are unaffected and check() is as before. The engines' clients know no
+    keys: the tag binds the bytes, not the key."""
 
     def __init__(self, path, size, bytes_per_page, entries, client_timeout=None, *,
-                 mmap_reads=None, owner=None, mkdir=True, backend="auto"):
+                 mmap_reads=None, owner=None, mkdir=True, backend="auto", tags=True):
         # client_timeout (SGLang's fifth argument) bounds a 3FS ring wait; local
         # and FUSE I/O here has no such wait, so it is accepted and unused.
         self.path, self.size = path, size_arg("Hf3fsClient", "size", size)
@@ -108,7 +115,7 @@ class Hf3fsClient:
             claim(path, o["location"], rank=int(o.get("rank", 0)),
                   deployment=o.get("deployment"), pool=o.get("pool"))
         self._pf = PageFile(path, self.size, self.bytes_per_page, self.entries, create=True,
-                            mmap_reads=mmap_reads, mkdir=mkdir, backend=backend)
+                            mmap_reads=mmap_reads, mkdir=mkdir, backend=backend, tags=tags)
         self._stage_lock = threading.Lock()
         self._stage = []  # pinned host buffers for CUDA tensors, reused
 
@@ -188,8 +195,9 @@ class Hf3fsClient:
 
     def batch_read(self, offsets, tensors):
         """Reads each tensor's bytes at its offset. Returns the bytes read per
-        operation, or a negative errno for one that failed; 0 for every
-        operation once the client is closed."""
+        operation, or a negative errno for one that failed (-EBADMSG: the
+        page failed its integrity tag; its tensor is zeroed, or untouched
+        when staged); 0 for every operation once the client is closed."""
         return self._unless_closed(self._read, offsets, tensors)
 
     def _read(self, offsets, tensors):
