@@ -535,7 +535,7 @@ static int cmd_get(const struct kvp__store_flags *f, char **pos, int npos)
         fprintf(stderr,
                 "kvpage get: %s: its page failed its integrity check, so it is not printed: "
                 "%s. The file's bytes changed since the put (another program or a second "
-                "store wrote it, a torn write, a disk error); put the key again\n",
+                "store wrote it, a torn write, a disk error); delete the key and put it again\n",
                 key,
                 inf.tags_note && inf.tags_note[0] ? inf.tags_note
                                                   : "its bytes differ from what was written");

@@ -54,9 +54,9 @@ struct tags_hdr {
 };
 
 struct kvp__pf_tags {
-    int fd;      /* -1: no sidecar (a read-only handle on a file without one) */
-    char *path;  /* PATH.tags */
-    char *map;   /* the sidecar from offset 0, or NULL */
+    int fd;     /* -1: no sidecar (a read-only handle on a file without one) */
+    char *path; /* PATH.tags */
+    char *map;  /* the sidecar from offset 0, or NULL */
     size_t maplen;
     uint64_t nrec; /* records mapped */
     uint64_t slot_size;
@@ -351,8 +351,8 @@ int kvp__pf_tags_open(struct kvp_pagefile *pf, int created, int *made, struct kv
     locked = flock(t->fd, t->readonly ? LOCK_SH : LOCK_EX) == 0;
     struct stat ts;
     if (fstat(t->fd, &ts) != 0) {
-        rc = kvp__pf_fail(err, -errno, KVP_RULE_IO, -1, 0, "fstat %s: %s", t->path,
-                          strerror(errno));
+        rc =
+            kvp__pf_fail(err, -errno, KVP_RULE_IO, -1, 0, "fstat %s: %s", t->path, strerror(errno));
         goto fail;
     }
     if (!t->readonly && (ts.st_size == 0 || created)) {
@@ -419,8 +419,8 @@ static int tag_whole(const struct kvp__pf_tags *t, const struct kvp_pagefile_op 
     return (uint64_t)op->offset % t->slot_size == 0 && op->size <= t->slot_size;
 }
 
-static void tag_slots(const struct kvp__pf_tags *t, const struct kvp_pagefile_op *op,
-                      uint64_t *s0, uint64_t *s1)
+static void tag_slots(const struct kvp__pf_tags *t, const struct kvp_pagefile_op *op, uint64_t *s0,
+                      uint64_t *s1)
 {
     *s0 = (uint64_t)op->offset / t->slot_size;
     *s1 = ((uint64_t)op->offset + op->size - 1) / t->slot_size;
@@ -491,8 +491,8 @@ const char *kvp__pf_tag_why(int why)
 /* The verdict on op's bytes as read (0 = served), for one slot s and the
  * part [a, b) of the op that lies in it. *verified counts what was checked. */
 static int tag_check_slot(const struct kvp__pf_tags *t, const struct kvp_pagefile_op *op,
-                          const struct kvp_pagefile_vop *vop, uint64_t key, uint64_t s,
-                          uint64_t a, uint64_t b, int *verified)
+                          const struct kvp_pagefile_vop *vop, uint64_t key, uint64_t s, uint64_t a,
+                          uint64_t b, int *verified)
 {
     int damaged;
     struct rec r = rec_load(t, s, &damaged);
@@ -718,8 +718,7 @@ KVP_API int kvp_pagefile_verify(struct kvp_pagefile *pf,
         memcpy(counts, &c, sz);
     }
     if (rc < 0)
-        return kvp__pf_fail(err, rc, KVP_RULE_IO, -1, 0, "reading %s: %s", pf->path,
-                            strerror(-rc));
+        return kvp__pf_fail(err, rc, KVP_RULE_IO, -1, 0, "reading %s: %s", pf->path, strerror(-rc));
     if (c.bad)
         return kvp__pf_fail(err, -EBADMSG, KVP_RULE_INTEGRITY, -1, first_bad,
                             "%s: %" PRIu64 " of %" PRIu64

@@ -1211,6 +1211,7 @@ KVP_API int kvp_store_stats(struct kvp_store *s, struct kvp_store_stats *out, st
     st.get_failed = atomic_load(&s->get_failed);
     st.bytes_written = atomic_load(&s->bytes_written);
     st.bytes_read = atomic_load(&s->bytes_read);
+    st.rejected = atomic_load(&s->rejected);
     memcpy(out, &st, out->stats_size);
     return 0;
 }

@@ -337,8 +337,7 @@ static void test_vectored(int backend)
     char *src = pt_alloc(PAGE), *dst = pt_alloc(PAGE);
     pt_fill(&seed, src, PAGE);
     /* uneven segments: 1000, 70000, the rest */
-    struct kvp_pagefile_buf ws[3] = {
-        {src, 1000}, {src + 1000, 70000}, {src + 71000, PAGE - 71000}};
+    struct kvp_pagefile_buf ws[3] = {{src, 1000}, {src + 1000, 70000}, {src + 71000, PAGE - 71000}};
     struct kvp_pagefile_buf rs[2] = {{dst, 5000}, {dst + 5000, PAGE - 5000}};
     struct kvp_pagefile_vop w = {2 * (int64_t)PAGE, ws, 3}, r = {2 * (int64_t)PAGE, rs, 2};
     const char *key[1] = {"v"}, *other[1] = {"w"};
@@ -377,8 +376,8 @@ static void *thr_run(void *arg)
     for (int round = 0; round < 20; round++) {
         int same = 0;
         if (put(t->pf, t->page, PAGE, (uint64_t)round + 100 * t->page, key) != 0 ||
-            get(t->pf, (int64_t)t->page * PAGE, PAGE, (uint64_t)round + 100 * t->page, key,
-                &same, &err) != PAGE ||
+            get(t->pf, (int64_t)t->page * PAGE, PAGE, (uint64_t)round + 100 * t->page, key, &same,
+                &err) != PAGE ||
             !same)
             t->bad++;
     }

@@ -37,12 +37,12 @@ static void log_fn(void *arg, int level, const char *msg)
     }
 }
 
-static struct kvp_str S(const char *s)
-{
+static struct kvp_str S(const char *s) {
     return (struct kvp_str){s, strlen(s)};
 }
 
-static void path_of(char *path, size_t len, const char *name)
+static void
+path_of(char *path, size_t len, const char *name)
 {
     snprintf(path, len, "%s/%s", tmpdir, name);
 }
@@ -122,7 +122,8 @@ static int64_t get_all(struct kvp_store *s, int vec, int64_t res[N], int *wrong,
         segs[i][1] = (struct kvp_store_buf){data[i] + 100, BPP - 100};
         v[i] = (struct kvp_store_bufv){segs[i], 2};
     }
-    int64_t lead = vec ? kvp_store_getv(s, k, v, N, res, NULL) : kvp_store_get(s, k, b, N, res, NULL);
+    int64_t lead =
+        vec ? kvp_store_getv(s, k, v, N, res, NULL) : kvp_store_get(s, k, b, N, res, NULL);
     *wrong = *zeroed = 0;
     for (int i = 0; i < N; i++) {
         if (res[i] == BPP) {
