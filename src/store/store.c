@@ -993,16 +993,18 @@ static void reject(struct kvp_store *s, const struct kvp_str *keys, const int64_
                    const size_t *idx, size_t nrej, const char *why)
 {
     if (!atomic_exchange(&s->logged, 1)) {
-        char line[PATH_MAX + 1024];
+        char line[PATH_MAX + 1024], page[PATH_MAX + 64];
         const struct kvp_str *k = &keys[idx[0]];
+        if (!*why) {
+            snprintf(page, sizeof page, "page %lld of %s failed its integrity tag",
+                     (long long)pages[idx[0]], kvp_pagefile_path(s->pf));
+            why = page;
+        }
         snprintf(line, sizeof line,
-                 "kvpage: %s: page %lld failed its integrity check (%s): key '%.*s' of %s/%s "
-                 "rank %u is reported missing and dropped; later rejections of this store are "
-                 "counted (kvp_store_stats' rejected), not logged",
-                 kvp_pagefile_path(s->pf), (long long)pages[idx[0]],
-                 *why ? why : "its bytes differ from what was written",
+                 "kvpage: key '%.*s' of %s/%s rank %u is reported missing and dropped: %s. Later "
+                 "rejections of this store are counted (kvp_store_stats' rejected), not logged",
                  (int)(k->len > 64 ? 64 : k->len), (const char *)k->ptr, s->deployment, s->pool,
-                 s->rank);
+                 s->rank, why);
         if (s->log)
             s->log(s->log_arg, 1, line);
         else

@@ -34,6 +34,8 @@ static void log_fn(void *arg, int level, const char *msg)
         logged++;
         CHECK_EQ(level, 1);
         snprintf(last_log, sizeof last_log, "%s", msg);
+        if (getenv("SHOWLOG"))
+            fprintf(stderr, "LOG: %s\n", msg);
     }
 }
 
