@@ -82,12 +82,12 @@ static void cost_words(char *buf, size_t len, double ratio)
 
 /* What this run creates, and removes at its end or at a Ctrl-C: the file,
  * the data directory PATH.meta (embedded metadata), the owner record
- * PATH.owner and the integrity tags PATH.tags, each only when it did not
- * exist before. */
-enum { MADE_META = 2, MADE_N = 4 };
+ * PATH.owner and the integrity tags' sidecar PATH.tags, each only when it
+ * did not exist before. */
+#define MADE_N 4
 struct made {
-    char *path[MADE_N]; /* the file, PATH.owner, PATH.meta (a directory), PATH.tags; NULL:
-                           not made */
+    char *
+        path[MADE_N]; /* the file, PATH.owner, PATH.meta (a directory), PATH.tags; NULL: not made */
 };
 
 static char *missing(const char *path, const char *suffix)
@@ -108,18 +108,18 @@ static void made_init(struct made *m, const struct kvp__store_flags *f)
 {
     m->path[0] = missing(f->file, "");
     m->path[1] = missing(f->file, ".owner");
-    m->path[MADE_META] = f->meta ? NULL : missing(f->file, ".meta");
+    m->path[2] = f->meta ? NULL : missing(f->file, ".meta");
     m->path[3] = missing(f->file, ".tags");
     for (int i = 0; i < MADE_N; i++)
         if (m->path[i])
-            i == MADE_META ? kvp__cleanup_dir(m->path[i]) : kvp__cleanup_file(m->path[i]);
+            i == 2 ? kvp__cleanup_dir(m->path[i]) : kvp__cleanup_file(m->path[i]);
 }
 
 static void made_remove(struct made *m)
 {
     for (int i = 0; i < MADE_N; i++)
         if (m->path[i])
-            i == MADE_META ? kvp__remove_flat_dir(m->path[i]) : (void)unlink(m->path[i]);
+            i == 2 ? kvp__remove_flat_dir(m->path[i]) : (void)unlink(m->path[i]);
     kvp__cleanup_done();
     for (int i = 0; i < MADE_N; i++)
         free(m->path[i]);

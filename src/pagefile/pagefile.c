@@ -546,34 +546,50 @@ static int pf_report(const struct kvp_pagefile *pf, const struct kvp_pagefile_op
     return 0;
 }
 
-/* Runs ops (validated; for a vectored batch, plan's plain operations of
- * the whole ranges ops) on the direction's backend with the tags around
- * them: a write marks its slots BAD, moves the data and then tags them; a
- * read moves the data, then checks it (rejected ops become -EBADMSG).
- * *rej: the first rejected op. */
+/* Runs ops (validated; for a vectored batch, the whole ranges of vops,
+ * which run moves as its plan's plain operations) on the direction's
+ * backend with the tags around them: a write marks its slots BAD, moves the
+ * data, then tags them; a read moves the data, then checks it (rejected ops
+ * become -EBADMSG, *rej the first). A plain batch's digests are computed by
+ * the backend as it moves the bytes (b: its batch, given the tag arrays);
+ * what it did not hash, and a vectored batch's, here. Returns 0 or -ENOMEM. */
 static int pf_tagged(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops,
                      const struct kvp_pagefile_vop *vops, const char *const *keys, size_t n,
                      int64_t *results, int write, struct kvp__pf_reject *rej,
-                     void (*run)(struct kvp_pagefile *pf, void *arg), void *arg)
+                     struct kvp__pf_batch *b, void (*run)(struct kvp_pagefile *pf, void *arg),
+                     void *arg)
 {
     rej->index = -1;
     if (!pf->tags) {
         run(pf, arg);
         return 0;
     }
-    if (!write) {
-        run(pf, arg);
-        kvp__pf_tags_rcheck(pf, ops, vops, keys, n, results, rej);
-        return 0;
-    }
-    uint64_t small[64], *digests = n <= 64 ? small : malloc(n * sizeof *digests);
-    if (!digests)
+    /* digests, hashed bytes, wanted: on the stack for the usual batches */
+    uint64_t small[2 * 64 + 64 / 8];
+    size_t words = 2 * n + (n + 7) / 8;
+    uint64_t *mem = words <= sizeof small / sizeof small[0] ? small : malloc(words * 8);
+    if (!mem)
         return -ENOMEM;
-    kvp__pf_tags_wbegin(pf, ops, vops, n, digests);
+    memset(mem, 0, words * 8);
+    uint64_t *digests = mem, *bytes = mem + n;
+    uint8_t *want = (uint8_t *)(mem + 2 * n);
+    kvp__pf_tags_begin(pf, ops, n, write, want);
+    if (b) {
+        b->tag_want = want;
+        b->tag_digest = digests;
+        b->tag_bytes = bytes;
+    } else if (write) {
+        kvp__pf_tags_fill(ops, vops, n, want, digests, NULL);
+    }
     run(pf, arg);
-    kvp__pf_tags_wend(pf, ops, keys, n, results, digests);
-    if (digests != small)
-        free(digests);
+    if (b || !write)
+        kvp__pf_tags_fill(ops, vops, n, want, digests, b ? bytes : NULL);
+    if (write)
+        kvp__pf_tags_wend(pf, ops, keys, n, results, want, digests);
+    else
+        kvp__pf_tags_rcheck(pf, ops, vops, keys, n, results, want, digests, rej);
+    if (mem != small)
+        free(mem);
     return 0;
 }
 
@@ -592,7 +608,7 @@ static int pf_batch(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops,
         return rc;
     struct kvp__pf_batch b = {.ops = ops, .results = results, .n = n, .write = write};
     struct kvp__pf_reject rej;
-    if (pf_tagged(pf, ops, NULL, keys, n, results, write, &rej, pf_run_plain, &b) != 0)
+    if (pf_tagged(pf, ops, NULL, keys, n, results, write, &rej, &b, pf_run_plain, &b) != 0)
         return pf_fail(err, -ENOMEM, KVP_RULE_IO, -1, 0, "out of memory");
     return pf_report(pf, ops, n, results, write, &rej, err);
 }
@@ -876,7 +892,7 @@ static int pf_vbatch(struct kvp_pagefile *pf, const struct kvp_pagefile_vop *ops
     }
     struct pf_vrun v = {&p, ops, n, results, write};
     struct kvp__pf_reject rej;
-    if (pf_tagged(pf, whole, ops, keys, n, results, write, &rej, pf_run_vplan, &v) != 0)
+    if (pf_tagged(pf, whole, ops, keys, n, results, write, &rej, NULL, pf_run_vplan, &v) != 0)
         rc = pf_fail(err, -ENOMEM, KVP_RULE_IO, -1, 0, "out of memory");
     pf_vplan_free(&p);
     if (!rc)

@@ -73,7 +73,19 @@ struct kvp__pf_batch {
     /* NULL, or per op its segments (ops[i].buf then unused when vec[i].n):
      * only given to psync, which moves such an op whole, never in pieces. */
     const struct kvp__pf_vec *vec;
+    /* Integrity tags (pf_tags.c): NULL, or the ops whose digest is wanted
+     * (tag_want[i]). A backend hashes such an op's bytes where they are hot
+     * in the cache (a write's before it moves them, a read's right after),
+     * with kvp__pf_tag_piece, in pieces from any thread; the front end
+     * hashes what a backend did not (tag_bytes[i] short of the op's size). */
+    const uint8_t *tag_want;
+    uint64_t *tag_digest, *tag_bytes;
 };
+
+/* Hashes bytes [start, start + len) of op i of b (p: their first byte;
+ * start a multiple of KVP__PF_TAG_BLOCK) into its digest, if it is wanted. */
+void kvp__pf_tag_piece(const struct kvp__pf_batch *b, size_t i, const void *p, uint64_t start,
+                       uint64_t len);
 
 struct kvp_pagefile;
 
@@ -165,6 +177,10 @@ __attribute__((format(printf, 2, 3))) void kvp__pf_note(struct kvp_pagefile *pf,
 /* A digest is the XOR of XXH3 over blocks of this many bytes of the op. */
 #define KVP__PF_TAG_BLOCK ((uint64_t)64 << 10)
 
+/* psync and the inline runner move a tagged op in steps of this many bytes,
+ * each hashed while in the cache (a multiple of KVP__PF_TAG_BLOCK). */
+#define KVP__PF_TAG_STEP ((uint64_t)256 << 10)
+
 /* Why a read was rejected. */
 enum {
     KVP__PF_TAG_DIGEST = 1,
@@ -195,17 +211,25 @@ const char *kvp__pf_tag_why(int why);
 int kvp__pf_tags_open(struct kvp_pagefile *pf, int created, int *made, struct kvp_error *err);
 void kvp__pf_tags_close(struct kvp_pagefile *pf, int remove);
 int kvp__pf_tags_sync(struct kvp_pagefile *pf, struct kvp_error *err);
-/* A write batch: before the data (slots BAD, digests[i] of whole-slot ops;
- * vops: the vectored ops whose whole ranges are ops, or NULL) and after it. */
-void kvp__pf_tags_wbegin(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops,
-                         const struct kvp_pagefile_vop *vops, size_t n, uint64_t *digests);
+/* Before a batch: a write's slots become BAD; want[i] = 1 for the ops whose
+ * digest the batch needs (a write's whole-slot ops; a read's ops of a
+ * TAGGED slot that match it). */
+void kvp__pf_tags_begin(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops, size_t n,
+                        int write, uint8_t *want);
+/* The digests of the wanted ops not (fully) hashed by the backend (vops: the
+ * vectored ops whose whole ranges are ops, or NULL). */
+void kvp__pf_tags_fill(const struct kvp_pagefile_op *ops, const struct kvp_pagefile_vop *vops,
+                       size_t n, const uint8_t *want, uint64_t *digests, const uint64_t *bytes);
+/* After a write batch: its ops' tags. */
 void kvp__pf_tags_wend(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops,
                        const char *const *keys, size_t n, const int64_t *results,
-                       const uint64_t *digests);
-/* A read batch after the data: rejected ops' results become -EBADMSG. */
+                       const uint8_t *want, const uint64_t *digests);
+/* After a read batch: rejected ops' results become -EBADMSG. digests[i]:
+ * op i's, when want[i]. */
 void kvp__pf_tags_rcheck(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops,
                          const struct kvp_pagefile_vop *vops, const char *const *keys, size_t n,
-                         int64_t *results, struct kvp__pf_reject *rej);
+                         int64_t *results, const uint8_t *want, const uint64_t *digests,
+                         struct kvp__pf_reject *rej);
 void kvp__pf_tags_info(const struct kvp_pagefile *pf, struct kvp_pagefile_info *info);
 
 /* ---- below the backends (pf_io.c) ---------------------------------------- */

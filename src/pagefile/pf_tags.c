@@ -428,26 +428,53 @@ static void tag_slots(const struct kvp__pf_tags *t, const struct kvp_pagefile_op
         *s1 = t->nrec ? t->nrec - 1 : 0;
 }
 
-void kvp__pf_tags_wbegin(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops,
-                         const struct kvp_pagefile_vop *vops, size_t n, uint64_t *digests)
+void kvp__pf_tag_piece(const struct kvp__pf_batch *b, size_t i, const void *p, uint64_t start,
+                       uint64_t len)
+{
+    if (!b->tag_want || !b->tag_want[i] || len == 0)
+        return;
+    uint64_t d = kvp__pf_tag_blocks(p, b->ops[i].size, start, len);
+    __atomic_fetch_xor(&b->tag_digest[i], d, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&b->tag_bytes[i], len, __ATOMIC_RELAXED);
+}
+
+void kvp__pf_tags_begin(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops, size_t n,
+                        int write, uint8_t *want)
 {
     struct kvp__pf_tags *t = pf->tags;
+    memset(want, 0, n);
+    if (!t->map)
+        return; /* no sidecar (read-only): nothing to hash */
     for (size_t i = 0; i < n; i++) {
         const struct kvp_pagefile_op *op = &ops[i];
-        if (op->size == 0 || (uint64_t)op->offset / t->slot_size >= t->nrec)
+        uint64_t s0 = (uint64_t)op->offset / t->slot_size;
+        if (op->size == 0 || s0 >= t->nrec)
             continue;
-        if (tag_whole(t, op) && digests)
-            digests[i] = tag_digest(op, vops ? &vops[i] : NULL);
-        uint64_t s0, s1;
+        if (!write) {
+            int damaged;
+            struct rec r = rec_load(t, s0, &damaged);
+            want[i] = r.state == TAG_TAGGED && tag_whole(t, op) && r.len == op->size;
+            continue;
+        }
+        want[i] = (uint8_t)tag_whole(t, op);
+        uint64_t s1;
         tag_slots(t, op, &s0, &s1);
         for (uint64_t s = s0; s <= s1; s++)
             rec_bad(t, s);
     }
 }
 
+void kvp__pf_tags_fill(const struct kvp_pagefile_op *ops, const struct kvp_pagefile_vop *vops,
+                       size_t n, const uint8_t *want, uint64_t *digests, const uint64_t *bytes)
+{
+    for (size_t i = 0; i < n; i++)
+        if (want[i] && (!bytes || bytes[i] != ops[i].size))
+            digests[i] = tag_digest(&ops[i], vops ? &vops[i] : NULL);
+}
+
 void kvp__pf_tags_wend(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops,
                        const char *const *keys, size_t n, const int64_t *results,
-                       const uint64_t *digests)
+                       const uint8_t *want, const uint64_t *digests)
 {
     struct kvp__pf_tags *t = pf->tags;
     for (size_t i = 0; i < n; i++) {
@@ -455,7 +482,7 @@ void kvp__pf_tags_wend(struct kvp_pagefile *pf, const struct kvp_pagefile_op *op
         if (op->size == 0 || (uint64_t)op->offset / t->slot_size >= t->nrec ||
             results[i] != (int64_t)op->size)
             continue; /* failed: BAD stays */
-        if (tag_whole(t, op)) {
+        if (want[i]) {
             rec_store(t, (uint64_t)op->offset / t->slot_size,
                       (struct rec){digests[i], tag_key(keys, i), op->size, TAG_TAGGED});
             continue;
@@ -492,7 +519,7 @@ const char *kvp__pf_tag_why(int why)
  * part [a, b) of the op that lies in it. *verified counts what was checked. */
 static int tag_check_slot(const struct kvp__pf_tags *t, const struct kvp_pagefile_op *op,
                           const struct kvp_pagefile_vop *vop, uint64_t key, uint64_t s, uint64_t a,
-                          uint64_t b, int *verified)
+                          uint64_t b, const uint64_t *digest, int *verified)
 {
     int damaged;
     struct rec r = rec_load(t, s, &damaged);
@@ -504,7 +531,7 @@ static int tag_check_slot(const struct kvp__pf_tags *t, const struct kvp_pagefil
             return KVP__PF_TAG_LEN;
         if (key && r.key != key)
             return KVP__PF_TAG_KEY;
-        if (tag_digest(op, vop) != r.digest)
+        if ((digest ? *digest : tag_digest(op, vop)) != r.digest)
             return KVP__PF_TAG_DIGEST;
         *verified = 1;
         return 0;
@@ -526,7 +553,8 @@ static int tag_check_slot(const struct kvp__pf_tags *t, const struct kvp_pagefil
 
 void kvp__pf_tags_rcheck(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops,
                          const struct kvp_pagefile_vop *vops, const char *const *keys, size_t n,
-                         int64_t *results, struct kvp__pf_reject *rej)
+                         int64_t *results, const uint8_t *want, const uint64_t *digests,
+                         struct kvp__pf_reject *rej)
 {
     struct kvp__pf_tags *t = pf->tags;
     rej->index = -1;
@@ -542,17 +570,16 @@ void kvp__pf_tags_rcheck(struct kvp_pagefile *pf, const struct kvp_pagefile_op *
         uint64_t key = tag_key(keys, i);
         uint64_t s0 = (uint64_t)op->offset / t->slot_size;
         uint64_t s1 = ((uint64_t)op->offset + op->size - 1) / t->slot_size;
-        int why = 0, verified = 0, checked = 0;
+        int why = 0, verified = 0;
         for (uint64_t s = s0; s <= s1 && !why; s++) {
             uint64_t a = s == s0 ? 0 : s * t->slot_size - (uint64_t)op->offset;
             uint64_t e = (s + 1) * t->slot_size - (uint64_t)op->offset;
             int v = 0;
             why = tag_check_slot(t, op, vops ? &vops[i] : NULL, key, s, a,
-                                 e < op->size ? e : op->size, &v);
-            checked += v;
+                                 e < op->size ? e : op->size, want && want[i] ? &digests[i] : NULL,
+                                 &v);
             verified = s == s0 ? v : verified && v;
         }
-        (void)checked;
         if (!why) {
             if (verified)
                 nv++;

@@ -22,6 +22,8 @@ static char path[600], tpath[640];
 static struct kvp_pagefile *open_pf(uint32_t flags, int backend)
 {
     struct kvp_pagefile_opts o = pt_tags_opts(FSIZE, PAGE, 8, flags, backend);
+    o.chunk_bytes = 64 << 10; /* psync: one page in pieces on several threads */
+    o.threads = 4;
     return pt_open_or_skip(path, &o, "tags");
 }
 
@@ -404,6 +406,46 @@ static void test_threads(int backend)
     kvp_pagefile_close(pf);
 }
 
+/* Pages larger than the psync piece and the hashing step (2 MiB in 1 MiB
+ * pieces, 256 KiB steps), a batch of one and of several, buffered. */
+static void test_big_pages(int backend)
+{
+    reset();
+    const uint64_t big = 2u << 20;
+    struct kvp_pagefile_opts o = pt_tags_opts(8 * big, big, 8, KVP_PAGEFILE_CREATE, backend);
+    o.threads = 3;
+    struct kvp_pagefile *pf = pt_open_or_skip(path, &o, "tags big");
+    if (!pf)
+        return;
+    char *src = pt_alloc(3 * big), *dst = pt_alloc(3 * big);
+    uint64_t seed = 5;
+    pt_fill(&seed, src, 3 * big);
+    struct kvp_pagefile_op w[3], r[3];
+    for (int i = 0; i < 3; i++) {
+        w[i] = (struct kvp_pagefile_op){(int64_t)(i * 2 + 1) * (int64_t)big, src + i * big, big};
+        r[i] = (struct kvp_pagefile_op){w[i].offset, dst + i * big, big};
+    }
+    r[2].size = w[2].size = big - 65536 - 100; /* a last block that is short */
+    int64_t res[3];
+    struct kvp_error err;
+    int rc = kvp_pagefile_write(pf, w, 3, res, &err);
+    CHECK_EQ(rc, 0);
+    if (rc)
+        fprintf(stderr, "backend %d: %s\n", backend, err.msg);
+    CHECK_EQ(kvp_pagefile_read(pf, r, 1, res, &err), 0); /* one op: pieces on the threads */
+    CHECK_EQ(kvp_pagefile_read(pf, r, 3, res, &err), 0);
+    CHECK(memcmp(src, dst, 2 * big + r[2].size) == 0);
+    CHECK_EQ(info_of(pf).tags_verified, 4);
+    tamper(w[1].offset + (int64_t)big - 1, "!", 1); /* the last byte of a page */
+    CHECK_EQ(kvp_pagefile_read(pf, r, 3, res, &err), -EBADMSG);
+    CHECK_EQ(res[1], -EBADMSG);
+    CHECK_EQ(res[0], (int64_t)big);
+    CHECK_EQ(res[2], (int64_t)r[2].size);
+    free(src);
+    free(dst);
+    kvp_pagefile_close(pf);
+}
+
 int main(void)
 {
     pt_mkdir("tags");
@@ -414,6 +456,7 @@ int main(void)
         test_torn(pt_backends[b]);
         test_vectored(pt_backends[b]);
         test_threads(pt_backends[b]);
+        test_big_pages(pt_backends[b]);
     }
     test_legacy();
     pt_rmdir();
