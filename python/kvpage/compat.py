@@ -162,18 +162,20 @@ class Hf3fsClient:
         with self._stage_lock:
             self._stage.append(stage)
 
-    def _io(self, op, offsets, tensors):
+    def _io(self, op, offsets, tensors, keys=None):
         """The page file's read (op "batch_read") or write ("batch_write"),
-        its errors naming op."""
+        its errors naming op; keys: the pages' keys (kvpage.PageFile's)."""
         if op == "batch_read":
-            return self._pf._batch(op, _lib.pagefile_read, offsets, tensors, True)
-        return self._pf._batch(op, _lib.pagefile_write, offsets, tensors, False)
+            return self._pf._batch(op, _lib.pagefile_read, offsets, tensors, True, keys,
+                                   _lib.pagefile_read_keyed)
+        return self._pf._batch(op, _lib.pagefile_write, offsets, tensors, False, keys,
+                               _lib.pagefile_write_keyed)
 
-    def _direct(self, op, offsets, tensors):
+    def _direct(self, op, offsets, tensors, keys=None):
         """op straight on host memory (the page file's fast path first); None
         when a tensor is on a GPU and must be staged."""
         try:
-            return self._io(op, offsets, tensors)
+            return self._io(op, offsets, tensors, keys)
         except KvpageValueError as e:
             raise ValueError(f"{_PREFIX}: {e.strerror}") from e
         except ValueError as e:  # a buffer kvpage cannot take, or a CUDA tensor
@@ -193,21 +195,23 @@ class Hf3fsClient:
                 return _nothing_moved(offsets)
             raise
 
-    def batch_read(self, offsets, tensors):
+    def batch_read(self, offsets, tensors, keys=None):
         """Reads each tensor's bytes at its offset. Returns the bytes read per
         operation, or a negative errno for one that failed (-EBADMSG: the
         page failed its integrity tag; its tensor is zeroed, or untouched
-        when staged); 0 for every operation once the client is closed."""
-        return self._unless_closed(self._read, offsets, tensors)
+        when staged); 0 for every operation once the client is closed.
+        keys (kvpage's, optional): the key each page was written with
+        (batch_write's keys); a page written with another is rejected."""
+        return self._unless_closed(self._read, offsets, tensors, keys)
 
-    def _read(self, offsets, tensors):
-        res = self._direct("batch_read", offsets, tensors)
+    def _read(self, offsets, tensors, keys):
+        res = self._direct("batch_read", offsets, tensors, keys)
         if res is not None:
             return res
         self.check(offsets, tensors)
         stage, host = self._host(tensors, False)
         try:
-            res = self._io("batch_read", offsets, host)
+            res = self._io("batch_read", offsets, host, keys)
             for t, h, r in zip(tensors, host, res):
                 if r == _nbytes(t):
                     t.copy_(h)
@@ -215,23 +219,24 @@ class Hf3fsClient:
         finally:
             self._unstage(stage)
 
-    def batch_write(self, offsets, tensors, event=None):
+    def batch_write(self, offsets, tensors, event=None, keys=None):
         """Writes each tensor at its offset (after event, a CUDA event vLLM
         passes, has completed). Returns the bytes written per operation, or a
         negative errno for one that failed; 0 for every operation once the
-        client is closed."""
-        return self._unless_closed(self._write, offsets, tensors, event)
+        client is closed. keys (kvpage's, optional): each page's key, bound
+        into its integrity tag."""
+        return self._unless_closed(self._write, offsets, tensors, event, keys)
 
-    def _write(self, offsets, tensors, event):
+    def _write(self, offsets, tensors, event, keys):
         if event is not None and hasattr(event, "synchronize"):
             event.synchronize()
-        res = self._direct("batch_write", offsets, tensors)
+        res = self._direct("batch_write", offsets, tensors, keys)
         if res is not None:
             return res
         self.check(offsets, tensors)
         stage, host = self._host(tensors, True)
         try:
-            return self._io("batch_write", offsets, host)
+            return self._io("batch_write", offsets, host, keys)
         finally:
             self._unstage(stage)
 

@@ -195,3 +195,34 @@ def test_vllm_block_is_a_failed_load(tmp_path, server, monkeypatch):
         assert int(w.cache[13].count_nonzero()) == 0  # never scattered
     finally:
         w.close()
+
+
+def test_vllm_pages_are_bound_to_their_keys(tmp_path, server, monkeypatch):
+    """kvpage.vllm writes each page with its key and loads it with it: a
+    page that holds another key's intact page (written there, tag and all,
+    by another kvpage writer) is a failed load of that block alone."""
+    pytest.importorskip("torch")
+    import test_vllm_load_errors as vl
+    import vllm_hf3fs_standin as standin
+    cm, ps, base = standin.install(monkeypatch)
+    kv = vl._fresh_kvpage_vllm()
+    w = vl.Worker(kv, base, vl.config(tmp_path / "kv", server.url("/ns/vkey")))
+    try:
+        keys = vl.keys_of("u", 4)
+        w.save("w", keys, range(4))  # pages 0..3
+        want = w.cache[:4].clone()
+        path = w.conn._clients[0].path
+        pf = PageFile(path, 0, vl.BPP, create=False)
+        page = [np.zeros(vl.BPP, np.uint8)]
+        assert pf.read([vl.BPP], page, keys=[keys[1]]) == [vl.BPP]  # written with its key
+        assert pf.read([vl.BPP], page, keys=[keys[0]]) == [-errno.EBADMSG]
+        # key 2's page rewritten as key 0's (its bytes, its key): intact, not key 2's
+        assert pf.write([2 * vl.BPP], [want[0].numpy()], keys=[keys[0]]) == [vl.BPP]
+        pf.close()
+        loaded, invalid = w.load("r", keys, range(10, 14))
+        assert loaded == {"r"} and invalid == {12}
+        for i in (0, 1, 3):
+            assert bool((w.cache[10 + i] == want[i]).all()), i
+        assert int(w.cache[12].count_nonzero()) == 0
+    finally:
+        w.close()
