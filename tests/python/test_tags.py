@@ -175,13 +175,18 @@ def test_sglang_tags_config(tmp_path):
     b.close()
 
 
-def test_vllm_block_is_a_failed_load(tmp_path, server, monkeypatch):
+def vllm_worker(tmp_path, server, monkeypatch, ns):
+    """(the vLLM test module, a worker connector over the stand-ins)."""
     pytest.importorskip("torch")
     import test_vllm_load_errors as vl
     import vllm_hf3fs_standin as standin
     cm, ps, base = standin.install(monkeypatch)
     kv = vl._fresh_kvpage_vllm()
-    w = vl.Worker(kv, base, vl.config(tmp_path / "kv", server.url("/ns/vtag")))
+    return vl, vl.Worker(kv, base, vl.config(tmp_path / "kv", server.url(f"/ns/{ns}")))
+
+
+def test_vllm_block_is_a_failed_load(tmp_path, server, monkeypatch):
+    vl, w = vllm_worker(tmp_path, server, monkeypatch, "vtag")
     try:
         keys = vl.keys_of("t", 6)
         w.save("w", keys, range(6))  # pages 0..5, the lowest never used first
@@ -201,12 +206,7 @@ def test_vllm_pages_are_bound_to_their_keys(tmp_path, server, monkeypatch):
     """kvpage.vllm writes each page with its key and loads it with it: a
     page that holds another key's intact page (written there, tag and all,
     by another kvpage writer) is a failed load of that block alone."""
-    pytest.importorskip("torch")
-    import test_vllm_load_errors as vl
-    import vllm_hf3fs_standin as standin
-    cm, ps, base = standin.install(monkeypatch)
-    kv = vl._fresh_kvpage_vllm()
-    w = vl.Worker(kv, base, vl.config(tmp_path / "kv", server.url("/ns/vkey")))
+    vl, w = vllm_worker(tmp_path, server, monkeypatch, "vkey")
     try:
         keys = vl.keys_of("u", 4)
         w.save("w", keys, range(4))  # pages 0..3
