@@ -20,7 +20,8 @@
  * EAGAIN are retried. Regions never written read as zeros.
  *
  * Thread safety: one handle may be used by any number of threads at once for
- * kvp_pagefile_read, kvp_pagefile_write, kvp_pagefile_flush,
+ * kvp_pagefile_read, kvp_pagefile_write (and their vectored and keyed
+ * forms), kvp_pagefile_verify, kvp_pagefile_flush,
  * kvp_pagefile_register_buffers, kvp_pagefile_unregister_buffers and every
  * getter. Only kvp_pagefile_close must not race with any other call on the
  * same handle.
@@ -225,7 +226,10 @@ KVP_API int kvp_pagefile_open(const char *path, const struct kvp_pagefile_opts *
  * validation failed (no I/O done, results untouched, err filled); otherwise
  * the error of the first operation that did not complete (its -errno, or -EIO
  * for a read that hit the end of the file), with err->rule KVP_RULE_IO and
- * err->index that operation; every results[i] is then valid.
+ * err->index that operation; every results[i] is then valid. With tags on,
+ * an op whose bytes fail their integrity tag has results[i] = -EBADMSG and,
+ * when it is the first failed op, the batch returns -EBADMSG with err->rule
+ * KVP_RULE_INTEGRITY (see "Integrity tags" above).
  */
 KVP_API int kvp_pagefile_read(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops, size_t n,
                               int64_t *results, struct kvp_error *err);
@@ -367,15 +371,16 @@ KVP_API void *kvp_pagefile_alloc(struct kvp_pagefile *pf, uint64_t size, struct 
 KVP_API void kvp_pagefile_free(struct kvp_pagefile *pf, void *ptr);
 
 /*
- * fsync(2) of the file: makes every completed write durable.
+ * fsync(2) of the file, then of its tags sidecar (msync and fsync): makes
+ * every completed write and its tag durable.
  * Thread-safe. Returns 0 or the -errno of fsync (KVP_RULE_IO in err).
  */
 KVP_API int kvp_pagefile_flush(struct kvp_pagefile *pf, struct kvp_error *err);
 
 /*
- * Stops the worker threads and rings, closes the file and frees the handle.
- * Does not fsync (call kvp_pagefile_flush first for durability). No other
- * call on pf may be running or follow. NULL is a no-op.
+ * Stops the worker threads and rings, closes the file (and its tags
+ * sidecar) and frees the handle. Does not fsync (call kvp_pagefile_flush first for durability). No
+ * other call on pf may be running or follow. NULL is a no-op.
  */
 KVP_API void kvp_pagefile_close(struct kvp_pagefile *pf);
 
@@ -457,6 +462,7 @@ struct kvp_pagefile_info {
     uint64_t tags_rejected;   /* reads rejected (-EBADMSG) */
     uint64_t tags_unverified; /* reads served without a tag to check (legacy, UNTAGGED) */
     const char *tags_note;    /* the first rejection's message ("" before one): log it once */
+    uint64_t tags_slot_size;  /* the sidecar's slot size (a page index = offset / it), 0 without */
 };
 
 KVP_API int kvp_pagefile_info(const struct kvp_pagefile *pf, struct kvp_pagefile_info *info);

@@ -621,6 +621,7 @@ void kvp__pf_tags_info(const struct kvp_pagefile *pf, struct kvp_pagefile_info *
     info->tags_verified = atomic_load_explicit(&t->verified, memory_order_relaxed);
     info->tags_rejected = atomic_load_explicit(&t->rejected, memory_order_relaxed);
     info->tags_unverified = atomic_load_explicit(&t->unverified, memory_order_relaxed);
+    info->tags_slot_size = t->slot_size;
     if (atomic_load_explicit(&((struct kvp__pf_tags *)t)->noted, memory_order_acquire) == 2)
         info->tags_note = t->note;
 }
