@@ -96,7 +96,8 @@ class PagefileInfo(ctypes.Structure):
                 ("direct_mem_align", c_uint32), ("direct_offset_align", c_uint32),
                 ("backend_note", c_char_p), ("tags", c_int32), ("tags_path", c_char_p),
                 ("tags_verified", c_uint64), ("tags_rejected", c_uint64),
-                ("tags_unverified", c_uint64), ("tags_note", c_char_p)]
+                ("tags_unverified", c_uint64), ("tags_note", c_char_p),
+                ("tags_slot_size", c_uint64)]
 
 
 class Str(ctypes.Structure):

@@ -51,6 +51,7 @@ def test_pagefile_rejects_a_changed_page_alone(tmp_path):
     assert pf.write([0, BPP, 2 * BPP], src) == [BPP] * 3
     info = pf.info()
     assert info["tags"] == "on" and info["tags_path"] == path + ".tags"
+    assert info["tags_slot_size"] == BPP
     scribble(path, BPP + 100)
     dst = [np.full(BPP, 0xA5, np.uint8) for _ in range(3)]
     assert pf.read([0, BPP, 2 * BPP], dst) == [BPP, -errno.EBADMSG, BPP]
