@@ -132,6 +132,13 @@ def test_store_over_http_is_counted_by_the_server(tmp_path, server):
     st.close()
     text = server.client().get("/metrics").text
     assert 'kvpage_pages_rejected_total{deployment="tg",pool="kv"} 1\n' in text
+    # vLLM's namespace-wide delete says so the same way; a plain delete is not counted
+    c = server.client("/ns/tg")
+    assert c.post("/keys/delete", {"keys": ["h0", "h2"], "reason": "integrity"}).status_code == 204
+    assert c.post("/keys/delete", {"keys": ["x"]}).status_code == 204
+    assert c.post("/0/delete_keys", {"keys": ["y"], "reason": "tired"}).status_code == 400
+    text = server.client().get("/metrics").text
+    assert 'kvpage_pages_rejected_total{deployment="tg",pool="kv"} 3\n' in text
 
 
 def test_hf3fs_client_fails_the_page_alone(tmp_path):
