@@ -35,7 +35,10 @@
  * store handle with the page's index (through opts.meta_opts->log when set,
  * else one line on stderr), and dropped from the metadata
  * (kvp_meta_delete_rejected: a kvpage serve counts it in /metrics) so that
- * the next lookup is an honest miss.
+ * the next lookup is an honest miss (a read-only store drops nothing: each
+ * read of the key is rejected again). A page written without a key (by
+ * kvp_pagefile_write, or by another program) is rejected too: the store
+ * cannot know whose page it is.
  *
  * Durability: with opts.durable (the default) a put makes the pages it wrote
  * durable (fdatasync of the file) before it confirms them, and returns once
