@@ -695,7 +695,8 @@ static void io_piece(void *arg, size_t piece)
 
 /* The keys of ops[k] (keys[idx[k]]) as NUL-terminated strings, for the
  * tags: one allocation (free it), NULL when tags are off or no memory (the
- * I/O then goes without keys: a keyless write leaves its page untagged). */
+ * I/O then goes without keys: a page so written reads as missing for its
+ * key later, never as another's). */
 static const char **tag_keys(const struct kvp_store *s, const struct kvp_str *keys,
                              const size_t *idx, size_t nops)
 {
