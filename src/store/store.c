@@ -1004,7 +1004,7 @@ static void reject(struct kvp_store *s, const struct kvp_str *keys, const int64_
         snprintf(line, sizeof line,
                  "kvpage: key '%.*s' of %s/%s rank %u is reported missing and dropped: %s. Later "
                  "rejections of this store are counted (kvp_store_stats' rejected), not logged",
-                 (int)(k->len > 64 ? 64 : k->len), (const char *)k->ptr, s->deployment, s->pool,
+                 (int)(k->len > 160 ? 160 : k->len), (const char *)k->ptr, s->deployment, s->pool,
                  s->rank, why);
         if (s->log)
             s->log(s->log_arg, 1, line);
