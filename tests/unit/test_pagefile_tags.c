@@ -9,7 +9,9 @@
  */
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "pagefile_test.h"
 
@@ -250,6 +252,61 @@ static void test_torn(int backend)
     kvp_pagefile_close(pf);
 }
 
+/* SIGKILL in the middle of a write (half the page written): after the
+ * crash the page reads as missing, and fsck names it; a bigger open then
+ * extends the sidecar with the file. */
+static int64_t kill_midway(void *arg, int site, int64_t offset, uint64_t len)
+{
+    (void)arg, (void)offset;
+    if (site != KVP__PF_PWRITE)
+        return 0;
+    if (len < PAGE)
+        raise(SIGKILL); /* the second attempt: the first half is on its way to disk */
+    return PAGE / 2;
+}
+
+static void test_sigkill(void)
+{
+    reset();
+    struct kvp_pagefile *pf = open_pf(KVP_PAGEFILE_CREATE, KVP_PAGEFILE_BACKEND_PSYNC);
+    CHECK_EQ(put(pf, 2, PAGE, 21, "old"), 0);
+    kvp_pagefile_close(pf);
+    pid_t child = fork();
+    if (child == 0) {
+        struct kvp_pagefile *c = open_pf(0, KVP_PAGEFILE_BACKEND_PSYNC);
+        kvp__pagefile_set_fault(kill_midway, NULL);
+        put(c, 2, PAGE, 22, "new");
+        _exit(0); /* not reached */
+    }
+    int st = 0;
+    waitpid(child, &st, 0);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    pf = open_pf(0, KVP_PAGEFILE_BACKEND_PSYNC);
+    struct kvp_error err;
+    CHECK_EQ(get(pf, 2 * (int64_t)PAGE, PAGE, 21, "old", NULL, &err), -EBADMSG);
+    CHECK_EQ(get(pf, 2 * (int64_t)PAGE, PAGE, 22, "new", NULL, &err), -EBADMSG);
+    CHECK(strstr(err.msg, "interrupted") != NULL);
+    uint64_t bad[8] = {0};
+    struct kvp_pagefile_verify_counts c = {.check_size = sizeof c};
+    CHECK_EQ(kvp_pagefile_verify(pf, on_bad, bad, &c, &err), -EBADMSG);
+    CHECK_EQ(bad[0], 1);
+    CHECK_EQ(bad[1], 2);
+    kvp_pagefile_close(pf);
+
+    /* twice the size: the sidecar grows with the file */
+    struct stat before, after;
+    stat(tpath, &before);
+    struct kvp_pagefile_opts o = pt_tags_opts(2 * FSIZE, PAGE, 8, 0, KVP_PAGEFILE_BACKEND_PSYNC);
+    pf = pt_open_or_skip(path, &o, "tags grow");
+    stat(tpath, &after);
+    CHECK_EQ(after.st_size, before.st_size + (int64_t)NPAGES * 32);
+    CHECK_EQ(put(pf, NPAGES + 3, PAGE, 23, "far"), 0);
+    int same = 0;
+    CHECK_EQ(get(pf, (NPAGES + 3) * (int64_t)PAGE, PAGE, 23, "far", &same, &err), PAGE);
+    CHECK(same);
+    kvp_pagefile_close(pf);
+}
+
 /* A page file written before tags (no sidecar, data in it) keeps working. */
 static void test_legacy(void)
 {
@@ -407,7 +464,7 @@ static void test_threads(int backend)
 }
 
 /* Pages larger than the psync piece and the hashing step (2 MiB in 1 MiB
- * pieces, 256 KiB steps), a batch of one and of several, buffered. */
+ * pieces, 512 KiB steps), a batch of one and of several, buffered. */
 static void test_big_pages(int backend)
 {
     reset();
@@ -458,6 +515,7 @@ int main(void)
         test_threads(pt_backends[b]);
         test_big_pages(pt_backends[b]);
     }
+    test_sigkill();
     test_legacy();
     pt_rmdir();
     return pt_finish();
