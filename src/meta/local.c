@@ -1535,6 +1535,7 @@ static void ns_drop_locked(struct kvp__lns *ns)
         }
     }
     ns->nranks = 0;
+    kvp__pins_free(ns); /* the PINS file forgets them at its next rewrite */
     __atomic_store_n(&ns->dropped, 1, __ATOMIC_RELEASE);
 }
 

@@ -160,8 +160,23 @@ static void test_pins_survive_reopen(void)
     rmrf(dir);
 }
 
+static void test_drop_forgets_pins(void)
+{
+    fake_now = 1000;
+    struct kvp_meta *m = open_at(NULL);
+    struct kvp_ns *ns = ns_of(m, "default", "kv");
+    CHECK_EQ(kvp_meta_init_rank(ns, 0, 4, NULL), 0);
+    CHECK_EQ(pin(ns, "a", 1000, NULL), 0);
+    CHECK_EQ(kvp_meta_drop(m, "default", 7, "kv", 2, NULL), 0);
+    ns = ns_of(m, "default", "kv");
+    CHECK_EQ(kvp_meta_init_rank(ns, 0, 4, NULL), 0);
+    CHECK_EQ(pinned(ns, -1), 0);
+    kvp_meta_close(m);
+}
+
 int main(void)
 {
+    test_drop_forgets_pins();
     test_pins_hold_and_expire();
     test_exists_hashes();
     test_pins_survive_reopen();
