@@ -293,13 +293,13 @@ static void put_len(struct kvp_buf *b, uint64_t pages, int64_t block_size)
         kvp__jw_lit(b, "null}");
 }
 
-/* The longest prefix of each rank of row into best (nranks entries; -1: the
- * rank is gone); 0 or a meta error (replied). */
+/* The longest prefix of each rank of row into best (nranks entries;
+ * UINT64_MAX: the namespace is gone), a rank at a time (its flags in the
+ * scratch: n bytes, however many ranks); 0 or a meta error (replied). */
 static int ns_prefix(struct kvp_ctx *c, const struct sel *s, const struct nsl_row *row,
                      uint64_t *best)
 {
     struct kvp_ns *ns;
-    struct kvp_error err = {0};
     int rc = kvp__find_ns(c, row->pool, strlen(row->pool), 0, &ns);
     if (rc == -ENOENT) { /* dropped meanwhile */
         for (size_t j = 0; j < row->nranks; j++)
@@ -308,42 +308,27 @@ static int ns_prefix(struct kvp_ctx *c, const struct sel *s, const struct nsl_ro
     }
     if (rc)
         return rc;
-    uint8_t *hit = malloc((s->n ? s->n : 1) * (row->nranks ? row->nranks : 1));
-    if (!hit) {
-        kvp__reply_internal(c, -ENOMEM, "query");
-        return -ENOMEM;
-    }
-    if (s->hashes) {
-        rc = kvp_meta_exists_hashes(ns, s->hashes, s->n, s->form, row->ranks, row->nranks, hit,
-                                    &err);
-    } else {
-        for (size_t j = 0; j < row->nranks && !rc; j++) {
-            rc = kvp_meta_exists(ns, row->ranks[j], c->rep->keys, s->n, c->rep->flags, &err);
-            for (size_t i = 0; !rc && i < s->n; i++)
-                hit[i * row->nranks + j] = c->rep->flags[i];
-            if (rc == -ENOENT) { /* dropped meanwhile: no pages */
-                for (size_t i = 0; i < s->n; i++)
-                    hit[i * row->nranks + j] = 0;
-                rc = 0;
-                err = (struct kvp_error){0};
-            }
+    uint8_t *hit = c->rep->flags;
+    for (size_t j = 0; j < row->nranks; j++) {
+        struct kvp_error err = {0};
+        if (s->hashes)
+            rc = kvp_meta_exists_hashes(ns, s->hashes, s->n, s->form, &row->ranks[j], 1, hit, &err);
+        else
+            rc = kvp_meta_exists(ns, row->ranks[j], c->rep->keys, s->n, hit, &err);
+        if (rc == -EOPNOTSUPP) {
+            kvp__reply_error(c, 501, "Not implemented yet: %s", err.msg);
+            return rc;
         }
-    }
-    if (rc == -EOPNOTSUPP) {
-        kvp__reply_error(c, 501, "Not implemented yet: %s", err.msg);
-    } else if (rc == -ENOENT) {
-        memset(hit, 0, s->n * row->nranks), rc = 0;
-    } else if (rc) {
-        kvp__meta_error(c, rc, &err, "keys");
-    }
-    for (size_t j = 0; !rc && j < row->nranks; j++) {
+        if (rc && rc != -ENOENT) { /* -ENOENT: the rank went meanwhile, no pages */
+            kvp__meta_error(c, rc, &err, "keys");
+            return rc;
+        }
         size_t i = 0;
-        while (i < s->n && hit[i * row->nranks + j])
+        while (!rc && i < s->n && hit[i])
             i++;
         best[j] = i;
     }
-    free(hit);
-    return rc;
+    return 0;
 }
 
 static void do_query(struct kvp_ctx *c)
@@ -365,8 +350,8 @@ static void do_query(struct kvp_ctx *c)
         }
         goto out;
     }
-    /* The flags scratch of kvp_meta_exists (keys' scratch is s.n already). */
-    if (!s.hashes && kvp__scratch(c, s.n))
+    /* The flags of one rank (the keys' scratch is s.n already). */
+    if (kvp__scratch(c, s.n))
         goto out;
     struct kvp_buf *b = NULL;
     uint64_t overall = 0;
