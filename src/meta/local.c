@@ -9,7 +9,7 @@
  *
  * Cost: every operation is O(keys in the request); page allocation, release,
  * touch and eviction are O(1) apart from eviction skipping pages that are in
- * their read grace or returned by the same request (see evict()).
+ * their read grace, returned by the same request or pinned (see evict()).
  */
 #include <assert.h>
 #include <errno.h>
@@ -730,10 +730,11 @@ static uint32_t take_free_page(struct kvp__local *m, struct kvp__rank *r, int or
 
 /*
  * Frees the least recently used HELD page that is neither in its read grace
- * nor returned by the current request, and returns it unlinked, or KVP_NONE.
- * Walks from the LRU tail: pages in grace were looked up recently, so they sit
- * near the head and the walk is short unless the whole pool was read within
- * the grace period.
+ * nor returned by the current request nor pinned, and returns it unlinked, or
+ * KVP_NONE. Walks from the LRU tail: pages in grace were looked up recently,
+ * so they sit near the head and the walk is short unless the whole pool was
+ * read within the grace period. A pinned page it meets moves to the head, so
+ * that the next walk does not meet it first again (pins.c).
  */
 static uint32_t evict(struct kvp__lns *ns, struct kvp__rank *r, uint64_t now)
 {
