@@ -105,6 +105,17 @@ struct kvp__meta_ops {
     /* May be NULL: m->identity is the identity. Else kvp_meta_identity's
      * answer (a remote server's, asked on the first call). */
     const char *(*identity)(struct kvp_meta *m);
+    /* Pins and the query by engine hashes (kvp_meta_pin, kvp_meta_unpin,
+     * kvp_meta_pinned, kvp_meta_exists_hashes), arguments checked. May be
+     * NULL: -EOPNOTSUPP (only the in-process engine has them so far). */
+    int (*pin)(struct kvp_ns *ns, const struct kvp_str *keys, size_t n, uint64_t ttl_ms,
+               double max_ratio, uint64_t *total, uint64_t *limit, struct kvp_error *err);
+    int (*unpin)(struct kvp_ns *ns, const struct kvp_str *keys, size_t n, uint64_t *released,
+                 struct kvp_error *err);
+    int (*pinned)(struct kvp_ns *ns, int64_t rank, uint64_t *keys, uint64_t *refs,
+                  struct kvp_error *err);
+    int (*exists_hashes)(struct kvp_ns *ns, const uint64_t *hashes, size_t n, int form,
+                         const uint32_t *ranks, size_t nranks, uint8_t *out, struct kvp_error *err);
     /* kvp_meta_delete_rejected: del of keys whose pages failed their
      * integrity tag. May be NULL: del (the reason matters only to a remote
      * server, which counts them). */

@@ -345,6 +345,8 @@ int kvp__metrics_prometheus(struct kvp_server *srv, struct kvp_buf *b)
             (unsigned long long)kvp__rejected_count(srv, col.rows[i].dep, col.rows[i].pool));
     }
     collect_free(&col);
+    if ((rc = kvp__pins_prometheus(srv, b)) != 0)
+        return rc;
     return b->oom ? -ENOMEM : 0;
 }
 
@@ -438,6 +440,8 @@ int kvp__metrics_stats_json(struct kvp_server *srv, struct kvp_buf *b)
     kvp_meta_values(srv->meta, json_value, &jv);
     if (jv.section)
         kvp__jw_lit(b, "}");
+    if ((rc = kvp__pins_stats_json(srv, b)) != 0)
+        return rc;
     kvp__jw_lit(b, "}");
     return b->oom ? -ENOMEM : 0;
 }

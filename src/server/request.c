@@ -413,6 +413,22 @@ void kvp__meta_error(struct kvp_ctx *c, int rc, const struct kvp_error *err, con
     }
 }
 
+int kvp__body_pool(struct kvp_ctx *c, const char *dflt, const char **pool, size_t *plen)
+{
+    json_t *v = json_object_get(c->body, "namespace");
+    *pool = dflt;
+    *plen = dflt ? strlen(dflt) : 0;
+    if (!v)
+        return 0;
+    if (!json_is_string(v) || !kvp_pool_valid(json_string_value(v), json_string_length(v))) {
+        kvp__reply_error(c, 400, "Invalid namespace");
+        return -1;
+    }
+    *pool = json_string_value(v);
+    *plen = json_string_length(v);
+    return 0;
+}
+
 int kvp__find_ns(struct kvp_ctx *c, const char *pool, size_t plen, int create, struct kvp_ns **ns)
 {
     struct kvp_error err = {0};

@@ -348,6 +348,8 @@ static void usage(FILE *f)
             "  --max-keys N           most keys in one request (default 1000000)\n"
             "  --max-body-memory N    memory all bodies over 1 MiB may take at once (default\n"
             "                         1G, at least --max-body); past it they get 503\n"
+            "  --max-pinned-ratio R   most of a rank's pages that pins (POST /v1/pins) may\n"
+            "                         hold from eviction, above 0 and at most 1 (default 0.5)\n"
             "  --threads N            HTTP worker threads (default 1, 8 with --meta;\n"
             "                         bodies over 1 MiB are handled by one more thread, off\n"
             "                         the event loop)\n"
@@ -1179,6 +1181,7 @@ struct serve_cfg {
     uint64_t idle_timeout, request_timeout, max_conns_client, max_conns, max_body_memory;
     struct kvp_cidr *allow;
     size_t nallow;
+    double max_pinned_ratio;
 };
 
 struct flag;
@@ -1261,6 +1264,17 @@ static int set_lease(struct serve_cfg *c, const struct flag *f, const char *v)
     return 0;
 }
 
+static int set_pinned_ratio(struct serve_cfg *c, const struct flag *f, const char *v)
+{
+    char *end;
+    errno = 0;
+    double r = strtod(v, &end);
+    if (errno || end == v || *end || !(r > 0 && r <= 1))
+        return bad_flag(f, v);
+    c->max_pinned_ratio = r;
+    return 0;
+}
+
 /* Any location of a remote backend: the metadata layer knows the schemes
  * (and says which it knows); a data directory goes in --data-dir. */
 static int set_meta(struct serve_cfg *c, const struct flag *f, const char *v)
@@ -1334,6 +1348,8 @@ static const struct flag serve_flags[] = {
      "expected a positive integer"},
     {"max-conns", set_num, CFG(max_conns), 0, 1, UINT64_C(1) << 30, "expected a positive integer"},
     {"max-body-memory", set_num, CFG(max_body_memory), 1, 1, SIZE_MAX / 2, BYTES_WHY},
+    {"max-pinned-ratio", set_pinned_ratio, 0, 0, 0, 0,
+     "expected a share of a rank's pages above 0 and at most 1, e.g. 0.5"},
     {"help", NULL, 0, 0, 0, 0, NULL},
 };
 #define NFLAGS (sizeof serve_flags / sizeof *serve_flags)
@@ -1356,6 +1372,7 @@ static int serve_parse(int argc, char **argv, struct serve_cfg *cfg)
         .request_timeout = 30,
         .max_conns_client = 1024,
         .max_body_memory = UINT64_C(1) << 30,
+        .max_pinned_ratio = KVP_DEFAULT_MAX_PINNED_RATIO,
     };
     if (cfg->token && !*cfg->token)
         cfg->token = NULL;
@@ -1568,6 +1585,7 @@ static int serve_run(const struct serve_cfg *sc)
         .data_dir = meta_loc ? shown_loc : data_dir,
         .state = state_text,
         .json_is_scratch = KVP_JSON_ARENA ? arena_holds_all : NULL,
+        .max_pinned_ratio = sc->max_pinned_ratio,
     };
     kvp__server_init(&S->srv, meta, &cfg);
     S->meta = meta;

@@ -44,10 +44,13 @@ struct kvp_server_config {
     int (*json_is_scratch)(void);
     /* Tests and the fuzzer only: read every body with jansson (fastbody.c off). */
     int no_fast_bodies;
+    /* --max-pinned-ratio: the share of a rank's pages pins may hold (0: the default). */
+    double max_pinned_ratio;
 };
 
 #define KVP_DEFAULT_MAX_BODY ((size_t)64 << 20)
 #define KVP_DEFAULT_MAX_KEYS ((size_t)1000000)
+#define KVP_DEFAULT_MAX_PINNED_RATIO 0.5
 
 /* Routes, for dispatch and metrics. */
 enum kvp_route {
@@ -71,6 +74,8 @@ enum kvp_route {
     KVP_ROUTE_METRICS,
     KVP_ROUTE_STATS,
     KVP_ROUTE_STATUS, /* GET / and /ns/NAME/: the status page */
+    KVP_ROUTE_QUERY,  /* POST [/ns/NAME]/v1/query (query.c) */
+    KVP_ROUTE_PINS,   /* POST and DELETE [/ns/NAME]/v1/pins (query.c) */
     KVP_ROUTE_COUNT
 };
 
@@ -116,7 +121,8 @@ struct kvp_server {
     size_t token_len;
     struct kvp_metrics metrics;
     struct kvp_conn_stats conns;
-    uint64_t started_ns; /* kvp__mono_ns() at kvp__server_init, for the uptime */
+    uint64_t started_ns;               /* kvp__mono_ns() at kvp__server_init, for the uptime */
+    atomic_uint_fast64_t pins_refused; /* pins over --max-pinned-ratio */
     pthread_mutex_t rejected_lock;
     struct kvp_rejected *rejected;
 };
@@ -218,6 +224,12 @@ void kvp__sglang_handle(struct kvp_ctx *c, int route);
 /* The SGLang routes whose plain bodies fastbody.c reads: 1 when handled (replied), else 0. */
 int kvp__sglang_fast(struct kvp_ctx *c, int route);
 void kvp__native_handle(struct kvp_ctx *c, int route);
+/* /v1/query and /v1/pins (query.c). */
+void kvp__query_handle(struct kvp_ctx *c, int route);
+int kvp__query_fast(struct kvp_ctx *c, int route);
+/* The pins' figures in /metrics and in /v1/stats ("pins"): 0 or -errno. */
+int kvp__pins_prometheus(struct kvp_server *srv, struct kvp_buf *out);
+int kvp__pins_stats_json(struct kvp_server *srv, struct kvp_buf *out);
 /* Writes the Prometheus text (metrics.c) and the /v1/stats JSON. Return 0 or
  * a negative errno (out of memory). */
 int kvp__metrics_prometheus(struct kvp_server *srv, struct kvp_buf *out);
@@ -305,6 +317,10 @@ void kvp__meta_error(struct kvp_ctx *c, int rc, const struct kvp_error *err, con
 /* 503 "Service unavailable: {err->msg}; retry later": a remote metadata
  * store (KVP_RULE_UNAVAILABLE) did not answer. */
 void kvp__reply_unavailable(struct kvp_ctx *c, const struct kvp_error *err);
+/* The optional "namespace" body field: absent → dflt (may be NULL; *plen 0);
+ * not a string or not a valid pool → 400 "Invalid namespace". 0, or -1
+ * when replied. */
+int kvp__body_pool(struct kvp_ctx *c, const char *dflt, const char **pool, size_t *plen);
 /* Finds the namespace (deployment of the URL, pool); 0, -ENOENT (absent), or
  * another negative errno after replying. */
 int kvp__find_ns(struct kvp_ctx *c, const char *pool, size_t plen, int create, struct kvp_ns **ns);
