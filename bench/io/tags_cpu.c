@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kvpage/pagefile.h"
 
@@ -57,7 +58,15 @@ int main(int argc, char **argv)
     const uint64_t pool = 256ull << 20, pages = size / page, slots = pool / page;
     const int write = !strcmp(argv[3], "write");
     const double seconds = atof(argv[4]);
-    struct kvp_pagefile *pf[2] = {open_pf(argv[1], size, page, 0), open_pf(argv[1], size, page, 1)};
+    /* a new file each run: a sidecar keeps the slot size it was made with */
+    char tags[4096];
+    snprintf(tags, sizeof tags, "%s.tags", argv[1]);
+    unlink(argv[1]);
+    unlink(tags);
+    struct kvp_pagefile *pf[2] = {open_pf(argv[1], size, page, 1), open_pf(argv[1], size, page, 0)};
+    struct kvp_pagefile *tmp = pf[0]; /* [0] without tags, [1] with, as below */
+    pf[0] = pf[1];
+    pf[1] = tmp;
     unsigned char *buf = aligned_alloc(2u << 20, pool);
     for (uint64_t i = 0; i < pool; i += 8)
         memcpy(buf + i, &(uint64_t){i * 0x9e3779b97f4a7c15ull}, 8);
@@ -95,9 +104,13 @@ int main(int argc, char **argv)
         }
     }
     double on = (double)bytes[1] / cpu[1] / 1e9, off = (double)bytes[0] / cpu[0] / 1e9;
-    printf("page=%s op=%s on_gb_per_cpu_s=%.2f off_gb_per_cpu_s=%.2f ratio=%.3f\n", argv[2],
-           argv[3], on, off, on / off);
+    struct kvp_pagefile_info in = {.info_size = sizeof in};
+    kvp_pagefile_info(pf[1], &in);
+    printf("page=%s op=%s on_gb_per_cpu_s=%.2f off_gb_per_cpu_s=%.2f ratio=%.3f verified=%llu\n",
+           argv[2], argv[3], on, off, on / off, (unsigned long long)in.tags_verified);
     kvp_pagefile_close(pf[0]);
     kvp_pagefile_close(pf[1]);
+    unlink(argv[1]);
+    unlink(tags);
     return 0;
 }
