@@ -370,7 +370,17 @@ int kvp__pf_tags_open(struct kvp_pagefile *pf, int created, int *made, struct kv
     uint64_t nrec = (pf->size + t->slot_size - 1) / t->slot_size;
     uint64_t need = TAGS_HDR + nrec * TAGS_REC;
     if (!t->readonly && (uint64_t)ts.st_size < need) {
-        if (ftruncate(t->fd, (off_t)need) != 0) {
+        /* Allocated, not sparse: a store into a hole of the mapping would
+         * allocate its block in the page fault, under the file system's
+         * journal, while the batch waits. */
+        int fe = posix_fallocate(t->fd, 0, (off_t)need);
+        if (fe != 0 && fe != EOPNOTSUPP && fe != EINVAL) {
+            errno = fe;
+            rc = kvp__pf_fail(err, -errno, KVP_RULE_IO, -1, (int64_t)need,
+                              "cannot extend the tags sidecar %s: %s", t->path, strerror(errno));
+            goto fail;
+        }
+        if (fe != 0 && ftruncate(t->fd, (off_t)need) != 0) {
             rc = kvp__pf_fail(err, -errno, KVP_RULE_IO, -1, (int64_t)need,
                               "cannot extend the tags sidecar %s: %s", t->path, strerror(errno));
             goto fail;

@@ -464,7 +464,7 @@ static void test_threads(int backend)
 }
 
 /* Pages larger than the psync piece and the hashing step (2 MiB in 1 MiB
- * pieces, 512 KiB steps), a batch of one and of several, buffered. */
+ * pieces, 256 KiB steps), a batch of one and of several, buffered. */
 static void test_big_pages(int backend)
 {
     reset();
