@@ -102,6 +102,7 @@ static uint64_t tag_digest_segs(const struct kvp_pagefile_buf *segs, size_t nseg
     uint64_t d = 0, at = 0; /* at: the op's byte where segment s starts */
     size_t s = 0;
     XXH3_state_t st;
+    XXH3_INITSTATE(&st); /* xxhash 0.8.1 reads the seed of the state before reset_withSeed */
     for (uint64_t b = 0; b < len; b += KVP__PF_TAG_BLOCK) {
         uint64_t bl = len - b < KVP__PF_TAG_BLOCK ? len - b : KVP__PF_TAG_BLOCK;
         while (s < nsegs && at + segs[s].len <= b)
