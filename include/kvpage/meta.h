@@ -450,7 +450,9 @@ typedef void (*kvp_meta_change_fn)(const struct kvp_meta_change *c, void *arg);
 /*
  * Calls fn for every page a key gets or loses from now on (kvpage serve's KV
  * events), in the order the changes are made in each namespace, with that
- * namespace's lock held: fn must be quick and must not call into m. fn NULL
+ * namespace's lock held: fn must be quick and must not call into m. At the
+ * end of each operation that may change pages, still under the lock, fn is
+ * called with c NULL (it may hand on what it was told in one piece). fn NULL
  * stops watching; one watcher at a time (a second replaces the first). Set it
  * while no other thread uses m. Returns 0, -EINVAL (m NULL), or -EOPNOTSUPP
  * for a backend other than the in-process engine (mem:, file:).

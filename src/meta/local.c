@@ -662,6 +662,18 @@ static inline void tell(struct kvp__lns *ns, const struct kvp__rank *r, const st
         tell_fn(m->watch, m->watch_arg, ns, r, e, kind);
 }
 
+/* The end of an operation that may change pages, before the namespace's lock
+ * is released: the watcher hears it (a change of NULL) and may hand on what
+ * it was told in one piece; then the log's records are appended (returns
+ * kvp__jrnl_commit's position). */
+static uint64_t op_done(struct kvp__lns *ns)
+{
+    struct kvp__local *m = ns->meta;
+    if (m->watch)
+        m->watch(NULL, m->watch_arg);
+    return kvp__jrnl_commit(ns);
+}
+
 /* Every held page of the namespace, oldest first per rank, to fn. */
 static void tell_all(kvp_meta_change_fn fn, void *arg, struct kvp__lns *ns, int kind)
 {
@@ -1105,7 +1117,7 @@ static int lo_init_rank(struct kvp_ns *pub, uint32_t rank, uint32_t num_pages, u
             kvp__jrnl_init(ns, rank, num_pages);
         }
     }
-    *ticket = later(*ticket, kvp__jrnl_commit(ns)); /* the op's records reach the log together */
+    *ticket = later(*ticket, op_done(ns)); /* the op's records reach the log together */
     pthread_mutex_unlock(&ns->lock);
     return rc;
 }
@@ -1242,7 +1254,7 @@ static int lo_allocate_ordered(struct kvp_ns *pub, uint32_t rank, int order,
     if (reused)
         kvp__jrnl_reuse(ns);
 out:
-    *ticket = later(*ticket, kvp__jrnl_commit(ns)); /* the op's records reach the log together */
+    *ticket = later(*ticket, op_done(ns)); /* the op's records reach the log together */
     pthread_mutex_unlock(&ns->lock);
     if (n > 1)
         seen_free(&seen);
@@ -1383,7 +1395,7 @@ static int lo_confirm(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *k
         }
     }
 out:
-    *ticket = later(*ticket, kvp__jrnl_commit(ns)); /* the op's records reach the log together */
+    *ticket = later(*ticket, op_done(ns)); /* the op's records reach the log together */
     pthread_mutex_unlock(&ns->lock);
     free(order);
     kb_free(&kb);
@@ -1493,7 +1505,7 @@ static int lo_delete(struct kvp_ns *pub, int64_t rank, const struct kvp_str *key
         }
     }
 out:
-    *ticket = later(*ticket, kvp__jrnl_commit(ns)); /* the op's records reach the log together */
+    *ticket = later(*ticket, op_done(ns)); /* the op's records reach the log together */
     pthread_mutex_unlock(&ns->lock);
     return rc;
 }
@@ -1531,7 +1543,7 @@ static int lo_clear(struct kvp_ns *pub, int64_t rank, uint64_t *ticket, struct k
         }
         free(fresh);
     }
-    *ticket = later(*ticket, kvp__jrnl_commit(ns)); /* the op's records reach the log together */
+    *ticket = later(*ticket, op_done(ns)); /* the op's records reach the log together */
     pthread_mutex_unlock(&ns->lock);
     return rc;
 }
@@ -1594,7 +1606,7 @@ static int lo_drop(struct kvp_meta *front, const char *dep, size_t dlen, const c
             tell_all(ns->meta->watch, ns->meta->watch_arg, ns, KVP_CHANGE_REMOVED);
         ns_drop_locked(ns);
     }
-    *ticket = later(*ticket, kvp__jrnl_commit(ns));
+    *ticket = later(*ticket, op_done(ns));
     pthread_mutex_unlock(&ns->lock);
     return rc;
 }
