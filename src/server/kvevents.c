@@ -184,7 +184,8 @@ static uint64_t hex_u64(const char *s, size_t n)
  * hex block hashes, its events the last 8 bytes as a uint64
  * (maybe_convert_block_hash). auto: 64 hex digits, alone or followed by a
  * suffix that is not hex (SGLang's "-k", "-v", "_pool"), are SGLang's; any
- * other key of 16 or more hex digits only is vLLM's; anything else (and a key
+ * other key of 16 or more hex digits only, or ending in ':' and 16 or more
+ * hex digits only (kvpage's vLLM tier), is vLLM's; anything else (and a key
  * the chosen rule cannot read) is the XXH3-64 of its bytes.
  */
 /* 1 for the hex digits: a table, as every change's key is scanned on the
@@ -196,12 +197,24 @@ static const uint8_t is_hex[256] = {
 
 uint64_t kvp__kvev_block_hash(const char *key, size_t len, int mode, int *is_signed)
 {
+    /* kvpage's vLLM tier names a block IDENTITY:HEX (the block's key bytes):
+     * the part after the last ':' is the block's. */
+    const char *colon = memrchr(key, ':', len);
+    if (colon && mode != KVP_KVEV_HASH_XXH3 && mode != KVP_KVEV_HASH_SGLANG) {
+        size_t tail = len - (size_t)(colon + 1 - key), t = 0;
+        while (t < tail && is_hex[(unsigned char)colon[1 + t]])
+            t++;
+        if (t == tail && tail >= 16) {
+            *is_signed = 0;
+            return hex_u64(colon + 1 + tail - 16, 16);
+        }
+    }
     size_t h = 0;
     while (h < len && is_hex[(unsigned char)key[h]])
         h++;
     *is_signed = 0;
     if (mode == KVP_KVEV_HASH_AUTO)
-        mode = h == 64                ? KVP_KVEV_HASH_SGLANG
+        mode = h == 64                 ? KVP_KVEV_HASH_SGLANG
                : h == len && len >= 16 ? KVP_KVEV_HASH_VLLM
                                        : KVP_KVEV_HASH_XXH3;
     if (mode == KVP_KVEV_HASH_SGLANG && h >= 16) {
@@ -515,8 +528,7 @@ static void inv_add(const struct kvp_meta_change *c, void *arg)
     if (r->n == r->cap) {
         size_t cap = r->cap * 2;
         struct rec *v = realloc(r->v, cap * sizeof *v);
-        if (!v)
-        {
+        if (!v) {
             ev->inv_short = 1; /* a partial inventory: logged by the publisher */
             return;
         }
@@ -649,8 +661,7 @@ static void serve_replay(struct kvp_kvev *ev)
             be64(ev->next_seq - 1, to.seq);
             int rc = take_inventory(ev);
             if (rc)
-                KVP_LOGW("--kv-events: cannot take the inventory for a replay: %s",
-                         strerror(-rc));
+                KVP_LOGW("--kv-events: cannot take the inventory for a replay: %s", strerror(-rc));
             else
                 batches(ev, ev->inv.v, ev->inv.n, send_inventory_batch, &to);
             if (!rc && ev->inv_short)
@@ -811,8 +822,8 @@ int kvp__kvev_start(const struct kvp_kvev_cfg *cfg, struct kvp_meta *meta, const
         goto fail;
     }
     int ipv6 = strchr(cfg->endpoint, '[') != NULL;
-    if (sockopt(ev->pub, ZMQ_SNDHWM, (int)(cfg->hwm > INT32_MAX ? INT32_MAX : cfg->hwm), "hwm",
-                why, len) ||
+    if (sockopt(ev->pub, ZMQ_SNDHWM, (int)(cfg->hwm > INT32_MAX ? INT32_MAX : cfg->hwm), "hwm", why,
+                len) ||
         sockopt(ev->pub, ZMQ_LINGER, 0, "linger", why, len) ||
         (ipv6 && sockopt(ev->pub, ZMQ_IPV6, 1, "ipv6", why, len)))
         goto fail;

@@ -266,6 +266,31 @@ def test_sglang_keys_array_format(start_server, consumers):
                if e[0] == "BlockRemoved")
 
 
+@pytest.mark.parametrize("mode", ["auto", "vllm"])
+@IN_PROCESS_ONLY
+def test_block_hash_rules(start_server, consumers, mode):
+    srv, cons, c = start_events(start_server, consumers, f"hash={mode}")
+    c.v_init(0, 16)
+    sha = "9" + hexkey(0x5eed, 63)  # 64 digits: SGLang's page hash, or vLLM's block hash
+    keys = {hexkey(0xabc, 32): vllm_hash(hexkey(0xabc, 32)),  # stock vLLM's md5 keys
+            sha: sglang_hash(sha) if mode == "auto" else vllm_hash(sha),
+            "tier0:" + hexkey(0xdef, 40): 0xdef,  # kvpage's vLLM tier: IDENTITY:HEX
+            "plain key": None}  # XXH3-64 of the bytes
+    c.v_write(0, list(keys))
+    deadline = time.monotonic() + 30
+    while len(cons.held.get(0, ())) < 4 and time.monotonic() < deadline:
+        cons.pump(0.1)
+    got = cons.held[0]
+    want = {h for h in keys.values() if h is not None}
+    assert want <= got and len(got) == 4, (got, want)
+    other = (got - want).pop()
+    assert 0 <= other < 2**64  # the plain key's XXH3-64, unsigned
+    late = Consumer(f"tcp://127.0.0.1:{free_port()}", cons.replay_endpoint)
+    consumers.append(late)
+    late.replay(0)  # the inventory hashes the same way
+    assert late.held[0] == got
+
+
 @IN_PROCESS_ONLY
 def test_replay_from_zero_is_the_inventory(start_server, consumers):
     srv, cons, c = start_events(start_server, consumers, "buffer_steps=2")
