@@ -48,8 +48,8 @@
  * the one in use, so that a crash never lets a restart reuse a number. */
 #define SEQ_STEP ((uint64_t)1 << 16)
 #define SEQ_FILE "kv-events.seq"
-/* Records one pass of the publisher takes off the queue; events per batch. */
-#define DRAIN_MAX 4096
+/* The inventory's first room (records); events per batch. */
+#define INV_FIRST 4096
 #define BATCH_MAX 1024
 /* How long the publisher lets changes gather once woken (1 ms). */
 #define TICK_NS 1000000L
@@ -228,12 +228,21 @@ uint64_t kvp__kvev_block_hash(const char *key, size_t len, int mode, int *is_sig
 
 /* ---------------------------------------------------------------- the publisher */
 
+/* A change. Its key's block hash is computed on the publisher's thread, off
+ * the request's: a key of up to KEY_INLINE bytes travels in the record
+ * (len), a longer one is hashed at once (len KEY_HASHED). */
+#define KEY_INLINE 72
+#define KEY_HASHED UINT16_MAX
 struct rec {
     const struct kvp_ns *ns; /* namespaces live as long as the handle */
-    uint64_t hash;
     uint32_t rank;
     uint8_t kind; /* KVP_CHANGE_* */
     uint8_t is_signed;
+    uint16_t len;
+    union {
+        uint64_t hash; /* len KEY_HASHED: its block hash */
+        char key[KEY_INLINE];
+    } u;
 };
 
 struct recs {
@@ -258,10 +267,10 @@ struct kvp_kvev {
     pthread_t thread;
     atomic_int stop;
 
-    pthread_mutex_t qlock; /* guards q, qhead, qlen, waiting */
+    pthread_mutex_t qlock; /* guards q, qlen, waiting */
     pthread_cond_t room;   /* the queue has room again */
-    struct rec *q;
-    size_t qcap, qhead, qlen, waiting;
+    struct rec *q;         /* qcap records, the first qlen queued */
+    size_t qcap, qlen, waiting;
 
     /* The inventory, collected by a thread of its own (inventory_main) while
      * the publisher goes on draining: a change waiting for room in the queue
@@ -302,8 +311,9 @@ static int seq_write(const struct kvp_kvev *ev, uint64_t v)
  * piece at its end (or when full): one lock of the queue per operation, not
  * per page. The operation holds its namespace's lock meanwhile, so the
  * order of each namespace's changes is kept. */
-#define STAGE 256
-static _Thread_local struct {
+#define STAGE 128
+/* initial-exec: the executable's own, reached without a call. */
+static _Thread_local __attribute__((tls_model("initial-exec"))) struct {
     size_t n;
     struct rec r[STAGE];
 } stage;
@@ -314,13 +324,16 @@ static void stage_flush(struct kvp_kvev *ev)
         return;
     pthread_mutex_lock(&ev->qlock);
     int wake = ev->qlen == 0;
-    for (size_t i = 0; i < stage.n; i++) {
+    for (size_t i = 0; i < stage.n;) {
         while (ev->qlen == ev->qcap) {
             ev->waiting++;
             pthread_cond_wait(&ev->room, &ev->qlock);
             ev->waiting--;
         }
-        ev->q[(ev->qhead + ev->qlen++) % ev->qcap] = stage.r[i];
+        size_t room = ev->qcap - ev->qlen, k = stage.n - i < room ? stage.n - i : room;
+        memcpy(&ev->q[ev->qlen], &stage.r[i], k * sizeof *ev->q);
+        ev->qlen += k;
+        i += k;
     }
     pthread_mutex_unlock(&ev->qlock);
     stage.n = 0;
@@ -340,10 +353,31 @@ static void on_change(const struct kvp_meta_change *c, void *arg)
             return;
     }
     struct rec *r = &stage.r[stage.n++];
-    *r = (struct rec){.ns = c->ns, .rank = c->rank, .kind = (uint8_t)c->kind};
-    int sg;
-    r->hash = kvp__kvev_block_hash(c->key, c->len, ev->cfg.hash, &sg);
-    r->is_signed = (uint8_t)sg;
+    r->ns = c->ns;
+    r->rank = c->rank;
+    r->kind = (uint8_t)c->kind;
+    if (c->len <= KEY_INLINE) {
+        r->len = (uint16_t)c->len;
+        memcpy(r->u.key, c->key, c->len);
+    } else {
+        int sg;
+        r->len = KEY_HASHED;
+        r->u.hash = kvp__kvev_block_hash(c->key, c->len, ev->cfg.hash, &sg);
+        r->is_signed = (uint8_t)sg;
+    }
+}
+
+/* The block hashes of records that still carry their keys. */
+static void hash_recs(const struct kvp_kvev *ev, struct rec *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (v[i].len == KEY_HASHED)
+            continue;
+        int sg;
+        v[i].u.hash = kvp__kvev_block_hash(v[i].u.key, v[i].len, ev->cfg.hash, &sg);
+        v[i].is_signed = (uint8_t)sg;
+        v[i].len = KEY_HASHED;
+    }
 }
 
 /* The batch's ts: seconds since the epoch, as Python's time.time(). */
@@ -384,9 +418,9 @@ static void field(msgpack_packer *pk, int arr, const char *name)
 static void pack_hash(msgpack_packer *pk, const struct rec *r)
 {
     if (r->is_signed)
-        msgpack_pack_int64(pk, (int64_t)r->hash);
+        msgpack_pack_int64(pk, (int64_t)r->u.hash);
     else
-        msgpack_pack_uint64(pk, r->hash);
+        msgpack_pack_uint64(pk, r->u.hash);
 }
 
 /* Events of recs [i, j) (one namespace and rank): one per run of changes
@@ -501,23 +535,25 @@ static void publish(struct kvp_kvev *ev, void *arg)
     *s = (struct sent){seq, copy, ev->sb.size};
 }
 
-/* Publishes everything queued. */
+/* Publishes everything queued. The queue is taken whole by swapping it with
+ * the thread's own array of the same size: the lock is held for that swap
+ * only, not for a copy (a copy under it made the request threads wait). */
 static void drain(struct kvp_kvev *ev)
 {
-    struct rec *buf = ev->work.v;
     for (;;) {
         pthread_mutex_lock(&ev->qlock);
-        size_t n = ev->qlen < DRAIN_MAX ? ev->qlen : DRAIN_MAX;
-        for (size_t i = 0; i < n; i++)
-            buf[i] = ev->q[(ev->qhead + i) % ev->qcap];
-        ev->qhead = (ev->qhead + n) % ev->qcap;
-        ev->qlen -= n;
+        size_t n = ev->qlen;
+        struct rec *full = ev->q;
+        ev->q = ev->work.v;
+        ev->work.v = full;
+        ev->qlen = 0;
         if (n && ev->waiting)
             pthread_cond_broadcast(&ev->room);
         pthread_mutex_unlock(&ev->qlock);
         if (!n)
             return;
-        batches(ev, buf, n, publish, NULL);
+        hash_recs(ev, full, n);
+        batches(ev, full, n, publish, NULL);
     }
 }
 
@@ -538,7 +574,8 @@ static void inv_add(const struct kvp_meta_change *c, void *arg)
     int sg;
     struct rec *x = &r->v[r->n++];
     *x = (struct rec){.ns = c->ns, .rank = c->rank, .kind = KVP_CHANGE_STORED};
-    x->hash = kvp__kvev_block_hash(c->key, c->len, ev->cfg.hash, &sg);
+    x->u.hash = kvp__kvev_block_hash(c->key, c->len, ev->cfg.hash, &sg);
+    x->len = KEY_HASHED;
     x->is_signed = (uint8_t)sg;
 }
 
@@ -559,7 +596,7 @@ static int take_inventory(struct kvp_kvev *ev)
 {
     ev->inv.n = 0;
     if (!ev->inv.v) {
-        ev->inv.cap = DRAIN_MAX;
+        ev->inv.cap = INV_FIRST;
         if (!(ev->inv.v = malloc(ev->inv.cap * sizeof *ev->inv.v)))
             return -ENOMEM;
     }
@@ -777,8 +814,8 @@ int kvp__kvev_start(const struct kvp_kvev_cfg *cfg, struct kvp_meta *meta, const
     ev->qcap = cfg->max_queue_size;
     ev->q = malloc(ev->qcap * sizeof *ev->q);
     ev->ring = calloc(cfg->buffer_steps, sizeof *ev->ring);
-    ev->work.cap = DRAIN_MAX;
-    ev->work.v = malloc(DRAIN_MAX * sizeof *ev->work.v);
+    ev->work.cap = ev->qcap; /* drain swaps it with q */
+    ev->work.v = malloc(ev->qcap * sizeof *ev->work.v);
     int rc = -ENOMEM;
     if (!ev->q || !ev->ring || !ev->work.v) {
         snprintf(why, len, "out of memory");

@@ -71,7 +71,7 @@ int main(void)
 
     CHECK(put(ns, 0, "a") >= 0);
     CHECK(put(ns, 0, "b") >= 0);
-    TOLD("|+a@0||+b@0|"); /* allocate (nothing), confirm (stored) */
+    TOLD("|+a@0||+b@0|");        /* allocate (nothing), confirm (stored) */
     CHECK(put(ns, 0, "c") >= 0); /* evicts a, the least recently used */
     TOLD("-a@0|+c@0|");
     /* Confirming a held key again tells nothing. */
