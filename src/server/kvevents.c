@@ -250,6 +250,19 @@ struct recs {
     size_t n, cap;
 };
 
+/* A page of the inventory: its block hash computed (a third of a struct rec:
+ * an inventory may hold millions). */
+struct inv_rec {
+    const struct kvp_ns *ns;
+    uint64_t hash;
+    uint32_t rank;
+    uint8_t is_signed;
+};
+struct inv_recs {
+    struct inv_rec *v;
+    size_t n, cap;
+};
+
 struct sent {
     uint64_t seq;
     char *payload;
@@ -277,7 +290,7 @@ struct kvp_kvev {
      * holds its namespace's lock, which the inventory needs. */
     pthread_t inv_thread;
     atomic_int inv_done;
-    struct recs inv;
+    struct inv_recs inv;
     int inv_short; /* out of memory for it: some pages left out */
 
     /* The publisher thread's own. */
@@ -560,10 +573,10 @@ static void drain(struct kvp_kvev *ev)
 static void inv_add(const struct kvp_meta_change *c, void *arg)
 {
     struct kvp_kvev *ev = arg;
-    struct recs *r = &ev->inv;
+    struct inv_recs *r = &ev->inv;
     if (r->n == r->cap) {
         size_t cap = r->cap * 2;
-        struct rec *v = realloc(r->v, cap * sizeof *v);
+        struct inv_rec *v = realloc(r->v, cap * sizeof *v);
         if (!v) {
             ev->inv_short = 1; /* a partial inventory: logged by the publisher */
             return;
@@ -572,10 +585,10 @@ static void inv_add(const struct kvp_meta_change *c, void *arg)
         r->cap = cap;
     }
     int sg;
-    struct rec *x = &r->v[r->n++];
-    *x = (struct rec){.ns = c->ns, .rank = c->rank, .kind = KVP_CHANGE_STORED};
-    x->u.hash = kvp__kvev_block_hash(c->key, c->len, ev->cfg.hash, &sg);
-    x->len = KEY_HASHED;
+    struct inv_rec *x = &r->v[r->n++];
+    x->ns = c->ns;
+    x->rank = c->rank;
+    x->hash = kvp__kvev_block_hash(c->key, c->len, ev->cfg.hash, &sg);
     x->is_signed = (uint8_t)sg;
 }
 
@@ -641,6 +654,30 @@ static void send_inventory_batch(struct kvp_kvev *ev, void *arg)
     send_reply(ev, to->id, to->seq, ev->sb.data, ev->sb.size);
 }
 
+/* The inventory's batches to a replay, BATCH_MAX records at a time. */
+static void send_inventory(struct kvp_kvev *ev, struct reply_to *to)
+{
+    struct rec *chunk = malloc(BATCH_MAX * sizeof *chunk);
+    if (!chunk) {
+        ev->inv_short = 1;
+        return;
+    }
+    for (size_t i = 0; i < ev->inv.n; i += BATCH_MAX) {
+        size_t n = ev->inv.n - i < BATCH_MAX ? ev->inv.n - i : BATCH_MAX;
+        for (size_t k = 0; k < n; k++) {
+            const struct inv_rec *x = &ev->inv.v[i + k];
+            chunk[k] = (struct rec){.ns = x->ns,
+                                    .rank = x->rank,
+                                    .kind = KVP_CHANGE_STORED,
+                                    .is_signed = x->is_signed,
+                                    .len = KEY_HASHED,
+                                    .u.hash = x->hash};
+        }
+        batches(ev, chunk, n, send_inventory_batch, to);
+    }
+    free(chunk);
+}
+
 /*
  * One replay request: [identity, "", start as 8 bytes big-endian]. Answered
  * as vLLM does from the batches kept; from the inventory instead when they
@@ -700,12 +737,12 @@ static void serve_replay(struct kvp_kvev *ev)
             if (rc)
                 KVP_LOGW("--kv-events: cannot take the inventory for a replay: %s", strerror(-rc));
             else
-                batches(ev, ev->inv.v, ev->inv.n, send_inventory_batch, &to);
+                send_inventory(ev, &to);
             if (!rc && ev->inv_short)
                 KVP_LOGW("--kv-events: out of memory: a replay's inventory lacks pages");
             ev->inv_short = 0;
             free(ev->inv.v); /* a big inventory's memory goes back */
-            ev->inv = (struct recs){0};
+            ev->inv = (struct inv_recs){0};
         } else {
             for (size_t i = 0; i < ev->ring_n; i++) {
                 const struct sent *s = &ev->ring[(ev->ring_head + i) % ev->cfg.buffer_steps];

@@ -398,10 +398,10 @@ def test_absent_subscriber_and_bind_rule(tmp_path, start_server, consumers):
     rep = f"ipc://{tmp_path}/replay"
     srv = start_server("--kv-events", f"endpoint={ep},replay_endpoint={rep}")
     c = srv.client()
-    c.v_init(0, 256)
-    keys = [hexkey(0xe000 + i) for i in range(200)]
-    for i in range(0, 200, 20):
-        c.v_write(0, keys[i:i + 20])
+    c.v_init(0, 4096)
+    keys = [hexkey(0xe000 + i) for i in range(2500)]  # an inventory of several batches
+    for i in range(0, 2500, 250):
+        c.v_write(0, keys[i:i + 250])
     cons = Consumer(ep, rep)  # connects: the server bound
     consumers.append(cons)
     cons.replay(0)
