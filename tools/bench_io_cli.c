@@ -36,6 +36,7 @@ struct io_args {
     int direct, json, mmap_reads;
     double seconds, warmup;
     int backend; /* KVP_PAGEFILE_BACKEND_* of --backend, default AUTO */
+    int tags;    /* --tags on|off: integrity tags (default on) */
 };
 
 /* One measurement: who moved the pages, how many callers, the figures. */
@@ -319,6 +320,10 @@ static void usage(FILE *out)
         "  --mmap-reads       kvpage's buffered reads copy out of a mapping of PATH\n"
         "                     (KVP_PAGEFILE_MMAP_READS; faster into cold memory, but\n"
         "                     SIGBUS on an I/O error: see kvpage/pagefile.h)\n"
+        "  --tags on|off      integrity tags on kvpage's side (default on, as in a page\n"
+        "                     file; off: KVP_PAGEFILE_NO_TAGS). With tags, every page\n"
+        "                     is first rewritten through kvpage so that reads verify\n"
+        "                     tags; run both to see what they cost (bench/io/tags.sh)\n"
         "  --seconds S        each measurement, default 5, after --warmup S (default 1)\n"
         "  --json             one JSON object on standard output, nothing else there\n"
         "Writes overwrite the first --file-size bytes of PATH: name a file of its own.\n"
@@ -335,7 +340,7 @@ static void usage(FILE *out)
         "  baseline.threads (the best of 1, 4, 16), baseline.tried ([{threads, gbs}])\n"
         "  ratio                        kvpage GB/s / baseline GB/s\n"
         "  and file, file_size, page_size, batch, pool, threads, queues (the rings set\n"
-        "  up), direct, seconds, warmup, created (whether this run made the file)\n"
+        "  up), direct, tags, seconds, warmup, created (whether this run made the file)\n"
         "exit status: 0 done, 2 a bad flag or value, 3 the file or its I/O failed\n"
         "examples:\n"
         "  kvpage bench io --file /mnt/3fs/kvpage-bench.pages --file-size 16G --direct\n"
@@ -384,7 +389,7 @@ static int parse_args(int argc, char **argv, struct io_args *a)
         }
         static const char *const known[] = {"--file",   "--file-size", "--page-size", "--batch",
                                             "--pool",   "--threads",   "--rw",        "--seconds",
-                                            "--warmup", "--backend",   "--queues"};
+                                            "--warmup", "--backend",   "--queues",    "--tags"};
         int k = -1;
         for (int j = 0; j < (int)(sizeof known / sizeof *known); j++)
             if (!strcmp(name, known[j]))
@@ -429,6 +434,11 @@ static int parse_args(int argc, char **argv, struct io_args *a)
         case 8:
             if (parse_seconds(value, k == 7 ? 0.001 : 0, k == 7 ? &a->seconds : &a->warmup))
                 return usage_error("%s '%s' is not a number of seconds", name, value);
+            break;
+        case 11:
+            a->tags = !strcmp(value, "on") ? 1 : !strcmp(value, "off") ? 0 : -1;
+            if (a->tags < 0)
+                return usage_error("--tags '%s' is not on or off%s", value, "");
             break;
         case 9:
             a->backend = -1;
@@ -534,6 +544,36 @@ static int prepare_file(const struct io_args *a, int tty, int *made)
     return 0;
 }
 
+/*
+ * With tags: rewrites every page of the file through the page file (its own
+ * bytes, read plainly), so that each carries a tag and the reads measured
+ * verify one (a page filled by plain writes has none to check: it would be
+ * served unverified, or rejected). Returns 0 or the exit status after
+ * printing why.
+ */
+static int tag_pages(struct run *r, int tty)
+{
+    const struct io_args *a = r->a;
+    if (!tty)
+        fprintf(stderr, CMD ": tagging the %" PRIu64 " pages of %s\n", r->pages, a->file);
+    for (uint64_t p = 0; p < r->pages; p++) {
+        unsigned char *buf = r->pool + (p % r->slots) * a->page_size;
+        struct kvp_pagefile_op op = {(int64_t)(p * a->page_size), buf, a->page_size};
+        int64_t res;
+        struct kvp_error err = {0};
+        int e = plain_io(r->fd, 0, buf, a->page_size, p * a->page_size);
+        if (e || kvp_pagefile_write(r->pf, &op, 1, &res, &err) != 0) {
+            fprintf(stderr, CMD ": cannot tag %s: %s\n", a->file, e ? strerror(e) : err.msg);
+            return KVP_EXIT_FAILED;
+        }
+        if (tty && p % 64 == 0)
+            kvp__progress_bar((double)p / (double)r->pages * 0.999, "tagging pages");
+    }
+    if (tty)
+        fputc('\r', stderr);
+    return 0;
+}
+
 static void json_side(const char *name, const struct phase_result *p, const struct io_args *a)
 {
     printf("\"%s\": {\"threads\": %u, \"gbs\": %.4f, \"pages_s\": %.1f, \"batch_p50_us\": %.1f, "
@@ -561,7 +601,8 @@ int kvp__cli_bench_io(int argc, char **argv)
                         .rw = 3,
                         .seconds = 5.0,
                         .warmup = 1.0,
-                        .backend = KVP_PAGEFILE_BACKEND_AUTO};
+                        .backend = KVP_PAGEFILE_BACKEND_AUTO,
+                        .tags = 1};
     int rc = parse_args(argc, argv, &a);
     if (rc)
         return rc;
@@ -577,11 +618,20 @@ int kvp__cli_bench_io(int argc, char **argv)
     struct stat st0;
     if (stat(a.file, &st0) != 0 && errno == ENOENT)
         kvp__cleanup_file(a.file); /* a Ctrl-C while filling or measuring removes it */
+    /* The tags sidecar the page file makes beside it, when there is none yet. */
+    char *tags = malloc(strlen(a.file) + sizeof ".tags");
+    if (!tags)
+        return KVP_EXIT_FAILED;
+    sprintf(tags, "%s.tags", a.file);
+    int tags_made = stat(tags, &st0) != 0 && errno == ENOENT;
+    if (tags_made)
+        kvp__cleanup_file(tags);
     rc = prepare_file(&a, tty, &made);
     if (rc) {
         if (made)
             unlink(a.file);
         kvp__cleanup_done();
+        free(tags);
         return rc;
     }
     struct run r;
@@ -599,7 +649,7 @@ int kvp__cli_bench_io(int argc, char **argv)
     o.bytes_per_page = a.page_size;
     o.entries = a.batch;
     o.flags = KVP_PAGEFILE_ALIGNED | (a.direct ? KVP_PAGEFILE_DIRECT : 0) |
-              (a.mmap_reads ? KVP_PAGEFILE_MMAP_READS : 0);
+              (a.mmap_reads ? KVP_PAGEFILE_MMAP_READS : 0) | (a.tags ? 0 : KVP_PAGEFILE_NO_TAGS);
     o.backend = a.backend;
     o.queues = a.queues;
     struct kvp_error err = {0};
@@ -649,6 +699,8 @@ int kvp__cli_bench_io(int argc, char **argv)
         uint64_t v = off * 0x9e3779b97f4a7c15ull;
         memcpy(r.pool + off, &v, 8);
     }
+    if (a.tags && (rc = tag_pages(&r, tty)) != 0)
+        goto out;
     static const uint32_t plain_threads[3] = {1, 4, 16};
     int dirs[2], ndirs = 0;
     if (a.rw & 1)
@@ -687,11 +739,11 @@ int kvp__cli_bench_io(int argc, char **argv)
                 putchar(*p);
         printf("\", \"file_size\": %" PRIu64 ", \"page_size\": %" PRIu64
                ", \"batch\": %u, \"pool\": %" PRIu64 ", \"threads\": %u, \"queues\": %u, "
-               "\"direct\": %s, \"mmap_reads\": %s, \"seconds\": %g, \"warmup\": %g, "
-               "\"created\": %s",
+               "\"direct\": %s, \"mmap_reads\": %s, \"tags\": %s, \"seconds\": %g, "
+               "\"warmup\": %g, \"created\": %s",
                a.file_size, a.page_size, a.batch, a.pool, a.threads, kvp_pagefile_queues(r.pf),
-               a.direct ? "true" : "false", a.mmap_reads ? "true" : "false", a.seconds, a.warmup,
-               made ? "true" : "false");
+               a.direct ? "true" : "false", a.mmap_reads ? "true" : "false",
+               a.tags ? "true" : "false", a.seconds, a.warmup, made ? "true" : "false");
         for (int d = 0; d < ndirs; d++) {
             int wr = dirs[d];
             const struct phase_result *k = &res[wr][0], *b = &res[wr][best[wr]];
@@ -709,11 +761,12 @@ int kvp__cli_bench_io(int argc, char **argv)
         printf("}\n");
     } else {
         printf("%s: %" PRIu64 " bytes, pages of %" PRIu64 " bytes in batches of %u, pool %" PRIu64
-               " bytes, %s\n",
+               " bytes, %s, tags %s\n",
                a.file, a.file_size, a.page_size, a.batch, a.pool,
                a.direct       ? "O_DIRECT"
                : a.mmap_reads ? "buffered, mmap reads"
-                              : "buffered");
+                              : "buffered",
+               a.tags ? "on" : "off");
         printf("  %-5s %-32s %9s %11s %12s %12s\n", "", "", "GB/s", "pages/s", "batch p50 us",
                "batch p99 us");
         for (int d = 0; d < ndirs; d++) {
@@ -756,6 +809,9 @@ out:
     pthread_mutex_destroy(&r.why_lock);
     if (made && unlink(a.file))
         fprintf(stderr, CMD ": could not remove %s: %s\n", a.file, strerror(errno));
+    if (tags_made && unlink(tags) && errno != ENOENT)
+        fprintf(stderr, CMD ": could not remove %s: %s\n", tags, strerror(errno));
+    free(tags);
     kvp__cleanup_done();
     return rc;
 }

@@ -81,10 +81,13 @@ static void cost_words(char *buf, size_t len, double ratio)
 }
 
 /* What this run creates, and removes at its end or at a Ctrl-C: the file,
- * the data directory PATH.meta (embedded metadata) and the owner record
- * PATH.owner, each only when it did not exist before. */
+ * the data directory PATH.meta (embedded metadata), the owner record
+ * PATH.owner and the integrity tags' sidecar PATH.tags, each only when it
+ * did not exist before. */
+#define MADE_N 4
 struct made {
-    char *path[3]; /* the file, PATH.owner, PATH.meta (a directory); NULL: not made */
+    char *
+        path[MADE_N]; /* the file, PATH.owner, PATH.meta (a directory), PATH.tags; NULL: not made */
 };
 
 static char *missing(const char *path, const char *suffix)
@@ -106,18 +109,19 @@ static void made_init(struct made *m, const struct kvp__store_flags *f)
     m->path[0] = missing(f->file, "");
     m->path[1] = missing(f->file, ".owner");
     m->path[2] = f->meta ? NULL : missing(f->file, ".meta");
-    for (int i = 0; i < 3; i++)
+    m->path[3] = missing(f->file, ".tags");
+    for (int i = 0; i < MADE_N; i++)
         if (m->path[i])
             i == 2 ? kvp__cleanup_dir(m->path[i]) : kvp__cleanup_file(m->path[i]);
 }
 
 static void made_remove(struct made *m)
 {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < MADE_N; i++)
         if (m->path[i])
             i == 2 ? kvp__remove_flat_dir(m->path[i]) : (void)unlink(m->path[i]);
     kvp__cleanup_done();
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < MADE_N; i++)
         free(m->path[i]);
 }
 
@@ -146,6 +150,8 @@ static void usage(FILE *out)
             "                     both sides make one page-file call per batch)\n"
             "  --no-durable       puts do not fdatasync before confirming (and the page\n"
             "                     file alone does not flush)\n"
+            "  --no-tags          no integrity tags on either side (what they cost: the\n"
+            "                     same run with and without)\n"
             "  --json             one JSON object on standard output\n"
             "examples:\n"
             "  kvpage bench store --file /mnt/3fs/bench.pages --page-size 2M\n"

@@ -48,6 +48,7 @@ struct kvp__store_flags {
     int no_durable; /* --no-durable: puts do not fdatasync before they confirm */
     int mkdir;      /* --mkdir: create the missing directories of a new --file */
     int json;       /* bench: --json */
+    int no_tags;    /* --no-tags: no integrity tags (kvp_store_opts.no_tags) */
 };
 
 /*

@@ -91,7 +91,11 @@ static const char *const FLAGS_HELP =
     "                     (file:DIR is always a directory)\n"
     "  --deployment NAME  (default: the URL's /ns/NAME, else default)\n"
     "  --pool NAME        (default: kv)\n"
-    "  --timeout MS       the metadata server's request timeout (default 10000)\n";
+    "  --timeout MS       the metadata server's request timeout (default 10000)\n"
+    "  --no-tags          no integrity tags: pages are put untagged and read unverified\n"
+    "                     (default: every page carries a tag beside the file, in\n"
+    "                     PATH.tags, and a page whose bytes changed since its put is\n"
+    "                     reported as an error, never printed)\n";
 
 int kvp__store_flags_parse(const char *cmd, int argc, char **argv, struct kvp__store_flags *f,
                            char **pos, int *npos,
@@ -146,6 +150,7 @@ int kvp__store_flags_parse(const char *cmd, int argc, char **argv, struct kvp__s
         int *sw = !strcmp(name, "--json")         ? &f->json
                   : !strcmp(name, "--no-durable") ? &f->no_durable
                   : !strcmp(name, "--mkdir")      ? &f->mkdir
+                  : !strcmp(name, "--no-tags")    ? &f->no_tags
                                                   : NULL;
         if (sw) {
             if (eq) {
@@ -218,6 +223,11 @@ int kvp__store_flags_parse(const char *cmd, int argc, char **argv, struct kvp__s
     return 0;
 }
 
+static void quiet(void *arg, int level, const char *msg)
+{
+    (void)arg, (void)level, (void)msg;
+}
+
 int kvp__store_flags_open(const char *cmd, const struct kvp__store_flags *f, uint32_t entries,
                           int create, struct kvp_store **out)
 {
@@ -251,6 +261,7 @@ int kvp__store_flags_open(const char *cmd, const struct kvp__store_flags *f, uin
     }
     struct kvp_meta_opts mo;
     kvp_meta_opts_init(&mo);
+    mo.log = quiet; /* the commands say what went wrong themselves (a rejected page: get) */
     if (f->timeout_ms)
         mo.timeout_ms = f->timeout_ms;
     mo.token = getenv("KVPAGE_TOKEN");
@@ -267,6 +278,7 @@ int kvp__store_flags_open(const char *cmd, const struct kvp__store_flags *f, uin
     o.meta_opts = &mo;
     o.durable = !f->no_durable;
     o.mkdir = f->mkdir;
+    o.no_tags = f->no_tags;
     /* The reads write nothing (no owner record, log or snapshot). */
     o.readonly = !strcmp(cmd, "get") || !strcmp(cmd, "exists") || !strcmp(cmd, "put?");
     struct kvp_error err = {0};
@@ -512,9 +524,23 @@ static int cmd_get(const struct kvp__store_flags *f, char **pos, int npos)
     int64_t res = 0;
     struct kvp_error err = {0};
     int64_t lead = kvp_store_get(s, &k, &b, 1, &res, &err);
-    kvp_store_close(s);
+    struct kvp_store_stats st = {.stats_size = sizeof st};
+    struct kvp_pagefile_info inf = {.info_size = sizeof inf};
+    int rejected = lead == 0 && res == -ENOENT && kvp_store_stats(s, &st, NULL) == 0 &&
+                   st.rejected > 0 && kvp_pagefile_info(kvp_store_pagefile(s), &inf) == 0;
     int status = KVP_EXIT_OK;
-    if (lead < 0 || (lead == 0 && res != -ENOENT)) {
+    if (rejected) {
+        /* Its page is there but its bytes are not what was put: an error,
+         * never the bytes. */
+        fprintf(stderr,
+                "kvpage get: %s: its page failed its integrity check, so it is not printed: "
+                "%s. The file's bytes changed since the put (another program or a second "
+                "store wrote it, a torn write, a disk error); delete the key and put it again\n",
+                key,
+                inf.tags_note && inf.tags_note[0] ? inf.tags_note
+                                                  : "its bytes differ from what was written");
+        status = KVP_EXIT_FAILED;
+    } else if (lead < 0 || (lead == 0 && res != -ENOENT)) {
         int code = lead < 0 ? (int)lead : (int)res;
         fprintf(stderr, "kvpage get: %s: %s\n", key, err.msg[0] ? err.msg : kvp_strerror(code));
         status = code == -EINVAL ? KVP_EXIT_USAGE : KVP_EXIT_FAILED;
@@ -528,6 +554,7 @@ static int cmd_get(const struct kvp__store_flags *f, char **pos, int npos)
             fd = open(output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
             if (fd < 0) {
                 fprintf(stderr, "kvpage get: %s: %s\n", output, strerror(errno));
+                kvp_store_close(s);
                 free(page);
                 return KVP_EXIT_USAGE;
             }
@@ -541,6 +568,7 @@ static int cmd_get(const struct kvp__store_flags *f, char **pos, int npos)
             status = KVP_EXIT_FAILED;
         }
     }
+    kvp_store_close(s);
     free(page);
     return status;
 }

@@ -43,6 +43,9 @@ enum kvp_rule {
     KVP_RULE_OWNER,         /* store: the page file belongs to another metadata owner
                                (location, deployment, pool, rank); value = its rank, limit =
                                the rank asked; msg names both and the fix */
+    KVP_RULE_INTEGRITY,     /* pagefile: a page's bytes fail its integrity tag (code -EBADMSG;
+                               index = op, value = the page's slot index); the page is
+                               reported as missing, msg says which page and why */
 };
 
 /* Filled by validating functions on failure. Zero-initialize before use. */

@@ -344,6 +344,19 @@ KVP_API int kvp_meta_delete(struct kvp_ns *ns, int64_t rank, const struct kvp_st
                             struct kvp_error *err);
 
 /*
+ * kvp_meta_delete of keys whose pages a reader rejected: their bytes failed
+ * the page's integrity tag (kvpage/pagefile.h), so the key is forgotten and
+ * its next lookup is an honest miss. The same change as kvp_meta_delete; a
+ * remote kvpage serve (http://) is also told why ("reason": "integrity" in
+ * the delete's body), so that it counts the keys in its /metrics
+ * (kvpage_pages_rejected_total); the other backends just delete. The same
+ * returns as kvp_meta_delete. A key put again meanwhile on another page is
+ * forgotten too (one miss more, never wrong bytes).
+ */
+KVP_API int kvp_meta_delete_rejected(struct kvp_ns *ns, int64_t rank, const struct kvp_str *keys,
+                                     size_t n, struct kvp_error *err);
+
+/*
  * Clears: rank < 0, every key and reservation of the namespace (ranks stay
  * initialized, all pages FREE); rank >= 0, that rank's pages and its keys.
  * Returns 0, -ENOENT (rank >= 0 and not initialized), -ENOMEM, or a log
@@ -414,6 +427,56 @@ KVP_API int kvp_meta_wait(struct kvp_meta *m, uint64_t ticket, struct kvp_error 
 typedef void (*kvp_meta_durable_fn)(void *arg, int status);
 KVP_API int kvp_meta_when_durable(struct kvp_meta *m, uint64_t ticket, kvp_meta_durable_fn fn,
                                   void *arg);
+
+/*
+ * Pins (issue 38 §3): keys of the namespace that eviction passes over for a
+ * time. kvp_meta_pin adds one reference to each key's pin (a key pinned
+ * twice in one call gets two) and moves its deadline to now + ttl_ms when
+ * that is later; the pin ends when its references are all taken back by
+ * kvp_meta_unpin or at its deadline. Keys need not be stored yet: a page
+ * confirmed later is pinned from then on. Delete and clear remove pinned
+ * keys all the same. The pinned keys of a namespace never exceed max_ratio
+ * (0 < max_ratio <= 1) of its smallest rank's pages: a pin over that limit
+ * pins nothing and fails. The pins persist with a file: state (the data
+ * directory's file PINS) and end with a mem: one.
+ *
+ * kvp_meta_pin: 0 (*total = pinned keys of the namespace after it, *limit =
+ * the most allowed; both may be NULL), -ENOENT (no rank initialized),
+ * -ENOSPC (KVP_RULE_TOO_MANY: over the limit; err->value = the keys it
+ * would make, err->limit = the limit; *total and *limit set), -EINVAL (bad
+ * key, ttl_ms 0, max_ratio outside (0, 1]), -EROFS (opened read-only),
+ * -EOPNOTSUPP (a backend without pins: only mem: and file: have them), or
+ * KVP_RULE_IO when the file cannot be written (the pin holds in memory).
+ * kvp_meta_unpin: *released (may be NULL) = the references taken back (keys
+ * not pinned are passed over); the same errors but -ENOENT and -ENOSPC.
+ * kvp_meta_pinned: the pinned keys (*keys) and their references (*refs),
+ * of the namespace (rank < 0) or of those holding a page on rank; -ENOENT
+ * for a rank not initialized.
+ */
+KVP_API int kvp_meta_pin(struct kvp_ns *ns, const struct kvp_str *keys, size_t n, uint64_t ttl_ms,
+                         double max_ratio, uint64_t *total, uint64_t *limit, struct kvp_error *err);
+KVP_API int kvp_meta_unpin(struct kvp_ns *ns, const struct kvp_str *keys, size_t n,
+                           uint64_t *released, struct kvp_error *err);
+KVP_API int kvp_meta_pinned(struct kvp_ns *ns, int64_t rank, uint64_t *keys, uint64_t *refs,
+                            struct kvp_error *err);
+
+/*
+ * The engines' block hashes of a page key, as their KV events carry them:
+ * SGLang: the key's first 16 hex digits (hash_str_to_int64, a signed int64
+ * of the same bits); vLLM: its last 16 hex digits (maybe_convert_block_hash).
+ */
+enum kvp_hash_form { KVP_HASH_SGLANG = 0, KVP_HASH_VLLM = 1 };
+
+/*
+ * Which hashes (of form, enum kvp_hash_form) name a key that holds a page on
+ * each of ranks[0..nranks): out[i * nranks + j] = 1 when hashes[i] is the
+ * hash of a key held on ranks[j]. Reads every page of those ranks (no index
+ * maps hashes to keys). Returns 0, -ENOENT (a rank not initialized), -EINVAL,
+ * -EOPNOTSUPP (only mem: and file: have it).
+ */
+KVP_API int kvp_meta_exists_hashes(struct kvp_ns *ns, const uint64_t *hashes, size_t n, int form,
+                                   const uint32_t *ranks, size_t nranks, uint8_t *out,
+                                   struct kvp_error *err);
 
 /* Number of initialized worker ranks of the namespace. */
 KVP_API size_t kvp_meta_nranks(struct kvp_ns *ns);

@@ -20,7 +20,8 @@
  * EAGAIN are retried. Regions never written read as zeros.
  *
  * Thread safety: one handle may be used by any number of threads at once for
- * kvp_pagefile_read, kvp_pagefile_write, kvp_pagefile_flush,
+ * kvp_pagefile_read, kvp_pagefile_write (and their vectored and keyed
+ * forms), kvp_pagefile_verify, kvp_pagefile_flush,
  * kvp_pagefile_register_buffers, kvp_pagefile_unregister_buffers and every
  * getter. Only kvp_pagefile_close must not race with any other call on the
  * same handle.
@@ -62,6 +63,13 @@ extern "C" {
  * Without it a missing directory is -ENOENT naming it: a file under an
  * unmounted mount point must not land on the disk below. */
 #define KVP_PAGEFILE_MKDIR 0x40u
+/*
+ * Integrity tags off: no sidecar PATH.tags is opened or made, every read is
+ * served unverified (as before tags existed). Without this flag (the
+ * default) every page written through kvpage carries a tag in the sidecar
+ * and every read is checked against it: see "Integrity tags" below.
+ */
+#define KVP_PAGEFILE_NO_TAGS 0x80u
 
 /* kvp_pagefile_opts.backend and the backend getters */
 #define KVP_PAGEFILE_BACKEND_AUTO                                                                  \
@@ -82,6 +90,49 @@ extern "C" {
  * emulation of the library (tests/usrbio_emu), not on a 3FS cluster.
  */
 #define KVP_PAGEFILE_BACKEND_USRBIO 3
+
+/*
+ * Integrity tags. Beside the page file PATH lies a sidecar PATH.tags: a
+ * 4096-byte header (magic, version, slot size, legacy flag, its own check)
+ * and one 32-byte record per slot, where a slot is slot_size bytes of the
+ * page file (slot_size: the bytes_per_page of the handle that created the
+ * sidecar; every later handle uses the header's) and an op's slot is
+ * offset / slot_size. Pages keep their size and offsets; the sidecar is
+ * mapped shared, so a record costs no system call.
+ *
+ * A write of an op that starts at a slot's start and is at most a slot
+ * long marks the slot BAD, writes, and on full success records TAGGED: the
+ * XXH3 digest of the bytes (per 64 KiB block, seeded with the length and the
+ * block's index), the op's length and the key's hash (the *_keyed
+ * functions; none otherwise). A failed or interrupted (SIGKILL, power cut)
+ * write leaves BAD. Any other write (not at a slot's start, or longer than
+ * a slot) leaves the slots it touches UNTAGGED.
+ *
+ * A read is checked against the record of its slot:
+ *   TAGGED    the op must start at the slot's start, be as long as the
+ *             write was, its bytes must match the digest, and a key given
+ *             must be the key written; then it is counted verified.
+ *   NONE      never written by a tagging handle. In a sidecar created with
+ *             the page file (fresh) the bytes must be zeros, and a keyed
+ *             read is rejected (no key was written there). In a sidecar made
+ *             for a page file that already held data (legacy: written before
+ *             tags, or with KVP_PAGEFILE_NO_TAGS) the read is served and
+ *             counted unverified, keyed or not: old files keep working.
+ *   UNTAGGED  served and counted unverified without a key; rejected with one.
+ *   BAD       (or a record that fails its check) rejected.
+ * A rejected op's result is -EBADMSG (its buffer may hold the bytes; they
+ * are not the caller's), the other ops of the batch are unaffected, the
+ * batch returns -EBADMSG with err->rule KVP_RULE_INTEGRITY (index = the
+ * first such op, value = its slot). Counted in kvp_pagefile_info; the first
+ * rejection's message is kept there (tags_note): the library prints nothing.
+ *
+ * Read-only handles never create or write the sidecar: with none they run
+ * as legacy (every read unverified), with one they map it read-only and
+ * verify. Block devices have no sidecar: tags are off there (the backend
+ * note says so). Writes through a handle with KVP_PAGEFILE_NO_TAGS (or any
+ * other program) do not update the sidecar: a page so rewritten fails its
+ * tag afterwards, as any change behind kvpage's back does.
+ */
 
 struct kvp_pagefile;
 
@@ -175,7 +226,10 @@ KVP_API int kvp_pagefile_open(const char *path, const struct kvp_pagefile_opts *
  * validation failed (no I/O done, results untouched, err filled); otherwise
  * the error of the first operation that did not complete (its -errno, or -EIO
  * for a read that hit the end of the file), with err->rule KVP_RULE_IO and
- * err->index that operation; every results[i] is then valid.
+ * err->index that operation; every results[i] is then valid. With tags on,
+ * an op whose bytes fail their integrity tag has results[i] = -EBADMSG and,
+ * when it is the first failed op, the batch returns -EBADMSG with err->rule
+ * KVP_RULE_INTEGRITY (see "Integrity tags" above).
  */
 KVP_API int kvp_pagefile_read(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops, size_t n,
                               int64_t *results, struct kvp_error *err);
@@ -231,6 +285,54 @@ KVP_API int kvp_pagefile_writev(struct kvp_pagefile *pf, const struct kvp_pagefi
                                 size_t n, int64_t *results, struct kvp_error *err);
 
 /*
+ * The keyed forms: keys[i] (NUL-terminated) is the key whose page op i
+ * moves. A write records the key's hash in the page's tag; a read is
+ * rejected (-EBADMSG, KVP_RULE_INTEGRITY) unless the page was written with
+ * that key. keys NULL, or keys[i] NULL, is "key unknown" (as the unkeyed
+ * functions, which are these with keys NULL). Same validation, results and
+ * returns as the unkeyed functions.
+ */
+KVP_API int kvp_pagefile_read_keyed(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops,
+                                    const char *const *keys, size_t n, int64_t *results,
+                                    struct kvp_error *err);
+KVP_API int kvp_pagefile_write_keyed(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops,
+                                     const char *const *keys, size_t n, int64_t *results,
+                                     struct kvp_error *err);
+KVP_API int kvp_pagefile_readv_keyed(struct kvp_pagefile *pf, const struct kvp_pagefile_vop *ops,
+                                     const char *const *keys, size_t n, int64_t *results,
+                                     struct kvp_error *err);
+KVP_API int kvp_pagefile_writev_keyed(struct kvp_pagefile *pf, const struct kvp_pagefile_vop *ops,
+                                      const char *const *keys, size_t n, int64_t *results,
+                                      struct kvp_error *err);
+
+/* What kvp_pagefile_verify found. Set check_size to sizeof(struct
+ * kvp_pagefile_verify_counts) first: the struct only grows. */
+struct kvp_pagefile_verify_counts {
+    size_t check_size;
+    uint64_t slots;    /* slots of the handle's size */
+    uint64_t tagged;   /* TAGGED and their bytes match */
+    uint64_t untagged; /* UNTAGGED: written without a tag, not checkable */
+    uint64_t none;     /* never written through a tagging handle (zeros in a fresh sidecar) */
+    uint64_t bad;      /* fail their tag: reads of them are rejected */
+};
+
+/*
+ * Checks every slot of the page file against its tag, as a read of the whole
+ * page would (fsck): TAGGED slots are read and hashed, BAD and damaged
+ * records are bad, NONE slots of a fresh sidecar must hold zeros (holes are
+ * not read). For each bad slot calls cb(arg, slot, why) (cb may be NULL;
+ * why: a sentence, valid during the call). counts: may be NULL.
+ * Returns 0 when no slot is bad; -EBADMSG (KVP_RULE_INTEGRITY, value = the
+ * first bad slot, msg = how many) when some are; -EINVAL (KVP_RULE_ARG) when
+ * the handle has tags off; -ENOENT (KVP_RULE_ARG) when it has no sidecar (a
+ * read-only handle on a file without one); an I/O error (KVP_RULE_IO).
+ * Thread-safe; concurrent writes make their slots read as bad meanwhile.
+ */
+KVP_API int kvp_pagefile_verify(struct kvp_pagefile *pf,
+                                void (*cb)(void *arg, uint64_t slot, const char *why), void *arg,
+                                struct kvp_pagefile_verify_counts *counts, struct kvp_error *err);
+
+/*
  * Registers host memory regions with every io_uring ring of the handle so
  * that O_DIRECT operations whose buffer lies inside one use fixed buffers
  * (no per-I/O page pinning). Replaces any earlier registration. Regions over
@@ -269,15 +371,16 @@ KVP_API void *kvp_pagefile_alloc(struct kvp_pagefile *pf, uint64_t size, struct 
 KVP_API void kvp_pagefile_free(struct kvp_pagefile *pf, void *ptr);
 
 /*
- * fsync(2) of the file: makes every completed write durable.
+ * fsync(2) of the file, then of its tags sidecar (msync and fsync): makes
+ * every completed write and its tag durable.
  * Thread-safe. Returns 0 or the -errno of fsync (KVP_RULE_IO in err).
  */
 KVP_API int kvp_pagefile_flush(struct kvp_pagefile *pf, struct kvp_error *err);
 
 /*
- * Stops the worker threads and rings, closes the file and frees the handle.
- * Does not fsync (call kvp_pagefile_flush first for durability). No other
- * call on pf may be running or follow. NULL is a no-op.
+ * Stops the worker threads and rings, closes the file (and its tags
+ * sidecar) and frees the handle. Does not fsync (call kvp_pagefile_flush first for durability). No
+ * other call on pf may be running or follow. NULL is a no-op.
  */
 KVP_API void kvp_pagefile_close(struct kvp_pagefile *pf);
 
@@ -350,6 +453,16 @@ struct kvp_pagefile_info {
     uint32_t direct_mem_align;    /* kvp_pagefile_direct_mem_align */
     uint32_t direct_offset_align; /* kvp_pagefile_direct_offset_align */
     const char *backend_note;     /* kvp_pagefile_backend_note */
+    /* Integrity tags (see above). */
+    int32_t tags;             /* 0 off (KVP_PAGEFILE_NO_TAGS, block device), 1 on, 2 legacy
+                                 (a sidecar made for a file that held data, or a read-only
+                                 handle without one: untagged pages are served unverified) */
+    const char *tags_path;    /* the sidecar's path, "" when tags are off */
+    uint64_t tags_verified;   /* reads whose tag matched (or never-written zeros) */
+    uint64_t tags_rejected;   /* reads rejected (-EBADMSG) */
+    uint64_t tags_unverified; /* reads served without a tag to check (legacy, UNTAGGED) */
+    const char *tags_note;    /* the first rejection's message ("" before one): log it once */
+    uint64_t tags_slot_size;  /* the sidecar's slot size (a page index = offset / it), 0 without */
 };
 
 KVP_API int kvp_pagefile_info(const struct kvp_pagefile *pf, struct kvp_pagefile_info *info);

@@ -25,6 +25,21 @@
  * one rank: when it holds a page on this rank). opts.per_rank makes this rank
  * alone count.
  *
+ * Integrity (unless opts.no_tags): a put writes each page with its key
+ * (kvp_pagefile_write_keyed), so that its tag binds the page's bytes to the
+ * key; a get reads with the keys (kvp_pagefile_read_keyed). A page whose
+ * bytes changed since its put (another writer, a torn write, a bit flip),
+ * or that holds another key's page, is REJECTED: the key is a miss
+ * (-ENOENT, its buffer zeroed, never the bytes), the other keys of the call
+ * are unaffected; it is counted (kvp_store_stats' rejected), logged once per
+ * store handle with the page's index (through opts.meta_opts->log when set,
+ * else one line on stderr), and dropped from the metadata
+ * (kvp_meta_delete_rejected: a kvpage serve counts it in /metrics) so that
+ * the next lookup is an honest miss (a read-only store drops nothing: each
+ * read of the key is rejected again). A page written without a key (by
+ * kvp_pagefile_write, or by another program) is rejected too: the store
+ * cannot know whose page it is.
+ *
  * Durability: with opts.durable (the default) a put makes the pages it wrote
  * durable (fdatasync of the file) before it confirms them, and returns once
  * the metadata's changes are durable too, so that a key that survives a
@@ -88,6 +103,9 @@ struct kvp_store_opts {
                          in memory under a shared lock (KVP_META_READONLY_SHARED:
                          a missing one is an empty state), so a get's LRU touch is
                          not kept; put and delete are -EROFS */
+    int no_tags;      /* 1: no integrity tags (KVP_PAGEFILE_NO_TAGS): pages are written
+                         untagged and read unverified. 0 (default): every put tags its
+                         page with its bytes and its key, and every get checks them */
 };
 
 /* Per-key results of put (kvp_store_put results[i]). */
@@ -104,6 +122,8 @@ struct kvp_store_stats {
     uint64_t stored, already, put_failed;           /* put's per-key results */
     uint64_t read, missing, get_failed;             /* get's per-key results */
     uint64_t bytes_written, bytes_read;
+    uint64_t rejected; /* get's keys whose page failed its integrity tag: reported
+                          as missing (counted in missing too) and dropped */
 };
 
 /* Fills opts with the defaults written beside each field. Always succeeds. */
@@ -207,8 +227,9 @@ KVP_API int kvp_store_put(struct kvp_store *s, const struct kvp_str *keys,
 /*
  * Loads the pages of keys[i] into bufs[i] (len <= bytes_per_page bytes are
  * read), for i < n. results[i]: the bytes read, -ENOENT for a key that is not
- * there, or the read's negative errno. A missing key's buffer is never
- * touched; a buffer whose read failed may hold part of the page.
+ * there (or whose page failed its integrity tag: see Integrity above), or the
+ * read's negative errno. A missing key's buffer is never touched (a rejected
+ * one's is zeroed); a buffer whose read failed may hold part of the page.
  * Returns the number of leading keys read in full (what an engine uses:
  * results[0..ret) are all read), or -EINVAL for bad arguments (nothing read),
  * or the metadata's error (nothing read).

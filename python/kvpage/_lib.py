@@ -83,7 +83,21 @@ class StoreOpts(ctypes.Structure):
                 ("pagefile", P(PagefileOpts)), ("rank", c_uint32), ("deployment", c_char_p),
                 ("pool", c_char_p), ("meta", c_char_p), ("meta_opts", P(MetaOpts)),
                 ("meta_handle", c_void_p), ("per_rank", c_int), ("durable", c_int),
-                ("threads", c_uint32), ("mkdir", c_int), ("readonly", c_int)]
+                ("threads", c_uint32), ("mkdir", c_int), ("readonly", c_int),
+                ("no_tags", c_int)]
+
+
+class PagefileInfo(ctypes.Structure):
+    _fields_ = [("info_size", c_size_t), ("path", c_char_p), ("size", c_uint64),
+                ("file_size", c_uint64), ("bytes_per_page", c_uint64), ("chunk_bytes", c_uint64),
+                ("entries", c_uint32), ("flags", c_uint32), ("mode", c_uint32),
+                ("backend_requested", c_int32), ("backend", c_int32 * 2), ("threads", c_uint32),
+                ("queues", c_uint32), ("registered_buffers", c_uint32),
+                ("direct_mem_align", c_uint32), ("direct_offset_align", c_uint32),
+                ("backend_note", c_char_p), ("tags", c_int32), ("tags_path", c_char_p),
+                ("tags_verified", c_uint64), ("tags_rejected", c_uint64),
+                ("tags_unverified", c_uint64), ("tags_note", c_char_p),
+                ("tags_slot_size", c_uint64)]
 
 
 class Str(ctypes.Structure):
@@ -96,7 +110,7 @@ class StoreBuf(ctypes.Structure):
 
 STATS_FIELDS = ("num_pages", "free", "reserved", "held", "keys", "hits", "misses",
                 "allocations", "evictions", "puts", "gets", "stored", "already", "put_failed",
-                "read", "missing", "get_failed", "bytes_written", "bytes_read")
+                "read", "missing", "get_failed", "bytes_written", "bytes_read", "rejected")
 
 
 class StoreStats(ctypes.Structure):
@@ -118,6 +132,12 @@ pagefile_open = _fn("kvp_pagefile_open", c_int, c_char_p, P(PagefileOpts), P(c_v
 # The ops, results and error are addresses (c_void_p): PageFile builds them in arrays of words.
 pagefile_read = _fn("kvp_pagefile_read", c_int, c_void_p, c_void_p, c_size_t, c_void_p, c_void_p)
 pagefile_write = _fn("kvp_pagefile_write", c_int, c_void_p, c_void_p, c_size_t, c_void_p, c_void_p)
+# keys: an array of char * (NULL: key unknown), or NULL.
+pagefile_read_keyed = _fn("kvp_pagefile_read_keyed", c_int, c_void_p, c_void_p, c_void_p, c_size_t,
+                          c_void_p, c_void_p)
+pagefile_write_keyed = _fn("kvp_pagefile_write_keyed", c_int, c_void_p, c_void_p, c_void_p,
+                           c_size_t, c_void_p, c_void_p)
+pagefile_info = _fn("kvp_pagefile_info", c_int, c_void_p, P(PagefileInfo))
 pagefile_flush = _fn("kvp_pagefile_flush", c_int, c_void_p, E)
 pagefile_close = _fn("kvp_pagefile_close", None, c_void_p)
 pagefile_path = _fn("kvp_pagefile_path", c_char_p, c_void_p)

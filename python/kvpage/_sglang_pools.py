@@ -171,7 +171,8 @@ class PoolIO:
         self.store = Store(self.path, owner.file_size, self.bytes_per_page, owner.entries,
                            rank=rank, meta=meta, pool=self.tag, per_rank=True,
                            durable=owner.durable, threads=owner.threads,
-                           mmap_reads=owner.mmap_reads, mkdir=owner.mkdir)
+                           mmap_reads=owner.mmap_reads, mkdir=owner.mkdir,
+                           tags=owner.tags)
         logger.info("[Rank %d] kvpage HiCache pool %s: %s, %d pages of %d bytes, layout %s, %s",
                     owner.tp_rank, self.tag, self.path, self.store.num_pages,
                     self.bytes_per_page, layout, self.mode)

@@ -84,10 +84,17 @@ class Hf3fsClient:
     when the file is on a 3FS mount and 3FS's library is found (as the
     engines' own clients do), else the file system's calls; alloc_host()
     hands out host memory that such a client reads into and writes from
-    without a copy."""
+    without a copy.
+
+    tags: kvpage.PageFile's (True, the default): a page whose bytes changed
+    since it was written through kvpage (another writer, a torn write, a
+    bit flip) reads as failed, -EBADMSG in batch_read's result for that
+    operation (its buffer zeroed), never the bytes; the other operations
+    are unaffected and check() is as before. The engines' clients know no
+    keys: the tag binds the bytes, not the key."""
 
     def __init__(self, path, size, bytes_per_page, entries, client_timeout=None, *,
-                 mmap_reads=None, owner=None, mkdir=True, backend="auto"):
+                 mmap_reads=None, owner=None, mkdir=True, backend="auto", tags=True):
         # client_timeout (SGLang's fifth argument) bounds a 3FS ring wait; local
         # and FUSE I/O here has no such wait, so it is accepted and unused.
         self.path, self.size = path, size_arg("Hf3fsClient", "size", size)
@@ -108,7 +115,7 @@ class Hf3fsClient:
             claim(path, o["location"], rank=int(o.get("rank", 0)),
                   deployment=o.get("deployment"), pool=o.get("pool"))
         self._pf = PageFile(path, self.size, self.bytes_per_page, self.entries, create=True,
-                            mmap_reads=mmap_reads, mkdir=mkdir, backend=backend)
+                            mmap_reads=mmap_reads, mkdir=mkdir, backend=backend, tags=tags)
         self._stage_lock = threading.Lock()
         self._stage = []  # pinned host buffers for CUDA tensors, reused
 
@@ -155,18 +162,20 @@ class Hf3fsClient:
         with self._stage_lock:
             self._stage.append(stage)
 
-    def _io(self, op, offsets, tensors):
+    def _io(self, op, offsets, tensors, keys=None):
         """The page file's read (op "batch_read") or write ("batch_write"),
-        its errors naming op."""
+        its errors naming op; keys: the pages' keys (kvpage.PageFile's)."""
         if op == "batch_read":
-            return self._pf._batch(op, _lib.pagefile_read, offsets, tensors, True)
-        return self._pf._batch(op, _lib.pagefile_write, offsets, tensors, False)
+            return self._pf._batch(op, _lib.pagefile_read, offsets, tensors, True, keys,
+                                   _lib.pagefile_read_keyed)
+        return self._pf._batch(op, _lib.pagefile_write, offsets, tensors, False, keys,
+                               _lib.pagefile_write_keyed)
 
-    def _direct(self, op, offsets, tensors):
+    def _direct(self, op, offsets, tensors, keys=None):
         """op straight on host memory (the page file's fast path first); None
         when a tensor is on a GPU and must be staged."""
         try:
-            return self._io(op, offsets, tensors)
+            return self._io(op, offsets, tensors, keys)
         except KvpageValueError as e:
             raise ValueError(f"{_PREFIX}: {e.strerror}") from e
         except ValueError as e:  # a buffer kvpage cannot take, or a CUDA tensor
@@ -186,20 +195,23 @@ class Hf3fsClient:
                 return _nothing_moved(offsets)
             raise
 
-    def batch_read(self, offsets, tensors):
+    def batch_read(self, offsets, tensors, keys=None):
         """Reads each tensor's bytes at its offset. Returns the bytes read per
-        operation, or a negative errno for one that failed; 0 for every
-        operation once the client is closed."""
-        return self._unless_closed(self._read, offsets, tensors)
+        operation, or a negative errno for one that failed (-EBADMSG: the
+        page failed its integrity tag; its tensor is zeroed, or untouched
+        when staged); 0 for every operation once the client is closed.
+        keys (kvpage's, optional): the key each page was written with
+        (batch_write's keys); a page written with another is rejected."""
+        return self._unless_closed(self._read, offsets, tensors, keys)
 
-    def _read(self, offsets, tensors):
-        res = self._direct("batch_read", offsets, tensors)
+    def _read(self, offsets, tensors, keys):
+        res = self._direct("batch_read", offsets, tensors, keys)
         if res is not None:
             return res
         self.check(offsets, tensors)
         stage, host = self._host(tensors, False)
         try:
-            res = self._io("batch_read", offsets, host)
+            res = self._io("batch_read", offsets, host, keys)
             for t, h, r in zip(tensors, host, res):
                 if r == _nbytes(t):
                     t.copy_(h)
@@ -207,23 +219,24 @@ class Hf3fsClient:
         finally:
             self._unstage(stage)
 
-    def batch_write(self, offsets, tensors, event=None):
+    def batch_write(self, offsets, tensors, event=None, keys=None):
         """Writes each tensor at its offset (after event, a CUDA event vLLM
         passes, has completed). Returns the bytes written per operation, or a
         negative errno for one that failed; 0 for every operation once the
-        client is closed."""
-        return self._unless_closed(self._write, offsets, tensors, event)
+        client is closed. keys (kvpage's, optional): each page's key, bound
+        into its integrity tag."""
+        return self._unless_closed(self._write, offsets, tensors, event, keys)
 
-    def _write(self, offsets, tensors, event):
+    def _write(self, offsets, tensors, event, keys):
         if event is not None and hasattr(event, "synchronize"):
             event.synchronize()
-        res = self._direct("batch_write", offsets, tensors)
+        res = self._direct("batch_write", offsets, tensors, keys)
         if res is not None:
             return res
         self.check(offsets, tensors)
         stage, host = self._host(tensors, True)
         try:
-            return self._io("batch_write", offsets, host)
+            return self._io("batch_write", offsets, host, keys)
         finally:
             self._unstage(stage)
 

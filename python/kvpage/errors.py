@@ -5,7 +5,7 @@ import re as _re
 
 RULES = ("none", "rank_not_init", "rank_range", "num_pages", "resize_held", "key",
          "confirm_page", "release_page", "held_by_other", "namespace", "too_many", "io",
-         "offset", "size", "align", "arg", "unavailable", "owner")
+         "offset", "size", "align", "arg", "unavailable", "owner", "integrity")
 
 
 class KvpageError(OSError):

@@ -13,7 +13,9 @@ from kvpage.errors import KvpageValueError, from_c
 
 _BACKENDS = {"auto": 0, "psync": 1, "uring": 2, "usrbio": 3}
 _FLAGS = {"create": 0x1, "direct": 0x2, "aligned": 0x4, "exact_size": 0x8, "readonly": 0x10,
-          "mmap_reads": 0x20, "mkdir": 0x40}
+          "mmap_reads": 0x20, "mkdir": 0x40, "no_tags": 0x80}
+_RULE_IO, _RULE_INTEGRITY = 11, 18  # enum kvp_rule: the per-operation failures
+_TAGS = ("off", "on", "legacy")  # kvp_pagefile_info.tags
 _TRUE = ("1", "true", "yes", "on")
 
 
@@ -67,6 +69,42 @@ def _ops(op, offsets, buffers, writable):
     return ctypes.cast(flat.buffer_info()[0], _OP_P), n, (keep, flat)
 
 
+def key_array(op, keys, n):
+    """A C array of n char * for the keyed calls (None entries: key unknown),
+    and what keeps it alive; (None, None) for keys None."""
+    if keys is None:
+        return None, None
+    if isinstance(keys, (str, bytes)):
+        raise TypeError(f"{op}: keys must be a list of keys (or None), not one "
+                        f"{type(keys).__name__}")
+    keys = list(keys)
+    if len(keys) != n:
+        raise KvpageValueError(op, -errno.EINVAL,
+                               f"{n} operations but {len(keys)} keys: one key (or None) per "
+                               "operation", "arg", -1, len(keys), n)
+    enc = []
+    for i, k in enumerate(keys):
+        if k is None:
+            enc.append(None)
+            continue
+        b = k.encode() if isinstance(k, str) else bytes(k)
+        if not b or b"\0" in b:
+            raise KvpageValueError(op, -errno.EINVAL, f"key {i} is empty or holds a NUL byte",
+                                   "key", i)
+        enc.append(b)
+    arr = (ctypes.c_char_p * max(n, 1))(*enc)
+    return ctypes.addressof(arr), (arr, enc)
+
+
+def zero_rejected(words, res):
+    """Zeroes the buffers of the operations whose read was rejected by the
+    page's integrity tag (-EBADMSG): their bytes are never handed out.
+    words: the batch's struct words (offset, address, size per operation)."""
+    for i, r in enumerate(res):
+        if r == -errno.EBADMSG and words[3 * i + 2]:
+            ctypes.memset(words[3 * i + 1], 0, words[3 * i + 2])
+
+
 def _offset(op, i, off):
     if type(off) is int:
         return off
@@ -75,6 +113,23 @@ def _offset(op, i, off):
     except TypeError:
         raise KvpageValueError(op, -errno.EINVAL, f"offset {i} ({off!r}) is not an integer",
                                "offset", i) from None
+
+
+def info_of(pf):
+    """kvp_pagefile_info of the page file handle pf, as a dict (PageFile.info)."""
+    inf = _lib.PagefileInfo()
+    inf.info_size = ctypes.sizeof(inf)
+    rc = _lib.pagefile_info(pf, ctypes.byref(inf))
+    if rc:
+        raise from_c("PageFile.info", rc, None)
+    d = {}
+    for name, _ in _lib.PagefileInfo._fields_[1:]:
+        v = getattr(inf, name)
+        d[name] = v.decode(errors="replace") if isinstance(v, bytes) else \
+            "" if v is None and name.endswith(("path", "note")) else v
+    d["backend"] = list(inf.backend)
+    d["tags"] = _TAGS[inf.tags] if 0 <= inf.tags < len(_TAGS) else str(inf.tags)
+    return d
 
 
 class PageFile(Handle):
@@ -94,11 +149,19 @@ class PageFile(Handle):
 
     backend: "auto" (on a 3FS mount with 3FS's USRBIO library found,
     "usrbio"; else "psync" or "uring" per direction, as bench/io found
-    faster), or one of "psync", "uring", "usrbio" (kvpage/pagefile.h)."""
+    faster), or one of "psync", "uring", "usrbio" (kvpage/pagefile.h).
+
+    tags=True (the default): every write records an integrity tag of the
+    page (its bytes, and its key when write() is given keys) in the sidecar
+    PATH.tags, and every read is checked against it: a page whose bytes
+    changed since (another writer, a torn write, a bit flip), or written
+    with another key than read() is given, reads as failed, -EBADMSG in its
+    result, its buffer zeroed; the other pages of the batch are unaffected
+    (README, "Every page verified"). tags=False: no sidecar, no checks."""
 
     def __init__(self, path, size, bytes_per_page, entries=8, *, create=True, direct=False,
                  aligned=False, exact_size=False, readonly=False, backend="auto", threads=0,
-                 queues=0, mode=0o644, mmap_reads=None, mkdir=False):
+                 queues=0, mode=0o644, mmap_reads=None, mkdir=False, tags=True):
         if backend not in _BACKENDS:
             raise KvpageValueError("PageFile", -errno.EINVAL,
                                    f"backend {backend!r} is not one of {sorted(_BACKENDS)}", "arg")
@@ -109,7 +172,8 @@ class PageFile(Handle):
         o.entries = int(entries)
         for name, on in (("create", create), ("direct", direct), ("aligned", aligned),
                          ("exact_size", exact_size), ("readonly", readonly),
-                         ("mmap_reads", mmap_reads_default(mmap_reads)), ("mkdir", mkdir)):
+                         ("mmap_reads", mmap_reads_default(mmap_reads)), ("mkdir", mkdir),
+                         ("no_tags", not tags)):
             if on:
                 o.flags |= _FLAGS[name]
         o.backend, o.threads, o.queues, o.mode = _BACKENDS[backend], threads, queues, mode
@@ -152,34 +216,66 @@ class PageFile(Handle):
             raise from_c("PageFile.alloc", rc, err)
         return memoryview((ctypes.c_char * n).from_address(addr)).cast("B")
 
-    def _batch(self, op, fn, offsets, buffers, writable):
+    def _batch(self, op, fn, offsets, buffers, writable, keys=None, keyed=None):
         flat, keep = fast_words("q", buffers, offsets)
         if flat is not None:
             n = len(keep)
             arr = flat.buffer_info()[0]
         else:
             arr, n, keep = _ops(op, offsets, buffers, writable)
+            flat = keep[1] if keep else _ZERO
+        karr, kkeep = key_array(op, keys, n)
         # The results and the struct kvp_error in one array of words: one
         # object made, none to convert (see fast_words for why it counts).
         out = _ZERO * (n + _ERR_WORDS)
         res = out.buffer_info()[0]
-        rc = self._call(op, fn, arr, n, res, res + 8 * n)
+        if karr is None:
+            rc = self._call(op, fn, arr, n, res, res + 8 * n)
+        else:
+            rc = self._call(op, keyed, arr, karr, n, res, res + 8 * n)
+        del kkeep
         if rc:
             err = _lib.Error.from_buffer(out, 8 * n)
-            if rc == -errno.EINVAL or err.rule != 11:  # 11: KVP_RULE_IO, per operation
+            # per operation: an I/O error, or a page its tag rejected
+            if rc == -errno.EINVAL or err.rule not in (_RULE_IO, _RULE_INTEGRITY):
                 raise from_c(op, rc, err)
-        return out[:n].tolist()
+        results = out[:n].tolist()
+        if rc == -errno.EBADMSG and writable:
+            zero_rejected(flat, results)
+        return results
 
-    def read(self, offsets, buffers):
+    def read(self, offsets, buffers, keys=None):
         """Reads len(buffers[i]) bytes at offsets[i] into buffers[i]. Returns
-        the bytes read per operation (a negative errno for one that failed).
-        A batch breaking a rule raises KvpageValueError and does nothing."""
-        return self._batch("PageFile.read", _lib.pagefile_read, offsets, buffers, True)
+        the bytes read per operation (a negative errno for one that failed:
+        -EBADMSG for a page its integrity tag rejected, whose buffer is
+        zeroed). keys (optional, one str/bytes or None per operation): the
+        key each page was written with; a page written with another is
+        rejected. A batch breaking a rule raises KvpageValueError and does
+        nothing."""
+        return self._batch("PageFile.read", _lib.pagefile_read, offsets, buffers, True, keys,
+                           _lib.pagefile_read_keyed)
 
-    def write(self, offsets, buffers):
+    def write(self, offsets, buffers, keys=None):
         """Writes buffers[i] at offsets[i]. Returns the bytes written per
-        operation (a negative errno for one that failed)."""
-        return self._batch("PageFile.write", _lib.pagefile_write, offsets, buffers, False)
+        operation (a negative errno for one that failed). keys (optional, one
+        str/bytes or None per operation): the key each page's tag is bound
+        to (read() with another key rejects it)."""
+        return self._batch("PageFile.write", _lib.pagefile_write, offsets, buffers, False, keys,
+                           _lib.pagefile_write_keyed)
+
+    def info(self):
+        """Everything kvp_pagefile_info says, as a dict: the geometry, the
+        backends, and the integrity tags: "tags" ("off", "on", or "legacy":
+        pages written before tags are served unverified), "tags_path" (the
+        sidecar), "tags_verified", "tags_rejected", "tags_unverified" (reads
+        so far) and "tags_note" (the first rejection's message, "" before
+        one)."""
+        return self._call("PageFile.info", info_of)
+
+    @property
+    def tags(self):
+        """"on", "off" or "legacy" (info()["tags"])."""
+        return self.info()["tags"]
 
     def flush(self):
         """fsync: every completed write becomes durable."""

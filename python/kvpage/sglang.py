@@ -28,6 +28,9 @@ Its own keys in extra_config:
                     KVPAGE_MMAP_READS, else off)
   mkdir             create the prefix's missing directories (default true, as
                     SGLang's hf3fs backend does)
+  tags              integrity tags (default true): a page whose bytes changed
+                    since it was set (another writer, a torn write, a bit
+                    flip) is a miss, never the bytes (kvpage.Store's tags)
   anchor_pages      marker pages of a KV pool without bytes (DeepSeek-V4's
                     logical anchor: one 4 KiB page per key; default 1048576)
 
@@ -154,6 +157,7 @@ class KvpageHiCacheStorage(_Base):
         self.metadata_dir = cfg.get("metadata_dir") or None
         # SGLang's own hf3fs backend creates the prefix's missing directories
         self.mkdir = _flag(cfg.get("mkdir"), True)
+        self.tags = _flag(cfg.get("tags"), True)
         if self.metadata_url is not None and "://" not in str(self.metadata_url):
             raise ValueError(f"kvpage.sglang: metadata_url {self.metadata_url!r} is not "
                              "http://HOST:PORT[/ns/NAME]")
@@ -210,7 +214,7 @@ class KvpageHiCacheStorage(_Base):
         meta = self.metadata_url if self.metadata_url is not None else self.metadata_dir
         self.store = Store(self.path, file_size, bpp, self.entries, rank=self.rank, meta=meta,
                            per_rank=True, durable=self.durable, threads=self.threads,
-                           mmap_reads=self.mmap_reads, mkdir=self.mkdir)
+                           mmap_reads=self.mmap_reads, mkdir=self.mkdir, tags=self.tags)
         logger.info("[Rank %d] kvpage HiCache storage: %s, %d pages of %d bytes, layout %s, "
                     "%s, metadata %s", self.tp_rank, self.path, self.store.num_pages, bpp, layout,
                     "MLA" if self.is_mla else "MHA", self.store.location)

@@ -10,7 +10,7 @@ from kvpage._buffers import addresses, fast_words
 from kvpage._handle import Handle
 from kvpage._size import size_arg
 from kvpage.errors import KvpageValueError, from_c
-from kvpage.pagefile import _BACKENDS, _FLAGS, mmap_reads_default
+from kvpage.pagefile import _BACKENDS, _FLAGS, info_of, mmap_reads_default
 
 # The most buffers of one key's page in put / get (KVP_PAGEFILE_MAX_SEGS)
 MAX_SEGMENTS = 1024
@@ -127,14 +127,23 @@ class Store(Handle):
     readonly=True: for get and exists alone, writing nothing (no file,
     directory, owner record, log or snapshot; the file must exist; embedded
     metadata is recovered in memory under a shared lock, so a get's LRU
-    touch is not kept); put, delete and clear raise (EROFS)."""
+    touch is not kept); put, delete and clear raise (EROFS).
+
+    tags=True (the default): every page put carries an integrity tag bound
+    to its bytes and its key, and every get checks it: a page whose bytes
+    changed since its put (another writer, a torn write, a bit flip), or
+    that holds another key's page, is a miss (-ENOENT, its buffer zeroed,
+    never the bytes), counted in stats()["rejected"], logged once, and its
+    key dropped so that the next lookup is an honest miss; the other keys
+    of the call are unaffected. tags=False: no tags, no checks (README,
+    "Every page verified")."""
 
     _noun = "store"
 
     def __init__(self, path, file_size=0, bytes_per_page=None, entries=8, *, rank=0, meta=None,
                  deployment=None, pool=None, per_rank=False, durable=True, threads=4,
                  timeout_ms=0, connect_timeout_ms=0, retries=None, token=None, mmap_reads=None,
-                 mkdir=False, backend="auto", direct=False, readonly=False):
+                 mkdir=False, backend="auto", direct=False, readonly=False, tags=True):
         if not bytes_per_page:
             raise KvpageValueError("Store", -errno.EINVAL, "bytes_per_page is required", "arg")
         o = _lib.StoreOpts()
@@ -160,6 +169,7 @@ class Store(Handle):
         o.per_rank, o.durable, o.threads = int(bool(per_rank)), int(bool(durable)), int(threads)
         o.mkdir = int(bool(mkdir))
         o.readonly = int(bool(readonly))
+        o.no_tags = int(not tags)
         if timeout_ms:
             mo.timeout_ms = int(timeout_ms)
         if connect_timeout_ms:
@@ -273,7 +283,8 @@ class Store(Handle):
         buffers: the page's bytes in order, back to back, as put took them).
         Returns (lead, results): lead is the number of leading keys read in
         full, results[i] the bytes read (a key's buffers' sum), -ENOENT (the
-        key is not there: its buffers are untouched) or the read's negative
+        key is not there: its buffers are untouched; or its page failed its
+        integrity tag: its buffers are zeroed) or the read's negative
         errno."""
         karr, n, kb = _keys("Store.get", keys)
         barr, keep, vec = self._bufs("Store.get", buffers, n, True)
@@ -335,7 +346,8 @@ class Store(Handle):
         """The rank's pages (num_pages, free, reserved, held, keys, hits,
         misses, allocations, evictions) and this handle's calls (puts, gets,
         stored, already, put_failed, read, missing, get_failed,
-        bytes_written, bytes_read), as a dict."""
+        bytes_written, bytes_read, rejected: the keys whose page failed its
+        integrity tag, each also counted in missing), as a dict."""
         st = _lib.StoreStats()
         st.stats_size = ctypes.sizeof(st)
         err = _lib.Error()
@@ -343,6 +355,12 @@ class Store(Handle):
         if rc:
             raise from_c("Store.stats", rc, err)
         return {f: getattr(st, f) for f in _lib.STATS_FIELDS}
+
+    def info(self):
+        """The page file's figures (kvpage.PageFile.info): its geometry and
+        backends, and its integrity tags ("tags": "on", "off" or "legacy";
+        "tags_verified", "tags_rejected", "tags_unverified", "tags_note")."""
+        return self._call("Store.info", lambda h: info_of(_lib.store_pagefile(h)))
 
     def __repr__(self):
         state = "closed" if self._h is None else f"{self.num_pages} pages of {self.bytes_per_page} bytes"

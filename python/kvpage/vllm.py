@@ -36,6 +36,15 @@ pipeline stages never share pages:
                           error). vLLM's own task fails a whole chunk and still
                           reports the request loaded, so it ran on whatever
                           the GPU blocks held.
+  Keys: a page is written with its key and read with it, so that its
+                          integrity tag binds its bytes to the key (README,
+                          "Every page verified"): the metadata client notes
+                          the page each key was given (batch_allocate), and
+                          the file client writes each page with the key
+                          noted for it; a load reads each page with its key.
+                          A page whose bytes changed since (another writer,
+                          a torn write), or that holds another key's page,
+                          is a failed load of its block (below).
   get_tensor_model_parallel_rank -> the rank id of the files and metadata:
                           the TP rank plus pp_rank * tp_size (the TP rank
                           alone with one stage), so that stages, which hold
@@ -83,8 +92,34 @@ def _extra_config(vllm_config):
     return dict(extra or {})
 
 
+# The keys of the pages about to be written, per rank: page -> key, noted
+# by the metadata client's allocation and taken by the file client's write
+# (vLLM's save task allocates, then writes offsets only). Process-wide, as
+# the rebinding is; one save task at a time per connector.
+_page_keys = {}
+_page_keys_lock = threading.Lock()
+
+
+def _note_pages(rank, results):
+    """Notes batch_allocate's [key, page] results of rank."""
+    try:
+        pairs = [(int(p), str(k)) for k, p in results if type(p) is int and p >= 0]
+    except (TypeError, ValueError):  # not the shape expected: write without keys
+        return
+    with _page_keys_lock:
+        _page_keys.setdefault(int(rank), {}).update(pairs)
+
+
+def _take_keys(rank, offsets, bytes_per_page):
+    """The keys noted for the pages at offsets (None where none), forgotten."""
+    with _page_keys_lock:
+        noted = _page_keys.get(rank, {})
+        return [noted.pop(int(o) // bytes_per_page, None) for o in offsets]
+
+
 def _with_url(cls, url):
-    """cls, building clients without a URL at url instead of its default."""
+    """cls, building clients without a URL at url instead of its default,
+    noting the page each key is allocated (_note_pages)."""
     if getattr(cls, "_kvpage_url", None) is not None:
         cls = cls.__bases__[0]  # already wrapped (a second connector): rewrap the original
 
@@ -95,6 +130,11 @@ def _with_url(cls, url):
             if not args and not any(k in kwargs for k in ("base_url", "url", "server_url")):
                 args = (url,)
             super().__init__(*args, **kwargs)
+
+        def allocate_pages_for_keys(self, rank, keys):
+            results = super().allocate_pages_for_keys(rank, keys)
+            _note_pages(rank, results)
+            return results
 
     _Client.__name__ = _Client.__qualname__ = cls.__name__
     return _Client
@@ -143,7 +183,16 @@ def _owned_client(url):
             rank = _rank_of(path)
             if rank is not None and "owner" not in kwargs:
                 kwargs["owner"] = {"location": url, "rank": rank}
+            self._kvpage_rank = rank
             super().__init__(path, *args, **kwargs)
+
+        def batch_write(self, offsets, tensors, event=None, keys=None):
+            if keys is None and self._kvpage_rank is not None:
+                try:
+                    keys = _take_keys(self._kvpage_rank, offsets, self.bytes_per_page)
+                except TypeError:  # not a list of offsets: the client's check says so
+                    keys = None
+            return super().batch_write(offsets, tensors, event, keys)
 
     _Client.__name__ = _Client.__qualname__ = Hf3fsClient.__name__
     return _Client
@@ -189,8 +238,9 @@ class _LoadErrors:
         that did not get their page (no key, no location, not a full read)."""
         conn = self._connector
         pages = conn._metadata_client.get_key_locations(self._rank, keys) if keys else []
-        todo = [(b, p) for b, p in zip(block_ids, pages)
-                if type(p) is int and p >= 0]  # None: not (or no longer) stored
+        held = [type(p) is int and p >= 0 for p in pages]  # None: not (or no longer) stored
+        todo = [(b, p) for b, p, h in zip(block_ids, pages, held) if h]
+        todo_keys = [k for k, h in zip(keys, held) if h]
         failed = set(block_ids) - {b for b, _ in todo}
         if not todo:
             return failed
@@ -198,7 +248,7 @@ class _LoadErrors:
         if buffers is None:
             raise RuntimeError(f"Buffer allocation failed for {len(todo)} blocks")
         try:
-            results = self._read_pages([p for _, p in todo], buffers)
+            results = self._read_pages([p for _, p in todo], buffers, todo_keys)
             good = [i for i, r in enumerate(results) if r == self._bytes_per_page]
             failed.update(b for (b, _), r in zip(todo, results) if r != self._bytes_per_page)
             if good:
@@ -210,16 +260,17 @@ class _LoadErrors:
             self._load_buffer_allocator.free_buffer(buffers)
         return failed
 
-    def _read_pages(self, pages, buffers):
-        """batch_read of the pages into buffers, entries at a time on the I/O
-        pool; one result per page (a batch that raised counts as failed)."""
+    def _read_pages(self, pages, buffers, keys):
+        """batch_read of the pages into buffers, each with its key (its tag
+        must name it), entries at a time on the I/O pool; one result per
+        page (a batch that raised counts as failed)."""
         conn, step = self._connector, self._kvpage_entries
         futures = []
         for i in range(0, len(pages), step):
             client = conn._clients[conn._ac.next()]
             futures.append((i, self._io_executor.submit(
                 client.batch_read, [p * self._bytes_per_page for p in pages[i:i + step]],
-                buffers[i:i + step])))
+                buffers[i:i + step], keys=keys[i:i + step])))
         results = [-1] * len(pages)
         for i, fut in futures:
             try:

@@ -35,10 +35,15 @@ tier_type=, **the tier config's other keys). Those keys:
   threads       jobs run at once (2); io_threads: page-I/O batches of one
                 job at once (4); entries: pages per batch (16).
   durable       True: pages are synced before their keys are confirmed.
-  integrity     True: each block's checksum (XXH3-64, else CRC-32) and key
-                digest are kept in a second store (PATH.sums, 64-byte pages,
-                pool POOL.sums) and checked on every load: a block whose
-                bytes do not match is a failed load, never data.
+  integrity     True: every block is checked on every load against the
+                integrity tag its store wrote with it (its bytes and its
+                key, in PATH.tags: kvpage.Store's tags): a block whose bytes
+                do not match is a failed load, never data. A tier made
+                before tags (its file held blocks when its tags were made)
+                or on a block device (no tags) keeps the second store of
+                checksums it had: each block's XXH3-64 (else CRC-32) and key
+                digest in PATH.sums (64-byte pages, pool POOL.sums), which
+                its old blocks need. False: no checks.
   async_lookup  None: on for http:// and redis:// metadata (lookups answer
                 RETRY until a background thread has the answer), off for
                 embedded metadata (an in-memory look-up).
@@ -386,12 +391,15 @@ class KvpageTier(_Base):
             direct = False  # O_DIRECT takes rows of whole 4 KiB blocks only
         self._data = _open_shared(self._data_key, lambda: _open_data(
             direct, path, file_size, self.block_size, int(entries), meta=meta, pool=pool,
-            backend=backend, mmap_reads=mmap_reads, **common))
+            backend=backend, mmap_reads=mmap_reads, tags=self.integrity, **common))
         self._sums = self._sums_key = None
         try:
             if preallocate:
                 _preallocate(path, self._data.num_pages * self.block_size)
-            if self.integrity:
+            # The blocks' tags check every load of a tier made with them;
+            # checksums only for blocks written before (or without) tags.
+            if self.integrity and (self._data.info()["tags"] != "on"
+                                   or os.path.exists(path + ".sums")):
                 spath, smeta = path + ".sums", _sums_location(path, meta)
                 self._sums_key = (os.path.realpath(spath), smeta, deployment, pool, int(rank))
                 n = self._data.num_pages

@@ -724,10 +724,11 @@ static int reply_list(struct hbe *b, struct req *r, struct jdoc *d, const char *
 /* POSTs {["rank": R, ]"keys": [...][, "namespace": P]} to the vLLM route
  * (vllm: rank in the body when >= 0) or to /{rank}/route, and checks the
  * status is want. r->idempotent is the caller's. */
-/* order: the "order" field's value (reserve only), or NULL. */
-static int keys_call_order(struct kvp_ns *ns, int64_t rank, int vllm, const char *route,
-                           const char *order, const struct kvp_str *keys, size_t n, long want,
-                           struct req *r, struct kvp_error *err)
+/* field: one more string field of the body ("order" of reserve, "reason"
+ * of an integrity delete) with its value, or NULL. */
+static int keys_call_field(struct kvp_ns *ns, int64_t rank, int vllm, const char *route,
+                           const char *field, const char *value, const struct kvp_str *keys,
+                           size_t n, long want, struct req *r, struct kvp_error *err)
 {
     struct hns *s = hns_of(ns);
     int rc = keys_utf8(keys, n, err);
@@ -742,9 +743,11 @@ static int keys_call_order(struct kvp_ns *ns, int64_t rank, int vllm, const char
     }
     put_keys(&body, "keys", keys, n);
     put_pool(&body, s, vllm);
-    if (order) {
-        put_lit(&body, ", \"order\": \"");
-        kvp__buf_put(&body, order, strlen(order));
+    if (field && value) {
+        put_lit(&body, ", \"");
+        kvp__buf_put(&body, field, strlen(field));
+        put_lit(&body, "\": \"");
+        kvp__buf_put(&body, value, strlen(value));
         put_lit(&body, "\"");
     }
     put_lit(&body, "}");
@@ -760,7 +763,7 @@ static int keys_call(struct kvp_ns *ns, int64_t rank, int vllm, const char *rout
                      const struct kvp_str *keys, size_t n, long want, struct req *r,
                      struct kvp_error *err)
 {
-    return keys_call_order(ns, rank, vllm, route, NULL, keys, n, want, r, err);
+    return keys_call_field(ns, rank, vllm, route, NULL, NULL, keys, n, want, r, err);
 }
 
 static int h_init_rank(struct kvp_ns *ns, uint32_t rank, uint32_t num_pages, uint64_t *ticket,
@@ -794,8 +797,8 @@ static int h_allocate_ordered(struct kvp_ns *ns, uint32_t rank, int order,
     const char *name = order == KVP_ORDER_VLLM     ? "vllm"
                        : order == KVP_ORDER_SGLANG ? NULL /* the route's own */
                                                    : "default";
-    int rc = keys_call_order(ns, rank, 0, "reserve_and_allocate_page_indices", name, keys, n, 200,
-                             &r, err);
+    int rc = keys_call_field(ns, rank, 0, "reserve_and_allocate_page_indices", "order", name, keys,
+                             n, 200, &r, err);
     if (rc)
         return rc;
     struct jdoc d;
@@ -916,6 +919,20 @@ static int h_delete(struct kvp_ns *ns, int64_t rank, const struct kvp_str *keys,
     struct req r = {.idempotent = 1};
     int rc = keys_call(ns, rank, rank < 0, rank < 0 ? "/keys/delete" : "delete_keys", keys, n, 204,
                        &r, err);
+    kvp__buf_free(&r.reply);
+    return rc;
+}
+
+/* A delete of keys whose pages failed their integrity tag: the delete
+ * route with "reason": "integrity", which the server counts per namespace
+ * (kvpage_pages_rejected_total); a server before the field ignores it and
+ * deletes them all the same. */
+static int h_delete_rejected(struct kvp_ns *ns, int64_t rank, const struct kvp_str *keys, size_t n,
+                             uint64_t *ticket, struct kvp_error *err)
+{
+    struct req r = {.idempotent = 1};
+    int rc = keys_call_field(ns, rank, rank < 0, rank < 0 ? "/keys/delete" : "delete_keys",
+                             "reason", "integrity", keys, n, 204, &r, err);
     kvp__buf_free(&r.reply);
     return rc;
 }
@@ -1388,6 +1405,7 @@ const struct kvp__meta_ops kvp__http_ops = {
     .exists = h_exists,
     .lookup = h_lookup,
     .del = h_delete,
+    .del_rejected = h_delete_rejected,
     .clear = h_clear,
     .drop = h_drop,
     .nranks = h_nranks,

@@ -108,6 +108,22 @@ struct kvp__meta_ops {
     /* kvp_meta_watch and kvp_meta_inventory. May be NULL: -EOPNOTSUPP. */
     int (*watch)(struct kvp_meta *m, kvp_meta_change_fn fn, void *arg);
     int (*inventory)(struct kvp_meta *m, kvp_meta_change_fn fn, void *arg);
+    /* Pins and the query by engine hashes (kvp_meta_pin, kvp_meta_unpin,
+     * kvp_meta_pinned, kvp_meta_exists_hashes), arguments checked. May be
+     * NULL: -EOPNOTSUPP (only the in-process engine has them so far). */
+    int (*pin)(struct kvp_ns *ns, const struct kvp_str *keys, size_t n, uint64_t ttl_ms,
+               double max_ratio, uint64_t *total, uint64_t *limit, struct kvp_error *err);
+    int (*unpin)(struct kvp_ns *ns, const struct kvp_str *keys, size_t n, uint64_t *released,
+                 struct kvp_error *err);
+    int (*pinned)(struct kvp_ns *ns, int64_t rank, uint64_t *keys, uint64_t *refs,
+                  struct kvp_error *err);
+    int (*exists_hashes)(struct kvp_ns *ns, const uint64_t *hashes, size_t n, int form,
+                         const uint32_t *ranks, size_t nranks, uint8_t *out, struct kvp_error *err);
+    /* kvp_meta_delete_rejected: del of keys whose pages failed their
+     * integrity tag. May be NULL: del (the reason matters only to a remote
+     * server, which counts them). */
+    int (*del_rejected)(struct kvp_ns *ns, int64_t rank, const struct kvp_str *keys, size_t n,
+                        uint64_t *ticket, struct kvp_error *err);
 };
 
 /* The in-process engine (src/meta/local.c): mem: and file:. */

@@ -9,7 +9,7 @@
  *
  * Cost: every operation is O(keys in the request); page allocation, release,
  * touch and eviction are O(1) apart from eviction skipping pages that are in
- * their read grace or returned by the same request (see evict()).
+ * their read grace, returned by the same request or pinned (see evict()).
  */
 #include <assert.h>
 #include <errno.h>
@@ -120,6 +120,7 @@ static int lo_open(struct kvp_meta *front, const char *where, struct kvp_error *
             return rc;
         }
         front->identity = dir_identity(m, m->opts.data_dir);
+        kvp__pins_load(m);
     }
     /* mem: has none: its state ends with the handle, and a page file's
      * owner record of "mem:" compares the location, as before. */
@@ -769,19 +770,26 @@ static uint32_t take_free_page(struct kvp__local *m, struct kvp__rank *r, int or
 
 /*
  * Frees the least recently used HELD page that is neither in its read grace
- * nor returned by the current request, and returns it unlinked, or KVP_NONE.
- * Walks from the LRU tail: pages in grace were looked up recently, so they sit
- * near the head and the walk is short unless the whole pool was read within
- * the grace period.
+ * nor returned by the current request nor pinned, and returns it unlinked, or
+ * KVP_NONE. Walks from the LRU tail: pages in grace were looked up recently,
+ * so they sit near the head and the walk is short unless the whole pool was
+ * read within the grace period. A pinned page it meets moves to the head, so
+ * that the next walk does not meet it first again (pins.c).
  */
 static uint32_t evict(struct kvp__lns *ns, struct kvp__rank *r, uint64_t now)
 {
-    for (uint32_t p = r->lru.tail; p != KVP_NONE; p = r->pages[p].prev) {
+    uint64_t left = r->lru.count; /* pinned pages moved to the head come round again */
+    for (uint32_t p = r->lru.tail, prev; p != KVP_NONE && left--; p = prev) {
         struct kvp__page *pg = &r->pages[p];
+        prev = pg->prev;
         if (pg->mark == r->stamp)
             return KVP_NONE; /* marked pages are the most recent: nothing older is left */
         if (pg->t > now)
             continue;
+        if (ns->pins && kvp__pin_active(ns, pg->owner, now)) {
+            touch(r, p); /* out of the way of the next walk (pins.c) */
+            continue;
+        }
         kvp__jrnl_free(ns, r->id, p);
         tell(ns, r, pg->owner, KVP_CHANGE_REMOVED);
         page_unhold(ns, r, p);
@@ -1024,6 +1032,7 @@ static void lo_close(struct kvp_meta *front)
         free(ns->deployment);
         free(ns->pool);
         free(ns->jbuf);
+        kvp__pins_free(ns);
         pthread_mutex_destroy(&ns->lock);
         free(ns);
     }
@@ -1574,6 +1583,7 @@ static void ns_drop_locked(struct kvp__lns *ns)
         }
     }
     ns->nranks = 0;
+    kvp__pins_free(ns); /* the PINS file forgets them at its next rewrite */
     __atomic_store_n(&ns->dropped, 1, __ATOMIC_RELEASE);
 }
 
@@ -1847,6 +1857,17 @@ static int lo_check(struct kvp_meta *front, struct kvp_error *err)
     return 0;
 }
 
+struct kvp__rank *kvp__rank_of(struct kvp__lns *ns, uint32_t rank)
+{
+    return rank_find(ns, rank);
+}
+
+uint32_t kvp__key_page_locked(struct kvp__lns *ns, const struct kvp__rank *r,
+                              const struct kvp_str *key)
+{
+    return key_page(key_find(ns, key), r->slot);
+}
+
 int64_t kvp__meta_peek(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *key)
 {
     struct kvp__lns *ns = (struct kvp__lns *)pub;
@@ -1984,4 +2005,8 @@ const struct kvp__meta_ops kvp__local_ops = {
     .describe = lo_describe,
     .watch = lo_watch,
     .inventory = lo_inventory,
+    .pin = kvp__lo_pin,
+    .unpin = kvp__lo_unpin,
+    .pinned = kvp__lo_pinned,
+    .exists_hashes = kvp__lo_exists_hashes,
 };

@@ -487,6 +487,81 @@ KVP_API int kvp_meta_exists(struct kvp_ns *ns, int64_t rank, const struct kvp_st
     return ns->meta->ops->exists(ns, rank < 0 ? -1 : rank, keys, n, out, err);
 }
 
+static int unsupported(struct kvp_ns *ns, const char *what, struct kvp_error *err)
+{
+    kvp__set_err(err, -EOPNOTSUPP, KVP_RULE_ARG, -1, 0, 0,
+                 "%s not implemented yet with %s metadata", what, ns->meta->ops->name);
+    return -EOPNOTSUPP;
+}
+
+KVP_API int kvp_meta_pin(struct kvp_ns *ns, const struct kvp_str *keys, size_t n, uint64_t ttl_ms,
+                         double max_ratio, uint64_t *total, uint64_t *limit, struct kvp_error *err)
+{
+    int rc;
+    uint64_t t = 0, l = 0;
+    if ((rc = check_ns(ns, err)) || (rc = check_keys(keys, n, err)))
+        return rc;
+    if (ttl_ms == 0)
+        return bad_arg(err, "ttl_ms is 0");
+    if (!(max_ratio > 0 && max_ratio <= 1))
+        return bad_arg(err, "max_ratio must be in (0, 1]");
+    if (!ns->meta->ops->pin)
+        return unsupported(ns, "pins are", err);
+    rc = ns->meta->ops->pin(ns, keys, n, ttl_ms, max_ratio, &t, &l, err);
+    if (total)
+        *total = t;
+    if (limit)
+        *limit = l;
+    return rc;
+}
+
+KVP_API int kvp_meta_unpin(struct kvp_ns *ns, const struct kvp_str *keys, size_t n,
+                           uint64_t *released, struct kvp_error *err)
+{
+    int rc;
+    uint64_t r = 0;
+    if ((rc = check_ns(ns, err)) || (rc = check_keys(keys, n, err)))
+        return rc;
+    if (!ns->meta->ops->unpin)
+        return unsupported(ns, "pins are", err);
+    rc = ns->meta->ops->unpin(ns, keys, n, &r, err);
+    if (released)
+        *released = r;
+    return rc;
+}
+
+KVP_API int kvp_meta_pinned(struct kvp_ns *ns, int64_t rank, uint64_t *keys, uint64_t *refs,
+                            struct kvp_error *err)
+{
+    int rc;
+    if ((rc = check_ns(ns, err)) || (rc = check_rank(rank, 1, err)))
+        return rc;
+    if (!ns->meta->ops->pinned)
+        return unsupported(ns, "pins are", err);
+    return ns->meta->ops->pinned(ns, rank < 0 ? -1 : rank, keys, refs, err);
+}
+
+KVP_API int kvp_meta_exists_hashes(struct kvp_ns *ns, const uint64_t *hashes, size_t n, int form,
+                                   const uint32_t *ranks, size_t nranks, uint8_t *out,
+                                   struct kvp_error *err)
+{
+    int rc;
+    if ((rc = check_ns(ns, err)))
+        return rc;
+    if (form != KVP_HASH_SGLANG && form != KVP_HASH_VLLM)
+        return bad_arg(err, "unknown hash form");
+    if ((n && !hashes) || (nranks && !ranks) || (n && nranks && !out))
+        return bad_arg(err, "hashes, ranks or out is NULL");
+    if (nranks && n > SIZE_MAX / nranks)
+        return bad_arg(err, "too many hashes");
+    for (size_t j = 0; j < nranks; j++)
+        if ((rc = check_rank(ranks[j], 0, err)))
+            return rc;
+    if (!ns->meta->ops->exists_hashes)
+        return unsupported(ns, "the query by block hashes is", err);
+    return ns->meta->ops->exists_hashes(ns, hashes, n, form, ranks, nranks, out, err);
+}
+
 KVP_API int kvp_meta_lookup(struct kvp_ns *ns, uint32_t rank, int complete_only,
                             const struct kvp_str *keys, size_t n, int64_t *pages,
                             struct kvp_error *err)
@@ -518,6 +593,20 @@ KVP_API int kvp_meta_delete(struct kvp_ns *ns, int64_t rank, const struct kvp_st
     uint64_t t = 0;
     int rc = kvp_meta_delete_async(ns, rank, keys, n, &t, err);
     return settle(ns ? ns->meta : NULL, rc, t, err);
+}
+
+KVP_API int kvp_meta_delete_rejected(struct kvp_ns *ns, int64_t rank, const struct kvp_str *keys,
+                                     size_t n, struct kvp_error *err)
+{
+    int rc;
+    if ((rc = check_ns(ns, err)) || (rc = check_rank(rank, 1, err)) ||
+        (rc = check_keys(keys, n, err)))
+        return rc;
+    const struct kvp__meta_ops *ops = ns->meta->ops;
+    uint64_t t = 0;
+    rc = (ops->del_rejected ? ops->del_rejected : ops->del)(ns, rank < 0 ? -1 : rank, keys, n, &t,
+                                                            err);
+    return settle(ns->meta, rc, t, err);
 }
 
 KVP_API int kvp_meta_clear_async(struct kvp_ns *ns, int64_t rank, uint64_t *ticket,

@@ -143,6 +143,8 @@ struct kvp__lns {
     /* Ranks dropped while the prefault thread may still hold their page
      * job (ahead): freed once it is done, or at close (guarded by lock). */
     struct kvp__rank *dead;
+    /* Pins (src/meta/pins.c): NULL until the first (guarded by lock). */
+    struct kvp__pins *pins;
 };
 
 struct kvp__local {
@@ -233,6 +235,26 @@ void kvp__meta_reserve_keys(struct kvp__lns *ns, uint64_t nkeys);
  * Returns how many were kept. Caller holds ns->lock.
  */
 uint64_t kvp__meta_keep_keys(struct kvp__lns *ns, int keep);
+
+/* Pins (src/meta/pins.c). kvp__pin_active: whether key e is pinned at now
+ * (caller holds ns->lock); the others are the backend's operations. */
+int kvp__pin_active(struct kvp__lns *ns, const struct kvp__key *e, uint64_t now);
+void kvp__pins_free(struct kvp__lns *ns);
+void kvp__pins_load(struct kvp__local *m);
+int kvp__lo_pin(struct kvp_ns *pub, const struct kvp_str *keys, size_t n, uint64_t ttl_ms,
+                double max_ratio, uint64_t *total, uint64_t *limit, struct kvp_error *err);
+int kvp__lo_unpin(struct kvp_ns *pub, const struct kvp_str *keys, size_t n, uint64_t *released,
+                  struct kvp_error *err);
+int kvp__lo_pinned(struct kvp_ns *pub, int64_t rank, uint64_t *keys, uint64_t *refs,
+                   struct kvp_error *err);
+int kvp__lo_exists_hashes(struct kvp_ns *pub, const uint64_t *hashes, size_t n, int form,
+                          const uint32_t *ranks, size_t nranks, uint8_t *out,
+                          struct kvp_error *err);
+/* For pins.c, with ns->lock held: the rank (NULL: not initialized) and the
+ * page of key on it (KVP_NONE: none). */
+struct kvp__rank *kvp__rank_of(struct kvp__lns *ns, uint32_t rank);
+uint32_t kvp__key_page_locked(struct kvp__lns *ns, const struct kvp__rank *r,
+                              const struct kvp_str *key);
 
 /* Test and tool helpers (not part of the public API). */
 

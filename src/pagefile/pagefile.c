@@ -24,7 +24,7 @@
 
 #define PF_KNOWN_FLAGS                                                                             \
     (KVP_PAGEFILE_CREATE | KVP_PAGEFILE_DIRECT | KVP_PAGEFILE_ALIGNED | KVP_PAGEFILE_EXACT_SIZE |  \
-     KVP_PAGEFILE_READONLY | KVP_PAGEFILE_MMAP_READS | KVP_PAGEFILE_MKDIR)
+     KVP_PAGEFILE_READONLY | KVP_PAGEFILE_MMAP_READS | KVP_PAGEFILE_MKDIR | KVP_PAGEFILE_NO_TAGS)
 #define PF_MAX_ENTRIES (1u << 20)
 #define PF_DEFAULT_CHUNK (1u << 20)
 /* Options from the first published layout onwards: everything up to chunk_bytes. */
@@ -62,9 +62,8 @@ static const struct kvp__pf_backend *pf_backend_of(int id)
 
 /* ---- errors ----------------------------------------------------------- */
 
-__attribute__((format(printf, 6, 7))) static int pf_fail(struct kvp_error *err, int code, int rule,
-                                                         int64_t index, int64_t value,
-                                                         const char *fmt, ...);
+/* The error filler of the front end and of the modules below it (pf_internal.h). */
+#define pf_fail kvp__pf_fail
 
 /* Sets err->limit after pf_fail; returns code. */
 static int pf_limit(struct kvp_error *err, int code, int64_t limit)
@@ -74,8 +73,8 @@ static int pf_limit(struct kvp_error *err, int code, int64_t limit)
     return code;
 }
 
-static int pf_fail(struct kvp_error *err, int code, int rule, int64_t index, int64_t value,
-                   const char *fmt, ...)
+int kvp__pf_fail(struct kvp_error *err, int code, int rule, int64_t index, int64_t value,
+                 const char *fmt, ...)
 {
     if (!err)
         return code;
@@ -198,9 +197,9 @@ static int pf_extend_file(struct kvp_pagefile *pf, struct kvp_error *err)
     return rc;
 }
 
-static void pf_note(struct kvp_pagefile *pf, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void pf_note(struct kvp_pagefile *pf, const char *fmt, ...)
+#define pf_note kvp__pf_note
+
+void kvp__pf_note(struct kvp_pagefile *pf, const char *fmt, ...)
 {
     size_t used = strlen(pf->note);
     if (used >= sizeof pf->note - 1)
@@ -340,7 +339,7 @@ KVP_API int kvp_pagefile_open(const char *path, const struct kvp_pagefile_opts *
     pf->fd = -1;
     /* What this open creates (directories, the file) it removes when it fails. */
     size_t made_dirs = 0;
-    int created = 0;
+    int created = 0, tags_made = 0;
     pf->path = strdup(path);
     if (!pf->path) {
         rc = pf_fail(err, -ENOMEM, KVP_RULE_IO, -1, 0, "out of memory");
@@ -410,11 +409,16 @@ KVP_API int kvp_pagefile_open(const char *path, const struct kvp_pagefile_opts *
     chunk = (chunk + pf->off_align - 1) / pf->off_align * pf->off_align;
     pf->chunk_bytes = chunk;
 
-    if ((rc = pf_start_backends(pf, err)) != 0 || (rc = pf_extend_file(pf, err)) != 0)
+    /* The tags sidecar after the backends (their note comes first), before
+     * the extension: the open's last step. */
+    if ((rc = pf_start_backends(pf, err)) != 0 ||
+        (rc = kvp__pf_tags_open(pf, created, &tags_made, err)) != 0 ||
+        (rc = pf_extend_file(pf, err)) != 0)
         goto fail;
     *out = pf;
     return 0;
 fail:
+    kvp__pf_tags_close(pf, tags_made);
     kvp_pagefile_close(pf);
     if (created)
         unlink(path);
@@ -430,6 +434,7 @@ KVP_API void kvp_pagefile_close(struct kvp_pagefile *pf)
         if (pf->started[i])
             pf->started[i]->stop(pf);
     kvp__pf_map_close(pf);
+    kvp__pf_tags_close(pf, 0);
     if (pf->fd >= 0)
         close(pf->fd);
     free(pf->path);
@@ -516,11 +521,17 @@ static int pf_validate(const struct kvp_pagefile *pf, const struct kvp_pagefile_
 
 /* The batch's return: 0, or the first op that did not move its size. */
 static int pf_report(const struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops, size_t n,
-                     const int64_t *results, int write, struct kvp_error *err)
+                     const int64_t *results, int write, const struct kvp__pf_reject *rej,
+                     struct kvp_error *err)
 {
     for (size_t i = 0; i < n; i++) {
         if (results[i] >= 0 && (uint64_t)results[i] == ops[i].size)
             continue;
+        if (rej && rej->index == (int64_t)i)
+            return pf_fail(err, -EBADMSG, KVP_RULE_INTEGRITY, (int64_t)i, (int64_t)rej->slot,
+                           "op %zu: page %" PRIu64 " of %s (offset %" PRId64
+                           ") failed its integrity tag: %s; it is reported as missing",
+                           i, rej->slot, pf->path, ops[i].offset, kvp__pf_tag_why(rej->why));
         if (results[i] < 0)
             return pf_fail(err, (int)results[i], KVP_RULE_IO, (int64_t)i, ops[i].offset,
                            "op %zu: %s of %" PRIu64 " bytes at offset %" PRId64 " failed: %s", i,
@@ -535,27 +546,97 @@ static int pf_report(const struct kvp_pagefile *pf, const struct kvp_pagefile_op
     return 0;
 }
 
-static int pf_batch(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops, size_t n,
-                    int64_t *results, int write, struct kvp_error *err)
+/* Runs ops (validated; for a vectored batch, the whole ranges of vops,
+ * which run moves as its plan's plain operations) on the direction's
+ * backend with the tags around them: a write marks its slots BAD, moves the
+ * data, then tags them; a read moves the data, then checks it (rejected ops
+ * become -EBADMSG, *rej the first). A plain batch's digests are computed by
+ * the backend as it moves the bytes (b: its batch, given the tag arrays);
+ * what it did not hash, and a vectored batch's, here. Returns 0 or -ENOMEM. */
+static int pf_tagged(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops,
+                     const struct kvp_pagefile_vop *vops, const char *const *keys, size_t n,
+                     int64_t *results, int write, struct kvp__pf_reject *rej,
+                     struct kvp__pf_batch *b, void (*run)(struct kvp_pagefile *pf, void *arg),
+                     void *arg)
+{
+    rej->index = -1;
+    if (!pf->tags) {
+        run(pf, arg);
+        return 0;
+    }
+    /* digests, hashed bytes, wanted: on the stack for the usual batches */
+    uint64_t small[2 * 64 + 64 / 8];
+    size_t words = 2 * n + (n + 7) / 8;
+    uint64_t *mem = words <= sizeof small / sizeof small[0] ? small : malloc(words * 8);
+    if (!mem)
+        return -ENOMEM;
+    memset(mem, 0, words * 8);
+    uint64_t *digests = mem, *bytes = mem + n;
+    uint8_t *want = (uint8_t *)(mem + 2 * n);
+    kvp__pf_tags_begin(pf, ops, n, write, want);
+    if (b) {
+        b->tag_want = want;
+        b->tag_digest = digests;
+        b->tag_bytes = bytes;
+    } else if (write) {
+        kvp__pf_tags_fill(ops, vops, n, want, digests, NULL);
+    }
+    run(pf, arg);
+    if (b || !write)
+        kvp__pf_tags_fill(ops, vops, n, want, digests, b ? bytes : NULL);
+    if (write)
+        kvp__pf_tags_wend(pf, ops, keys, n, results, want, digests);
+    else
+        kvp__pf_tags_rcheck(pf, ops, vops, keys, n, results, want, digests, rej);
+    if (mem != small)
+        free(mem);
+    return 0;
+}
+
+static void pf_run_plain(struct kvp_pagefile *pf, void *arg)
+{
+    struct kvp__pf_batch *b = arg;
+    pf->be[b->write]->run(pf, b);
+}
+
+static int pf_batch(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops,
+                    const char *const *keys, size_t n, int64_t *results, int write,
+                    struct kvp_error *err)
 {
     int rc = pf_validate(pf, ops, n, results, write, 0, err);
     if (rc || n == 0)
         return rc;
     struct kvp__pf_batch b = {.ops = ops, .results = results, .n = n, .write = write};
-    pf->be[write]->run(pf, &b);
-    return pf_report(pf, ops, n, results, write, err);
+    struct kvp__pf_reject rej;
+    if (pf_tagged(pf, ops, NULL, keys, n, results, write, &rej, &b, pf_run_plain, &b) != 0)
+        return pf_fail(err, -ENOMEM, KVP_RULE_IO, -1, 0, "out of memory");
+    return pf_report(pf, ops, n, results, write, &rej, err);
 }
 
 KVP_API int kvp_pagefile_read(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops, size_t n,
                               int64_t *results, struct kvp_error *err)
 {
-    return pf_batch(pf, ops, n, results, 0, err);
+    return pf_batch(pf, ops, NULL, n, results, 0, err);
 }
 
 KVP_API int kvp_pagefile_write(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops, size_t n,
                                int64_t *results, struct kvp_error *err)
 {
-    return pf_batch(pf, ops, n, results, 1, err);
+    return pf_batch(pf, ops, NULL, n, results, 1, err);
+}
+
+KVP_API int kvp_pagefile_read_keyed(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops,
+                                    const char *const *keys, size_t n, int64_t *results,
+                                    struct kvp_error *err)
+{
+    return pf_batch(pf, ops, keys, n, results, 0, err);
+}
+
+KVP_API int kvp_pagefile_write_keyed(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops,
+                                     const char *const *keys, size_t n, int64_t *results,
+                                     struct kvp_error *err)
+{
+    return pf_batch(pf, ops, keys, n, results, 1, err);
 }
 
 /* ---- vectored batches -------------------------------------------------- */
@@ -761,8 +842,35 @@ static void pf_vgather(const struct kvp_pagefile_vop *ops, size_t n, const struc
     }
 }
 
-static int pf_vbatch(struct kvp_pagefile *pf, const struct kvp_pagefile_vop *ops, size_t n,
-                     int64_t *results, int write, struct kvp_error *err)
+/* A vectored batch's plain operations, run in batches of at most `entries`. */
+struct pf_vrun {
+    const struct pf_vplan *p;
+    const struct kvp_pagefile_vop *ops;
+    size_t n;
+    int64_t *results;
+    int write;
+};
+
+static void pf_run_vplan(struct kvp_pagefile *pf, void *arg)
+{
+    struct pf_vrun *v = arg;
+    const struct pf_vplan *p = v->p;
+    /* A split op is several plain ones: batches of at most `entries`. */
+    for (size_t lo = 0; lo < p->nx; lo += pf->entries) {
+        size_t m = p->nx - lo < pf->entries ? p->nx - lo : pf->entries;
+        struct kvp__pf_batch b = {.ops = p->xops + lo,
+                                  .results = p->xres + lo,
+                                  .n = m,
+                                  .write = v->write,
+                                  .vec = p->niov ? p->xvec + lo : NULL};
+        pf->be[v->write]->run(pf, &b);
+    }
+    pf_vgather(v->ops, v->n, p, v->write, v->results);
+}
+
+static int pf_vbatch(struct kvp_pagefile *pf, const struct kvp_pagefile_vop *ops,
+                     const char *const *keys, size_t n, int64_t *results, int write,
+                     struct kvp_error *err)
 {
     if (!pf || n > pf->entries || n == 0) /* the handle, the batch's size */
         return pf_validate(pf, NULL, n, results, write, 1, err);
@@ -782,19 +890,13 @@ static int pf_vbatch(struct kvp_pagefile *pf, const struct kvp_pagefile_vop *ops
         free(whole);
         return rc;
     }
-    /* A split op is several plain ones: batches of at most `entries`. */
-    for (size_t lo = 0; lo < p.nx; lo += pf->entries) {
-        size_t m = p.nx - lo < pf->entries ? p.nx - lo : pf->entries;
-        struct kvp__pf_batch b = {.ops = p.xops + lo,
-                                  .results = p.xres + lo,
-                                  .n = m,
-                                  .write = write,
-                                  .vec = p.niov ? p.xvec + lo : NULL};
-        pf->be[write]->run(pf, &b);
-    }
-    pf_vgather(ops, n, &p, write, results);
+    struct pf_vrun v = {&p, ops, n, results, write};
+    struct kvp__pf_reject rej;
+    if (pf_tagged(pf, whole, ops, keys, n, results, write, &rej, NULL, pf_run_vplan, &v) != 0)
+        rc = pf_fail(err, -ENOMEM, KVP_RULE_IO, -1, 0, "out of memory");
     pf_vplan_free(&p);
-    rc = pf_report(pf, whole, n, results, write, err);
+    if (!rc)
+        rc = pf_report(pf, whole, n, results, write, &rej, err);
     free(whole);
     return rc;
 }
@@ -802,13 +904,27 @@ static int pf_vbatch(struct kvp_pagefile *pf, const struct kvp_pagefile_vop *ops
 KVP_API int kvp_pagefile_readv(struct kvp_pagefile *pf, const struct kvp_pagefile_vop *ops,
                                size_t n, int64_t *results, struct kvp_error *err)
 {
-    return pf_vbatch(pf, ops, n, results, 0, err);
+    return pf_vbatch(pf, ops, NULL, n, results, 0, err);
 }
 
 KVP_API int kvp_pagefile_writev(struct kvp_pagefile *pf, const struct kvp_pagefile_vop *ops,
                                 size_t n, int64_t *results, struct kvp_error *err)
 {
-    return pf_vbatch(pf, ops, n, results, 1, err);
+    return pf_vbatch(pf, ops, NULL, n, results, 1, err);
+}
+
+KVP_API int kvp_pagefile_readv_keyed(struct kvp_pagefile *pf, const struct kvp_pagefile_vop *ops,
+                                     const char *const *keys, size_t n, int64_t *results,
+                                     struct kvp_error *err)
+{
+    return pf_vbatch(pf, ops, keys, n, results, 0, err);
+}
+
+KVP_API int kvp_pagefile_writev_keyed(struct kvp_pagefile *pf, const struct kvp_pagefile_vop *ops,
+                                      const char *const *keys, size_t n, int64_t *results,
+                                      struct kvp_error *err)
+{
+    return pf_vbatch(pf, ops, keys, n, results, 1, err);
 }
 
 KVP_API int kvp_pagefile_flush(struct kvp_pagefile *pf, struct kvp_error *err)
@@ -820,7 +936,7 @@ KVP_API int kvp_pagefile_flush(struct kvp_pagefile *pf, struct kvp_error *err)
             continue;
         return pf_fail(err, -errno, KVP_RULE_IO, -1, 0, "fsync %s: %s", pf->path, strerror(errno));
     }
-    return 0;
+    return kvp__pf_tags_sync(pf, err);
 }
 
 KVP_API int kvp_pagefile_register_buffers(struct kvp_pagefile *pf,
@@ -1016,6 +1132,7 @@ KVP_API int kvp_pagefile_info(const struct kvp_pagefile *pf, struct kvp_pagefile
     full.direct_mem_align = pf->mem_align;
     full.direct_offset_align = pf->off_align;
     full.backend_note = pf->note;
+    kvp__pf_tags_info(pf, &full);
     size_t n = info->info_size < sizeof full ? info->info_size : sizeof full;
     full.info_size = n;
     memcpy(info, &full, n);

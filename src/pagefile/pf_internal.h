@@ -73,7 +73,19 @@ struct kvp__pf_batch {
     /* NULL, or per op its segments (ops[i].buf then unused when vec[i].n):
      * only given to psync, which moves such an op whole, never in pieces. */
     const struct kvp__pf_vec *vec;
+    /* Integrity tags (pf_tags.c): NULL, or the ops whose digest is wanted
+     * (tag_want[i]). A backend hashes such an op's bytes where they are hot
+     * in the cache (a write's before it moves them, a read's right after),
+     * with kvp__pf_tag_piece, in pieces from any thread; the front end
+     * hashes what a backend did not (tag_bytes[i] short of the op's size). */
+    const uint8_t *tag_want;
+    uint64_t *tag_digest, *tag_bytes;
 };
+
+/* Hashes bytes [start, start + len) of op i of b (p: their first byte;
+ * start a multiple of KVP__PF_TAG_BLOCK) into its digest, if it is wanted. */
+void kvp__pf_tag_piece(const struct kvp__pf_batch *b, size_t i, const void *p, uint64_t start,
+                       uint64_t len);
 
 struct kvp_pagefile;
 
@@ -129,6 +141,7 @@ extern const struct kvp__pf_backend kvp__pf_uring;  /* uring.c */
 extern const struct kvp__pf_backend kvp__pf_usrbio; /* usrbio.c */
 
 struct kvp__pf_pool;   /* psync.c */
+struct kvp__pf_tags;   /* pf_tags.c */
 struct kvp__pf_urings; /* uring.c */
 struct kvp__pf_usrbio; /* usrbio.c */
 
@@ -145,10 +158,81 @@ struct kvp_pagefile {
     struct kvp__pf_pool *pool;     /* psync's state */
     struct kvp__pf_urings *urings; /* uring's state */
     struct kvp__pf_usrbio *usrbio; /* usrbio's state */
-    char *map;         /* KVP_PAGEFILE_MMAP_READS: [0, size) mapped read-only, or NULL */
-    uint64_t map_page; /* the page size mincore counts in */
+    char *map;                 /* KVP_PAGEFILE_MMAP_READS: [0, size) mapped read-only, or NULL */
+    uint64_t map_page;         /* the page size mincore counts in */
+    struct kvp__pf_tags *tags; /* integrity tags, NULL when off */
+    int tags_mode;             /* kvp_pagefile_info.tags: 0 off, 1 on, 2 legacy */
     char note[256];
 };
+
+/* The front end's error filler and note (pagefile.c), for the modules below it. */
+__attribute__((format(printf, 6, 7))) int kvp__pf_fail(struct kvp_error *err, int code, int rule,
+                                                       int64_t index, int64_t value,
+                                                       const char *fmt, ...);
+__attribute__((format(printf, 2, 3))) void kvp__pf_note(struct kvp_pagefile *pf, const char *fmt,
+                                                        ...);
+
+/* ---- integrity tags (pf_tags.c) ----------------------------------------- */
+
+/* A digest is the XOR of XXH3 over blocks of this many bytes of the op. */
+#define KVP__PF_TAG_BLOCK ((uint64_t)64 << 10)
+
+/* psync moves an op whose digest is wanted in steps of this many bytes,
+ * each hashed while in the cache (a multiple of KVP__PF_TAG_BLOCK): the
+ * step's source and destination (1 MiB) fit in a core's L2 here (2 MiB),
+ * and a 2 MiB page costs 4 system calls instead of 1, not 8. */
+#define KVP__PF_TAG_STEP ((uint64_t)512 << 10)
+
+/* Why a read was rejected. */
+enum {
+    KVP__PF_TAG_DIGEST = 1,
+    KVP__PF_TAG_KEY,
+    KVP__PF_TAG_LEN,
+    KVP__PF_TAG_START,
+    KVP__PF_TAG_NOTZERO,
+    KVP__PF_TAG_NOKEY,
+    KVP__PF_TAG_UNTAGGED,
+    KVP__PF_TAG_BAD,
+    KVP__PF_TAG_DAMAGED,
+};
+
+/* The first op of a batch the tags rejected (index -1: none). */
+struct kvp__pf_reject {
+    int64_t index;
+    uint64_t slot;
+    int why;
+};
+
+/* The digest part of an op of oplen bytes: the blocks of [from, from + len),
+ * from a multiple of KVP__PF_TAG_BLOCK, p its first byte. Parts XOR together. */
+uint64_t kvp__pf_tag_blocks(const void *p, uint64_t oplen, uint64_t from, uint64_t len);
+const char *kvp__pf_tag_why(int why);
+/* Opens (creating when needed) the sidecar of pf, or none with tags off;
+ * created: this open created the page file. *made: the sidecar is this
+ * open's (kvp__pf_tags_close(pf, 1) then removes it). */
+int kvp__pf_tags_open(struct kvp_pagefile *pf, int created, int *made, struct kvp_error *err);
+void kvp__pf_tags_close(struct kvp_pagefile *pf, int remove);
+int kvp__pf_tags_sync(struct kvp_pagefile *pf, struct kvp_error *err);
+/* Before a batch: a write's slots become BAD; want[i] = 1 for the ops whose
+ * digest the batch needs (a write's whole-slot ops; a read's ops of a
+ * TAGGED slot that match it). */
+void kvp__pf_tags_begin(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops, size_t n,
+                        int write, uint8_t *want);
+/* The digests of the wanted ops not (fully) hashed by the backend (vops: the
+ * vectored ops whose whole ranges are ops, or NULL). */
+void kvp__pf_tags_fill(const struct kvp_pagefile_op *ops, const struct kvp_pagefile_vop *vops,
+                       size_t n, const uint8_t *want, uint64_t *digests, const uint64_t *bytes);
+/* After a write batch: its ops' tags. */
+void kvp__pf_tags_wend(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops,
+                       const char *const *keys, size_t n, const int64_t *results,
+                       const uint8_t *want, const uint64_t *digests);
+/* After a read batch: rejected ops' results become -EBADMSG. digests[i]:
+ * op i's, when want[i]. */
+void kvp__pf_tags_rcheck(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops,
+                         const struct kvp_pagefile_vop *vops, const char *const *keys, size_t n,
+                         int64_t *results, const uint8_t *want, const uint64_t *digests,
+                         struct kvp__pf_reject *rej);
+void kvp__pf_tags_info(const struct kvp_pagefile *pf, struct kvp_pagefile_info *info);
 
 /* ---- below the backends (pf_io.c) ---------------------------------------- */
 

@@ -135,6 +135,8 @@ int64_t kvp__pf_xfer_plain(const struct kvp_pagefile *pf, int write, void *buf, 
 
 void kvp__pf_run_inline(struct kvp_pagefile *pf, struct kvp__pf_batch *b)
 {
+    /* Wanted digests are hashed by the front end after this (tag_bytes
+     * stays short): the inline path is a fallback, not a fast one. */
     for (size_t i = 0; i < b->n; i++)
         b->results[i] =
             b->vec && b->vec[i].n

@@ -93,6 +93,34 @@ static int pf_room(const struct kvp__pf_pool *p, unsigned more)
            p->cores;
 }
 
+/*
+ * Moves a piece of op i whose digest is wanted, in steps of
+ * KVP__PF_TAG_STEP, each hashed while its bytes are in the cache: a write's
+ * before its pwrite, a read's right after its pread (a 2 MiB page hashed
+ * after the whole pread would be read back from memory). Returns as xfer.
+ */
+static int64_t pf_tagged_piece(const struct pf_job *job, size_t i, uint64_t start, uint64_t len)
+{
+    const struct kvp__pf_batch *b = job->b;
+    const struct kvp_pagefile_op *op = &b->ops[i];
+    uint64_t done = 0;
+    while (done < len) {
+        uint64_t n = len - done < KVP__PF_TAG_STEP ? len - done : KVP__PF_TAG_STEP;
+        char *p = (char *)op->buf + start + done;
+        if (b->write)
+            kvp__pf_tag_piece(b, i, p, start + done, n);
+        int64_t r = job->xfer(job->pf, b->write, p, n, op->offset + (int64_t)(start + done));
+        if (r < 0)
+            return r;
+        if (!b->write && (uint64_t)r == n)
+            kvp__pf_tag_piece(b, i, p, start + done, n);
+        done += (uint64_t)r;
+        if ((uint64_t)r < n)
+            break;
+    }
+    return (int64_t)done;
+}
+
 /* Runs pieces of job until none is left; a helper (pool not NULL) also
  * stops when the cores are taken. */
 static void pf_job_work(struct pf_job *job, const struct kvp__pf_pool *helper)
@@ -114,8 +142,10 @@ static void pf_job_work(struct pf_job *job, const struct kvp__pf_pool *helper)
         if (helper)
             atomic_fetch_add_explicit(&pf_helped, 1, memory_order_relaxed);
         int64_t r = v ? kvp__pf_piov(job->pf->fd, b->write, v->iov, v->n, len, op->offset)
-                      : job->xfer(job->pf, b->write, (char *)op->buf + start, len,
-                                  op->offset + (int64_t)start);
+                    : b->tag_want && b->tag_want[i]
+                        ? pf_tagged_piece(job, i, start, len)
+                        : job->xfer(job->pf, b->write, (char *)op->buf + start, len,
+                                    op->offset + (int64_t)start);
         if (r < 0)
             pf_record(&b->results[i], r);
         else if ((uint64_t)r < len)
@@ -352,8 +382,11 @@ static void pf_pool_run(struct kvp_pagefile *pf, struct kvp__pf_batch *b)
     if (b->write && cpu_bound)
         want = 1;
     uint64_t per_op = b->n >= want || b->vec ? 1 : (want + b->n - 1) / b->n;
-    /* Pieces are whole multiples of chunk_bytes (which keeps O_DIRECT alignment). */
+    /* Pieces are whole multiples of chunk_bytes (which keeps O_DIRECT
+     * alignment), and of the tags' block when digests are wanted. */
     uint64_t unit = pf->chunk_bytes;
+    if (b->tag_want && unit % KVP__PF_TAG_BLOCK)
+        unit = (unit / KVP__PF_TAG_BLOCK + 1) * KVP__PF_TAG_BLOCK;
     uint64_t chunk = largest / per_op;
     chunk = chunk < unit ? unit : (chunk + unit - 1) / unit * unit;
     job.chunk = chunk;

@@ -27,6 +27,7 @@ struct pf_opstate {
     int64_t injected; /* error a test wants this op's next completion to carry */
     unsigned again;
     int inflight;
+    int hashed; /* a write whose digest is wanted: hashed before its first SQE */
 };
 
 struct pf_ring {
@@ -310,6 +311,9 @@ static int pf_complete(struct pf_ring *r, const struct kvp__pf_batch *b, uint32_
         if (s->done < b->ops[i].size)
             return 1;
         b->results[i] = (int64_t)s->done;
+        /* A read's digest while the other SQEs of the batch are in flight. */
+        if (!b->write)
+            kvp__pf_tag_piece(b, i, b->ops[i].buf, 0, b->ops[i].size);
     }
     (*remaining)--;
     return 0;
@@ -384,10 +388,20 @@ static void pf_ring_run(struct kvp_pagefile *pf, struct pf_ring *r, struct kvp__
     }
     while (remaining > 0) {
         while (todo_n > 0 && inflight < r->depth) {
+            uint32_t i = r->todo[todo_n - 1];
+            /* A write's digest before its bytes move; the SQEs prepared
+             * so far are submitted first, so that it overlaps their I/O. */
+            if (b->write && b->tag_want && b->tag_want[i] && !r->st[i].hashed) {
+                if (io_uring_sq_ready(&r->ring) > 0)
+                    io_uring_submit(&r->ring);
+                kvp__pf_tag_piece(b, i, b->ops[i].buf, 0, b->ops[i].size);
+                r->st[i].hashed = 1;
+            }
             struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
             if (!sqe)
                 break;
-            pf_prep(pf, r, sqe, b, r->todo[--todo_n]);
+            todo_n--;
+            pf_prep(pf, r, sqe, b, i);
             inflight++;
         }
         int64_t f = kvp__pf_fault(KVP__PF_URING_SUBMIT, 0, 0);

@@ -372,6 +372,8 @@ static int ub_place(struct kvp__pf_usrbio *u, struct ub_ring *r, const struct kv
     if (own) {
         r->slot_of[i] = -1;
         r->iov_of[i] = own;
+        if (b->write)
+            kvp__pf_tag_piece(b, i, op->buf, 0, op->size);
         return 0;
     }
     if (r->nfree == 0)
@@ -379,8 +381,10 @@ static int ub_place(struct kvp__pf_usrbio *u, struct ub_ring *r, const struct kv
     uint32_t s = r->free_slots[--r->nfree];
     r->slot_of[i] = (int32_t)s;
     r->iov_of[i] = &r->stage;
-    if (b->write)
+    if (b->write) {
         memcpy(r->stage.base + (uint64_t)s * r->stride, op->buf, op->size);
+        kvp__pf_tag_piece(b, i, op->buf, 0, op->size); /* while the page is in the cache */
+    }
     return 0;
 }
 
@@ -393,6 +397,9 @@ static void ub_finish(struct ub_ring *r, const struct kvp__pf_batch *b, size_t i
             memcpy(b->ops[i].buf, r->stage.base + (uint64_t)s * r->stride, (size_t)res);
         r->free_slots[r->nfree++] = (uint32_t)s;
     }
+    /* A read's digest right after its copy out (or its zero-copy transfer). */
+    if (!b->write && res == (int64_t)b->ops[i].size)
+        kvp__pf_tag_piece(b, i, b->ops[i].buf, 0, b->ops[i].size);
     b->results[i] = res;
 }
 

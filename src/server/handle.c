@@ -43,6 +43,8 @@ static const char *const route_names[KVP_ROUTE_COUNT] = {
     [KVP_ROUTE_HEALTHZ] = "/healthz",
     [KVP_ROUTE_METRICS] = "/metrics",
     [KVP_ROUTE_STATS] = "/v1/stats",
+    [KVP_ROUTE_QUERY] = "/v1/query",
+    [KVP_ROUTE_PINS] = "/v1/pins",
 };
 
 const char *kvp__route_name(int route)
@@ -166,6 +168,10 @@ static void match_route(const char *p, size_t n, int has_ns, struct match *m)
                     m->route = keys_ops[k].route;
         } else if (!has_ns && seg_is(s[0], "v1") && seg_is(s[1], "stats")) {
             m->route = KVP_ROUTE_STATS, m->get = 1;
+        } else if (seg_is(s[0], "v1") && seg_is(s[1], "query")) {
+            m->route = KVP_ROUTE_QUERY;
+        } else if (seg_is(s[0], "v1") && seg_is(s[1], "pins")) {
+            m->route = KVP_ROUTE_PINS;
         } else if (rank_like(s[0])) {
             for (size_t k = 0; k < sizeof sgl / sizeof sgl[0]; k++)
                 if (seg_is(s[1], sgl[k].op)) {
@@ -195,6 +201,54 @@ void kvp__server_init(struct kvp_server *srv, struct kvp_meta *meta,
         srv->cfg.token = NULL;
     srv->token_len = srv->cfg.token ? strlen(srv->cfg.token) : 0;
     srv->started_ns = kvp__mono_ns();
+    pthread_mutex_init(&srv->rejected_lock, NULL);
+}
+
+void kvp__server_fini(struct kvp_server *srv)
+{
+    while (srv->rejected) {
+        struct kvp_rejected *r = srv->rejected;
+        srv->rejected = r->next;
+        free(r);
+    }
+    pthread_mutex_destroy(&srv->rejected_lock);
+}
+
+static struct kvp_rejected *rejected_find(struct kvp_server *srv, const char *dep, size_t dlen,
+                                          const char *pool, size_t plen)
+{
+    for (struct kvp_rejected *r = srv->rejected; r; r = r->next)
+        if (r->dlen == dlen && r->plen == plen && !memcmp(r->names, dep, dlen) &&
+            !memcmp(r->names + dlen + 1, pool, plen))
+            return r;
+    return NULL;
+}
+
+void kvp__rejected_add(struct kvp_server *srv, const char *dep, size_t dlen, const char *pool,
+                       size_t plen, uint64_t n)
+{
+    pthread_mutex_lock(&srv->rejected_lock);
+    struct kvp_rejected *r = rejected_find(srv, dep, dlen, pool, plen);
+    if (!r && (r = calloc(1, sizeof *r + dlen + plen + 2))) { /* no memory: not counted */
+        memcpy(r->names, dep, dlen);
+        memcpy(r->names + dlen + 1, pool, plen);
+        r->dlen = dlen;
+        r->plen = plen;
+        r->next = srv->rejected;
+        srv->rejected = r;
+    }
+    if (r)
+        r->count += n;
+    pthread_mutex_unlock(&srv->rejected_lock);
+}
+
+uint64_t kvp__rejected_count(struct kvp_server *srv, const char *dep, const char *pool)
+{
+    pthread_mutex_lock(&srv->rejected_lock);
+    struct kvp_rejected *r = rejected_find(srv, dep, strlen(dep), pool, strlen(pool));
+    uint64_t n = r ? r->count : 0;
+    pthread_mutex_unlock(&srv->rejected_lock);
+    return n;
 }
 
 /* Longest decoded path (after a namespace prefix) that can name a route. */
@@ -250,6 +304,7 @@ struct dialect {
 static const struct dialect dialects[] = {
     {KVP_ROUTE_VLLM_INIT, KVP_ROUTE_VLLM_DROP, kvp__vllm_fast, kvp__vllm_handle},
     {KVP_ROUTE_SGL_INIT, KVP_ROUTE_SGL_GET, kvp__sglang_fast, kvp__sglang_handle},
+    {KVP_ROUTE_QUERY, KVP_ROUTE_PINS, kvp__query_fast, kvp__query_handle},
 };
 
 static const struct dialect *dialect_of(int route)
@@ -324,10 +379,11 @@ static void dispatch(struct kvp_ctx *c)
     }
     const char *method = req->method ? req->method : "";
     int method_ok =
-        m.get ? (!strcmp(method, "GET") || !strcmp(method, "HEAD")) : !strcmp(method, "POST");
+        m.get ? (!strcmp(method, "GET") || !strcmp(method, "HEAD"))
+              : !strcmp(method, "POST") || (m.route == KVP_ROUTE_PINS && !strcmp(method, "DELETE"));
     if (!method_ok) {
         kvp__reply_error(c, 405, "Method Not Allowed");
-        c->rep->allow = m.get ? "GET, HEAD" : "POST";
+        c->rep->allow = m.get ? "GET, HEAD" : m.route == KVP_ROUTE_PINS ? "POST, DELETE" : "POST";
         return;
     }
     if (m.get && m.route == KVP_ROUTE_STATUS && has_ns && !kvp_deployment_valid(c->dep, c->dlen)) {

@@ -329,7 +329,24 @@ int kvp__metrics_prometheus(struct kvp_server *srv, struct kvp_buf *b)
                 kvp__buf_printf(b, "} %llu\n", (unsigned long long)field_of(st, rf->off));
             }
     }
+    /* Per namespace: keys its clients dropped because their pages failed
+     * the integrity tag (a delete with "reason": "integrity"). */
+    kvp__jw_lit(b,
+                "# HELP kvpage_pages_rejected_total Keys whose page a client rejected (its bytes "
+                "failed the integrity tag) and dropped.\n"
+                "# TYPE kvpage_pages_rejected_total counter\n");
+    for (size_t i = 0; i < col.n; i++) {
+        kvp__jw_lit(b, "kvpage_pages_rejected_total{deployment=\"");
+        label_value(b, col.rows[i].dep);
+        kvp__jw_lit(b, "\",pool=\"");
+        label_value(b, col.rows[i].pool);
+        kvp__buf_printf(
+            b, "\"} %llu\n",
+            (unsigned long long)kvp__rejected_count(srv, col.rows[i].dep, col.rows[i].pool));
+    }
     collect_free(&col);
+    if ((rc = kvp__pins_prometheus(srv, b)) != 0)
+        return rc;
     return b->oom ? -ENOMEM : 0;
 }
 
@@ -423,6 +440,8 @@ int kvp__metrics_stats_json(struct kvp_server *srv, struct kvp_buf *b)
     kvp_meta_values(srv->meta, json_value, &jv);
     if (jv.section)
         kvp__jw_lit(b, "}");
+    if ((rc = kvp__pins_stats_json(srv, b)) != 0)
+        return rc;
     kvp__jw_lit(b, "}");
     return b->oom ? -ENOMEM : 0;
 }

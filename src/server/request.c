@@ -230,6 +230,17 @@ int kvp__body_list(struct kvp_ctx *c, const char *field, json_t **out)
     return -1;
 }
 
+int kvp__body_reason(struct kvp_ctx *c)
+{
+    json_t *v = json_object_get(c->body, "reason");
+    if (!v)
+        return 0;
+    if (json_is_string(v) && !strcmp(json_string_value(v), "integrity"))
+        return 1;
+    kvp__reply_error(c, 400, "Invalid request format: 'reason' must be 'integrity'");
+    return -1;
+}
+
 /* Keeps the string s as key i of the request; -1 after replying 400 when it
  * is not a valid key. */
 static int take_key(struct kvp_ctx *c, size_t i, json_t *s)
@@ -400,6 +411,22 @@ void kvp__meta_error(struct kvp_ctx *c, int rc, const struct kvp_error *err, con
     } else {
         kvp__reply_internal(c, rc, "metadata");
     }
+}
+
+int kvp__body_pool(struct kvp_ctx *c, const char *dflt, const char **pool, size_t *plen)
+{
+    json_t *v = json_object_get(c->body, "namespace");
+    *pool = dflt;
+    *plen = dflt ? strlen(dflt) : 0;
+    if (!v)
+        return 0;
+    if (!json_is_string(v) || !kvp_pool_valid(json_string_value(v), json_string_length(v))) {
+        kvp__reply_error(c, 400, "Invalid namespace");
+        return -1;
+    }
+    *pool = json_string_value(v);
+    *plen = json_string_length(v);
+    return 0;
 }
 
 int kvp__find_ns(struct kvp_ctx *c, const char *pool, size_t plen, int create, struct kvp_ns **ns)

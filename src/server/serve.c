@@ -349,6 +349,8 @@ static void usage(FILE *f)
             "  --max-keys N           most keys in one request (default 1000000)\n"
             "  --max-body-memory N    memory all bodies over 1 MiB may take at once (default\n"
             "                         1G, at least --max-body); past it they get 503\n"
+            "  --max-pinned-ratio R   most of a rank's pages that pins (POST /v1/pins) may\n"
+            "                         hold from eviction, above 0 and at most 1 (default 0.5)\n"
             "  --threads N            HTTP worker threads (default 1, 8 with --meta;\n"
             "                         bodies over 1 MiB are handled by one more thread, off\n"
             "                         the event loop)\n"
@@ -1171,6 +1173,7 @@ static void serve_free(struct serve *S)
     pthread_mutex_destroy(&S->clients_lock);
     pthread_mutex_destroy(&S->jobs_lock);
     pthread_cond_destroy(&S->jobs_cond);
+    kvp__server_fini(&S->srv);
     kvp_meta_close(S->meta);
     free(S);
 }
@@ -1186,6 +1189,7 @@ struct serve_cfg {
     struct kvp_cidr *allow;
     size_t nallow;
     struct kvp_kvev_cfg kvev; /* --kv-events: kvev.spec set when given */
+    double max_pinned_ratio;
 };
 
 struct flag;
@@ -1265,6 +1269,17 @@ static int set_lease(struct serve_cfg *c, const struct flag *f, const char *v)
     c->lease_ms = (uint64_t)(s * 1000.0 + 0.5);
     if (!c->lease_ms)
         c->lease_ms = 1;
+    return 0;
+}
+
+static int set_pinned_ratio(struct serve_cfg *c, const struct flag *f, const char *v)
+{
+    char *end;
+    errno = 0;
+    double r = strtod(v, &end);
+    if (errno || end == v || *end || !(r > 0 && r <= 1))
+        return bad_flag(f, v);
+    c->max_pinned_ratio = r;
     return 0;
 }
 
@@ -1352,6 +1367,8 @@ static const struct flag serve_flags[] = {
      "expected a positive integer"},
     {"max-conns", set_num, CFG(max_conns), 0, 1, UINT64_C(1) << 30, "expected a positive integer"},
     {"max-body-memory", set_num, CFG(max_body_memory), 1, 1, SIZE_MAX / 2, BYTES_WHY},
+    {"max-pinned-ratio", set_pinned_ratio, 0, 0, 0, 0,
+     "expected a share of a rank's pages above 0 and at most 1, e.g. 0.5"},
     {"help", NULL, 0, 0, 0, 0, NULL},
 };
 #define NFLAGS (sizeof serve_flags / sizeof *serve_flags)
@@ -1374,6 +1391,7 @@ static int serve_parse(int argc, char **argv, struct serve_cfg *cfg)
         .request_timeout = 30,
         .max_conns_client = 1024,
         .max_body_memory = UINT64_C(1) << 30,
+        .max_pinned_ratio = KVP_DEFAULT_MAX_PINNED_RATIO,
     };
     if (cfg->token && !*cfg->token)
         cfg->token = NULL;
@@ -1591,6 +1609,7 @@ static int serve_run(const struct serve_cfg *sc)
         .data_dir = meta_loc ? shown_loc : data_dir,
         .state = state_text,
         .json_is_scratch = KVP_JSON_ARENA ? arena_holds_all : NULL,
+        .max_pinned_ratio = sc->max_pinned_ratio,
     };
     kvp__server_init(&S->srv, meta, &cfg);
     S->meta = meta;

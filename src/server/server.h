@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <pthread.h>
 #include <sys/socket.h>
 
 #include "kvpage/meta.h"
@@ -43,10 +44,13 @@ struct kvp_server_config {
     int (*json_is_scratch)(void);
     /* Tests and the fuzzer only: read every body with jansson (fastbody.c off). */
     int no_fast_bodies;
+    /* --max-pinned-ratio: the share of a rank's pages pins may hold (0: the default). */
+    double max_pinned_ratio;
 };
 
 #define KVP_DEFAULT_MAX_BODY ((size_t)64 << 20)
 #define KVP_DEFAULT_MAX_KEYS ((size_t)1000000)
+#define KVP_DEFAULT_MAX_PINNED_RATIO 0.5
 
 /* Routes, for dispatch and metrics. */
 enum kvp_route {
@@ -70,6 +74,8 @@ enum kvp_route {
     KVP_ROUTE_METRICS,
     KVP_ROUTE_STATS,
     KVP_ROUTE_STATUS, /* GET / and /ns/NAME/: the status page */
+    KVP_ROUTE_QUERY,  /* POST [/ns/NAME]/v1/query (query.c) */
+    KVP_ROUTE_PINS,   /* POST and DELETE [/ns/NAME]/v1/pins (query.c) */
     KVP_ROUTE_COUNT
 };
 
@@ -99,13 +105,26 @@ struct kvp_conn_stats {
     atomic_uint_fast64_t timeout_request; /* dropped after --request-timeout inside a request */
 };
 
+/* Keys a client dropped because their pages failed the integrity tag (a
+ * delete with "reason": "integrity"), per namespace: a list, rarely added
+ * to, under srv->rejected_lock. */
+struct kvp_rejected {
+    struct kvp_rejected *next;
+    uint64_t count;
+    size_t dlen, plen;
+    char names[]; /* the deployment then the pool, each NUL-terminated */
+};
+
 struct kvp_server {
     struct kvp_meta *meta; /* not owned */
     struct kvp_server_config cfg;
     size_t token_len;
     struct kvp_metrics metrics;
     struct kvp_conn_stats conns;
-    uint64_t started_ns; /* kvp__mono_ns() at kvp__server_init, for the uptime */
+    uint64_t started_ns;               /* kvp__mono_ns() at kvp__server_init, for the uptime */
+    atomic_uint_fast64_t pins_refused; /* pins over --max-pinned-ratio */
+    pthread_mutex_t rejected_lock;
+    struct kvp_rejected *rejected;
 };
 
 /* access.c: whether the client at sa may ask (--allow; NULL sa: yes), and
@@ -171,6 +190,15 @@ void kvp__reply_free(struct kvp_reply *rep);
 void kvp__server_handle(struct kvp_server *srv, const struct kvp_request *req,
                         struct kvp_reply *rep);
 
+/* Releases what kvp__server_init and the requests since allocated. */
+void kvp__server_fini(struct kvp_server *srv);
+
+/* Counts n keys of namespace (dep, pool) dropped for integrity (a delete
+ * route's "reason": "integrity"); the count of (dep, pool) so far. */
+void kvp__rejected_add(struct kvp_server *srv, const char *dep, size_t dlen, const char *pool,
+                       size_t plen, uint64_t n);
+uint64_t kvp__rejected_count(struct kvp_server *srv, const char *dep, const char *pool);
+
 /* Records one answered request (route, status, duration) in srv->metrics. */
 void kvp__metrics_record(struct kvp_metrics *m, int route, int status, uint64_t ns);
 
@@ -196,6 +224,12 @@ void kvp__sglang_handle(struct kvp_ctx *c, int route);
 /* The SGLang routes whose plain bodies fastbody.c reads: 1 when handled (replied), else 0. */
 int kvp__sglang_fast(struct kvp_ctx *c, int route);
 void kvp__native_handle(struct kvp_ctx *c, int route);
+/* /v1/query and /v1/pins (query.c). */
+void kvp__query_handle(struct kvp_ctx *c, int route);
+int kvp__query_fast(struct kvp_ctx *c, int route);
+/* The pins' figures in /metrics and in /v1/stats ("pins"): 0 or -errno. */
+int kvp__pins_prometheus(struct kvp_server *srv, struct kvp_buf *out);
+int kvp__pins_stats_json(struct kvp_server *srv, struct kvp_buf *out);
 /* Writes the Prometheus text (metrics.c) and the /v1/stats JSON. Return 0 or
  * a negative errno (out of memory). */
 int kvp__metrics_prometheus(struct kvp_server *srv, struct kvp_buf *out);
@@ -250,6 +284,9 @@ int kvp__fast_sgl_keys(struct kvp_ctx *c, struct kvp_str *pool, size_t *n);
 /* A body list field: missing → *out = NULL and returns 0 (reads as []);
  * present and an array → 0; anything else (null included) → -1. */
 int kvp__body_list(struct kvp_ctx *c, const char *field, json_t **out);
+/* A delete route's optional "reason": 0 when absent, 1 for "integrity";
+ * else replies 400 and returns -1. */
+int kvp__body_reason(struct kvp_ctx *c);
 
 /*
  * Reads a list of plain string keys from arr (NULL: empty) into c->rep->keys.
@@ -280,6 +317,10 @@ void kvp__meta_error(struct kvp_ctx *c, int rc, const struct kvp_error *err, con
 /* 503 "Service unavailable: {err->msg}; retry later": a remote metadata
  * store (KVP_RULE_UNAVAILABLE) did not answer. */
 void kvp__reply_unavailable(struct kvp_ctx *c, const struct kvp_error *err);
+/* The optional "namespace" body field: absent → dflt (may be NULL; *plen 0);
+ * not a string or not a valid pool → 400 "Invalid namespace". 0, or -1
+ * when replied. */
+int kvp__body_pool(struct kvp_ctx *c, const char *dflt, const char **pool, size_t *plen);
 /* Finds the namespace (deployment of the URL, pool); 0, -ENOENT (absent), or
  * another negative errno after replying. */
 int kvp__find_ns(struct kvp_ctx *c, const char *pool, size_t plen, int create, struct kvp_ns **ns);

@@ -238,6 +238,9 @@ static void do_delete(struct sgl *s)
     json_t *keys;
     if (list_field(s, "keys", &keys))
         return;
+    int reason = kvp__body_reason(s->c);
+    if (reason < 0)
+        return;
     ptrdiff_t n = kvp__parse_str_keys(s->c, keys, 0);
     if (n < 0 || find(s))
         return;
@@ -248,6 +251,8 @@ static void do_delete(struct sgl *s)
         meta_fail(s, rc, &err);
         return;
     }
+    if (reason)
+        kvp__rejected_add(s->c->srv, s->c->dep, s->c->dlen, s->pool, s->plen, (uint64_t)n);
     kvp__reply_empty(s->c, 204);
 }
 

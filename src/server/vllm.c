@@ -14,22 +14,10 @@ static const char POOL[] = "kv";
 #define POOL_LEN (sizeof POOL - 1)
 
 /* The optional "namespace" body field of the namespace-wide routes: absent →
- * "kv"; not a string or not a valid pool → 400 "Invalid namespace", as the
- * SGLang dialect validates it. 0, or -1 when replied. */
+ * "kv", as the SGLang dialect reads it. 0, or -1 when replied. */
 static int body_pool(struct kvp_ctx *c, const char **pool, size_t *plen)
 {
-    json_t *v = json_object_get(c->body, "namespace");
-    *pool = POOL;
-    *plen = POOL_LEN;
-    if (!v)
-        return 0;
-    if (!json_is_string(v) || !kvp_pool_valid(json_string_value(v), json_string_length(v))) {
-        kvp__reply_error(c, 400, "Invalid namespace");
-        return -1;
-    }
-    *pool = json_string_value(v);
-    *plen = json_string_length(v);
-    return 0;
+    return kvp__body_pool(c, POOL, pool, plen);
 }
 
 /* rank field of the body: a JSON integer in 0..2^31-1. */
@@ -310,6 +298,9 @@ static void do_delete(struct kvp_ctx *c)
         kvp__reply_error(c, 400, "Invalid request format: 'keys' must be a list");
         return;
     }
+    int reason = kvp__body_reason(c);
+    if (reason < 0)
+        return;
     ptrdiff_t n = kvp__parse_str_keys(c, keys, 0);
     if (n < 0)
         return;
@@ -324,6 +315,8 @@ static void do_delete(struct kvp_ctx *c)
             kvp__meta_error(c, rc, &err, "keys");
             return;
         }
+        if (reason)
+            kvp__rejected_add(c->srv, c->dep, c->dlen, pool, plen, (uint64_t)n);
     }
     kvp__reply_empty(c, 204);
 }

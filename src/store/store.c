@@ -31,11 +31,14 @@ struct kvp_store {
     uint32_t rank;
     uint64_t num_pages, bpp;
     uint32_t entries;
-    int per_rank, durable, readonly;
+    int per_rank, durable, readonly, tags;
     char *location, *deployment, *pool;
     struct kvp__pieces *pieces;
     _Atomic uint64_t puts, gets, stored, already, put_failed, read, missing, get_failed;
-    _Atomic uint64_t bytes_written, bytes_read;
+    _Atomic uint64_t bytes_written, bytes_read, rejected;
+    atomic_int logged; /* a rejected page was logged (once per handle) */
+    void (*log)(void *arg, int level, const char *msg); /* the metadata's log, or NULL */
+    void *log_arg;
 };
 
 KVP_API void kvp_store_opts_init(struct kvp_store_opts *opts)
@@ -346,6 +349,13 @@ KVP_API int kvp_store_open(const struct kvp_store_opts *opts_in, struct kvp_stor
     s->per_rank = o.per_rank != 0;
     s->durable = o.durable != 0;
     s->readonly = o.readonly != 0;
+    s->tags = !o.no_tags &&
+              !(o.pagefile && o.pagefile->opts_size > offsetof(struct kvp_pagefile_opts, flags) &&
+                (o.pagefile->flags & KVP_PAGEFILE_NO_TAGS));
+    if (o.meta_opts && o.meta_opts->opts_size > offsetof(struct kvp_meta_opts, log_arg)) {
+        s->log = o.meta_opts->log;
+        s->log_arg = o.meta_opts->log_arg;
+    }
     /* What this open made, undone when it fails. */
     int wrote_owner = 0, made_meta_dir = 0, exists = 0, mkdirs = 0;
     size_t made_dirs = 0;
@@ -446,6 +456,8 @@ KVP_API int kvp_store_open(const struct kvp_store_opts *opts_in, struct kvp_stor
         po.flags |= KVP_PAGEFILE_CREATE;
     if (o.mkdir && !s->readonly)
         po.flags |= KVP_PAGEFILE_MKDIR;
+    if (!s->tags)
+        po.flags |= KVP_PAGEFILE_NO_TAGS;
     if (s->readonly)
         po.size = 0, po.flags = (po.flags & ~KVP_PAGEFILE_CREATE) | KVP_PAGEFILE_READONLY;
     rc = kvp_pagefile_open(o.path, &po, &s->pf, err);
@@ -630,6 +642,21 @@ static void src_op(struct kvp_store *s, const struct src *c, size_t i, int64_t p
         vops[k] = (struct kvp_pagefile_vop){off, c->segs + c->first[i], c->bufv[i].n};
 }
 
+/* Zeroes the buffers of op k: a rejected page's bytes are never handed
+ * out. */
+static void src_zero(const struct src *c, const struct kvp_pagefile_op *ops,
+                     const struct kvp_pagefile_vop *vops, size_t k)
+{
+    if (c->bufs) {
+        if (ops[k].size)
+            memset(ops[k].buf, 0, ops[k].size);
+        return;
+    }
+    for (size_t g = 0; g < vops[k].nsegs; g++)
+        if (vops[k].segs[g].len)
+            memset(vops[k].segs[g].base, 0, vops[k].segs[g].len);
+}
+
 /* ---------------------------------------------------------------- page I/O */
 
 /* The page I/O of one call: ops[k] (or vops[k]) for k < nops, results
@@ -639,8 +666,11 @@ struct io_job {
     int write;
     struct kvp_pagefile_op *ops;
     struct kvp_pagefile_vop *vops; /* not NULL: the call's pages are vectored */
+    const char *const *keys;       /* keys[k]: op k's key (the tag's), or NULL: no tags */
     int64_t *res;
     size_t nops;
+    atomic_int have_why; /* why holds the first rejection's message */
+    char why[sizeof(((struct kvp_error *)0)->msg)];
 };
 
 static void io_piece(void *arg, size_t piece)
@@ -649,23 +679,60 @@ static void io_piece(void *arg, size_t piece)
     size_t lo = piece * j->s->entries;
     size_t n = j->nops - lo < j->s->entries ? j->nops - lo : j->s->entries;
     struct kvp_pagefile *pf = j->s->pf;
-    int rc = j->vops && j->write ? kvp_pagefile_writev(pf, j->vops + lo, n, j->res + lo, NULL)
-             : j->vops           ? kvp_pagefile_readv(pf, j->vops + lo, n, j->res + lo, NULL)
-             : j->write          ? kvp_pagefile_write(pf, j->ops + lo, n, j->res + lo, NULL)
-                                 : kvp_pagefile_read(pf, j->ops + lo, n, j->res + lo, NULL);
+    const char *const *k = j->keys ? j->keys + lo : NULL;
+    struct kvp_error e = {0};
+    int rc = j->vops && j->write
+                 ? kvp_pagefile_writev_keyed(pf, j->vops + lo, k, n, j->res + lo, &e)
+             : j->vops  ? kvp_pagefile_readv_keyed(pf, j->vops + lo, k, n, j->res + lo, &e)
+             : j->write ? kvp_pagefile_write_keyed(pf, j->ops + lo, k, n, j->res + lo, &e)
+                        : kvp_pagefile_read_keyed(pf, j->ops + lo, k, n, j->res + lo, &e);
     if (rc == -EINVAL) /* validated before: cannot happen, but never leave results unset */
-        for (size_t k = 0; k < n; k++)
-            j->res[lo + k] = rc;
+        for (size_t i = 0; i < n; i++)
+            j->res[lo + i] = rc;
+    if (rc == -EBADMSG && !atomic_exchange(&j->have_why, 1))
+        memcpy(j->why, e.msg, sizeof j->why);
 }
 
+/* The keys of ops[k] (keys[idx[k]]) as NUL-terminated strings, for the
+ * tags: one allocation (free it), NULL when tags are off or no memory (the
+ * I/O then goes without keys: a page so written reads as missing for its
+ * key later, never as another's). */
+static const char **tag_keys(const struct kvp_store *s, const struct kvp_str *keys,
+                             const size_t *idx, size_t nops)
+{
+    if (!s->tags || !nops)
+        return NULL;
+    size_t bytes = nops * sizeof(char *);
+    for (size_t k = 0; k < nops; k++)
+        bytes += keys[idx[k]].len + 1;
+    const char **out = malloc(bytes);
+    if (!out)
+        return NULL;
+    char *p = (char *)(out + nops);
+    for (size_t k = 0; k < nops; k++) {
+        const struct kvp_str *key = &keys[idx[k]];
+        memcpy(p, key->ptr, key->len);
+        p[key->len] = 0;
+        out[k] = p;
+        p += key->len + 1;
+    }
+    return out;
+}
+
+/* Runs the page I/O of a call; *why (may be NULL) receives the first
+ * rejection's message. */
 static void run_io(struct kvp_store *s, int write, struct kvp_pagefile_op *ops,
-                   struct kvp_pagefile_vop *vops, int64_t *res, size_t nops)
+                   struct kvp_pagefile_vop *vops, const char *const *keys, int64_t *res,
+                   size_t nops, char *why, size_t why_len)
 {
     if (!nops)
         return;
-    struct io_job j = {s, write, ops, vops, res, nops};
+    struct io_job j = {
+        .s = s, .write = write, .ops = ops, .vops = vops, .keys = keys, .res = res, .nops = nops};
     size_t pieces = (nops + s->entries - 1) / s->entries;
     kvp__pieces_run(s->pieces, pieces, io_piece, &j);
+    if (why && atomic_load(&j.have_why))
+        snprintf(why, why_len, "%s", j.why);
 }
 
 /* ---------------------------------------------------------------- put */
@@ -815,7 +882,9 @@ static int store_put(struct kvp_store *s, const struct kvp_str *keys, struct src
             widx[nw++] = i;
         }
     }
-    run_io(s, 1, ops, vops, wres, nw);
+    const char **tkeys = tag_keys(s, keys, widx, nw);
+    run_io(s, 1, ops, vops, tkeys, wres, nw, NULL, 0);
+    free(tkeys);
 
     size_t nc = 0, nrel = 0;
     uint64_t bytes_w = 0;
@@ -917,6 +986,42 @@ KVP_API int kvp_store_putv(struct kvp_store *s, const struct kvp_str *keys,
 
 /* ---------------------------------------------------------------- get */
 
+/* Keys keys[idx[0..nrej)] were rejected by their pages' tags: logged (the
+ * first of this handle only), dropped from the metadata so that the next
+ * lookup is an honest miss (a read-only store changes nothing: its next
+ * read is rejected again). why: the page file's message of the first. */
+static void reject(struct kvp_store *s, const struct kvp_str *keys, const int64_t *pages,
+                   const size_t *idx, size_t nrej, const char *why)
+{
+    if (!atomic_exchange(&s->logged, 1)) {
+        char line[PATH_MAX + 1024], page[PATH_MAX + 64];
+        const struct kvp_str *k = &keys[idx[0]];
+        if (!*why) {
+            snprintf(page, sizeof page, "page %lld of %s failed its integrity tag",
+                     (long long)pages[idx[0]], kvp_pagefile_path(s->pf));
+            why = page;
+        }
+        snprintf(line, sizeof line,
+                 "kvpage: key '%.*s' of %s/%s rank %u is reported missing and dropped: %s. Later "
+                 "rejections of this store are counted (kvp_store_stats' rejected), not logged",
+                 (int)(k->len > 160 ? 160 : k->len), (const char *)k->ptr, s->deployment, s->pool,
+                 s->rank, why);
+        if (s->log)
+            s->log(s->log_arg, 1, line);
+        else
+            fprintf(stderr, "%s\n", line);
+    }
+    if (s->readonly)
+        return;
+    struct kvp_str *drop = malloc(nrej * sizeof *drop);
+    if (!drop)
+        return; /* the next read is rejected again */
+    for (size_t r = 0; r < nrej; r++)
+        drop[r] = keys[idx[r]];
+    kvp_meta_delete_rejected(s->ns, s->rank, drop, nrej, NULL);
+    free(drop);
+}
+
 static int64_t store_get(struct kvp_store *s, const struct kvp_str *keys, struct src *c, size_t n,
                          int64_t *results, struct kvp_error *err)
 {
@@ -952,16 +1057,29 @@ static int64_t store_get(struct kvp_store *s, const struct kvp_str *keys, struct
         src_op(s, c, i, pages[i], ops, vops, nr);
         ridx[nr++] = i;
     }
-    run_io(s, 0, ops, vops, rres, nr);
+    const char **tkeys = tag_keys(s, keys, ridx, nr);
+    char why[sizeof err->msg] = "";
+    run_io(s, 0, ops, vops, tkeys, rres, nr, why, sizeof why);
+    free(tkeys);
     uint64_t bytes_r = 0, ok = 0, failed = 0;
+    size_t nrej = 0;
     for (size_t k = 0; k < nr; k++) {
         size_t i = ridx[k];
+        if (rres[k] == -EBADMSG) {
+            /* Rejected by its tag: a miss, never the bytes; dropped below. */
+            results[i] = -ENOENT;
+            src_zero(c, ops, vops, k);
+            ridx[nrej++] = i; /* ridx[0..k) is read no more */
+            continue;
+        }
         results[i] = rres[k] == (int64_t)src_len(c, i) ? rres[k] : rres[k] < 0 ? rres[k] : -EIO;
         if (results[i] >= 0)
             bytes_r += (uint64_t)results[i], ok++;
         else
             failed++;
     }
+    if (nrej)
+        reject(s, keys, pages, ridx, nrej, why);
     int64_t lead = 0;
     while ((size_t)lead < n && results[lead] >= 0)
         lead++;
@@ -973,7 +1091,8 @@ static int64_t store_get(struct kvp_store *s, const struct kvp_str *keys, struct
         }
     atomic_fetch_add(&s->read, ok);
     atomic_fetch_add(&s->get_failed, failed);
-    atomic_fetch_add(&s->missing, n - nr);
+    atomic_fetch_add(&s->missing, n - nr + nrej);
+    atomic_fetch_add(&s->rejected, nrej);
     atomic_fetch_add(&s->bytes_read, bytes_r);
     free(mem);
     src_close(c);
@@ -1095,6 +1214,7 @@ KVP_API int kvp_store_stats(struct kvp_store *s, struct kvp_store_stats *out, st
     st.get_failed = atomic_load(&s->get_failed);
     st.bytes_written = atomic_load(&s->bytes_written);
     st.bytes_read = atomic_load(&s->bytes_read);
+    st.rejected = atomic_load(&s->rejected);
     memcpy(out, &st, out->stats_size);
     return 0;
 }

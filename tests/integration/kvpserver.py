@@ -140,9 +140,10 @@ def _wait_ready(proc, base, deadline):
     return False
 
 
-def launch(tmp_path, flags=(), env=None, tries=5):
+def launch(tmp_path, flags=(), env=None, tries=5, in_process=False):
     """Starts `kvpage serve` on a free loopback port with extra flags
-    (`--data-dir none` unless the flags name a data directory)."""
+    (`--data-dir none` unless the flags name a data directory; in_process:
+    in memory even with KVPAGE_TEST_BACKEND=redis)."""
     binary = require_bin()
     flags = [str(f) for f in flags]
     if redisfix.BACKEND == "redis" and "--data-dir" in flags:
@@ -171,7 +172,7 @@ def launch(tmp_path, flags=(), env=None, tries=5):
         stderr_path = os.path.join(str(tmp_path), f"kvpage-{port}-{attempt}.stderr")
         if "--data-dir" in flags or "--meta" in flags:
             data_dir = []
-        elif redisfix.BACKEND == "redis":
+        elif redisfix.BACKEND == "redis" and not in_process:
             data_dir = ["--meta", redisfix.fresh_location()]
         else:
             data_dir = ["--data-dir", "none"]

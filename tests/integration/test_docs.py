@@ -64,7 +64,8 @@ def test_version_is_the_servers(start_server, tmp_path):
 
 @pytest.mark.parametrize("cmd", ["get", "exists", "delete"])
 def test_store_commands_list_only_their_own_flags(cmd):
-    common = ["--deployment", "--file", "--meta", "--page-size", "--pool", "--rank", "--timeout"]
+    common = ["--deployment", "--file", "--meta", "--no-tags", "--page-size", "--pool", "--rank",
+              "--timeout"]
     assert flags_of(run(cmd, "--help").stdout) == common
     assert flags_of(run("put", "--help").stdout) == sorted(common + ["--file-size", "--mkdir",
                                                                      "--no-durable"])

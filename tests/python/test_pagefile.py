@@ -213,7 +213,9 @@ def test_mmap_reads_option_and_environment(tmp_path, monkeypatch):
             assert f.mmap_reads is on, env
         with kvpage.PageFile(path, SIZE, BPP, mmap_reads=not on) as f:  # the argument wins
             assert f.mmap_reads is not on, env
-    with kvpage.PageFile(path, SIZE, BPP, mmap_reads=True) as f:
+    # Parts of pages at odd offsets: tags verify whole pages only (a part is
+    # rejected), so this copy test runs without them.
+    with kvpage.PageFile(path, SIZE, BPP, mmap_reads=True, tags=False) as f:
         assert "mmap reads" in f.backend_note and f.backend(write=False) == "psync"
         # Reads at unaligned addresses and odd sizes, into cold numpy memory.
         data = os.urandom(3 * BPP)

@@ -150,8 +150,8 @@ def test_missing_short_and_error_reads_report_exactly_those_blocks(worker, serve
     for cl in worker.conn._clients:
         real = cl.batch_read
 
-        def faulty(offsets, tensors, real=real):
-            res = real(offsets, tensors)
+        def faulty(offsets, tensors, real=real, **kw):
+            res = real(offsets, tensors, **kw)
             return [-errno.EIO if off == 4 * BPP else r for off, r in zip(offsets, res)]
         cl.batch_read = faulty
     loaded, invalid = worker.load("r", keys, range(10, 18))
@@ -175,8 +175,8 @@ def test_failure_in_an_earlier_chunk_is_reported_with_the_request(worker):
     for cl in worker.conn._clients:
         real = cl.batch_read
 
-        def faulty(offsets, tensors, real=real):
-            res = real(offsets, tensors)
+        def faulty(offsets, tensors, real=real, **kw):
+            res = real(offsets, tensors, **kw)
             return [r - 1 if off == 3 * BPP else r for off, r in zip(offsets, res)]
         cl.batch_read = faulty
     dead.add(20 + 3)
@@ -203,10 +203,10 @@ def test_a_batch_that_raises_fails_its_pages_only(worker):
     for cl in worker.conn._clients:
         real = cl.batch_read
 
-        def faulty(offsets, tensors, real=real):
+        def faulty(offsets, tensors, real=real, **kw):
             if 8 * BPP in offsets:
                 raise ValueError("Hf3fsClient.check Failed: injected")
-            return real(offsets, tensors)
+            return real(offsets, tensors, **kw)
         cl.batch_read = faulty
     loaded, invalid = worker.load("r", keys, range(20, 32))
     assert loaded == {"r"} and invalid == set(range(28, 32))

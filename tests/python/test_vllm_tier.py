@@ -311,6 +311,40 @@ def test_changed_bytes_on_disk_are_a_failed_load(vl, primary, tmp_path):
     tier.shutdown()
 
 
+def test_integrity_is_the_blocks_tags(vl, primary, tmp_path):
+    """A tier made with tags checks its blocks with them (the rot test above
+    runs on them): no second store of checksums; integrity=False turns the
+    tags off."""
+    mm, view, arr = primary
+    tier, d, keys = stored(vl, view, tmp_path)
+    assert tier._sums is None and not os.path.exists(str(tmp_path / "t.pages.sums"))
+    assert tier._data.info()["tags"] == "on"
+    tier.shutdown()
+    tier = make(vl, view, tmp_path, name="u", integrity=False)
+    assert tier._sums is None and tier._data.info()["tags"] == "off"
+    tier.shutdown()
+
+
+def test_a_tier_made_before_tags_keeps_its_checksums(vl, primary, tmp_path):
+    """Blocks written before tags (a file that held data when its tags were
+    made: legacy, served unverified) stay checked by the checksums' store."""
+    mm, view, arr = primary
+    from kvpage import Store
+    old = Store(str(tmp_path / "t.pages"), 16 * BS, BS, tags=False)  # yesterday's file
+    old.put(["x"], [np.ones(BS, np.uint8)])
+    old.close()
+    os.remove(str(tmp_path / "t.pages.owner"))  # another owner than the tier's
+    tier, d, keys = stored(vl, view, tmp_path)
+    assert tier._data.info()["tags"] == "legacy" and tier._sums is not None
+    path = str(tmp_path / "t.pages")
+    with open(path, "r+b") as f:  # rot: seen (by the tag and the checksum)
+        f.seek(_page_offset(path, arr[1]) + 5)
+        f.write(b"\x99")
+    arr[20:24] = 0
+    assert d.load(keys, range(20, 24)).success is False
+    tier.shutdown()
+
+
 def test_a_truncated_file_is_a_failed_load(vl, primary, tmp_path):
     mm, view, arr = primary
     tier, d, keys = stored(vl, view, tmp_path)

@@ -159,8 +159,14 @@ static inline void *pt_alloc(size_t len)
 
 /* ---- options ---------------------------------------------------------------- */
 
-static inline struct kvp_pagefile_opts pt_opts(uint64_t size, uint64_t bpp, uint32_t entries,
-                                               uint32_t flags, int backend)
+/*
+ * Options with integrity tags off (KVP_PAGEFILE_NO_TAGS): these tests model
+ * a page file as arbitrary byte ranges (a write then a read of part of it,
+ * random offsets), which tags reject by design; test_pagefile_tags.c tests
+ * the tags on every backend. pt_tags_opts: the same with tags on.
+ */
+static inline struct kvp_pagefile_opts pt_tags_opts(uint64_t size, uint64_t bpp, uint32_t entries,
+                                                    uint32_t flags, int backend)
 {
     struct kvp_pagefile_opts o;
     kvp_pagefile_opts_init(&o);
@@ -170,6 +176,12 @@ static inline struct kvp_pagefile_opts pt_opts(uint64_t size, uint64_t bpp, uint
     o.flags = flags;
     o.backend = backend;
     return o;
+}
+
+static inline struct kvp_pagefile_opts pt_opts(uint64_t size, uint64_t bpp, uint32_t entries,
+                                               uint32_t flags, int backend)
+{
+    return pt_tags_opts(size, bpp, entries, flags | KVP_PAGEFILE_NO_TAGS, backend);
 }
 
 /*
