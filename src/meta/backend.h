@@ -105,6 +105,9 @@ struct kvp__meta_ops {
     /* May be NULL: m->identity is the identity. Else kvp_meta_identity's
      * answer (a remote server's, asked on the first call). */
     const char *(*identity)(struct kvp_meta *m);
+    /* kvp_meta_watch and kvp_meta_inventory. May be NULL: -EOPNOTSUPP. */
+    int (*watch)(struct kvp_meta *m, kvp_meta_change_fn fn, void *arg);
+    int (*inventory)(struct kvp_meta *m, kvp_meta_change_fn fn, void *arg);
     /* Pins and the query by engine hashes (kvp_meta_pin, kvp_meta_unpin,
      * kvp_meta_pinned, kvp_meta_exists_hashes), arguments checked. May be
      * NULL: -EOPNOTSUPP (only the in-process engine has them so far). */

@@ -1,0 +1,118 @@
+/*
+ * kvp_meta_watch and kvp_meta_inventory (kvpage serve --kv-events): every
+ * page a key gets or loses is told, in order, with the end of each
+ * operation; the inventory is every held page; the other backends say
+ * -EOPNOTSUPP.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "meta/meta_int.h"
+#include "meta_test.h"
+
+/* What the watcher was told: "+key@rank", "-key@rank" and "|" (an
+ * operation's end), concatenated. */
+static char told[4096];
+
+static void watch(const struct kvp_meta_change *c, void *arg)
+{
+    CHECK(arg == told);
+    size_t n = strlen(told);
+    if (!c) {
+        snprintf(told + n, sizeof told - n, "|");
+        return;
+    }
+    CHECK(c->ns != NULL && c->deployment && c->pool);
+    snprintf(told + n, sizeof told - n, "%c%.*s@%u", c->kind == KVP_CHANGE_STORED ? '+' : '-',
+             (int)c->len, c->key, c->rank);
+}
+
+static void inventory(const struct kvp_meta_change *c, void *arg)
+{
+    CHECK_EQ(c->kind, KVP_CHANGE_STORED);
+    size_t n = strlen(arg);
+    snprintf((char *)arg + n, 4096 - n, "%s/%s:%.*s@%u ", c->deployment, c->pool, (int)c->len,
+             c->key, c->rank);
+}
+
+/* told since the last call, then forgotten. */
+static const char *take(void)
+{
+    static char last[4096];
+    snprintf(last, sizeof last, "%s", told);
+    told[0] = 0;
+    return last;
+}
+
+#define TOLD(want)                                                                                 \
+    do {                                                                                           \
+        const char *got_ = take();                                                                 \
+        if (strcmp(got_, want)) {                                                                  \
+            fprintf(stderr, "told \"%s\", expected \"%s\"\n", got_, want);                         \
+            CHECK(0);                                                                              \
+        }                                                                                          \
+    } while (0)
+
+int main(void)
+{
+    struct kvp_meta_opts o;
+    kvp_meta_opts_init(&o);
+    o.read_grace_ms = 0;
+    struct kvp_meta *m;
+    CHECK_EQ(kvp_meta_open_at("mem:", &o, &m, NULL), 0);
+    CHECK_EQ(kvp_meta_watch(NULL, watch, told), -EINVAL);
+    CHECK_EQ(kvp_meta_inventory(m, NULL, NULL), -EINVAL);
+    CHECK_EQ(kvp_meta_watch(m, watch, told), 0);
+    struct kvp_ns *ns = ns_of(m, "d", "kv");
+    CHECK_EQ(kvp_meta_init_rank(ns, 0, 2, NULL), 0);
+    CHECK_EQ(kvp_meta_init_rank(ns, 3, 2, NULL), 0);
+    TOLD("||");
+
+    CHECK(put(ns, 0, "a") >= 0);
+    CHECK(put(ns, 0, "b") >= 0);
+    TOLD("|+a@0||+b@0|");        /* allocate (nothing), confirm (stored) */
+    CHECK(put(ns, 0, "c") >= 0); /* evicts a, the least recently used */
+    TOLD("-a@0|+c@0|");
+    /* Confirming a held key again tells nothing. */
+    struct kvp_str k = K("c");
+    int64_t p = kvp__meta_peek(ns, 0, &k);
+    CHECK_EQ(kvp_meta_confirm(ns, 0, &k, &p, 1, NULL, 0, NULL), 0);
+    TOLD("|");
+    CHECK(put(ns, 3, "c") >= 0);
+    TOLD("|+c@3|");
+
+    char inv[4096] = "";
+    CHECK_EQ(kvp_meta_inventory(m, inventory, inv), 0);
+    CHECK(!strcmp(inv, "d/kv:b@0 d/kv:c@0 d/kv:c@3 ")); /* oldest first per rank */
+    TOLD("");
+
+    CHECK_EQ(kvp_meta_delete(ns, -1, &k, 1, NULL), 0); /* every rank */
+    TOLD("-c@0-c@3|");
+    CHECK(put(ns, 3, "e") >= 0);
+    take();
+    CHECK_EQ(kvp_meta_clear(ns, 0, NULL), 0);
+    TOLD("-b@0|");
+    CHECK(put(ns, 0, "f") >= 0);
+    take();
+    CHECK_EQ(kvp_meta_clear(ns, -1, NULL), 0);
+    TOLD("-f@0-e@3|");
+    CHECK(put(ns, 0, "g") >= 0);
+    take();
+    CHECK_EQ(kvp_meta_drop(m, "d", 1, "kv", 2, NULL), 0);
+    TOLD("-g@0|");
+    inv[0] = 0;
+    CHECK_EQ(kvp_meta_inventory(m, inventory, inv), 0);
+    CHECK(!strcmp(inv, ""));
+
+    /* Unwatched: nothing more is told. */
+    CHECK_EQ(kvp_meta_watch(m, NULL, NULL), 0);
+    ns = ns_of(m, "d", "kv");
+    CHECK_EQ(kvp_meta_init_rank(ns, 0, 2, NULL), 0);
+    CHECK(put(ns, 0, "h") >= 0);
+    TOLD("");
+    invariants(m);
+    kvp_meta_close(m);
+    printf("test_meta_watch: ok\n");
+    return 0;
+}
