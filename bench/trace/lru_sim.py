@@ -24,6 +24,7 @@ usage: lru_sim.py TRACE [--capacity C ...] [--json]
                  (default: inf)
 """
 import argparse
+import hashlib
 import json
 import sys
 from collections import OrderedDict
@@ -57,6 +58,11 @@ def load(path):
     return [r[2] for r in reqs]
 
 
+def block_key(block_id):
+    """The page key kvpage bench trace sends for a block id."""
+    return hashlib.sha256(b"kvpage-trace-block:%d" % block_id).hexdigest()
+
+
 def reuse_ceiling(reqs):
     """Share of block references whose block came before (infinite cache,
     any position): the most any cache can hit."""
@@ -70,7 +76,8 @@ def reuse_ceiling(reqs):
 
 
 def simulate(reqs, capacity):
-    """(prefix-hit blocks, all blocks, blocks that got no page, evictions)."""
+    """(prefix-hit blocks, all blocks, blocks that got no page, evictions,
+    the blocks held at the end from the least recent on)."""
     lru = OrderedDict()  # block id -> None, least recent first
     hits = total = unstored = evictions = 0
     for ids in reqs:
@@ -90,7 +97,10 @@ def simulate(reqs, capacity):
         new, got = [], {}
         reserved = 0
         for i in rest:
-            if i in lru or i in got:
+            if i in lru:
+                continue
+            if i in got:  # repeated: the page of its first occurrence, or none
+                unstored += not got[i]
                 continue
             if capacity is None or len(lru) + reserved < capacity:
                 reserved += 1
@@ -109,7 +119,7 @@ def simulate(reqs, capacity):
         for i in new:  # confirm_write, in order
             if got[i]:
                 lru[i] = None
-    return hits, total, unstored, evictions
+    return hits, total, unstored, evictions, list(lru)
 
 
 def parse_capacity(s):
@@ -138,7 +148,7 @@ def main(argv):
     again, total, unique = reuse_ceiling(reqs)
     rows = []
     for cap in a.capacity or [None]:
-        hits, blocks, unstored, evictions = simulate(reqs, cap)
+        hits, blocks, unstored, evictions, _ = simulate(reqs, cap)
         rows.append({"capacity": cap, "requests": len(reqs), "blocks": blocks,
                      "prefix_hit_blocks": hits,
                      "hit_rate": 100.0 * hits / blocks if blocks else 0.0,
