@@ -110,7 +110,7 @@ TSAN_INTEGRATION = tests/integration/test_concurrency.py tests/integration/test_
   tests/integration/test_hostile.py::test_big_valid_request_off_the_loop \
   tests/integration/test_hostile.py::test_body_memory_budget \
   tests/integration/test_store_remote.py tests/integration/test_redis.py \
-  tests/integration/test_sentinel.py
+  tests/integration/test_sentinel.py tests/integration/test_bench_trace.py::test_several_connections
 integration-tsan: test-deps tsan
 	@echo "integration tests: ThreadSanitizer build ($(notdir $(TSAN_INTEGRATION)))"
 	@TSAN_OPTIONS=$(KVP_TSAN_OPTIONS) \
