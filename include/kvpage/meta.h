@@ -429,6 +429,43 @@ typedef int (*kvp_meta_stats_fn)(const char *deployment, const char *pool,
 KVP_API int kvp_meta_stats(struct kvp_meta *m, kvp_meta_stats_fn fn, void *arg);
 
 /*
+ * A change of what a state holds, seen by a watcher (kvp_meta_watch) or read
+ * from the inventory (kvp_meta_inventory): a key got its page on a rank
+ * (KVP_CHANGE_STORED: a confirmation, or a held page of the inventory) or
+ * lost it (KVP_CHANGE_REMOVED: an eviction, a delete, a clear, a drop). The
+ * strings live until the callback returns; deployment and pool end in NUL,
+ * key does not.
+ */
+enum kvp_change_kind { KVP_CHANGE_STORED = 1, KVP_CHANGE_REMOVED = 2 };
+struct kvp_meta_change {
+    int kind; /* enum kvp_change_kind */
+    struct kvp_ns *ns;
+    const char *deployment, *pool;
+    uint32_t rank;
+    const char *key;
+    size_t len;
+};
+typedef void (*kvp_meta_change_fn)(const struct kvp_meta_change *c, void *arg);
+
+/*
+ * Calls fn for every page a key gets or loses from now on (kvpage serve's KV
+ * events), in the order the changes are made in each namespace, with that
+ * namespace's lock held: fn must be quick and must not call into m. fn NULL
+ * stops watching; one watcher at a time (a second replaces the first). Set it
+ * while no other thread uses m. Returns 0, -EINVAL (m NULL), or -EOPNOTSUPP
+ * for a backend other than the in-process engine (mem:, file:).
+ */
+KVP_API int kvp_meta_watch(struct kvp_meta *m, kvp_meta_change_fn fn, void *arg);
+
+/*
+ * Calls fn with KVP_CHANGE_STORED for every held page of every namespace,
+ * one namespace at a time with its lock held (the same rules as
+ * kvp_meta_watch's fn): each namespace as it is at one moment. Returns 0,
+ * -EINVAL, or -EOPNOTSUPP (as kvp_meta_watch).
+ */
+KVP_API int kvp_meta_inventory(struct kvp_meta *m, kvp_meta_change_fn fn, void *arg);
+
+/*
  * A figure of the backend's own (its log, its connection, ...), beyond the
  * per-rank figures every backend has (kvp_meta_stats). kvpage serve prints
  * each in /v1/stats as section.key and in /metrics as metric, without knowing

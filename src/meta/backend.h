@@ -105,6 +105,9 @@ struct kvp__meta_ops {
     /* May be NULL: m->identity is the identity. Else kvp_meta_identity's
      * answer (a remote server's, asked on the first call). */
     const char *(*identity)(struct kvp_meta *m);
+    /* kvp_meta_watch and kvp_meta_inventory. May be NULL: -EOPNOTSUPP. */
+    int (*watch)(struct kvp_meta *m, kvp_meta_change_fn fn, void *arg);
+    int (*inventory)(struct kvp_meta *m, kvp_meta_change_fn fn, void *arg);
 };
 
 /* The in-process engine (src/meta/local.c): mem: and file:. */

@@ -644,6 +644,34 @@ static void page_unhold(struct kvp__lns *ns, struct kvp__rank *r, uint32_t p)
     r->pages[p].owner = NULL;
 }
 
+/* Tells the watcher (kvp_meta_watch) that key e gets or loses its page on
+ * rank r; under the namespace's lock, in the order of the changes. */
+static void tell_fn(kvp_meta_change_fn fn, void *arg, struct kvp__lns *ns,
+                    const struct kvp__rank *r, const struct kvp__key *e, int kind)
+{
+    struct kvp_meta_change c = {kind,  &ns->pub,          ns->deployment, ns->pool,
+                                r->id, kvp__key_bytes(e), e->len};
+    fn(&c, arg);
+}
+
+static inline void tell(struct kvp__lns *ns, const struct kvp__rank *r, const struct kvp__key *e,
+                        int kind)
+{
+    struct kvp__local *m = ns->meta;
+    if (m->watch)
+        tell_fn(m->watch, m->watch_arg, ns, r, e, kind);
+}
+
+/* Every held page of the namespace, oldest first per rank, to fn. */
+static void tell_all(kvp_meta_change_fn fn, void *arg, struct kvp__lns *ns, int kind)
+{
+    for (uint32_t i = 0; i < ns->nranks; i++) {
+        const struct kvp__rank *r = ns->by_id[i];
+        for (uint32_t p = r->lru.tail; p != KVP_NONE; p = r->pages[p].prev)
+            tell_fn(fn, arg, ns, r, r->pages[p].owner, kind);
+    }
+}
+
 static void touch(struct kvp__rank *r, uint32_t p)
 {
     list_remove(r->pages, &r->lru, p);
@@ -743,6 +771,7 @@ static uint32_t evict(struct kvp__lns *ns, struct kvp__rank *r, uint64_t now)
         if (pg->t > now)
             continue;
         kvp__jrnl_free(ns, r->id, p);
+        tell(ns, r, pg->owner, KVP_CHANGE_REMOVED);
         page_unhold(ns, r, p);
         r->evictions++;
         return p;
@@ -826,8 +855,10 @@ static int rank_clear(struct kvp__lns *ns, struct kvp__rank *r)
     struct kvp__page *pg = pages_alloc(r->num_pages);
     if (!pg)
         return -ENOMEM;
-    while (r->lru.tail != KVP_NONE)
+    while (r->lru.tail != KVP_NONE) {
+        tell(ns, r, r->pages[r->lru.tail].owner, KVP_CHANGE_REMOVED);
         page_unhold(ns, r, r->lru.tail);
+    }
     rank_set_pages(r, pg, r->num_pages);
     return 0;
 }
@@ -1339,6 +1370,7 @@ static int lo_confirm(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *k
         }
         kvp__jrnl_hold(ns, r->id, p, e);
         page_hold(r, p, e);
+        tell(ns, r, e, KVP_CHANGE_STORED);
     }
     for (size_t i = 0; i < nrel; i++) {
         uint32_t p = (uint32_t)release[i];
@@ -1453,6 +1485,7 @@ static int lo_delete(struct kvp_ns *pub, int64_t rank, const struct kvp_str *key
             struct kvp__rank *r = ns->slots[s];
             int last = e->nheld == 1;
             kvp__jrnl_free(ns, r->id, p);
+            tell(ns, r, e, KVP_CHANGE_REMOVED);
             page_unhold(ns, r, p); /* frees e when it was its last page */
             page_to_free(r, p);
             if (last)
@@ -1490,6 +1523,8 @@ static int lo_clear(struct kvp_ns *pub, int64_t rank, uint64_t *ticket, struct k
             set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
         } else {
             kvp__jrnl_clear(ns, -1);
+            if (ns->meta->watch)
+                tell_all(ns->meta->watch, ns->meta->watch_arg, ns, KVP_CHANGE_REMOVED);
             free_all_keys(ns);
             for (uint32_t i = 0; i < ns->nranks; i++)
                 rank_set_pages(ns->slots[i], fresh[i], ns->slots[i]->num_pages);
@@ -1555,6 +1590,8 @@ static int lo_drop(struct kvp_meta *front, const char *dep, size_t dlen, const c
                 (int)plen, pool);
     } else if ((rc = kvp__jrnl_reserve(ns, KVP_JRNL_DROP, 0, err)) == 0) {
         kvp__jrnl_drop(ns);
+        if (ns->meta->watch)
+            tell_all(ns->meta->watch, ns->meta->watch_arg, ns, KVP_CHANGE_REMOVED);
         ns_drop_locked(ns);
     }
     *ticket = later(*ticket, kvp__jrnl_commit(ns));
@@ -1617,6 +1654,32 @@ static int lo_stats(struct kvp_meta *front, kvp_meta_stats_fn fn, void *arg)
         pthread_rwlock_unlock(&m->ns_lock);
     }
     return rc;
+}
+
+static int lo_watch(struct kvp_meta *front, kvp_meta_change_fn fn, void *arg)
+{
+    struct kvp__local *m = front->be;
+    m->watch = fn;
+    m->watch_arg = fn ? arg : NULL;
+    return 0;
+}
+
+static int lo_inventory(struct kvp_meta *front, kvp_meta_change_fn fn, void *arg)
+{
+    struct kvp__local *m = front->be;
+    pthread_rwlock_rdlock(&m->ns_lock);
+    struct kvp__lns *ns = m->ns_first;
+    pthread_rwlock_unlock(&m->ns_lock);
+    while (ns) { /* as lo_stats walks them */
+        pthread_mutex_lock(&ns->lock);
+        if (!ns->dropped)
+            tell_all(fn, arg, ns, KVP_CHANGE_STORED);
+        pthread_mutex_unlock(&ns->lock);
+        pthread_rwlock_rdlock(&m->ns_lock);
+        ns = ns->next_all;
+        pthread_rwlock_unlock(&m->ns_lock);
+    }
+    return 0;
 }
 
 #define CHECK(cond, ...)                                                                           \
@@ -1907,4 +1970,6 @@ const struct kvp__meta_ops kvp__local_ops = {
     .health = lo_health,
     .snapshot = lo_snapshot,
     .describe = lo_describe,
+    .watch = lo_watch,
+    .inventory = lo_inventory,
 };

@@ -585,6 +585,20 @@ KVP_API int kvp_meta_values(struct kvp_meta *m, kvp_meta_value_fn fn, void *arg)
     return m->ops->values ? m->ops->values(m, fn, arg) : 0;
 }
 
+KVP_API int kvp_meta_watch(struct kvp_meta *m, kvp_meta_change_fn fn, void *arg)
+{
+    if (!m)
+        return -EINVAL;
+    return m->ops->watch ? m->ops->watch(m, fn, arg) : -EOPNOTSUPP;
+}
+
+KVP_API int kvp_meta_inventory(struct kvp_meta *m, kvp_meta_change_fn fn, void *arg)
+{
+    if (!m || !fn)
+        return -EINVAL;
+    return m->ops->inventory ? m->ops->inventory(m, fn, arg) : -EOPNOTSUPP;
+}
+
 KVP_API int kvp_meta_health_scope(struct kvp_meta *m, int *scope, char *why, size_t len)
 {
     int sc = 0;

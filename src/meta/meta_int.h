@@ -156,6 +156,10 @@ struct kvp__local {
     struct kvp__persist *persist; /* NULL: in memory only */
     struct kvp__mempool pool;     /* pre-faulted pieces for the key entries */
     int replaying;                /* recovery is applying records: log nothing */
+    /* kvp_meta_watch: told of every page a key gets or loses (NULL: none).
+     * Set while no other thread uses the handle; read under namespace locks. */
+    kvp_meta_change_fn watch;
+    void *watch_arg;
 };
 
 /* Journal: called under the namespace lock before the change is applied.

@@ -35,6 +35,7 @@
 #include "util/clock.h"
 #include "util/dirs.h"
 #include "util/size.h"
+#include "server/kvevents.h"
 #include "server/log.h"
 
 /* A client address as the per-client connection limit counts it (an
@@ -371,6 +372,12 @@ static void usage(FILE *f)
             "  --fsync MODE           always, batch (default: group commit) or never\n"
             "  --snapshot-bytes N     write a snapshot once the log has grown by N bytes, or\n"
             "                         by the last snapshot's size if larger (default 64M)\n"
+            "  --kv-events FIELDS     publish every page stored and removed as vLLM's KV events\n"
+            "                         (ZeroMQ, msgpack): endpoint=tcp://*:5557 (default),\n"
+            "                         replay_endpoint=, topic=, buffer_steps=10000, hwm=100000,\n"
+            "                         max_queue_size=100000, medium=STORAGE|EXTERNAL|DISK,\n"
+            "                         format=map|array, block_size=16,\n"
+            "                         hash=auto|sglang|vllm|xxh3 (not with --meta yet)\n"
             "  --log-level LEVEL      error, warn, info (default) or debug\n"
             "  --log-format FORMAT    text (default) or json: one JSON object per line\n"
             "  --help                 show this help\n"
@@ -1178,6 +1185,7 @@ struct serve_cfg {
     uint64_t idle_timeout, request_timeout, max_conns_client, max_conns, max_body_memory;
     struct kvp_cidr *allow;
     size_t nallow;
+    struct kvp_kvev_cfg kvev; /* --kv-events: kvev.spec set when given */
 };
 
 struct flag;
@@ -1303,6 +1311,16 @@ static int set_log_format(struct serve_cfg *c, const struct flag *f, const char 
     return 0;
 }
 
+static int set_kv_events(struct serve_cfg *c, const struct flag *f, const char *v)
+{
+    (void)f;
+    char why[300];
+    kvp__kvev_cfg_free(&c->kvev); /* the last one given counts */
+    if (kvp__kvev_parse(v, &c->kvev, why, sizeof why))
+        return bad_value("--kv-events", v, why);
+    return 0;
+}
+
 #define CFG(field) offsetof(struct serve_cfg, field)
 #define BYTES_WHY "expected a positive number of bytes (K/M/G suffixes allowed)"
 #define SECONDS_WHY "expected a whole number of seconds (0: no timeout)"
@@ -1325,6 +1343,7 @@ static const struct flag serve_flags[] = {
     {"fsync", set_fsync, 0, 0, 0, 0, "expected always, batch or never"},
     {"snapshot-bytes", set_num, CFG(snapshot_bytes), 1, UINT64_C(64) << 10, UINT64_C(1) << 50,
      "expected a number of bytes of at least 64K (K/M/G suffixes allowed)"},
+    {"kv-events", set_kv_events, 0, 0, 0, 0, NULL},
     {"log-level", set_log_level, 0, 0, 0, 0, "expected error, warn, info or debug"},
     {"log-format", set_log_format, 0, 0, 0, 0, "expected text or json"},
     {"idle-timeout", set_num, CFG(idle_timeout), 0, 0, 86400 * 365, SECONDS_WHY},
@@ -1395,6 +1414,11 @@ static int serve_parse(int argc, char **argv, struct serve_cfg *cfg)
     if (cfg->meta_loc && cfg->data_dir_given) {
         fprintf(stderr, "kvpage serve: --meta and --data-dir exclude each other: the state is "
                         "either in Redis or in a data directory\n");
+        return 2;
+    }
+    if (cfg->meta_loc && cfg->kvev.spec) {
+        fprintf(stderr, "kvpage serve: --kv-events with --meta is not implemented yet: KV events "
+                        "come from a server whose state is in process (--data-dir)\n");
         return 2;
     }
     /* Every call to a remote store waits for a round trip: more threads keep
@@ -1582,6 +1606,20 @@ static int serve_run(const struct serve_cfg *sc)
     pthread_mutex_init(&S->clients_lock, NULL);
     pthread_mutex_init(&S->jobs_lock, NULL);
     pthread_cond_init(&S->jobs_cond, NULL);
+    struct kvp_kvev *kvev = NULL;
+    if (sc->kvev.spec) { /* before the listener: no change goes unpublished */
+        char why[600];
+        if (kvp__kvev_start(&sc->kvev, meta, persistent ? data_dir : NULL, &kvev, why,
+                            sizeof why) != 0) {
+            fprintf(stderr, "kvpage serve: --kv-events: %s\n", why);
+            serve_free(S);
+            goto out_closed;
+        }
+        KVP_LOGI("KV events on %s%s%s (topic \"%s\", medium %s)", sc->kvev.endpoint,
+                 sc->kvev.replay_endpoint ? ", replay on " : "",
+                 sc->kvev.replay_endpoint ? sc->kvev.replay_endpoint : "", sc->kvev.topic,
+                 sc->kvev.medium);
+    }
 
     struct MHD_Daemon *d = NULL;
     S->accept_stop = -1;
@@ -1699,6 +1737,7 @@ static int serve_run(const struct serve_cfg *sc)
         serve_stop(S, d, fd);
         status = 0;
     }
+    kvp__kvev_stop(kvev); /* after the last request, before the state closes */
     serve_free(S);
     if (!d && made_dir)
         kvp__remove_data_dir(data_dir); /* started nothing: leave no state behind */
@@ -1718,5 +1757,6 @@ int kvp__serve_main(int argc, char **argv)
     if (status < 0)
         status = serve_run(&cfg);
     free(cfg.allow);
+    kvp__kvev_cfg_free(&cfg.kvev);
     return status;
 }

@@ -1,0 +1,818 @@
+/*
+ * kvpage serve --kv-events: every page a key gets or loses, in every
+ * namespace, published the way vLLM's engines publish their KV events, so
+ * that a KV-aware router sees the storage tier with no glue of its own.
+ *
+ * The wire format follows the code read at these commits (read, not copied):
+ * vLLM vllm/distributed/kv_events.py @ 0181ea3173e53eea8cf04a86891488e3dc89bb34
+ * (ZmqEventPublisher: a PUB socket sending topic, the sequence number as 8
+ * bytes big-endian from 0 and the payload; a ROUTER replay socket answering
+ * an 8-byte start with (seq, payload) pairs and (-1, "")); the batch as
+ * NVIDIA Dynamo's vLLM wire types decode it (an array [ts, [events],
+ * data_parallel_rank]; events maps tagged "type", or tagged arrays).
+ *
+ * The metadata layer tells on_change (with a namespace's lock held) of each
+ * change; on_change turns it into a small record on a bounded queue and
+ * returns: no socket, no allocation. The publisher thread drains the queue,
+ * groups records into batches, sends them and keeps the last buffer_steps
+ * for replay. A subscriber that is slow or absent costs the server nothing:
+ * the publisher never waits for the network (the PUB socket drops past its
+ * high-water mark; the subscriber sees the gap in the sequence numbers and
+ * the replay socket fills it). A full queue (max_queue_size changes the
+ * publisher has not encoded yet: a clear of many keys) makes the change wait
+ * for room, as vLLM's publish() does, rather than lose it: a lost change
+ * would leave a router believing in a page that is gone.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <msgpack.h>
+#include <xxhash.h>
+#include <zmq.h>
+
+#include "server/kvevents.h"
+#include "server/log.h"
+#include "util/hex.h"
+#include "util/size.h"
+
+/* The next sequence number is kept in the data directory this far ahead of
+ * the one in use, so that a crash never lets a restart reuse a number. */
+#define SEQ_STEP ((uint64_t)1 << 16)
+#define SEQ_FILE "kv-events.seq"
+/* Records one pass of the publisher takes off the queue; events per batch. */
+#define DRAIN_MAX 4096
+#define BATCH_MAX 1024
+
+/* ---------------------------------------------------------------- the option */
+
+static int set_u64(const char *name, const char *v, uint64_t lo, uint64_t *out, char *why,
+                   size_t len)
+{
+    uint64_t n;
+    if (kvp__parse_size(v, 0, &n) || n < lo || n > (UINT64_C(1) << 40)) {
+        snprintf(why, len, "%s=%s: expected an integer from %" PRIu64, name, v, lo);
+        return -EINVAL;
+    }
+    *out = n;
+    return 0;
+}
+
+int kvp__kvev_parse(const char *spec, struct kvp_kvev_cfg *cfg, char *why, size_t len)
+{
+    /* vLLM's defaults (vllm/config/kv_events.py) but the medium. */
+    *cfg = (struct kvp_kvev_cfg){.endpoint = "tcp://*:5557",
+                                 .topic = "",
+                                 .medium = "STORAGE",
+                                 .buffer_steps = 10000,
+                                 .hwm = 100000,
+                                 .max_queue_size = 100000,
+                                 .block_size = 16};
+    if (!(cfg->spec = strdup(spec))) {
+        snprintf(why, len, "out of memory");
+        return -ENOMEM;
+    }
+    for (char *p = cfg->spec, *next; p && *p; p = next) {
+        next = strchr(p, ',');
+        if (next)
+            *next++ = 0;
+        char *v = strchr(p, '=');
+        if (!v) {
+            snprintf(why, len, "'%s': expected name=value", p);
+            goto bad;
+        }
+        *v++ = 0;
+        int rc = 0;
+        if (!strcmp(p, "endpoint"))
+            cfg->endpoint = v;
+        else if (!strcmp(p, "replay_endpoint"))
+            cfg->replay_endpoint = *v ? v : NULL;
+        else if (!strcmp(p, "topic"))
+            cfg->topic = v;
+        else if (!strcmp(p, "buffer_steps"))
+            rc = set_u64(p, v, 1, &cfg->buffer_steps, why, len);
+        else if (!strcmp(p, "hwm"))
+            rc = set_u64(p, v, 0, &cfg->hwm, why, len);
+        else if (!strcmp(p, "max_queue_size"))
+            rc = set_u64(p, v, 1, &cfg->max_queue_size, why, len);
+        else if (!strcmp(p, "block_size"))
+            rc = set_u64(p, v, 1, &cfg->block_size, why, len);
+        else if (!strcmp(p, "medium")) {
+            if (strcmp(v, "STORAGE") && strcmp(v, "EXTERNAL") && strcmp(v, "DISK")) {
+                snprintf(why, len, "medium=%s: expected STORAGE, EXTERNAL or DISK", v);
+                rc = -EINVAL;
+            }
+            cfg->medium = v;
+        } else if (!strcmp(p, "format")) {
+            if (strcmp(v, "map") && strcmp(v, "array")) {
+                snprintf(why, len, "format=%s: expected map or array", v);
+                rc = -EINVAL;
+            }
+            cfg->array = !strcmp(v, "array");
+        } else if (!strcmp(p, "hash")) {
+            static const char *const names[] = {"auto", "sglang", "vllm", "xxh3"};
+            rc = -EINVAL;
+            for (int i = 0; i < 4; i++)
+                if (!strcmp(v, names[i])) {
+                    cfg->hash = i;
+                    rc = 0;
+                }
+            if (rc)
+                snprintf(why, len, "hash=%s: expected auto, sglang, vllm or xxh3", v);
+        } else {
+            snprintf(why, len,
+                     "unknown field '%s' (endpoint, replay_endpoint, topic, buffer_steps, hwm, "
+                     "max_queue_size, medium, format, block_size, hash)",
+                     p);
+            rc = -EINVAL;
+        }
+        if (rc)
+            goto bad;
+    }
+    if (!*cfg->endpoint) {
+        snprintf(why, len, "endpoint must not be empty");
+        goto bad;
+    }
+    return 0;
+bad:
+    kvp__kvev_cfg_free(cfg);
+    return -EINVAL;
+}
+
+void kvp__kvev_cfg_free(struct kvp_kvev_cfg *cfg)
+{
+    free(cfg->spec);
+    cfg->spec = NULL;
+}
+
+/* ---------------------------------------------------------------- block hashes */
+
+/* The first n hex digits of s as a number (n <= 16, all hex). */
+static uint64_t hex_u64(const char *s, size_t n)
+{
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++)
+        v = v << 4 | (uint64_t)kvp__hex_value(s[i]);
+    return v;
+}
+
+/*
+ * SGLang's page hash is a SHA-256 hex string, its events carry the first 16
+ * hex digits as a signed int64 (hash_str_to_int64); vLLM's connector keys are
+ * hex block hashes, its events the last 8 bytes as a uint64
+ * (maybe_convert_block_hash). auto: 64 hex digits, alone or followed by a
+ * suffix that is not hex (SGLang's "-k", "-v", "_pool"), are SGLang's; any
+ * other key of 16 or more hex digits only is vLLM's; anything else (and a key
+ * the chosen rule cannot read) is the XXH3-64 of its bytes.
+ */
+uint64_t kvp__kvev_block_hash(const char *key, size_t len, int mode, int *is_signed)
+{
+    size_t h = 0;
+    while (h < len && kvp__hex_value(key[h]) >= 0)
+        h++;
+    *is_signed = 0;
+    if (mode == KVP_KVEV_HASH_AUTO)
+        mode = h == 64                ? KVP_KVEV_HASH_SGLANG
+               : h == len && len >= 16 ? KVP_KVEV_HASH_VLLM
+                                       : KVP_KVEV_HASH_XXH3;
+    if (mode == KVP_KVEV_HASH_SGLANG && h >= 16) {
+        *is_signed = 1;
+        return hex_u64(key, 16);
+    }
+    if (mode == KVP_KVEV_HASH_VLLM && h == len && len >= 16)
+        return hex_u64(key + len - 16, 16);
+    return XXH3_64bits(key, len);
+}
+
+/* ---------------------------------------------------------------- the publisher */
+
+struct rec {
+    const struct kvp_ns *ns; /* namespaces live as long as the handle */
+    uint64_t hash;
+    uint32_t rank;
+    uint8_t kind; /* KVP_CHANGE_* */
+    uint8_t is_signed;
+};
+
+struct recs {
+    struct rec *v;
+    size_t n, cap;
+};
+
+struct sent {
+    uint64_t seq;
+    char *payload;
+    size_t len;
+};
+
+struct kvp_kvev {
+    struct kvp_kvev_cfg cfg;
+    struct kvp_meta *meta;
+    char *seq_path; /* NULL: --data-dir none */
+    void *zctx, *pub, *replay;
+    const char *topic;
+    size_t topic_len;
+    int efd; /* wakes the thread: records queued, or stop */
+    pthread_t thread;
+    atomic_int stop;
+
+    pthread_mutex_t qlock; /* guards q, qhead, qlen, waiting */
+    pthread_cond_t room;   /* the queue has room again */
+    struct rec *q;
+    size_t qcap, qhead, qlen, waiting;
+
+    /* The inventory, collected by a thread of its own (inventory_main) while
+     * the publisher goes on draining: a change waiting for room in the queue
+     * holds its namespace's lock, which the inventory needs. */
+    pthread_t inv_thread;
+    atomic_int inv_done;
+    struct recs inv;
+    int inv_short; /* out of memory for it: some pages left out */
+
+    /* The publisher thread's own. */
+    uint64_t next_seq, seq_limit;
+    struct sent *ring; /* the last buffer_steps batches, oldest at ring_head */
+    size_t ring_head, ring_n;
+    struct recs work;
+    msgpack_sbuffer sb;
+};
+
+/* Records the next sequence number (or the limit) in the data directory,
+ * durably: written aside, synced, renamed. 0 or -errno. */
+static int seq_write(const struct kvp_kvev *ev, uint64_t v)
+{
+    if (!ev->seq_path)
+        return 0;
+    char tmp[4200], text[32];
+    snprintf(tmp, sizeof tmp, "%s.tmp", ev->seq_path);
+    int n = snprintf(text, sizeof text, "%" PRIu64 "\n", v);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -errno;
+    int rc = write(fd, text, (size_t)n) == n && fsync(fd) == 0 ? 0 : -EIO;
+    close(fd);
+    if (!rc && rename(tmp, ev->seq_path) != 0)
+        rc = -errno;
+    return rc;
+}
+
+static void on_change(const struct kvp_meta_change *c, void *arg)
+{
+    struct kvp_kvev *ev = arg;
+    struct rec r = {.ns = c->ns, .rank = c->rank, .kind = (uint8_t)c->kind};
+    int sg;
+    r.hash = kvp__kvev_block_hash(c->key, c->len, ev->cfg.hash, &sg);
+    r.is_signed = (uint8_t)sg;
+    pthread_mutex_lock(&ev->qlock);
+    while (ev->qlen == ev->qcap) {
+        ev->waiting++;
+        pthread_cond_wait(&ev->room, &ev->qlock);
+        ev->waiting--;
+    }
+    ev->q[(ev->qhead + ev->qlen) % ev->qcap] = r;
+    int wake = ev->qlen++ == 0;
+    pthread_mutex_unlock(&ev->qlock);
+    if (wake) {
+        uint64_t one = 1;
+        ssize_t w = write(ev->efd, &one, sizeof one);
+        (void)w; /* a full counter still wakes the thread */
+    }
+}
+
+/* The batch's ts: seconds since the epoch, as Python's time.time(). */
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void pack_str(msgpack_packer *pk, const char *s)
+{
+    size_t n = strlen(s);
+    msgpack_pack_str(pk, n);
+    msgpack_pack_str_body(pk, s, n);
+}
+
+/* An event of n fields (the tag first): a map tagged "type" (vLLM since its
+ * PR #42892) or, with format=array, the positional array before it. */
+static void event_head(msgpack_packer *pk, int arr, size_t n, const char *type)
+{
+    if (arr) {
+        msgpack_pack_array(pk, n);
+    } else {
+        msgpack_pack_map(pk, n);
+        pack_str(pk, "type");
+    }
+    pack_str(pk, type);
+}
+
+/* A field's name, in a map only. */
+static void field(msgpack_packer *pk, int arr, const char *name)
+{
+    if (!arr)
+        pack_str(pk, name);
+}
+
+static void pack_hash(msgpack_packer *pk, const struct rec *r)
+{
+    if (r->is_signed)
+        msgpack_pack_int64(pk, (int64_t)r->hash);
+    else
+        msgpack_pack_uint64(pk, r->hash);
+}
+
+/* Events of recs [i, j) (one namespace and rank): a BlockStored per stored
+ * page (its own event: a BlockStored's hashes are a chain, and these pages
+ * are not known to be one), a BlockRemoved per run of removals. */
+static size_t count_events(const struct rec *v, size_t i, size_t j)
+{
+    size_t n = 0;
+    for (size_t k = i; k < j; k++)
+        n += v[k].kind == KVP_CHANGE_STORED || k == i || v[k - 1].kind != KVP_CHANGE_REMOVED;
+    return n;
+}
+
+static void pack_batch(struct kvp_kvev *ev, const struct rec *v, size_t i, size_t j)
+{
+    msgpack_packer pk;
+    msgpack_sbuffer_clear(&ev->sb);
+    msgpack_packer_init(&pk, &ev->sb, msgpack_sbuffer_write);
+    msgpack_pack_array(&pk, 3);
+    msgpack_pack_double(&pk, now_s());
+    msgpack_pack_array(&pk, count_events(v, i, j));
+    int arr = ev->cfg.array;
+    for (size_t k = i; k < j;) {
+        if (v[k].kind == KVP_CHANGE_STORED) {
+            event_head(&pk, arr, 8, "BlockStored");
+            field(&pk, arr, "block_hashes");
+            msgpack_pack_array(&pk, 1);
+            pack_hash(&pk, &v[k++]);
+            field(&pk, arr, "parent_block_hash");
+            msgpack_pack_nil(&pk); /* the engines send no parent key */
+            field(&pk, arr, "token_ids");
+            msgpack_pack_array(&pk, 0);
+            field(&pk, arr, "block_size");
+            msgpack_pack_uint64(&pk, ev->cfg.block_size);
+            field(&pk, arr, "lora_id");
+            msgpack_pack_nil(&pk);
+            field(&pk, arr, "medium");
+            pack_str(&pk, ev->cfg.medium);
+            field(&pk, arr, "lora_name");
+            msgpack_pack_nil(&pk);
+            continue;
+        }
+        size_t e = k;
+        while (e < j && v[e].kind == KVP_CHANGE_REMOVED)
+            e++;
+        event_head(&pk, arr, 3, "BlockRemoved");
+        field(&pk, arr, "block_hashes");
+        msgpack_pack_array(&pk, e - k);
+        for (; k < e; k++)
+            pack_hash(&pk, &v[k]);
+        field(&pk, arr, "medium");
+        pack_str(&pk, ev->cfg.medium);
+    }
+    msgpack_pack_uint32(&pk, v[i].rank); /* data_parallel_rank: kvpage's rank */
+}
+
+static void be64(uint64_t v, unsigned char out[8])
+{
+    for (int i = 7; i >= 0; i--, v >>= 8)
+        out[i] = (unsigned char)v;
+}
+
+/* The batches of recs v[0..n), each handed to fn. */
+static void batches(struct kvp_kvev *ev, const struct rec *v, size_t n,
+                    void (*fn)(struct kvp_kvev *ev, void *arg), void *arg)
+{
+    for (size_t i = 0; i < n;) {
+        size_t j = i + 1;
+        while (j < n && j - i < BATCH_MAX && v[j].ns == v[i].ns && v[j].rank == v[i].rank)
+            j++;
+        pack_batch(ev, v, i, j);
+        fn(ev, arg);
+        i = j;
+    }
+}
+
+/* Publishes the batch in ev->sb with the next sequence number and keeps it. */
+static void publish(struct kvp_kvev *ev, void *arg)
+{
+    (void)arg;
+    uint64_t seq = ev->next_seq++;
+    if (ev->next_seq > ev->seq_limit) {
+        ev->seq_limit = ev->next_seq + SEQ_STEP;
+        int rc = seq_write(ev, ev->seq_limit);
+        if (rc)
+            KVP_LOGW("--kv-events: cannot record the sequence number in %s: %s", ev->seq_path,
+                     strerror(-rc));
+    }
+    unsigned char sq[8];
+    be64(seq, sq);
+    /* Never waits: past the high-water mark PUB drops (the replay fills in). */
+    zmq_send(ev->pub, ev->topic, ev->topic_len, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+    zmq_send(ev->pub, sq, 8, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+    zmq_send(ev->pub, ev->sb.data, ev->sb.size, ZMQ_DONTWAIT);
+    char *copy = malloc(ev->sb.size ? ev->sb.size : 1);
+    if (!copy)
+        return; /* a replay then answers from the inventory */
+    memcpy(copy, ev->sb.data, ev->sb.size);
+    size_t cap = ev->cfg.buffer_steps;
+    struct sent *s;
+    if (ev->ring_n == cap) {
+        s = &ev->ring[ev->ring_head];
+        free(s->payload);
+        ev->ring_head = (ev->ring_head + 1) % cap;
+    } else {
+        s = &ev->ring[(ev->ring_head + ev->ring_n++) % cap];
+    }
+    *s = (struct sent){seq, copy, ev->sb.size};
+}
+
+/* Publishes everything queued. */
+static void drain(struct kvp_kvev *ev)
+{
+    struct rec *buf = ev->work.v;
+    for (;;) {
+        pthread_mutex_lock(&ev->qlock);
+        size_t n = ev->qlen < DRAIN_MAX ? ev->qlen : DRAIN_MAX;
+        for (size_t i = 0; i < n; i++)
+            buf[i] = ev->q[(ev->qhead + i) % ev->qcap];
+        ev->qhead = (ev->qhead + n) % ev->qcap;
+        ev->qlen -= n;
+        if (n && ev->waiting)
+            pthread_cond_broadcast(&ev->room);
+        pthread_mutex_unlock(&ev->qlock);
+        if (!n)
+            return;
+        batches(ev, buf, n, publish, NULL);
+    }
+}
+
+static void inv_add(const struct kvp_meta_change *c, void *arg)
+{
+    struct kvp_kvev *ev = arg;
+    struct recs *r = &ev->inv;
+    if (r->n == r->cap) {
+        size_t cap = r->cap * 2;
+        struct rec *v = realloc(r->v, cap * sizeof *v);
+        if (!v)
+        {
+            ev->inv_short = 1; /* a partial inventory: logged by the publisher */
+            return;
+        }
+        r->v = v;
+        r->cap = cap;
+    }
+    int sg;
+    struct rec *x = &r->v[r->n++];
+    *x = (struct rec){.ns = c->ns, .rank = c->rank, .kind = KVP_CHANGE_STORED};
+    x->hash = kvp__kvev_block_hash(c->key, c->len, ev->cfg.hash, &sg);
+    x->is_signed = (uint8_t)sg;
+}
+
+static void *inventory_main(void *arg)
+{
+    struct kvp_kvev *ev = arg;
+    kvp_meta_inventory(ev->meta, inv_add, ev);
+    uint64_t one = 1;
+    atomic_store(&ev->inv_done, 1);
+    ssize_t w = write(ev->efd, &one, sizeof one); /* wakes the publisher */
+    (void)w;
+    return NULL;
+}
+
+/* The inventory into ev->inv, the queue drained (and published) meanwhile;
+ * 0 or -errno. */
+static int take_inventory(struct kvp_kvev *ev)
+{
+    ev->inv.n = 0;
+    if (!ev->inv.v) {
+        ev->inv.cap = DRAIN_MAX;
+        if (!(ev->inv.v = malloc(ev->inv.cap * sizeof *ev->inv.v)))
+            return -ENOMEM;
+    }
+    atomic_store(&ev->inv_done, 0);
+    int rc = pthread_create(&ev->inv_thread, NULL, inventory_main, ev);
+    if (rc)
+        return -rc;
+    while (!atomic_load(&ev->inv_done)) {
+        zmq_pollitem_t it = {NULL, ev->efd, ZMQ_POLLIN, 0};
+        if (zmq_poll(&it, 1, 100) > 0) {
+            uint64_t cnt;
+            ssize_t r = read(ev->efd, &cnt, sizeof cnt);
+            (void)r;
+        }
+        drain(ev);
+    }
+    pthread_join(ev->inv_thread, NULL);
+    return 0;
+}
+
+struct reply_to {
+    zmq_msg_t *id;
+    unsigned char seq[8];
+};
+
+static void send_reply(struct kvp_kvev *ev, const zmq_msg_t *id, const unsigned char seq[8],
+                       const void *payload, size_t len)
+{
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    zmq_msg_copy(&m, (zmq_msg_t *)id);
+    zmq_msg_send(&m, ev->replay, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+    zmq_msg_close(&m);
+    zmq_send(ev->replay, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+    zmq_send(ev->replay, seq, 8, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+    zmq_send(ev->replay, payload, len, ZMQ_DONTWAIT);
+}
+
+static void send_inventory_batch(struct kvp_kvev *ev, void *arg)
+{
+    struct reply_to *to = arg;
+    send_reply(ev, to->id, to->seq, ev->sb.data, ev->sb.size);
+}
+
+/*
+ * One replay request: [identity, "", start as 8 bytes big-endian]. Answered
+ * as vLLM does from the batches kept; from the inventory instead when they
+ * cannot answer: a start of 0 (a subscriber that knows nothing: llm-d's
+ * indexer asks for 0 when it connects) or one older than the oldest kept
+ * (before this process, or past buffer_steps). The inventory's batches carry
+ * the number of the last batch published before it was begun (an empty
+ * batch takes number 0 when none was):
+ * each namespace in it is as it was at one moment, every change after that
+ * moment has a later number, and the changes are idempotent (a page stored
+ * or removed again is stored or removed), so the batches after that number
+ * applied on top give the state.
+ */
+static void serve_replay(struct kvp_kvev *ev)
+{
+    zmq_msg_t parts[3];
+    int np = 0, more = 1;
+    while (more) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, ev->replay, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&m);
+            break;
+        }
+        more = zmq_msg_more(&m);
+        if (np < 3)
+            parts[np++] = m;
+        else {
+            zmq_msg_close(&m);
+            np = 4;
+        }
+    }
+    if (np != 3 || zmq_msg_size(&parts[2]) != 8) {
+        KVP_LOGW("--kv-events: a replay request that is not [identity, \"\", 8-byte start]");
+    } else {
+        const unsigned char *b = zmq_msg_data(&parts[2]);
+        uint64_t start = 0;
+        for (int i = 0; i < 8; i++)
+            start = start << 8 | b[i];
+        uint64_t oldest = ev->ring_n ? ev->ring[ev->ring_head].seq : ev->next_seq;
+        struct reply_to to = {.id = &parts[0]};
+        if (start == 0 || start < oldest) {
+            if (ev->next_seq == 0) {
+                /* The inventory's number must be below every later batch's:
+                 * number 0 goes to an empty batch. */
+                msgpack_packer pk;
+                msgpack_sbuffer_clear(&ev->sb);
+                msgpack_packer_init(&pk, &ev->sb, msgpack_sbuffer_write);
+                msgpack_pack_array(&pk, 3);
+                msgpack_pack_double(&pk, now_s());
+                msgpack_pack_array(&pk, 0);
+                msgpack_pack_uint32(&pk, 0);
+                publish(ev, NULL);
+            }
+            be64(ev->next_seq - 1, to.seq);
+            int rc = take_inventory(ev);
+            if (rc)
+                KVP_LOGW("--kv-events: cannot take the inventory for a replay: %s",
+                         strerror(-rc));
+            else
+                batches(ev, ev->inv.v, ev->inv.n, send_inventory_batch, &to);
+            if (!rc && ev->inv_short)
+                KVP_LOGW("--kv-events: out of memory: a replay's inventory lacks pages");
+            ev->inv_short = 0;
+            free(ev->inv.v); /* a big inventory's memory goes back */
+            ev->inv = (struct recs){0};
+        } else {
+            for (size_t i = 0; i < ev->ring_n; i++) {
+                const struct sent *s = &ev->ring[(ev->ring_head + i) % ev->cfg.buffer_steps];
+                if (s->seq < start)
+                    continue;
+                be64(s->seq, to.seq);
+                send_reply(ev, to.id, to.seq, s->payload, s->len);
+            }
+        }
+        memset(to.seq, 0xff, 8); /* -1: the end */
+        send_reply(ev, to.id, to.seq, "", 0);
+    }
+    for (int i = 0; i < np && i < 3; i++)
+        zmq_msg_close(&parts[i]);
+}
+
+static void *publisher_main(void *arg)
+{
+    struct kvp_kvev *ev = arg;
+    for (;;) {
+        zmq_pollitem_t items[2] = {{NULL, ev->efd, ZMQ_POLLIN, 0}, {ev->replay, 0, ZMQ_POLLIN, 0}};
+        int rc = zmq_poll(items, ev->replay ? 2 : 1, 1000);
+        if (rc < 0 && zmq_errno() != EINTR)
+            KVP_LOGW("--kv-events: zmq_poll: %s", zmq_strerror(zmq_errno()));
+        uint64_t cnt;
+        if (items[0].revents & ZMQ_POLLIN) {
+            ssize_t r = read(ev->efd, &cnt, sizeof cnt);
+            (void)r;
+        }
+        drain(ev);
+        if (ev->replay) {
+            int events = 0;
+            size_t sz = sizeof events;
+            while (zmq_getsockopt(ev->replay, ZMQ_EVENTS, &events, &sz) == 0 &&
+                   (events & ZMQ_POLLIN))
+                serve_replay(ev);
+        }
+        if (atomic_load(&ev->stop)) {
+            drain(ev);
+            return NULL;
+        }
+    }
+}
+
+/* vLLM's rule: bind where the endpoint has a wildcard or is local (ipc,
+ * inproc), else connect (the subscriber binds: "bind stable, connect
+ * volatile"). */
+static int wants_bind(const char *ep)
+{
+    return strchr(ep, '*') || strstr(ep, "::") || !strncmp(ep, "ipc://", 6) ||
+           !strncmp(ep, "inproc://", 9);
+}
+
+static void kvev_free(struct kvp_kvev *ev)
+{
+    if (ev->pub)
+        zmq_close(ev->pub);
+    if (ev->replay)
+        zmq_close(ev->replay);
+    if (ev->zctx)
+        zmq_ctx_term(ev->zctx);
+    if (ev->efd >= 0)
+        close(ev->efd);
+    for (size_t i = 0; ev->ring && i < ev->ring_n; i++)
+        free(ev->ring[(ev->ring_head + i) % ev->cfg.buffer_steps].payload);
+    free(ev->ring);
+    free(ev->q);
+    free(ev->work.v);
+    free(ev->seq_path);
+    msgpack_sbuffer_destroy(&ev->sb);
+    pthread_cond_destroy(&ev->room);
+    pthread_mutex_destroy(&ev->qlock);
+    free(ev);
+}
+
+/* Sets one socket option, or says which failed. */
+static int sockopt(void *s, int opt, int v, const char *name, char *why, size_t len)
+{
+    if (zmq_setsockopt(s, opt, &v, sizeof v) == 0)
+        return 0;
+    snprintf(why, len, "cannot set %s: %s", name, zmq_strerror(zmq_errno()));
+    return -EINVAL;
+}
+
+int kvp__kvev_start(const struct kvp_kvev_cfg *cfg, struct kvp_meta *meta, const char *data_dir,
+                    struct kvp_kvev **out, char *why, size_t len)
+{
+    struct kvp_kvev *ev = calloc(1, sizeof *ev);
+    if (!ev) {
+        snprintf(why, len, "out of memory");
+        return -ENOMEM;
+    }
+    ev->cfg = *cfg;
+    ev->meta = meta;
+    ev->efd = -1;
+    ev->topic = cfg->topic;
+    ev->topic_len = strlen(cfg->topic);
+    pthread_mutex_init(&ev->qlock, NULL);
+    pthread_cond_init(&ev->room, NULL);
+    msgpack_sbuffer_init(&ev->sb);
+    ev->qcap = cfg->max_queue_size;
+    ev->q = malloc(ev->qcap * sizeof *ev->q);
+    ev->ring = calloc(cfg->buffer_steps, sizeof *ev->ring);
+    ev->work.cap = DRAIN_MAX;
+    ev->work.v = malloc(DRAIN_MAX * sizeof *ev->work.v);
+    int rc = -ENOMEM;
+    if (!ev->q || !ev->ring || !ev->work.v) {
+        snprintf(why, len, "out of memory");
+        goto fail;
+    }
+    if (data_dir) {
+        size_t n = strlen(data_dir) + sizeof SEQ_FILE + 2;
+        if (!(ev->seq_path = malloc(n))) {
+            snprintf(why, len, "out of memory");
+            goto fail;
+        }
+        snprintf(ev->seq_path, n, "%s/%s", data_dir, SEQ_FILE);
+        FILE *f = fopen(ev->seq_path, "re");
+        if (f) {
+            char line[64] = "";
+            uint64_t v;
+            int ok = fgets(line, sizeof line, f) && (line[strcspn(line, "\n")] = 0, 1) &&
+                     kvp__parse_size(line, 0, &v) == 0;
+            fclose(f);
+            if (!ok) {
+                snprintf(why, len, "%s does not hold a sequence number", ev->seq_path);
+                rc = -EINVAL;
+                goto fail;
+            }
+            ev->next_seq = v;
+        } else if (errno != ENOENT) {
+            rc = -errno;
+            snprintf(why, len, "cannot read %s: %s", ev->seq_path, strerror(errno));
+            goto fail;
+        }
+    }
+    ev->seq_limit = ev->next_seq; /* the first batch records the next limit */
+    if ((ev->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
+        rc = -errno;
+        snprintf(why, len, "eventfd: %s", strerror(errno));
+        goto fail;
+    }
+    rc = -EINVAL;
+    if (!(ev->zctx = zmq_ctx_new()) || !(ev->pub = zmq_socket(ev->zctx, ZMQ_PUB))) {
+        snprintf(why, len, "cannot create a ZeroMQ socket: %s", zmq_strerror(zmq_errno()));
+        goto fail;
+    }
+    int ipv6 = strchr(cfg->endpoint, '[') != NULL;
+    if (sockopt(ev->pub, ZMQ_SNDHWM, (int)(cfg->hwm > INT32_MAX ? INT32_MAX : cfg->hwm), "hwm",
+                why, len) ||
+        sockopt(ev->pub, ZMQ_LINGER, 0, "linger", why, len) ||
+        (ipv6 && sockopt(ev->pub, ZMQ_IPV6, 1, "ipv6", why, len)))
+        goto fail;
+    int bind = wants_bind(cfg->endpoint);
+    if ((bind ? zmq_bind : zmq_connect)(ev->pub, cfg->endpoint) != 0) {
+        snprintf(why, len, "cannot %s endpoint %s: %s", bind ? "bind" : "connect", cfg->endpoint,
+                 zmq_strerror(zmq_errno()));
+        goto fail;
+    }
+    if (cfg->replay_endpoint) {
+        /* No high-water mark on replies: a replay is sent whole, or a
+         * subscriber would take a cut answer for a complete one. */
+        if (!(ev->replay = zmq_socket(ev->zctx, ZMQ_ROUTER)) ||
+            sockopt(ev->replay, ZMQ_SNDHWM, 0, "the replay socket's hwm", why, len) ||
+            sockopt(ev->replay, ZMQ_LINGER, 0, "linger", why, len) ||
+            (strchr(cfg->replay_endpoint, '[') &&
+             sockopt(ev->replay, ZMQ_IPV6, 1, "ipv6", why, len)))
+            goto fail;
+        if (zmq_bind(ev->replay, cfg->replay_endpoint) != 0) {
+            snprintf(why, len, "cannot bind replay_endpoint %s: %s", cfg->replay_endpoint,
+                     zmq_strerror(zmq_errno()));
+            goto fail;
+        }
+    }
+    if ((rc = kvp_meta_watch(meta, on_change, ev)) != 0) {
+        snprintf(why, len, "this state cannot be watched: %s", strerror(-rc));
+        goto fail;
+    }
+    if ((rc = pthread_create(&ev->thread, NULL, publisher_main, ev)) != 0) {
+        kvp_meta_watch(meta, NULL, NULL);
+        snprintf(why, len, "cannot start the publisher thread: %s", strerror(rc));
+        rc = -rc;
+        goto fail;
+    }
+    *out = ev;
+    return 0;
+fail:
+    kvev_free(ev);
+    return rc;
+}
+
+void kvp__kvev_stop(struct kvp_kvev *ev)
+{
+    if (!ev)
+        return;
+    kvp_meta_watch(ev->meta, NULL, NULL);
+    atomic_store(&ev->stop, 1);
+    uint64_t one = 1;
+    ssize_t w = write(ev->efd, &one, sizeof one);
+    (void)w;
+    pthread_join(ev->thread, NULL);
+    /* A clean stop records the exact next number: no gap after a restart. */
+    int rc = seq_write(ev, ev->next_seq);
+    if (rc)
+        KVP_LOGW("--kv-events: cannot record the sequence number in %s: %s", ev->seq_path,
+                 strerror(-rc));
+    kvev_free(ev);
+}
