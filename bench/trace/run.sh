@@ -7,7 +7,10 @@
 # (lru_sim.py) at the same capacities, and prints the two hit rates side by
 # side (exit 1 when one differs by more than TOLERANCE points). Then finds
 # the fastest speed-up whose schedule holds: replays at each of SPEEDUPS and
-# prints the lag and whether it held.
+# prints the lag and whether it held. Last, when this kvpage serve has
+# --kv-events, a server of its own publishes its KV events during one more
+# replay and events_check.py checks that they rebuild exactly the inventory
+# the server ends with (exit 1 when not).
 #
 #   bench/trace/run.sh [TRACE]          # ~2 minutes on 2 cores
 #   SPEEDUPS="" bench/trace/run.sh      # the hit rates only
@@ -23,7 +26,9 @@
 #      (16), MAX_LAG_MS (100: the schedule holds while the p99 lag stays
 #      within), DATA_DIR (the server's --data-dir, default a temp dir: the
 #      log and snapshots as in production; "none": in memory), TOLERANCE
-#      (0.5), OUT (also write the JSON of every run to this directory).
+#      (0.5), OUT (also write the JSON of every run to this directory),
+#      EVENTS (1: the events check, 0: none; default 1 when serve has
+#      --kv-events), EVENTS_CAPACITY (30000), EVENTS_SPEEDUP (0).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -37,6 +42,12 @@ SPEED_CAPACITY=${SPEED_CAPACITY:-30000}
 SPEED_CONNS=${SPEED_CONNS:-16}
 MAX_LAG_MS=${MAX_LAG_MS:-100}
 TOLERANCE=${TOLERANCE:-0.5}
+EVENTS_CAPACITY=${EVENTS_CAPACITY:-30000}
+EVENTS_SPEEDUP=${EVENTS_SPEEDUP:-0}
+if [ -z "${EVENTS:-}" ]; then  # on when this kvpage serve has --kv-events
+    EVENTS=0
+    "$KVPAGE" serve --help | grep -q -- --kv-events && EVENTS=1
+fi
 PY=/usr/bin/python3
 
 [ -x "$KVPAGE" ] || { echo "run.sh: $KVPAGE not found (make build)" >&2; exit 2; }
@@ -52,15 +63,22 @@ cleanup() {
 trap cleanup EXIT
 DATA=${DATA_DIR:-$TMP/data}
 
-PORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+free_port() {
+    "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+wait_up() {  # port pid log
+    for _ in $(seq 100); do
+        curl -s -o /dev/null "http://127.0.0.1:$1/healthz" && return 0
+        kill -0 "$2" 2>/dev/null || { cat "$3" >&2; exit 1; }
+        sleep 0.1
+    done
+    echo "run.sh: the server on port $1 did not answer" >&2; cat "$3" >&2; exit 1
+}
+PORT=$(free_port)
 "$KVPAGE" serve --listen "127.0.0.1:$PORT" --data-dir "$DATA" --read-grace-ms 0 \
     --log-level warn >"$TMP/serve.log" 2>&1 &
 SRV=$!
-for _ in $(seq 100); do
-    curl -s -o /dev/null "http://127.0.0.1:$PORT/healthz" && break
-    kill -0 "$SRV" 2>/dev/null || { cat "$TMP/serve.log" >&2; exit 1; }
-    sleep 0.1
-done
+wait_up "$PORT" "$SRV" "$TMP/serve.log"
 BASE=http://127.0.0.1:$PORT
 echo "server: $KVPAGE serve --read-grace-ms 0 --data-dir $DATA on $BASE ($(nproc) cores," \
      "load $(cut -d' ' -f1-3 /proc/loadavg))"
@@ -80,8 +98,27 @@ for s in $SPEEDUPS; do
         --speedup "$s" --connections "$SPEED_CONNS" --max-lag-ms "$MAX_LAG_MS" \
         --json >"$TMP/speed-$s.json"
 done
+# The events: a server of its own with --kv-events, a subscriber during one
+# replay at EVENTS_CAPACITY (evicting), its rebuilt inventory against the
+# server's (events_check.py; python3-zmq, python3-msgpack).
+EVENTS_OK=0
+if [ "$EVENTS" = 1 ]; then
+    EP=$(free_port) RP=$(free_port) EPORT=$(free_port)
+    "$KVPAGE" serve --listen "127.0.0.1:$EPORT" --data-dir "${DATA_DIR:-$TMP/events-data}" \
+        --read-grace-ms 0 --log-level warn \
+        --kv-events "endpoint=tcp://127.0.0.1:$EP,replay_endpoint=tcp://127.0.0.1:$RP" \
+        >"$TMP/events-serve.log" 2>&1 &
+    ESRV=$!
+    wait_up "$EPORT" "$ESRV" "$TMP/events-serve.log"
+    if "$PY" "$HERE/events_check.py" --events "tcp://127.0.0.1:$EP" --replay "tcp://127.0.0.1:$RP" \
+        --url "http://127.0.0.1:$EPORT/ns/events" --kvpage "$KVPAGE" "$TRACE" -- \
+        --capacity "$EVENTS_CAPACITY" --speedup "$EVENTS_SPEEDUP" --connections "$SPEED_CONNS" \
+        >"$TMP/events.txt"; then EVENTS_OK=1; fi
+    kill "$ESRV"; wait "$ESRV" || true
+fi
 [ -n "${OUT:-}" ] && mkdir -p "$OUT" && cp "$TMP"/*.json "$OUT/"
 
+set +e
 "$PY" - "$TMP" "$TOLERANCE" "$CAPACITIES" "$SPEEDUPS" <<'PYEOF'
 import json, sys
 tmp, tol, caps, speeds = sys.argv[1], float(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
@@ -117,3 +154,11 @@ if speeds:
     print(f"fastest speed-up that held: {fastest + 'x' if fastest else 'none'}")
 sys.exit(1 if bad else 0)
 PYEOF
+STATUS=$?
+if [ "$EVENTS" = 1 ]; then
+    echo
+    echo "KV events (capacity $EVENTS_CAPACITY, speed-up $EVENTS_SPEEDUP):"
+    cat "$TMP/events.txt"
+    [ "$EVENTS_OK" = 1 ] || STATUS=1
+fi
+exit $STATUS

@@ -180,7 +180,7 @@ uint64_t kvp__kvev_block_hash(const char *key, size_t len, int mode, int *is_sig
         h++;
     *is_signed = 0;
     if (mode == KVP_KVEV_HASH_AUTO)
-        mode = h == 64                ? KVP_KVEV_HASH_SGLANG
+        mode = h == 64                 ? KVP_KVEV_HASH_SGLANG
                : h == len && len >= 16 ? KVP_KVEV_HASH_VLLM
                                        : KVP_KVEV_HASH_XXH3;
     if (mode == KVP_KVEV_HASH_SGLANG && h >= 16) {
@@ -465,8 +465,7 @@ static void inv_add(const struct kvp_meta_change *c, void *arg)
     if (r->n == r->cap) {
         size_t cap = r->cap * 2;
         struct rec *v = realloc(r->v, cap * sizeof *v);
-        if (!v)
-        {
+        if (!v) {
             ev->inv_short = 1; /* a partial inventory: logged by the publisher */
             return;
         }
@@ -599,8 +598,7 @@ static void serve_replay(struct kvp_kvev *ev)
             be64(ev->next_seq - 1, to.seq);
             int rc = take_inventory(ev);
             if (rc)
-                KVP_LOGW("--kv-events: cannot take the inventory for a replay: %s",
-                         strerror(-rc));
+                KVP_LOGW("--kv-events: cannot take the inventory for a replay: %s", strerror(-rc));
             else
                 batches(ev, ev->inv.v, ev->inv.n, send_inventory_batch, &to);
             if (!rc && ev->inv_short)
@@ -756,8 +754,8 @@ int kvp__kvev_start(const struct kvp_kvev_cfg *cfg, struct kvp_meta *meta, const
         goto fail;
     }
     int ipv6 = strchr(cfg->endpoint, '[') != NULL;
-    if (sockopt(ev->pub, ZMQ_SNDHWM, (int)(cfg->hwm > INT32_MAX ? INT32_MAX : cfg->hwm), "hwm",
-                why, len) ||
+    if (sockopt(ev->pub, ZMQ_SNDHWM, (int)(cfg->hwm > INT32_MAX ? INT32_MAX : cfg->hwm), "hwm", why,
+                len) ||
         sockopt(ev->pub, ZMQ_LINGER, 0, "linger", why, len) ||
         (ipv6 && sockopt(ev->pub, ZMQ_IPV6, 1, "ipv6", why, len)))
         goto fail;
