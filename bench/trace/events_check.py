@@ -199,8 +199,12 @@ def main(argv):
         print(f"rebuilt inventory {len(inv.held)} blocks; the server holds {len(held)}: "
               f"{'EQUAL' if ok else 'DIFFERENT'} ({res['missing_from_events']} missing from the "
               f"events, {res['extra_in_events']} extra{'; ' + ', '.join(inv.anomalies[:3]) if inv.anomalies else ''})")
-        print(f"replay: hit rate {doc['hit_rate']:.2f}%, {doc['requests_s']:.0f} requests/s, "
-              f"errors {doc['errors']}")
+        sched = ""
+        if doc["schedule_held"] is not None:
+            sched = (f", schedule {'held' if doc['schedule_held'] else 'NOT held'} (lag p99 "
+                     f"{doc['lag_p99_ms']:.1f} ms)")
+        print(f"replay: hit rate {doc['hit_rate']:.2f}%, {doc['requests_s']:.0f} requests/s"
+              f"{sched}, errors {doc['errors']}")
     return 0 if ok else 1
 
 

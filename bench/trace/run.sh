@@ -116,7 +116,10 @@ if [ "$EVENTS" = 1 ]; then
         >"$TMP/events.txt"; then EVENTS_OK=1; fi
     kill "$ESRV"; wait "$ESRV" || true
 fi
-[ -n "${OUT:-}" ] && mkdir -p "$OUT" && cp "$TMP"/*.json "$OUT/"
+if [ -n "${OUT:-}" ]; then
+    mkdir -p "$OUT" && cp "$TMP"/*.json "$OUT/"
+    [ -f "$TMP/events.txt" ] && cp "$TMP/events.txt" "$OUT/"
+fi
 
 set +e
 "$PY" - "$TMP" "$TOLERANCE" "$CAPACITIES" "$SPEEDUPS" <<'PYEOF'
