@@ -266,3 +266,25 @@ def test_events_rebuild_the_inventory(start_server, tmp_path, fmt):
     assert doc["server_blocks"] == 12 and doc["removed_events"] > 0
     assert doc["stored_events"] - doc["removed_events"] == 12
     assert doc["replay"]["errors"] == 0
+
+
+def test_run_sh(tmp_path):
+    """bench/trace/run.sh on a small trace: its own server, both hit rates
+    side by side (equal on one connection), a speed-up, the events check."""
+    trace = tmp_path / "trace.jsonl"
+    synthetic_trace(trace)
+    out_dir = tmp_path / "out"
+    env = dict(os.environ, KVPAGE=require_bin(), CAPACITIES="12 40 inf", CONNS="1",
+               SPEEDUPS="20", SPEED_CAPACITY="40", MAX_LAG_MS="20000", EVENTS="1",
+               EVENTS_CAPACITY="12", DATA_DIR="none", OUT=str(out_dir))
+    p = subprocess.run(["bash", os.path.join(os.path.dirname(SIM_PATH), "run.sh"), str(trace)],
+                       capture_output=True, timeout=300, env=env)
+    out, err = p.stdout.decode(), p.stderr.decode(errors="replace")
+    assert p.returncode == 0, (out, err)
+    assert not sanitizer_report(err), err
+    for cap in ("12", "40", "inf"):
+        assert f"| {cap} |" in out, out
+    assert out.count("| +0.00 |") + out.count("| -0.00 |") == 3, out  # one connection: equal
+    assert "| 20x |" in out and "fastest speed-up that held: 20x" in out, out
+    assert "EQUAL" in out, out
+    assert (out_dir / "sim.json").is_file() and (out_dir / "events.txt").is_file()
