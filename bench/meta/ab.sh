@@ -15,7 +15,10 @@
 #      servers' --threads), OPS ("exists64 locations64 sglexists64 allocconfirm64";
 #      also sglpairs64: SGLang reserve + confirm pairs, pairs.lua, wrk -t4 -c4),
 #      FSYNC ("": with "batch", the servers run --data-dir in a temp dir
-#      with --fsync batch, and only allocconfirm64 is run).
+#      with --fsync batch, and only allocconfirm64 is run),
+#      EVENTS ("": with 1, the new side runs --kv-events on ipc:// endpoints
+#      with one subscriber, events_sub.py, that receives and decodes every
+#      batch: `EVENTS=1 bench/meta/ab.sh build build` is events off / on).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -23,6 +26,7 @@ PY=${PY:-/usr/bin/python3}
 ROUNDS=${ROUNDS:-5} DUR=${DUR:-3} CONNS=${CONNS:-16} PAGES=${PAGES:-16777216} THREADS=${THREADS:-1}
 OPS=${OPS:-"exists64 locations64 sglexists64 allocconfirm64"}
 FSYNC=${FSYNC:-}
+EVENTS=${EVENTS:-}
 [ $# = 2 ] || { echo "usage: $0 OLD_BUILD_DIR NEW_BUILD_DIR" >&2; exit 2; }
 [ -n "$FSYNC" ] && OPS=allocconfirm64
 
@@ -47,6 +51,9 @@ for side in old new; do
     p=$(free_port)
     extra=(--data-dir none)
     [ -n "$FSYNC" ] && extra=(--data-dir "$TMP/data-$side" --fsync "$FSYNC")
+    if [ -n "$EVENTS" ] && [ $side = new ]; then
+        extra+=(--kv-events "endpoint=ipc://$TMP/events,replay_endpoint=ipc://$TMP/replay")
+    fi
     LD_LIBRARY_PATH=$TMP/$side "$TMP/$side/kvpage" serve --listen "127.0.0.1:$p" "${extra[@]}" \
         --threads "$THREADS" --log-level warn 2>"$TMP/$side.err" &
     PIDS+=($!)
@@ -54,6 +61,11 @@ for side in old new; do
     curl -fs "http://127.0.0.1:$p/healthz" >/dev/null || { cat "$TMP/$side.err" >&2; exit 1; }
     PORT[$side]=$p
 done
+if [ -n "$EVENTS" ]; then
+    "$PY" "$HERE/events_sub.py" "ipc://$TMP/events" >"$TMP/sub.out" 2>&1 &
+    PIDS+=($!)
+    SUB_PID=$!
+fi
 "$PY" "$HERE/prep.py" keys 16384 "$TMP/keys.txt"
 for side in old new; do
     if [ -n "$FSYNC" ]; then
@@ -79,7 +91,7 @@ run() { # run SIDE OP -> requests/s
 
 echo "# date=$(date -u +%FT%TZ) nproc=$(nproc) load=$(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# old=$1 ($(sha256sum "$TMP/old/kvpage" | cut -c1-12)) new=$2 ($(sha256sum "$TMP/new/kvpage" | cut -c1-12))"
-echo "# rounds=$ROUNDS dur=${DUR}s conns=$CONNS threads=$THREADS fsync=${FSYNC:-none}"
+echo "# rounds=$ROUNDS dur=${DUR}s conns=$CONNS threads=$THREADS fsync=${FSYNC:-none} events=${EVENTS:-off}"
 # Handler time per request of one side since the last call (from /v1/stats:
 # every route's time inside the server, HTTP parsing and replies excluded).
 declare -A SRV_BEFORE
@@ -118,3 +130,8 @@ print(f"RESULT {op}: old {statistics.median(o)/2:.0f} req/s, new {statistics.med
 EOF
     echo "HANDLER $op: old $(srvtime old) us/request, new $(srvtime new) us/request (inside the server, all rounds)"
 done
+if [ -n "$EVENTS" ]; then
+    kill -INT "$SUB_PID" 2>/dev/null || true
+    wait "$SUB_PID" 2>/dev/null || true
+    echo "SUBSCRIBER: $(cat "$TMP/sub.out")"
+fi
