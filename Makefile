@@ -104,7 +104,7 @@ integration-redis: test-deps build asan
 
 # The integration tests in which the server runs threads against each other
 # (HTTP workers, the log's flusher and parked replies, snapshots, the body
-# worker and the connection counters), against
+# worker and the connection counters; bench trace's connections), against
 # the ThreadSanitizer build.
 TSAN_INTEGRATION = tests/integration/test_concurrency.py tests/integration/test_crash.py \
   tests/integration/test_kv_events.py \
@@ -112,7 +112,8 @@ TSAN_INTEGRATION = tests/integration/test_concurrency.py tests/integration/test_
   tests/integration/test_hostile.py::test_big_valid_request_off_the_loop \
   tests/integration/test_hostile.py::test_body_memory_budget \
   tests/integration/test_store_remote.py tests/integration/test_redis.py \
-  tests/integration/test_sentinel.py
+  tests/integration/test_sentinel.py tests/integration/test_bench_trace.py::test_several_connections \
+  tests/integration/test_bench_trace.py::test_events_rebuild_the_inventory
 integration-tsan: test-deps tsan
 	@echo "integration tests: ThreadSanitizer build ($(notdir $(TSAN_INTEGRATION)))"
 	@TSAN_OPTIONS=$(KVP_TSAN_OPTIONS) \

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_http.h"
 #include "cli.h"
 #include "util/size.h"
 
@@ -36,18 +37,6 @@ struct meta_args {
     uint64_t pages;
     double seconds;
     int ops[NOPS], nops; /* in the order given */
-};
-
-struct conn {
-    CURL *h;
-    struct curl_slist *hdrs;
-    char *resp;
-    size_t len, cap;
-    char *body;
-    size_t blen, bcap;
-    char cerr[CURL_ERROR_SIZE];
-    long status;
-    int oom;
 };
 
 struct op_stats {
@@ -72,133 +61,13 @@ struct bench {
 
 struct worker {
     struct bench *b;
-    struct conn *c;
+    struct kvp__conn *c;
     uint32_t id;
     int op;
     atomic_uint_fast64_t live; /* requests so far, for the progress bar */
     struct op_stats st;
     pthread_t tid;
 };
-
-static size_t on_data(char *p, size_t sz, size_t n, void *arg)
-{
-    struct conn *c = arg;
-    size_t add = sz * n;
-    if (c->len + add + 1 > c->cap) {
-        size_t cap = (c->len + add + 1) * 2;
-        char *r = realloc(c->resp, cap);
-        if (!r) {
-            c->oom = 1;
-            return 0;
-        }
-        c->resp = r, c->cap = cap;
-    }
-    memcpy(c->resp + c->len, p, add);
-    c->len += add;
-    c->resp[c->len] = 0;
-    return add;
-}
-
-static int conn_init(struct conn *c, const char *token)
-{
-    memset(c, 0, sizeof *c);
-    c->h = curl_easy_init();
-    if (!c->h)
-        return -1;
-    /* No "Expect: 100-continue": it costs a round trip per large batch. */
-    c->hdrs = curl_slist_append(NULL, "Content-Type: application/json");
-    c->hdrs = curl_slist_append(c->hdrs, "Expect:");
-    if (token) {
-        char h[600];
-        snprintf(h, sizeof h, "Authorization: Bearer %.500s", token);
-        c->hdrs = curl_slist_append(c->hdrs, h);
-    }
-    curl_easy_setopt(c->h, CURLOPT_HTTPHEADER, c->hdrs);
-    curl_easy_setopt(c->h, CURLOPT_WRITEFUNCTION, on_data);
-    curl_easy_setopt(c->h, CURLOPT_WRITEDATA, c);
-    curl_easy_setopt(c->h, CURLOPT_ERRORBUFFER, c->cerr);
-    curl_easy_setopt(c->h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c->h, CURLOPT_TCP_NODELAY, 1L);
-    curl_easy_setopt(c->h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
-    curl_easy_setopt(c->h, CURLOPT_TIMEOUT_MS, 60000L);
-    return 0;
-}
-
-static void conn_free(struct conn *c)
-{
-    if (c->h)
-        curl_easy_cleanup(c->h);
-    curl_slist_free_all(c->hdrs);
-    free(c->resp), free(c->body);
-}
-
-/* The body under construction: appends, growing it. */
-static void put(struct conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-#include <stdarg.h>
-static void put(struct conn *c, const char *fmt, ...)
-{
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(c->body + c->blen, c->bcap - c->blen, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            c->oom = 1;
-            return;
-        }
-        if ((size_t)n < c->bcap - c->blen) {
-            c->blen += (size_t)n;
-            return;
-        }
-        size_t cap = (c->bcap + (size_t)n + 1) * 2;
-        char *r = realloc(c->body, cap);
-        if (!r) {
-            c->oom = 1;
-            return;
-        }
-        c->body = r, c->bcap = cap;
-    }
-}
-
-static void body_reset(struct conn *c)
-{
-    c->blen = 0;
-    put(c, "%s", "");
-}
-
-/* POSTs the body to url. Returns 0 for a 2xx answer, the status otherwise,
- * -1 when no answer came (c->cerr says why). */
-static int post(struct conn *c, const char *url)
-{
-    c->len = 0;
-    if (c->resp)
-        c->resp[0] = 0;
-    if (c->oom) {
-        snprintf(c->cerr, sizeof c->cerr, "out of memory");
-        return -1;
-    }
-    curl_easy_setopt(c->h, CURLOPT_URL, url);
-    curl_easy_setopt(c->h, CURLOPT_POSTFIELDS, c->body);
-    curl_easy_setopt(c->h, CURLOPT_POSTFIELDSIZE, (long)c->blen);
-    c->cerr[0] = 0;
-    CURLcode rc = curl_easy_perform(c->h);
-    if (rc != CURLE_OK) {
-        if (!c->cerr[0])
-            snprintf(c->cerr, sizeof c->cerr, "%s", curl_easy_strerror(rc));
-        return -1;
-    }
-    curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &c->status);
-    return c->status >= 200 && c->status < 300 ? 0 : (int)c->status;
-}
-
-/* What a failed request says: the status and the start of the body. */
-static void describe(struct conn *c, int rc, const char *url, char *out, size_t n)
-{
-    if (rc < 0)
-        snprintf(out, n, "POST %.150s: no answer: %.200s", url, c->cerr);
-    else
-        snprintf(out, n, "POST %.150s: HTTP %d: %.200s", url, rc, c->resp ? c->resp : "");
-}
 
 static void keyname(char *buf, size_t n, uint32_t run, uint32_t conn, uint64_t i, int held)
 {
@@ -208,20 +77,21 @@ static void keyname(char *buf, size_t n, uint32_t run, uint32_t conn, uint64_t i
         snprintf(buf, n, "kvpbench-%08x-c%u-%" PRIu64, run, conn, i);
 }
 
-static void body_allocate(struct bench *b, struct conn *c, uint32_t conn, uint64_t first, int held)
+static void body_allocate(struct bench *b, struct kvp__conn *c, uint32_t conn, uint64_t first,
+                          int held)
 {
     const struct meta_args *a = b->a;
-    body_reset(c);
+    kvp__body_reset(c);
     if (a->sglang)
-        put(c, "{\"keys\": [");
+        kvp__body_put(c, "{\"keys\": [");
     else
-        put(c, "{\"rank\": %u, \"keys\": [", a->rank);
+        kvp__body_put(c, "{\"rank\": %u, \"keys\": [", a->rank);
     for (uint32_t i = 0; i < a->batch; i++) {
         char k[80];
         keyname(k, sizeof k, b->run, conn, first + i, held);
-        put(c, "%s[\"%s\", \"\"]", i ? ", " : "", k);
+        kvp__body_put(c, "%s[\"%s\", \"\"]", i ? ", " : "", k);
     }
-    put(c, "]}");
+    kvp__body_put(c, "]}");
 }
 
 /*
@@ -229,7 +99,7 @@ static void body_allocate(struct bench *b, struct conn *c, uint32_t conn, uint64
  * or "indices": [[existed, page], ...]): the integer after the last comma of
  * each pair. Returns how many were read.
  */
-static uint32_t parse_pages(const struct conn *c, int sglang, int64_t *pages, uint32_t n)
+static uint32_t parse_pages(const struct kvp__conn *c, int sglang, int64_t *pages, uint32_t n)
 {
     const char *p = c->resp ? strstr(c->resp, sglang ? "\"indices\"" : "\"results\"") : NULL;
     if (!p || !(p = strchr(p, '[')))
@@ -252,15 +122,15 @@ static uint32_t parse_pages(const struct conn *c, int sglang, int64_t *pages, ui
     return got;
 }
 
-/* One allocate + confirm pair of a batch of keys. Returns as post(), with
+/* One allocate + confirm pair of a batch of keys. Returns as kvp__post(), with
  * *which the URL of the request that failed. */
-static int write_pair(struct bench *b, struct conn *c, uint32_t conn, uint64_t first, int held,
+static int write_pair(struct bench *b, struct kvp__conn *c, uint32_t conn, uint64_t first, int held,
                       int64_t *pages, const char **which)
 {
     const struct meta_args *a = b->a;
     body_allocate(b, c, conn, first, held);
     *which = b->url_alloc;
-    int rc = post(c, b->url_alloc);
+    int rc = kvp__post(c, b->url_alloc);
     if (rc)
         return rc;
     if (parse_pages(c, a->sglang, pages, a->batch) != a->batch) {
@@ -268,23 +138,23 @@ static int write_pair(struct bench *b, struct conn *c, uint32_t conn, uint64_t f
                  c->resp ? c->resp : "");
         return -1;
     }
-    body_reset(c);
+    kvp__body_reset(c);
     if (a->sglang)
-        put(c, "{\"written_keys_to_confirm\": [");
+        kvp__body_put(c, "{\"written_keys_to_confirm\": [");
     else
-        put(c, "{\"rank\": %u, \"confirmations\": [", a->rank);
+        kvp__body_put(c, "{\"rank\": %u, \"confirmations\": [", a->rank);
     int any = 0;
     for (uint32_t i = 0; i < a->batch; i++) {
         if (pages[i] < 0) /* no page free: the engine skips the key */
             continue;
         char k[80];
         keyname(k, sizeof k, b->run, conn, first + i, held);
-        put(c, "%s[\"%s\", %" PRId64 "]", any ? ", " : "", k, pages[i]);
+        kvp__body_put(c, "%s[\"%s\", %" PRId64 "]", any ? ", " : "", k, pages[i]);
         any = 1;
     }
-    put(c, "], \"pages_to_release\": []}");
+    kvp__body_put(c, "], \"pages_to_release\": []}");
     *which = b->url_confirm;
-    return any ? post(c, b->url_confirm) : 0;
+    return any ? kvp__post(c, b->url_confirm) : 0;
 }
 
 static uint64_t rnd(uint64_t *s)
@@ -300,7 +170,7 @@ static void *worker_main(void *arg)
     struct worker *w = arg;
     struct bench *b = w->b;
     const struct meta_args *a = b->a;
-    struct conn *c = w->c;
+    struct kvp__conn *c = w->c;
     uint64_t seed = 0xbe7c4000ull + w->id * 104729ull + (uint64_t)w->op * 7919ull, next = 0;
     int64_t *pages = calloc(a->batch, sizeof *pages);
     if (!pages)
@@ -314,19 +184,19 @@ static void *worker_main(void *arg)
             rc = pages ? write_pair(b, c, w->id, next, 0, pages, &url) : -1;
             next += a->batch;
         } else {
-            body_reset(c);
+            kvp__body_reset(c);
             if (w->op == OP_LOCATIONS && !a->sglang)
-                put(c, "{\"rank\": %u, \"keys\": [", a->rank);
+                kvp__body_put(c, "{\"rank\": %u, \"keys\": [", a->rank);
             else
-                put(c, "{\"keys\": [");
+                kvp__body_put(c, "{\"keys\": [");
             for (uint32_t i = 0; i < a->batch; i++) {
                 char k[80];
                 keyname(k, sizeof k, b->run, 0, rnd(&seed) % b->nheld, 1);
-                put(c, "%s\"%s\"", i ? ", " : "", k);
+                kvp__body_put(c, "%s\"%s\"", i ? ", " : "", k);
             }
-            put(c, "]}");
+            kvp__body_put(c, "]}");
             clock_gettime(CLOCK_MONOTONIC, &t0);
-            rc = post(c, url);
+            rc = kvp__post(c, url);
         }
         clock_gettime(CLOCK_MONOTONIC, &t1);
         w->st.requests++;
@@ -335,7 +205,7 @@ static void *worker_main(void *arg)
             w->st.errors++;
             pthread_mutex_lock(&b->lock);
             if (!b->first_error[0])
-                describe(c, rc, url, b->first_error, sizeof b->first_error);
+                kvp__describe(c, rc, url, b->first_error, sizeof b->first_error);
             pthread_mutex_unlock(&b->lock);
             if (rc < 0) /* no server: do not spin on a refused connection */
                 usleep(10000);
@@ -415,24 +285,19 @@ static int usage_error(const char *fmt, const char *a, const char *b)
 static int parse_args(int argc, char **argv, struct meta_args *a)
 {
     for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        if (strncmp(arg, "--", 2) != 0 || !strcmp(arg, "--")) {
-            if (!strcmp(arg, "--") && i + 1 < argc)
-                arg = argv[++i];
+        char name[32];
+        const char *value;
+        int kind = kvp__flag_next(argc, argv, &i, name, sizeof name, &value);
+        if (kind < 0)
+            return usage_error("unknown flag '%s'%s", value, "");
+        if (kind == 0) {
             if (a->url)
-                return usage_error("unexpected argument '%s' (one URL only)%s", arg, "");
-            a->url = arg;
+                return usage_error("unexpected argument '%s' (one URL only)%s", value, "");
+            a->url = value;
             continue;
         }
-        char name[32];
-        const char *eq = strchr(arg, '='), *value = NULL;
-        size_t nl = eq ? (size_t)(eq - arg) : strlen(arg);
-        if (nl >= sizeof name)
-            return usage_error("unknown flag '%s'%s", arg, "");
-        memcpy(name, arg, nl);
-        name[nl] = 0;
         if (!strcmp(name, "--json")) {
-            if (eq)
+            if (value)
                 return usage_error("--json takes no value%s%s", "", "");
             a->json = 1;
             continue;
@@ -445,7 +310,8 @@ static int parse_args(int argc, char **argv, struct meta_args *a)
                 k = j;
         if (k < 0)
             return usage_error("unknown flag '%s'%s", name, "");
-        value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!value)
+            value = i + 1 < argc ? argv[++i] : NULL;
         if (!value)
             return usage_error("%s needs a value%s", name, "");
         uint64_t v = 0;
@@ -515,81 +381,10 @@ static int parse_args(int argc, char **argv, struct meta_args *a)
         return usage_error("a URL is required, e.g. kvpage bench meta "
                            "http://127.0.0.1:18000/ns/bench%s%s",
                            "", "");
-    const char *u = a->url;
-    if (strncmp(u, "http://", 7) != 0 || !u[7] || u[7] == '/' || u[7] == ':')
-        return usage_error("'%s' is not an http://HOST:PORT[/ns/NAME] URL%s", u, "");
-    const char *path = strchr(u + 7, '/');
-    if (path && strcmp(path, "/")) {
-        const char *name = path + 4;
-        size_t l = strlen(name);
-        if (l && name[l - 1] == '/')
-            l--;
-        if (strncmp(path, "/ns/", 4) != 0 || l == 0 || memchr(name, '/', l) || strlen(u) > 900)
-            return usage_error("'%s' is not an http://HOST:PORT[/ns/NAME] URL%s", u, "");
-    }
-    if (!a->token)
-        a->token = getenv("KVPAGE_TOKEN");
-    if (a->token && !*a->token)
-        a->token = NULL;
+    if (!kvp__server_url_ok(a->url))
+        return usage_error("'%s' is not an http://HOST:PORT[/ns/NAME] URL%s", a->url, "");
+    a->token = kvp__bench_token(a->token);
     return 0;
-}
-
-static void json_str(const char *s)
-{
-    putchar('"');
-    for (; *s; s++)
-        if (*s == '"' || *s == '\\')
-            printf("\\%c", *s);
-        else if ((unsigned char)*s < 0x20)
-            printf("\\u%04x", *s);
-        else
-            putchar(*s);
-    putchar('"');
-}
-
-/*
- * The size of a rank initialized already, from GET /v1/stats of the server
- * (kvpage serve's; another server may have none): -1 when it cannot be told.
- */
-static int64_t rank_pages(const struct bench *b, struct conn *c)
-{
-    const struct meta_args *a = b->a;
-    char root[1024], dep[512] = "default";
-    snprintf(root, sizeof root, "%s", a->url);
-    char *path = strchr(root + 7, '/');
-    if (path) {
-        if (!strncmp(path, "/ns/", 4))
-            snprintf(dep, sizeof dep, "%.*s", (int)strcspn(path + 4, "/"), path + 4);
-        *path = 0;
-    }
-    strncat(root, "/v1/stats", sizeof root - strlen(root) - 1);
-    c->len = 0;
-    curl_easy_setopt(c->h, CURLOPT_URL, root);
-    curl_easy_setopt(c->h, CURLOPT_HTTPGET, 1L);
-    long status = 0;
-    if (curl_easy_perform(c->h) != CURLE_OK || c->oom || !c->resp)
-        return -1;
-    curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &status);
-    if (status != 200)
-        return -1;
-    json_t *doc = json_loadb(c->resp, c->len, 0, NULL), *ns;
-    int64_t pages = -1;
-    size_t i, j;
-    json_array_foreach(json_object_get(doc, "namespaces"), i, ns)
-    {
-        const char *d = json_string_value(json_object_get(ns, "deployment")),
-                   *pool = json_string_value(json_object_get(ns, "pool"));
-        if (!d || !pool || strcmp(d, dep) || strcmp(pool, "kv"))
-            continue;
-        json_t *r;
-        json_array_foreach(json_object_get(ns, "ranks"), j, r)
-        {
-            if (json_integer_value(json_object_get(r, "rank")) == (json_int_t)a->rank)
-                pages = (int64_t)json_integer_value(json_object_get(r, "num_pages"));
-        }
-    }
-    json_decref(doc);
-    return pages > 0 ? pages : -1;
 }
 
 /* SIGINT, SIGTERM or SIGHUP: the run stops, removes the keys it wrote, and
@@ -614,26 +409,27 @@ static void catch_signals(void)
 
 /* Deletes the keys [0, n) of one series (held, or connection conn's fresh
  * keys) in batches. Returns how many requests failed. */
-static uint64_t delete_series(struct bench *b, struct conn *c, uint32_t conn, uint64_t n, int held)
+static uint64_t delete_series(struct bench *b, struct kvp__conn *c, uint32_t conn, uint64_t n,
+                              int held)
 {
     uint64_t failed = 0;
     for (uint64_t first = 0; first < n; first += 1024) {
-        body_reset(c);
-        put(c, "{\"keys\": [");
+        kvp__body_reset(c);
+        kvp__body_put(c, "{\"keys\": [");
         for (uint64_t i = first; i < n && i < first + 1024; i++) {
             char k[80];
             keyname(k, sizeof k, b->run, conn, i, held);
-            put(c, "%s\"%s\"", i > first ? ", " : "", k);
+            kvp__body_put(c, "%s\"%s\"", i > first ? ", " : "", k);
         }
-        put(c, "]}");
-        failed += post(c, b->url_delete) != 0;
+        kvp__body_put(c, "]}");
+        failed += kvp__post(c, b->url_delete) != 0;
     }
     return failed;
 }
 
 /* After a signal: deletes every key this run wrote, says so, and dies of
  * the signal. */
-static void interrupted(struct bench *b, struct conn *c)
+static void interrupted(struct bench *b, struct kvp__conn *c)
 {
     const struct meta_args *a = b->a;
     uint64_t n = b->held_done, failed = delete_series(b, c, 0, b->held_done, 1);
@@ -655,34 +451,35 @@ static void interrupted(struct bench *b, struct conn *c)
 
 /* Initializes the rank unless it answers already; fills *initialized and
  * the held keys. Returns 0 or the exit status after printing why. */
-static int prepare(struct bench *b, struct conn *c, int *initialized, int64_t *num_pages, int tty)
+static int prepare(struct bench *b, struct kvp__conn *c, int *initialized, int64_t *num_pages,
+                   int tty)
 {
     const struct meta_args *a = b->a;
     char why[400];
-    body_reset(c);
+    kvp__body_reset(c);
     if (a->sglang)
-        put(c, "{\"keys\": [\"kvpbench-probe\"]}");
+        kvp__body_put(c, "{\"keys\": [\"kvpbench-probe\"]}");
     else
-        put(c, "{\"rank\": %u, \"keys\": [\"kvpbench-probe\"]}", a->rank);
-    int rc = post(c, b->url_locations);
+        kvp__body_put(c, "{\"rank\": %u, \"keys\": [\"kvpbench-probe\"]}", a->rank);
+    int rc = kvp__post(c, b->url_locations);
     if (rc < 0) {
         fprintf(stderr, CMD ": cannot reach %s: %s\n", a->url, c->cerr);
         return KVP_EXIT_FAILED;
     }
     *initialized = 0;
     if (rc == 404) {
-        body_reset(c);
-        put(c, "{\"num_pages\": %" PRIu64 "}", a->pages);
-        rc = post(c, b->url_init);
+        kvp__body_reset(c);
+        kvp__body_put(c, "{\"num_pages\": %" PRIu64 "}", a->pages);
+        rc = kvp__post(c, b->url_init);
         if (rc) {
-            describe(c, rc, b->url_init, why, sizeof why);
+            kvp__describe(c, rc, b->url_init, why, sizeof why);
             fprintf(stderr, CMD ": cannot initialize rank %u: %s\n", a->rank, why);
             return KVP_EXIT_FAILED;
         }
         *initialized = 1;
         *num_pages = (int64_t)a->pages;
     } else if (rc) {
-        describe(c, rc, b->url_locations, why, sizeof why);
+        kvp__describe(c, rc, b->url_locations, why, sizeof why);
         fprintf(stderr, CMD ": %s%s\n", why,
                 rc == 401 ? " (give the server's token with --token or $KVPAGE_TOKEN)" : "");
         return KVP_EXIT_FAILED;
@@ -690,7 +487,7 @@ static int prepare(struct bench *b, struct conn *c, int *initialized, int64_t *n
     /* Some hundred batches of held keys, fewer when a small rank would
      * evict them again. */
     if (!*initialized)
-        *num_pages = rank_pages(b, c);
+        *num_pages = kvp__rank_stat(c, a->url, a->rank, "num_pages");
     uint64_t batches = 200, half = *num_pages > 0 ? (uint64_t)*num_pages / 2 / a->batch : batches;
     if (half < batches)
         batches = half ? half : 1;
@@ -703,7 +500,7 @@ static int prepare(struct bench *b, struct conn *c, int *initialized, int64_t *n
         b->held_done = (i + 1) * a->batch;
         rc = write_pair(b, c, 0, i * a->batch, 1, pages, &url);
         if (rc) {
-            describe(c, rc, url, why, sizeof why);
+            kvp__describe(c, rc, url, why, sizeof why);
             fprintf(stderr, CMD ": writing the keys to look up: %s\n", why);
             free(pages);
             return KVP_EXIT_FAILED;
@@ -727,7 +524,7 @@ static void report(const struct meta_args *ap, const struct bench *b, const stru
     const struct meta_args a = *ap;
     if (a.json) {
         printf("{\"url\": ");
-        json_str(a.url);
+        kvp__json_str(a.url);
         printf(", \"dialect\": \"%s\", \"rank\": %u, \"batch\": %u, \"connections\": %u, "
                "\"seconds\": %g, \"initialized\": %s, \"num_pages\": ",
                a.sglang ? "sglang" : "vllm", a.rank, a.batch, a.conns, a.seconds,
@@ -749,7 +546,7 @@ static void report(const struct meta_args *ap, const struct bench *b, const stru
         }
         printf("},\n \"errors\": %" PRIu64 ", \"first_error\": ", b->total_errors);
         if (b->first_error[0])
-            json_str(b->first_error);
+            kvp__json_str(b->first_error);
         else
             printf("null");
         printf("}\n");
@@ -774,13 +571,9 @@ static void report(const struct meta_args *ap, const struct bench *b, const stru
 
 int kvp__cli_bench_meta(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--"))
-            break;
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return 0;
-        }
+    if (kvp__wants_help(argc, argv)) {
+        usage(stdout);
+        return 0;
     }
     struct meta_args a = {.batch = 64,
                           .conns = 16,
@@ -792,7 +585,7 @@ int kvp__cli_bench_meta(int argc, char **argv)
     if (rc)
         return rc;
     struct bench *b = calloc(1, sizeof *b);
-    struct conn *conns = calloc(a.conns, sizeof *conns);
+    struct kvp__conn *conns = calloc(a.conns, sizeof *conns);
     struct worker *w = calloc(a.conns, sizeof *w);
     uint64_t *written = calloc(a.conns, sizeof *written);
     struct op_stats res[NOPS];
@@ -833,7 +626,7 @@ int kvp__cli_bench_meta(int argc, char **argv)
     int tty = isatty(2);
     uint32_t nconns = 0;
     for (; nconns < a.conns; nconns++)
-        if (conn_init(&conns[nconns], a.token)) {
+        if (kvp__conn_init(&conns[nconns], a.token)) {
             fprintf(stderr, CMD ": cannot set up a connection (libcurl)\n");
             rc = KVP_EXIT_FAILED;
             goto out;
@@ -918,7 +711,7 @@ int kvp__cli_bench_meta(int argc, char **argv)
     }
 out:
     for (uint32_t i = 0; i < nconns; i++)
-        conn_free(&conns[i]);
+        kvp__conn_free(&conns[i]);
     pthread_mutex_destroy(&b->lock);
     free(b), free(conns), free(w), free(written);
     curl_global_cleanup();

@@ -27,6 +27,7 @@ static void usage(FILE *f)
             "  bench io --file PATH       is this file system fast enough: page I/O against\n"
             "                             plain pread/pwrite\n"
             "  bench meta URL             how much one metadata server takes\n"
+            "  bench trace FILE --url URL replay a Mooncake trace: prefix hit rate, requests/s\n"
             "  bench store [flags]        measure the store against the page file alone\n"
             "  inspect DIR                print what a data directory holds (no server needed)\n"
             "  fsck DIR                   check every invariant of a data directory; exit 1 on a\n"
@@ -274,19 +275,26 @@ int main(int argc, char **argv)
             return kvp__cli_bench_io(argc - 2, argv + 2);
         if (argc >= 3 && !strcmp(argv[2], "meta"))
             return kvp__cli_bench_meta(argc - 2, argv + 2);
+        if (argc >= 3 && !strcmp(argv[2], "trace"))
+            return kvp__cli_bench_trace(argc - 2, argv + 2);
         int help = argc >= 3 && (!strcmp(argv[2], "-h") || !strcmp(argv[2], "--help"));
         if (argc >= 3 && !help)
             fprintf(stderr, "kvpage bench: unknown benchmark '%s'\n", argv[2]);
         fprintf(help ? stdout : stderr,
-                "usage: kvpage bench io|meta|store [flags]  (kvpage bench BENCHMARK --help)\n"
+                "usage: kvpage bench io|meta|store|trace [flags]  (kvpage bench BENCHMARK --help)\n"
                 "  io --file PATH   page I/O on a file system: kvpage's page file against the\n"
                 "                   best plain pread/pwrite\n"
                 "  meta URL         requests/s, keys/s and latencies of a metadata server\n"
                 "  store            the store's put and get against the page file alone\n"
+                "  trace FILE --url URL\n"
+                "                   a real workload: replays a Mooncake trace through SGLang's\n"
+                "                   routes; prefix hit rate, requests/s, whether it kept time\n"
                 "examples:\n"
                 "  kvpage bench io --file /mnt/3fs/bench.pages --file-size 8G --page-size 2M\n"
                 "  kvpage bench meta http://10.0.0.5:18000/ns/bench --connections 64\n"
-                "  kvpage bench store --page-size 2M --batch 128\n");
+                "  kvpage bench store --page-size 2M --batch 128\n"
+                "  kvpage bench trace trace.jsonl --url http://127.0.0.1:18000/ns/trace "
+                "--capacity 30000\n");
         return help ? 0 : 2;
     }
     if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {

@@ -27,7 +27,8 @@ def flags_of(help_text):
 
 
 COMMANDS = [["serve"], ["put"], ["get"], ["exists"], ["delete"], ["bench"], ["bench", "store"],
-            ["bench", "io"], ["bench", "meta"], ["inspect"], ["fsck"], ["version"]]
+            ["bench", "io"], ["bench", "meta"], ["bench", "trace"], ["inspect"], ["fsck"],
+            ["version"]]
 
 
 @pytest.mark.parametrize("cmd", COMMANDS, ids=" ".join)
@@ -115,7 +116,8 @@ def test_man_page_renders_without_warnings_and_names_every_flag():
     for section in ("NAME", "SYNOPSIS", "DESCRIPTION", "EXIT STATUS", "ENVIRONMENT", "EXAMPLES"):
         assert section in text, section
     flags = []
-    for cmd in (["serve"], ["put"], ["bench", "io"], ["bench", "meta"], ["bench", "store"]):
+    for cmd in (["serve"], ["put"], ["bench", "io"], ["bench", "meta"], ["bench", "store"],
+                ["bench", "trace"]):
         flags += flags_of(run(*cmd, "--help").stdout)
     missing = sorted({f for f in flags if f not in text and f != "--help"})
     assert not missing, f"flags not in the man page: {missing}"
@@ -136,11 +138,12 @@ def test_bash_completion_knows_every_command_and_flag():
     assert {"serve", "put", "get", "bench", "help"} <= _complete("kvpage", "")
     assert _complete("kvpage", "se") == {"serve"}
     assert _complete("kvpage", "serve", "--fsync", "") == {"always", "batch", "never"}
-    assert _complete("kvpage", "bench", "") == {"io", "meta", "store"}
+    assert _complete("kvpage", "bench", "") == {"io", "meta", "store", "trace"}
     for cmd, words in ((["serve"], ["kvpage", "serve"]), (["put"], ["kvpage", "put"]),
                        (["bench", "store"], ["kvpage", "bench", "store"]),
                        (["bench", "io"], ["kvpage", "bench", "io"]),
-                       (["bench", "meta"], ["kvpage", "bench", "meta"])):
+                       (["bench", "meta"], ["kvpage", "bench", "meta"]),
+                       (["bench", "trace"], ["kvpage", "bench", "trace"])):
         offered = _complete(*words, "--")
         missing = set(flags_of(run(*cmd, "--help").stdout)) - offered
         assert not missing, f"kvpage {' '.join(cmd)}: flags not completed: {missing}"
