@@ -1,11 +1,16 @@
 /* Minimal test helpers: count checks, report failures with file:line, and
- * print the closing "N passed, N failed" line that CI reads. */
+ * print the closing "N passed, N failed" line that CI reads. The one check
+ * framework of the unit tests (pagefile_test.h and the tests with checks of
+ * their own count through it). The counters are atomic, so that a check may
+ * run on any thread. */
 #ifndef KVP_TEST_CHECK_H
 #define KVP_TEST_CHECK_H
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-static int check_passed, check_failed;
+static _Atomic int check_passed, check_failed;
 
 #define CHECK(cond)                                                                                \
     do {                                                                                           \
@@ -28,6 +33,36 @@ static int check_passed, check_failed;
                     a_, #b, b_);                                                                   \
         }                                                                                          \
     } while (0)
+
+/* Two C strings equal (NULL equals nothing). */
+#define CHECK_STR(a, b)                                                                            \
+    do {                                                                                           \
+        const char *a_ = (a), *b_ = (b);                                                           \
+        if (a_ && b_ && strcmp(a_, b_) == 0) {                                                     \
+            check_passed++;                                                                        \
+        } else {                                                                                   \
+            check_failed++;                                                                        \
+            fprintf(stderr, "%s:%d: %s\n  got      \"%s\"\n  expected \"%s\"\n", __FILE__,         \
+                    __LINE__, #a, a_ ? a_ : "(null)", b_ ? b_ : "(null)");                         \
+        }                                                                                          \
+    } while (0)
+
+/* For checks that say more than CHECK can: one passed, or one failed with
+ * the message (printf's format; the line ends here). */
+static inline void check_pass(void)
+{
+    check_passed++;
+}
+
+__attribute__((format(printf, 1, 2), unused)) static void check_fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    check_failed++;
+}
 
 static inline int check_report(void)
 {

@@ -355,8 +355,7 @@ static void test_rotation_without_space_goes_on(void)
 
 int main(void)
 {
-    snprintf(base, sizeof base, "/tmp/kvp-diskfull-%d", (int)getpid());
-    mkdir(base, 0755);
+    scratch_make(base, sizeof base, "diskfull", 0);
     snprintf(ctl, sizeof ctl, "%s.ctl", base);
     setenv("KVP_FAULT_CTL", ctl, 1);
     test_no_room_refuses_before_any_change();

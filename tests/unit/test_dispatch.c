@@ -21,6 +21,7 @@
 #include "kvpage/meta.h"
 #include "kvpage/pagefile.h"
 #include "meta/backend.h"
+#include "scratch.h"
 
 /* ---------------------------------------------------------------- the sync gate */
 
@@ -540,16 +541,12 @@ static void test_durability(const char *base)
 
 int main(void)
 {
-    char base[] = "/tmp/kvp-dispatch-XXXXXX";
-    if (!mkdtemp(base))
-        return 2;
+    char base[64];
+    scratch_make(base, sizeof base, "dispatch", 0);
     test_locations();
     test_backend_sees_valid_input();
     test_documented_defaults();
     test_durability(base);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", base);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", base);
+    scratch_remove(base);
     return check_report();
 }

@@ -18,7 +18,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -35,6 +34,7 @@
 
 #include "check.h"
 #include "kvpage/meta.h"
+#include "scratch.h"
 
 static uint64_t now_ms(void)
 {
@@ -849,21 +849,12 @@ static void test_threads(int port)
 
 /* ---------------------------------------------------------------- main */
 
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    return remove(path);
-}
-
 int main(int argc, char **argv)
 {
     if (argc > 1)
         iters = atoi(argv[1]);
     signal(SIGPIPE, SIG_IGN);
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/kvp-http-XXXXXX");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    scratch_make(tmpdir, sizeof tmpdir, "http", 0);
     char dir[128];
     snprintf(dir, sizeof dir, "%s/data", tmpdir);
 
@@ -896,6 +887,6 @@ int main(int argc, char **argv)
         if (fp)
             fclose(fp);
     }
-    nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    scratch_remove(tmpdir);
     return check_report();
 }

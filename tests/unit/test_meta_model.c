@@ -22,6 +22,7 @@
 #include "check.h"
 #include "kvpage/meta.h"
 #include "meta/meta_int.h"
+#include "rng.h"
 
 #define NKEYS 12
 #define MAXP 8
@@ -40,13 +41,10 @@ static uint64_t clock_fn(void *a)
     return now;
 }
 
-static uint64_t rng = 1;
+static uint64_t rng = 1; /* the seed: argv[2] */
 static uint32_t rnd(uint32_t n)
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng % n);
+    return (uint32_t)rng_below(&rng, n);
 }
 
 enum { F = 0, R = 1, H = 2 };
@@ -604,8 +602,6 @@ int main(int argc, char **argv)
 {
     long ops = argc > 1 ? atol(argv[1]) : 100000;
     rng = argc > 2 ? strtoull(argv[2], NULL, 10) : 1;
-    if (!rng)
-        rng = 1;
     for (int k = 0; k < NKEYS; k++)
         snprintf(keynames[k], sizeof keynames[k], "k%d", k);
     struct kvp_meta_opts o;

@@ -134,9 +134,8 @@ static void test_exists_hashes(void)
 
 static void test_pins_survive_reopen(void)
 {
-    char dir[] = "/tmp/kvp-test-pins-XXXXXX";
-    if (!mkdtemp(dir))
-        abort();
+    char dir[64];
+    scratch_make(dir, sizeof dir, "test_pins", 0);
     fake_now = 1000;
     struct kvp_meta *m = open_at(dir);
     struct kvp_ns *ns = ns_of(m, "default", "kv");

@@ -719,8 +719,7 @@ static void test_writers_thread_mode(void)
 int main(void)
 {
     const char *t = getenv("TMPDIR");
-    snprintf(base, sizeof base, "%s/kvp-snapmodes-%d", t ? t : "/var/tmp", (int)getpid());
-    mkdir(base, 0755);
+    scratch_make_in(base, sizeof base, t ? t : "/var/tmp", "snapmodes");
     pthread_atfork(count_fork, NULL, NULL);
     for (int mode = KVP_SNAPSHOT_FORK; mode <= KVP_SNAPSHOT_MANUAL; mode++)
         test_crash_per_mode(mode);
@@ -728,6 +727,6 @@ int main(void)
     test_changes_during_write(KVP_SNAPSHOT_THREAD);
     test_changes_during_write(KVP_SNAPSHOT_MANUAL);
     test_writers_thread_mode();
-    rmdir(base);
+    rmrf(base);
     return check_report();
 }

@@ -19,6 +19,7 @@
 
 #include "check.h"
 #include "kvpage/store.h"
+#include "scratch.h"
 
 #define BPP 8192u
 #define N 4
@@ -293,17 +294,12 @@ static void test_no_tags(void)
 
 int main(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/kvp_test_store_tags.XXXXXX");
-    if (!mkdtemp(tmpdir))
-        return 1;
+    scratch_make(tmpdir, sizeof tmpdir, "test_store_tags", 0);
     test_rejected(0);
     test_rejected(1);
     test_other_key();
     test_readonly();
     test_no_tags();
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd))
-        fprintf(stderr, "could not remove %s\n", tmpdir);
+    scratch_remove(tmpdir);
     return check_report();
 }
