@@ -60,6 +60,21 @@ def sanitizer_report(text):
     return [m for m in SANITIZER_MARKERS if m in text]
 
 
+def run_kvp(*args, input=None, cwd=None, env=None, timeout=120, preexec_fn=None, stdout="text",
+            no_sanitizer_report=False):
+    """Runs the kvpage binary with args; returns (exit status, stdout, stderr
+    text). stdout: "text" (decoded; bytes that are not UTF-8 raise), "replace"
+    (decoded, such bytes replaced) or "bytes". no_sanitizer_report: fail when
+    stderr has one (the ASan build's binary runs these too)."""
+    p = subprocess.run([require_bin(), *map(str, args)], input=input, capture_output=True,
+                       cwd=cwd, env=env, timeout=timeout, preexec_fn=preexec_fn)
+    err = p.stderr.decode(errors="replace")
+    assert not (no_sanitizer_report and sanitizer_report(err)), err
+    if stdout == "bytes":
+        return p.returncode, p.stdout, err
+    return p.returncode, p.stdout.decode(errors="replace" if stdout == "replace" else "strict"), err
+
+
 class Server:
     """One running `kvpage serve`."""
 
