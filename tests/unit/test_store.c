@@ -30,6 +30,7 @@
 #include "pagefile/pf_internal.h"
 #include "rng.h"
 #include "scratch.h"
+#include "store_test.h"
 
 #define BPP 4096u
 
@@ -59,13 +60,8 @@ static void fill(uint8_t *buf, size_t len, const char *key)
     rng_fill(&seed, buf, len);
 }
 
-static struct kvp_str S(const char *s) {
-    return (struct kvp_str){s, strlen(s)};
-}
-
-static int
-open_store(struct kvp_store **s, const char *name, uint64_t pages, uint32_t rank, const char *meta,
-           struct kvp_meta *handle, uint32_t entries)
+static int open_store(struct kvp_store **s, const char *name, uint64_t pages, uint32_t rank,
+                      const char *meta, struct kvp_meta *handle, uint32_t entries)
 {
     char path[512];
     snprintf(path, sizeof path, "%s/%s", tmpdir, name);
@@ -101,13 +97,6 @@ open_store(struct kvp_store **s, const char *name, uint64_t pages, uint32_t rank
     if (remote)
         free((char *)o.pool);
     return rc;
-}
-
-static void get_stats(struct kvp_store *s, struct kvp_store_stats *st)
-{
-    memset(st, 0, sizeof *st);
-    st->stats_size = sizeof *st;
-    CHECK_EQ(kvp_store_stats(s, st, NULL), 0);
 }
 
 static int meta_ok(struct kvp_store *s)
