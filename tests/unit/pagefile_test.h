@@ -140,4 +140,25 @@ __attribute__((unused)) static const int pt_backends[] = {
 /* USRBIO (the last) only with the emulation: pt_usrbio() */
 #define PT_NBACKENDS (pt_usrbio() ? 3 : 2)
 
+/* fn(backend, flags, name) for each backend buffered and with O_DIRECT, in
+ * this order; USRBIO only with the emulation. */
+static inline void pt_each_mode(void (*fn)(int backend, uint32_t flags, const char *name))
+{
+    static const struct {
+        int backend;
+        uint32_t flags;
+        const char *name;
+    } modes[] = {
+        {KVP_PAGEFILE_BACKEND_PSYNC, 0, "psync_buffered"},
+        {KVP_PAGEFILE_BACKEND_URING, 0, "uring_buffered"},
+        {KVP_PAGEFILE_BACKEND_PSYNC, KVP_PAGEFILE_DIRECT, "psync_direct"},
+        {KVP_PAGEFILE_BACKEND_URING, KVP_PAGEFILE_DIRECT, "uring_direct"},
+        {KVP_PAGEFILE_BACKEND_USRBIO, 0, "usrbio_buffered"},
+        {KVP_PAGEFILE_BACKEND_USRBIO, KVP_PAGEFILE_DIRECT, "usrbio_direct"},
+    };
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
+        if (modes[i].backend != KVP_PAGEFILE_BACKEND_USRBIO || pt_usrbio())
+            fn(modes[i].backend, modes[i].flags, modes[i].name);
+}
+
 #endif
