@@ -21,6 +21,7 @@
 #include "kvpage/meta.h"
 #include "kvpage/pagefile.h"
 #include "meta/backend.h"
+#include "mono.h"
 #include "scratch.h"
 
 /* ---------------------------------------------------------------- the sync gate */
@@ -64,12 +65,6 @@ static void gate_set(int closed)
     gate_closed = closed;
     pthread_cond_broadcast(&gate_cv);
     pthread_mutex_unlock(&gate_mu);
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
 }
 
 /* ---------------------------------------------------------------- a test backend */

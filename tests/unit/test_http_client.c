@@ -34,21 +34,8 @@
 
 #include "check.h"
 #include "kvpage/meta.h"
+#include "mono.h"
 #include "scratch.h"
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(unsigned ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
-        ;
-}
 
 static struct kvp_str S(const char *s) {
     return (struct kvp_str){s, strlen(s)};
@@ -121,9 +108,9 @@ static pid_t start_server(int *port, const char *dir)
         struct kvp_meta *m;
         if (pid < 0 || http_open("", p, 1000, 0, &m))
             return -1;
-        uint64_t t0 = now_ms();
+        uint64_t t0 = mono_ms();
         int up = 0, dead = 0;
-        while (!up && !dead && now_ms() - t0 < 30000) {
+        while (!up && !dead && mono_ms() - t0 < 30000) {
             char why[256];
             if (kvp_meta_health(m, why, sizeof why) == 0)
                 up = 1;
@@ -391,10 +378,10 @@ static void test_restart(pid_t *pid, int port, const char *dir)
 
     CHECK_EQ(stop_server(*pid, SIGKILL), SIGKILL); /* killed mid-run */
     uint8_t e[2];
-    uint64_t t0 = now_ms();
+    uint64_t t0 = mono_ms();
     CHECK_EQ(kvp_meta_exists(ns, 0, keys, 2, e, &err), -ECONNREFUSED);
     CHECK(strstr(err.msg, "/ns/rs/0/exists") && strstr(err.msg, "after 3 attempts"));
-    CHECK(now_ms() - t0 >= 20); /* backoff: 10-20 ms, then 20-40 ms */
+    CHECK(mono_ms() - t0 >= 20); /* backoff: 10-20 ms, then 20-40 ms */
     CHECK_EQ(kvp_meta_allocate(ns, 0, keys, 1, got, NULL, &err), -ECONNREFUSED);
     CHECK(strstr(err.msg, "never sent again") != NULL);
     char why[256];
@@ -633,9 +620,9 @@ static void test_fake_slow(void)
         return;
     struct kvp_str k = S("k");
     uint8_t e;
-    uint64_t t0 = now_ms();
+    uint64_t t0 = mono_ms();
     CHECK_EQ(kvp_meta_exists(ns, 0, &k, 1, &e, &err), -ETIMEDOUT);
-    uint64_t dt = now_ms() - t0;
+    uint64_t dt = mono_ms() - t0;
     CHECK(dt >= 150 && dt < 5000);
     CHECK(strstr(err.msg, "/0/exists") != NULL);
     CHECK_EQ(f.exists_reqs, 1); /* retries 0 */

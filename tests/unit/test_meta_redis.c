@@ -42,6 +42,7 @@
 #include "meta_diff.h"
 #include "meta_drop.h"
 #include "meta_test.h"
+#include "mono.h"
 
 /* ---------------------------------------------------------------- Redis servers */
 
@@ -55,19 +56,6 @@ struct server {
 
 static struct server servers[MAX_SERVERS];
 static char tmpdir[64];
-
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 /* A loopback port nobody listens on (and, for a cluster node, its bus port +10000). */
 static int free_port(int cluster)

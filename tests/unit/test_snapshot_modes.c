@@ -30,6 +30,7 @@
 #include "meta_test.h"
 #include "kvpage/meta.h"
 #include "meta/meta_int.h"
+#include "mono.h"
 
 static char base[256];
 static const char *const mode_name[] = {"", "fork", "thread", "manual"};
@@ -39,12 +40,6 @@ static atomic_int forks;
 static void count_fork(void)
 {
     atomic_fetch_add(&forks, 1);
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
 }
 
 static uint64_t fixed_clock(void *arg)
