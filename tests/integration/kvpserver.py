@@ -11,7 +11,6 @@ are checked on its /v1/stats.
 """
 import os
 import signal
-import socket
 import subprocess
 import time
 
@@ -19,6 +18,7 @@ import pytest
 import requests
 
 import redisfix
+from redisfix import free_port
 from kvptest import Client, invariants, session, stats
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -32,12 +32,6 @@ SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime
 # stderr is attached to a failing test's report.
 _LIVE = []
 _RECENT = []
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def read_tail(path, limit=20000):
