@@ -66,7 +66,8 @@ __attribute__((format(printf, 1, 2), unused)) static void check_fail(const char 
 
 static inline int check_report(void)
 {
-    printf("%d passed, %d failed\n", check_passed, check_failed);
-    return check_failed ? 1 : 0;
+    int passed = check_passed, failed = check_failed;
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
 }
 #endif
