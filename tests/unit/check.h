@@ -2,7 +2,13 @@
  * print the closing "N passed, N failed" line that CI reads. The one check
  * framework of the unit tests (pagefile_test.h and the tests with checks of
  * their own count through it). The counters are atomic, so that a check may
- * run on any thread. */
+ * run on any thread.
+ *
+ * The other helpers the tests share, each once: rng.h (random numbers from
+ * a seed), scratch.h (a scratch directory), mono.h (milliseconds, sleep),
+ * meta_test.h (a namespace, a key, one put, the invariants), meta_diff.h and
+ * meta_drop.h (suites every metadata backend runs), store_test.h, and
+ * pagefile_test.h (the page-file tests' options, buffers and backends). */
 #ifndef KVP_TEST_CHECK_H
 #define KVP_TEST_CHECK_H
 #include <stdarg.h>
