@@ -219,3 +219,22 @@ def finish(srv):
     assert not problems, "\n".join(problems) + "\n--- stderr ---\n" + srv.stderr()
 
 
+def started_servers(tmp_path):
+    """The body of the start_server fixtures (integration and Python tests):
+    yields start(*flags, env=None) -> Server; after the test, finishes every
+    server started, then fails with all of their problems, if any."""
+    started = []
+
+    def start(*flags, env=None):
+        srv = launch(tmp_path, flags, env)
+        started.append(srv)
+        return srv
+
+    yield start
+    errors = []
+    for srv in started:
+        try:
+            finish(srv)
+        except AssertionError as e:
+            errors.append(str(e))
+    assert not errors, "\n\n".join(errors)
