@@ -1,9 +1,9 @@
 /*
  * meta_test.h — helpers shared by the tests of src/meta (test_meta.c,
- * test_persist.c, test_powerloss.c, ..., and meta_diff.h and meta_drop.h,
- * which every backend's test includes): a namespace by name, a key from a C
- * string, one key allocated and confirmed, the invariant checker as a check,
- * and removing a data directory.
+ * test_persist.c, test_powerloss.c and others) and by meta_diff.h and
+ * meta_drop.h, the suites every backend's test runs: a namespace by name, a
+ * key from a C string, one key allocated and confirmed, the invariant
+ * checker as a check, and removing a data directory.
  */
 #ifndef KVPAGE_META_TEST_H
 #define KVPAGE_META_TEST_H
