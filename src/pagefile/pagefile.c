@@ -1092,6 +1092,22 @@ KVP_API const char *kvp_pagefile_backend_name(int backend)
     const struct kvp__pf_backend *be = pf_backend_of(backend);
     return be ? be->name : "?";
 }
+KVP_API const char *kvp_pagefile_flag_name(uint32_t flag)
+{
+    static const struct {
+        uint32_t flag;
+        const char *name;
+    } names[] = {
+        {KVP_PAGEFILE_CREATE, "create"},     {KVP_PAGEFILE_DIRECT, "direct"},
+        {KVP_PAGEFILE_ALIGNED, "aligned"},   {KVP_PAGEFILE_EXACT_SIZE, "exact_size"},
+        {KVP_PAGEFILE_READONLY, "readonly"}, {KVP_PAGEFILE_MMAP_READS, "mmap_reads"},
+        {KVP_PAGEFILE_MKDIR, "mkdir"},       {KVP_PAGEFILE_NO_TAGS, "no_tags"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (names[i].flag == flag)
+            return names[i].name;
+    return NULL;
+}
 KVP_API const char *kvp_pagefile_backend_note(const struct kvp_pagefile *pf)
 {
     return pf->note;
