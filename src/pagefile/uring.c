@@ -215,14 +215,10 @@ static int pf_uring_register(struct kvp_pagefile *pf, void *state,
     if (rc != 0)
         pf_drop_regs(u);
     pf_unlock_all(u);
-    if (rc != 0 && err) {
-        memset(err, 0, sizeof *err);
-        err->code = rc;
-        err->rule = KVP_RULE_IO;
-        err->index = -1;
-        snprintf(err->msg, sizeof err->msg, "io_uring_register_buffers of %zu regions failed: %s%s",
-                 count, strerror(-rc), rc == -ENOMEM ? " (RLIMIT_MEMLOCK too low?)" : "");
-    }
+    if (rc != 0)
+        kvp__pf_fail(err, rc, KVP_RULE_IO, -1, 0,
+                     "io_uring_register_buffers of %zu regions failed: %s%s", count, strerror(-rc),
+                     rc == -ENOMEM ? " (RLIMIT_MEMLOCK too low?)" : "");
     return rc;
 }
 

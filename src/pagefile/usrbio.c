@@ -29,7 +29,6 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -525,23 +524,6 @@ static void pf_usrbio_run(struct kvp_pagefile *pf, void *state, struct kvp__pf_b
 
 /* ---- memory and registration ------------------------------------------ */
 
-/* Fills err (may be NULL) with code, KVP_RULE_IO and the message; returns code. */
-__attribute__((format(printf, 3, 4))) static int ub_err(struct kvp_error *err, int code,
-                                                        const char *fmt, ...)
-{
-    if (!err)
-        return code;
-    memset(err, 0, sizeof *err);
-    err->code = code;
-    err->rule = KVP_RULE_IO;
-    err->index = -1;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-    va_end(ap);
-    return code;
-}
-
 /* The regions are kept: an op inside one and inside an iov of
  * kvp_pagefile_alloc goes zero-copy (other memory is staged as before). */
 static int pf_usrbio_register(struct kvp_pagefile *pf, void *state,
@@ -550,7 +532,7 @@ static int pf_usrbio_register(struct kvp_pagefile *pf, void *state,
     struct kvp__pf_usrbio *u = state;
     struct kvp_pagefile_buf *copy = calloc(n, sizeof *copy);
     if (!copy) {
-        return ub_err(err, -ENOMEM, "out of memory");
+        return kvp__pf_fail(err, -ENOMEM, KVP_RULE_IO, -1, 0, "out of memory");
     }
     memcpy(copy, bufs, n * sizeof *copy);
     pthread_mutex_lock(&u->alloc_mu);
@@ -580,8 +562,8 @@ static void *pf_usrbio_alloc(struct kvp_pagefile *pf, void *state, uint64_t size
     int rc = a ? ub.iovcreate(&a->iov, u->mount, (size_t)size, 0, -1) : -ENOMEM;
     if (rc < 0) {
         free(a);
-        ub_err(err, rc, "hf3fs_iovcreate of %llu bytes on %.150s: %s", (unsigned long long)size,
-               u->mount, strerror(-rc));
+        kvp__pf_fail(err, rc, KVP_RULE_IO, -1, 0, "hf3fs_iovcreate of %llu bytes on %.150s: %s",
+                     (unsigned long long)size, u->mount, strerror(-rc));
         return NULL;
     }
     pthread_mutex_lock(&u->alloc_mu);
