@@ -28,6 +28,7 @@
 #include "meta/mem.h"
 #include "util/clock.h"
 #include "meta/meta_int.h"
+#include "meta/persist.h"
 
 #define set_err kvp__set_err
 
@@ -107,7 +108,7 @@ static int lo_open(struct kvp_meta *front, const char *where, struct kvp_error *
     pthread_rwlock_init(&m->ns_lock, NULL);
     kvp__mempool_init(&m->pool);
     if (m->opts.data_dir) {
-        int rc = kvp__persist_open(m);
+        int rc = kvp__persist_open(m, &kvp__local_persist_ops);
         if (rc) {
             if (rc == -EBUSY) /* the words of kvpage serve's log (wal.c) */
                 set_err(err, rc, KVP_RULE_IO, -1, 0, 0,

@@ -1,7 +1,9 @@
 /*
  * Internal structures of the in-process engine, the backend of the mem: and
- * file: locations (src/meta/local.c, with its log in src/meta/persist.c).
- * Nothing outside those two files and their tests reads it.
+ * file: locations (src/meta/local.c, its side of persistence in
+ * src/meta/local_persist.c, and pins.c). Nothing else but their tests reads
+ * it: the log (src/meta/persist.c) sees the state only through struct
+ * kvp__persist_ops, apart from each namespace's journal staging fields.
  */
 #ifndef KVP_META_INT_H
 #define KVP_META_INT_H
@@ -208,8 +210,11 @@ void kvp__jrnl_unspace(struct kvp__local *m, uint64_t bytes);
  * freeing of the namespace is durable (with the lock held). */
 void kvp__jrnl_reuse(struct kvp__lns *ns);
 
-/* Persistence lifetime, called by the backend's open and close. */
-int kvp__persist_open(struct kvp__local *m);
+/* Persistence lifetime, called by the backend's open and close. ops: the
+ * engine's side of it (src/meta/persist.h), through which alone persist.c
+ * reaches the state. */
+struct kvp__persist_ops;
+int kvp__persist_open(struct kvp__local *m, const struct kvp__persist_ops *ops);
 void kvp__persist_close(struct kvp__local *m);
 /* The backend's operations that the log serves (src/meta/persist.c). */
 int kvp__persist_wait(struct kvp__local *m, uint64_t lsn, struct kvp_error *err);
@@ -219,7 +224,7 @@ int kvp__persist_values(struct kvp__local *m, kvp_meta_value_fn fn, void *arg);
 int kvp__persist_health(struct kvp__local *m, char *why, size_t len);
 int kvp__persist_snapshot(struct kvp__local *m);
 
-/* Recovery: apply one change without logging it. -EUCLEAN when it
+/* Recovery: apply one change without logging it (for local_persist.c). -EUCLEAN when it
  * contradicts the state (msg says how). */
 int kvp__replay_hold(struct kvp__lns *ns, uint32_t rank, uint32_t page, const struct kvp_str *key,
                      char *msg, size_t msglen);
