@@ -83,8 +83,8 @@ static void rp_drop(struct kvp__local *m, uint32_t id)
 static int rp_clear(struct kvp__local *m, uint32_t id, uint32_t rank, char *msg, size_t msglen)
 {
     struct kvp_error err = {0};
-    int rc = kvp_meta_clear(&kvp__meta_ns_by_id(m, id)->pub,
-                            rank == ALL_RANKS ? -1 : (int64_t)rank, &err);
+    int rc = kvp_meta_clear(&kvp__meta_ns_by_id(m, id)->pub, rank == ALL_RANKS ? -1 : (int64_t)rank,
+                            &err);
     if (rc == -ENOMEM)
         return rc;
     if (rc) {

@@ -14,8 +14,7 @@
 #include <unistd.h>
 
 #include "meta/backend.h"
-#include "store/location.h"
-#include "store/owner.h"
+#include "meta/location.h"
 
 /* ---------------------------------------------------------------- rules */
 

@@ -17,7 +17,7 @@
 
 #include "kvpage/store.h"
 #include "meta/backend.h"
-#include "store/location.h"
+#include "meta/location.h"
 #include "store/owner.h"
 #include "store/pieces.h"
 #include "util/dirs.h"
@@ -54,20 +54,6 @@ static int arg_err(struct kvp_error *err, const char *fmt, const char *what)
 {
     kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, 0, 0, fmt, what);
     return -EINVAL;
-}
-
-/* The NAME of a location "http://HOST:PORT/ns/NAME[/...]", or NULL. */
-static char *location_deployment(const char *loc)
-{
-    const char *p = strstr(loc, "://");
-    if (!p)
-        return NULL;
-    p = strchr(p + 3, '/');
-    if (!p || strncmp(p, "/ns/", 4))
-        return NULL;
-    p += 4;
-    size_t n = strcspn(p, "/?#");
-    return n ? strndup(p, n) : NULL;
 }
 
 /* The error of a file that holds no page, or more than a rank may have. */
@@ -134,7 +120,7 @@ static int owner_of(const char *path, const char *meta, struct kvp_meta *handle,
         *loc = d ? kvp__file_location(d) : NULL;
         free(d);
     }
-    char *locdep = handle || !meta ? NULL : location_deployment(meta);
+    char *locdep = handle || !meta ? NULL : kvp__location_deployment(meta);
     *dep = deployment ? strdup(deployment) : locdep ? locdep : strdup("default");
     if (deployment)
         free(locdep);
