@@ -29,6 +29,7 @@
 #include "util/clock.h"
 #include "meta/meta_int.h"
 #include "meta/persist.h"
+#include "meta/rules.h"
 
 #define set_err kvp__set_err
 
@@ -89,7 +90,7 @@ static int lo_open(struct kvp_meta *front, const char *where, struct kvp_error *
 {
     struct kvp__local *m = calloc(1, sizeof *m);
     if (!m) {
-        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        kvp__err_oom(err, -ENOMEM);
         return -ENOMEM;
     }
     m->front = front;
@@ -102,7 +103,7 @@ static int lo_open(struct kvp_meta *front, const char *where, struct kvp_error *
     if (!m->ns_buckets) {
         free(m);
         front->be = NULL;
-        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        kvp__err_oom(err, -ENOMEM);
         return -ENOMEM;
     }
     pthread_rwlock_init(&m->ns_lock, NULL);
@@ -351,7 +352,7 @@ static int kb_init(struct kbatch *kb, const struct kvp_str *keys, size_t n, stru
         if (!kb->h || !kb->e) {
             free(kb->h);
             free(kb->e);
-            set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+            kvp__err_oom(err, -ENOMEM);
             return -ENOMEM;
         }
     }
@@ -890,8 +891,7 @@ static int rank_lookup_err(struct kvp__lns *ns, uint32_t id, struct kvp__rank **
     *out = rank_find(ns, id);
     if (*out)
         return 0;
-    set_err(err, -ENOENT, KVP_RULE_RANK_NOT_INIT, -1, id, 0, "Rank %u not initialized", id);
-    return -ENOENT;
+    return kvp__err_rank_not_init(err, id);
 }
 
 /* ---------------------------------------------------------------- namespaces */
@@ -960,7 +960,7 @@ static int lo_ns(struct kvp_meta *front, const char *deployment, size_t dlen, co
             }
             kvp__jrnl_unspace(m, room);
             pthread_rwlock_unlock(&m->ns_lock);
-            set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+            kvp__err_oom(err, -ENOMEM);
             return -ENOMEM;
         }
         ns->meta = m;
@@ -1109,20 +1109,16 @@ static int lo_init_rank(struct kvp_ns *pub, uint32_t rank, uint32_t num_pages, u
             __atomic_store_n(&ns->dropped, 0, __ATOMIC_RELEASE);
         }
         if (rc == -ENOSPC)
-            set_err(err, rc, KVP_RULE_TOO_MANY, -1, ns->nranks, KVP_MAX_RANKS_PER_NS,
-                    "too many ranks in this namespace (limit %d)", KVP_MAX_RANKS_PER_NS);
+            kvp__err_too_many_ranks(err, rc, ns->nranks, KVP_MAX_RANKS_PER_NS);
         else if (rc)
-            set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+            kvp__err_oom(err, rc);
     } else if (r->num_pages != num_pages) {
         expire(r, now_ms(ns->meta));
         if (r->lru.count || r->reserved.count) {
             rc = -EEXIST;
-            set_err(err, rc, KVP_RULE_RESIZE_HELD, -1, r->num_pages, (int64_t)num_pages,
-                    "Rank %u already initialized with %u pages; refusing to change to %u "
-                    "pages while it holds data",
-                    rank, r->num_pages, num_pages);
+            kvp__err_resize_held(err, rank, r->num_pages, num_pages);
         } else if ((rc = rank_reset_pages(r, num_pages)) != 0) {
-            set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+            kvp__err_oom(err, rc);
         } else {
             kvp__jrnl_init(ns, rank, num_pages);
         }
@@ -1195,7 +1191,7 @@ static int lo_allocate_ordered(struct kvp_ns *pub, uint32_t rank, int order,
         return -ENOMEM;
     if (n > 1 && seen_init(&seen, n) != 0) {
         kb_free(&kb);
-        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        kvp__err_oom(err, -ENOMEM);
         return -ENOMEM;
     }
     /* The pages handed out are only worth writing if their confirmations
@@ -1284,9 +1280,7 @@ static int pages_in_range(const struct kvp__rank *r, const int64_t *p, size_t n,
 {
     for (size_t i = 0; i < n; i++) {
         if (p[i] < 0 || p[i] >= r->num_pages) {
-            set_err(err, -EINVAL, rule, (int64_t)i, p[i], r->num_pages,
-                    "%s %zu: page %lld is outside [0, %u)", what, i, (long long)p[i], r->num_pages);
-            return -EINVAL;
+            return kvp__err_page_range(err, rule, what, (int64_t)i, p[i], r->num_pages);
         }
     }
     return 0;
@@ -1313,7 +1307,7 @@ static int lo_confirm(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *k
         return -ENOMEM;
     if (n > 1 && !(order = malloc(n * sizeof *order))) {
         kb_free(&kb);
-        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        kvp__err_oom(err, -ENOMEM);
         return -ENOMEM;
     }
     pthread_mutex_lock(&ns->lock);
@@ -1330,8 +1324,7 @@ static int lo_confirm(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *k
         struct kvp__key *o = pg->owner;
         if (o->len != keys[i].len || memcmp(kvp__key_bytes(o), keys[i].ptr, keys[i].len)) {
             rc = -EEXIST;
-            set_err(err, rc, KVP_RULE_HELD_BY_OTHER, (int64_t)i, pages[i], 0,
-                    "page %lld on rank %u holds another key", (long long)pages[i], rank);
+            kvp__err_held_by_other(err, (int64_t)i, pages[i], rank);
             goto out;
         }
     }
@@ -1344,8 +1337,7 @@ static int lo_confirm(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *k
             if (pages[a] == pages[b] &&
                 (keys[a].len != keys[b].len || memcmp(keys[a].ptr, keys[b].ptr, keys[a].len))) {
                 rc = -EEXIST;
-                set_err(err, rc, KVP_RULE_HELD_BY_OTHER, (int64_t)b, pages[b], 0,
-                        "page %lld on rank %u holds another key", (long long)pages[b], rank);
+                kvp__err_held_by_other(err, (int64_t)b, pages[b], rank);
                 goto out;
             }
         }
@@ -1366,7 +1358,7 @@ static int lo_confirm(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *k
             continue;
         if (!(kb.e[i] = key_get_h(ns, &keys[i], kb.h[i], r->slot))) {
             rc = -ENOMEM;
-            set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+            kvp__err_oom(err, rc);
             /* Entries created so far hold no page; drop them again. */
             for (size_t j = 0; j <= i; j++) {
                 struct kvp__key *e = key_find(ns, &keys[j]);
@@ -1531,7 +1523,7 @@ static int lo_clear(struct kvp_ns *pub, int64_t rank, uint64_t *ticket, struct k
             (rc = kvp__jrnl_reserve(ns, KVP_JRNL_CLEAR, 0, err)) == 0) {
             kvp__jrnl_clear(ns, rank);
             if ((rc = rank_clear(ns, r)) != 0)
-                set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+                kvp__err_oom(err, rc);
         }
     } else if ((rc = kvp__jrnl_reserve(ns, KVP_JRNL_CLEAR, 0, err)) == 0) {
         struct kvp__page **fresh = calloc(ns->nranks ? ns->nranks : 1, sizeof *fresh);
@@ -1542,7 +1534,7 @@ static int lo_clear(struct kvp_ns *pub, int64_t rank, uint64_t *ticket, struct k
             for (uint32_t i = 0; fresh && i < ns->nranks; i++)
                 pages_free(fresh[i], ns->slots[i]->num_pages);
             rc = -ENOMEM;
-            set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+            kvp__err_oom(err, rc);
         } else {
             kvp__jrnl_clear(ns, -1);
             if (ns->meta->watch)
@@ -1601,16 +1593,14 @@ static int lo_drop(struct kvp_meta *front, const char *dep, size_t dlen, const c
     struct kvp_ns *pub;
     int rc = lo_ns(front, dep, dlen, pool, plen, 0, &pub, ticket, err);
     if (rc) {
-        set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "no namespace %.*s/%.*s", (int)dlen, dep,
-                (int)plen, pool);
+        kvp__err_no_namespace(err, rc, dep, dlen, pool, plen);
         return rc;
     }
     struct kvp__lns *ns = (struct kvp__lns *)pub;
     pthread_mutex_lock(&ns->lock);
     if (ns->dropped) { /* dropped meanwhile by another caller */
         rc = -ENOENT;
-        set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "no namespace %.*s/%.*s", (int)dlen, dep,
-                (int)plen, pool);
+        kvp__err_no_namespace(err, rc, dep, dlen, pool, plen);
     } else if ((rc = kvp__jrnl_reserve(ns, KVP_JRNL_DROP, 0, err)) == 0) {
         kvp__jrnl_drop(ns);
         if (ns->meta->watch)
