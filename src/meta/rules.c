@@ -31,15 +31,15 @@ int kvp__check_num_pages(uint64_t num_pages, struct kvp_error *err)
     if (num_pages >= 1 && num_pages <= KVP_MAX_PAGES)
         return 0;
     set(err, -EINVAL, KVP_RULE_NUM_PAGES, -1, (int64_t)num_pages, KVP_MAX_PAGES,
-                 num_pages < 1 ? "num_pages must be a positive integer"
-                               : "num_pages must be at most 2147483647");
+        num_pages < 1 ? "num_pages must be a positive integer"
+                      : "num_pages must be at most 2147483647");
     return -EINVAL;
 }
 
 int kvp__err_rank_not_init(struct kvp_error *err, int64_t rank)
 {
     set(err, -ENOENT, KVP_RULE_RANK_NOT_INIT, -1, rank, 0, "Rank %lld not initialized",
-                 (long long)rank);
+        (long long)rank);
     return -ENOENT;
 }
 
@@ -61,31 +61,31 @@ int kvp__err_resize_held(struct kvp_error *err, uint32_t rank, int64_t old, int6
 
 int kvp__err_held_by_other(struct kvp_error *err, int64_t i, int64_t page, uint32_t rank)
 {
-    set(err, -EEXIST, KVP_RULE_HELD_BY_OTHER, i, page, 0,
-                 "page %lld on rank %u holds another key", (long long)page, rank);
+    set(err, -EEXIST, KVP_RULE_HELD_BY_OTHER, i, page, 0, "page %lld on rank %u holds another key",
+        (long long)page, rank);
     return -EEXIST;
 }
 
-int kvp__err_page_range(struct kvp_error *err, int rule, const char *what, int64_t i,
-                        int64_t page, uint32_t num_pages)
+int kvp__err_page_range(struct kvp_error *err, int rule, const char *what, int64_t i, int64_t page,
+                        uint32_t num_pages)
 {
-    set(err, -EINVAL, rule, i, page, num_pages, "%s %lld: page %lld is outside [0, %u)",
-                 what, (long long)i, (long long)page, num_pages);
+    set(err, -EINVAL, rule, i, page, num_pages, "%s %lld: page %lld is outside [0, %u)", what,
+        (long long)i, (long long)page, num_pages);
     return -EINVAL;
 }
 
 int kvp__err_too_many_ranks(struct kvp_error *err, int code, int64_t count, int limit)
 {
     set(err, code, KVP_RULE_TOO_MANY, -1, count, limit,
-                 "too many ranks in this namespace (limit %d)", limit);
+        "too many ranks in this namespace (limit %d)", limit);
     return code;
 }
 
 int kvp__err_no_namespace(struct kvp_error *err, int code, const char *dep, size_t dlen,
                           const char *pool, size_t plen)
 {
-    set(err, code, KVP_RULE_NONE, -1, 0, 0, "no namespace %.*s/%.*s", (int)dlen, dep,
-                 (int)plen, pool);
+    set(err, code, KVP_RULE_NONE, -1, 0, 0, "no namespace %.*s/%.*s", (int)dlen, dep, (int)plen,
+        pool);
     return code;
 }
 

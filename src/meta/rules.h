@@ -33,8 +33,8 @@ int kvp__err_held_by_other(struct kvp_error *err, int64_t i, int64_t page, uint3
 
 /* "WHAT I: page P is outside [0, NUM_PAGES)" (what: "confirmation" or
  * "release"): -EINVAL, rule (KVP_RULE_CONFIRM_PAGE or _RELEASE_PAGE). */
-int kvp__err_page_range(struct kvp_error *err, int rule, const char *what, int64_t i,
-                        int64_t page, uint32_t num_pages);
+int kvp__err_page_range(struct kvp_error *err, int rule, const char *what, int64_t i, int64_t page,
+                        uint32_t num_pages);
 
 /* "too many ranks in this namespace (limit L)": code, KVP_RULE_TOO_MANY. */
 int kvp__err_too_many_ranks(struct kvp_error *err, int code, int64_t count, int limit);
