@@ -674,7 +674,7 @@ static uint64_t op_done(struct kvp__lns *ns)
     struct kvp__local *m = ns->meta;
     if (m->watch)
         m->watch(NULL, m->watch_arg);
-    return kvp__jrnl_commit(ns);
+    return kvp__jrnl_commit(&ns->jrnl);
 }
 
 /* Every held page of the namespace, oldest first per rank, to fn. */
@@ -792,7 +792,7 @@ static uint32_t evict(struct kvp__lns *ns, struct kvp__rank *r, uint64_t now)
             touch(r, p); /* out of the way of the next walk (pins.c) */
             continue;
         }
-        kvp__jrnl_free(ns, r->id, p);
+        kvp__jrnl_free(&ns->jrnl, r->id, p);
         tell(ns, r, pg->owner, KVP_CHANGE_REMOVED);
         page_unhold(ns, r, p);
         r->evictions++;
@@ -968,7 +968,8 @@ static int lo_ns(struct kvp_meta *front, const char *deployment, size_t dlen, co
         ns->keys_mem.pool = &m->pool;
         ns->id = (uint32_t)m->ns_count;
         m->ns_by_id[ns->id] = ns;
-        *ticket = kvp__jrnl_ns(m, ns);
+        kvp__jrnl_start(&ns->jrnl, &m->persist, ns->id);
+        *ticket = kvp__jrnl_ns(&ns->jrnl, ns->deployment, ns->pool);
         kvp__jrnl_unspace(m, room);
         pthread_mutex_init(&ns->lock, NULL);
         ns->next = m->ns_buckets[h % NS_BUCKETS];
@@ -1032,7 +1033,7 @@ static void lo_close(struct kvp_meta *front)
         kvp__slab_destroy(&ns->keys_mem);
         free(ns->deployment);
         free(ns->pool);
-        free(ns->jbuf);
+        free(ns->jrnl.buf);
         kvp__pins_free(ns);
         pthread_mutex_destroy(&ns->lock);
         free(ns);
@@ -1100,12 +1101,12 @@ static int lo_init_rank(struct kvp_ns *pub, uint32_t rank, uint32_t num_pages, u
     struct kvp__rank *r = rank_find(ns, rank);
     /* Even a repeat that changes nothing: it would acknowledge a rank whose
      * INIT the log may have failed to write. */
-    if ((rc = kvp__jrnl_reserve(ns, KVP_JRNL_INIT, 0, err)) != 0) {
+    if ((rc = kvp__jrnl_reserve(&ns->jrnl, KVP_JRNL_INIT, 0, err)) != 0) {
         /* no room in the log: nothing changes */
     } else if (!r) {
         rc = rank_create(ns, rank, num_pages, &r);
         if (!rc) {
-            kvp__jrnl_init(ns, rank, num_pages); /* also what brings a dropped one back */
+            kvp__jrnl_init(&ns->jrnl, rank, num_pages); /* also what brings a dropped one back */
             __atomic_store_n(&ns->dropped, 0, __ATOMIC_RELEASE);
         }
         if (rc == -ENOSPC)
@@ -1120,7 +1121,7 @@ static int lo_init_rank(struct kvp_ns *pub, uint32_t rank, uint32_t num_pages, u
         } else if ((rc = rank_reset_pages(r, num_pages)) != 0) {
             kvp__err_oom(err, rc);
         } else {
-            kvp__jrnl_init(ns, rank, num_pages);
+            kvp__jrnl_init(&ns->jrnl, rank, num_pages);
         }
     }
     *ticket = later(*ticket, op_done(ns)); /* the op's records reach the log together */
@@ -1211,7 +1212,7 @@ static int lo_allocate_ordered(struct kvp_ns *pub, uint32_t rank, int order,
     uint64_t evictable = n > r->nfree ? n - r->nfree : 0;
     if (evictable > r->lru.count)
         evictable = r->lru.count;
-    if ((rc = kvp__jrnl_reserve(ns, evictable * KVP_JRNL_FREE, confirm_room, err)) != 0)
+    if ((rc = kvp__jrnl_reserve(&ns->jrnl, evictable * KVP_JRNL_FREE, confirm_room, err)) != 0)
         goto out;
     uint64_t now = now_ms(ns->meta);
     expire(r, now);
@@ -1258,7 +1259,7 @@ static int lo_allocate_ordered(struct kvp_ns *pub, uint32_t rank, int order,
         pages[i] = p;
     }
     if (reused)
-        kvp__jrnl_reuse(ns);
+        kvp__jrnl_reuse(&ns->jrnl);
 out:
     *ticket = later(*ticket, op_done(ns)); /* the op's records reach the log together */
     pthread_mutex_unlock(&ns->lock);
@@ -1346,7 +1347,7 @@ static int lo_confirm(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *k
     uint64_t room = 0;
     for (size_t i = 0; i < n; i++)
         room += KVP_JRNL_HOLD(keys[i].len);
-    if ((rc = kvp__jrnl_reserve(ns, room, 0, err)) != 0)
+    if ((rc = kvp__jrnl_reserve(&ns->jrnl, room, 0, err)) != 0)
         goto out;
     /* Validation is complete; from here on nothing fails but memory. Allocate
      * every new key entry first so that running out of memory changes nothing. */
@@ -1382,7 +1383,7 @@ static int lo_confirm(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *k
             page_to_free(r, p); /* the key's first confirmed page wins */
             continue;
         }
-        kvp__jrnl_hold(ns, r->id, p, e);
+        kvp__jrnl_hold(&ns->jrnl, r->id, p, kvp__key_bytes(e), e->len);
         page_hold(r, p, e);
         tell(ns, r, e, KVP_CHANGE_STORED);
     }
@@ -1484,7 +1485,7 @@ static int lo_delete(struct kvp_ns *pub, int64_t rank, const struct kvp_str *key
         else if (e)
             frees += e->nheld;
     }
-    if ((rc = kvp__jrnl_reserve(ns, frees * KVP_JRNL_FREE, 0, err)) != 0)
+    if ((rc = kvp__jrnl_reserve(&ns->jrnl, frees * KVP_JRNL_FREE, 0, err)) != 0)
         goto out;
     for (size_t i = 0; i < n; i++) {
         struct kvp__key *e = key_find(ns, &keys[i]);
@@ -1498,7 +1499,7 @@ static int lo_delete(struct kvp_ns *pub, int64_t rank, const struct kvp_str *key
                 continue;
             struct kvp__rank *r = ns->slots[s];
             int last = e->nheld == 1;
-            kvp__jrnl_free(ns, r->id, p);
+            kvp__jrnl_free(&ns->jrnl, r->id, p);
             tell(ns, r, e, KVP_CHANGE_REMOVED);
             page_unhold(ns, r, p); /* frees e when it was its last page */
             page_to_free(r, p);
@@ -1520,12 +1521,12 @@ static int lo_clear(struct kvp_ns *pub, int64_t rank, uint64_t *ticket, struct k
     if (rank >= 0) {
         struct kvp__rank *r;
         if ((rc = rank_lookup_err(ns, (uint32_t)rank, &r, err)) == 0 &&
-            (rc = kvp__jrnl_reserve(ns, KVP_JRNL_CLEAR, 0, err)) == 0) {
-            kvp__jrnl_clear(ns, rank);
+            (rc = kvp__jrnl_reserve(&ns->jrnl, KVP_JRNL_CLEAR, 0, err)) == 0) {
+            kvp__jrnl_clear(&ns->jrnl, rank);
             if ((rc = rank_clear(ns, r)) != 0)
                 kvp__err_oom(err, rc);
         }
-    } else if ((rc = kvp__jrnl_reserve(ns, KVP_JRNL_CLEAR, 0, err)) == 0) {
+    } else if ((rc = kvp__jrnl_reserve(&ns->jrnl, KVP_JRNL_CLEAR, 0, err)) == 0) {
         struct kvp__page **fresh = calloc(ns->nranks ? ns->nranks : 1, sizeof *fresh);
         for (uint32_t i = 0; fresh && i < ns->nranks; i++)
             if (!(fresh[i] = pages_alloc(ns->slots[i]->num_pages)))
@@ -1536,7 +1537,7 @@ static int lo_clear(struct kvp_ns *pub, int64_t rank, uint64_t *ticket, struct k
             rc = -ENOMEM;
             kvp__err_oom(err, rc);
         } else {
-            kvp__jrnl_clear(ns, -1);
+            kvp__jrnl_clear(&ns->jrnl, -1);
             if (ns->meta->watch)
                 tell_all(ns->meta->watch, ns->meta->watch_arg, ns, KVP_CHANGE_REMOVED);
             free_all_keys(ns);
@@ -1601,8 +1602,8 @@ static int lo_drop(struct kvp_meta *front, const char *dep, size_t dlen, const c
     if (ns->dropped) { /* dropped meanwhile by another caller */
         rc = -ENOENT;
         kvp__err_no_namespace(err, rc, dep, dlen, pool, plen);
-    } else if ((rc = kvp__jrnl_reserve(ns, KVP_JRNL_DROP, 0, err)) == 0) {
-        kvp__jrnl_drop(ns);
+    } else if ((rc = kvp__jrnl_reserve(&ns->jrnl, KVP_JRNL_DROP, 0, err)) == 0) {
+        kvp__jrnl_drop(&ns->jrnl);
         if (ns->meta->watch)
             tell_all(ns->meta->watch, ns->meta->watch_arg, ns, KVP_CHANGE_REMOVED);
         ns_drop_locked(ns);

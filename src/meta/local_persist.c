@@ -271,12 +271,12 @@ static uint64_t catalog_bytes(struct kvp__local *m)
 static void catalog(struct kvp__local *m)
 {
     for (struct kvp__lns *ns = m->ns_first; ns; ns = ns->next_all) {
-        kvp__jrnl_ns(m, ns);
+        kvp__jrnl_ns(&ns->jrnl, ns->deployment, ns->pool);
         if (ns->dropped)
-            kvp__jrnl_drop(ns);
+            kvp__jrnl_drop(&ns->jrnl);
         for (uint32_t s = 0; s < ns->nranks; s++)
-            kvp__jrnl_init(ns, ns->slots[s]->id, ns->slots[s]->num_pages);
-        kvp__jrnl_commit(ns);
+            kvp__jrnl_init(&ns->jrnl, ns->slots[s]->id, ns->slots[s]->num_pages);
+        kvp__jrnl_commit(&ns->jrnl);
     }
 }
 

@@ -71,6 +71,8 @@ enum {
 struct kvp__persist {
     struct kvp__wal *wal;
     const struct kvp__persist_ops *ops; /* the engine's state (persist.h) */
+    struct kvp__local *m;               /* its options (opts) */
+    int replaying;                      /* recovery is applying records: log nothing */
     pthread_t thread;
     int thread_started;
     pthread_mutex_t mu;
@@ -198,19 +200,31 @@ static void enc_hold(struct enc *e, uint32_t ns, uint32_t rank, uint32_t page, c
     ebytes(e, kb, klen);
 }
 
-static struct kvp__wal *jwal(const struct kvp__local *m)
+/* The log the journal appends to, or NULL: none, or recovery is applying
+ * records (they are in the log already). */
+static struct kvp__wal *log_of(const struct kvp__persist *p)
 {
-    return m->persist && !m->replaying ? m->persist->wal : NULL;
+    return p && !p->replaying ? p->wal : NULL;
 }
 
-uint64_t kvp__jrnl_ns(struct kvp__local *m, const struct kvp__lns *ns)
+static struct kvp__wal *jwal(const struct kvp__jrnl *j)
 {
-    struct kvp__wal *w = jwal(m);
+    return log_of(*j->persist);
+}
+
+void kvp__jrnl_start(struct kvp__jrnl *j, struct kvp__persist *const *persist, uint32_t id)
+{
+    *j = (struct kvp__jrnl){.persist = persist, .ns = id};
+}
+
+uint64_t kvp__jrnl_ns(struct kvp__jrnl *j, const char *deployment, const char *pool)
+{
+    struct kvp__wal *w = jwal(j);
     if (!w)
         return 0;
     struct enc e;
     e.n = 0;
-    enc_ns(&e, ns->id, ns->deployment, ns->pool);
+    enc_ns(&e, j->ns, deployment, pool);
     return kvp__wal_append(w, e.b, e.n);
 }
 
@@ -220,53 +234,54 @@ uint64_t kvp__jrnl_ns(struct kvp__local *m, const struct kvp__lns *ns)
  * kvp__jrnl_commit: one lock of the log and one wake-up of its flusher per
  * request instead of one per key.
  */
-static void stage(struct kvp__lns *ns, const struct enc *e)
+static void stage(struct kvp__jrnl *j, struct kvp__wal *w, const struct enc *e)
 {
-    size_t need = ns->jlen + KVP_WAL_HDR + e->n;
-    if (need > ns->jcap) {
-        size_t cap = ns->jcap ? ns->jcap : 4096;
+    size_t need = j->len + KVP_WAL_HDR + e->n;
+    if (need > j->cap) {
+        size_t cap = j->cap ? j->cap : 4096;
         while (cap < need)
             cap *= 2;
-        uint8_t *b = realloc(ns->jbuf, cap);
+        uint8_t *b = realloc(j->buf, cap);
         if (!b) {
             /* Send what is staged, then this record alone: order is kept. */
-            uint64_t x = kvp__jrnl_commit(ns);
-            uint64_t y = kvp__wal_append(ns->meta->persist->wal, e->b, e->n);
-            ns->jlsn = x > y ? x : y;
+            uint64_t x = kvp__jrnl_commit(j);
+            uint64_t y = kvp__wal_append(w, e->b, e->n);
+            j->lsn = x > y ? x : y;
             return;
         }
-        ns->jbuf = b;
-        ns->jcap = cap;
+        j->buf = b;
+        j->cap = cap;
     }
-    kvp__wal_frame(ns->jbuf + ns->jlen, e->b, e->n);
-    memcpy(ns->jbuf + ns->jlen + KVP_WAL_HDR, e->b, e->n);
-    ns->jlen += KVP_WAL_HDR + e->n;
+    kvp__wal_frame(j->buf + j->len, e->b, e->n);
+    memcpy(j->buf + j->len + KVP_WAL_HDR, e->b, e->n);
+    j->len += KVP_WAL_HDR + e->n;
 }
 
-uint64_t kvp__jrnl_commit(struct kvp__lns *ns)
+uint64_t kvp__jrnl_commit(struct kvp__jrnl *j)
 {
-    if (ns->jlen) {
-        uint64_t lsn = kvp__wal_append_framed(ns->meta->persist->wal, ns->jbuf, ns->jlen, ns->jres);
-        if (lsn > ns->jlsn)
-            ns->jlsn = lsn;
-        ns->jres = 0;
-        ns->jlen = 0;
-        if (ns->jcap > (1u << 20)) { /* one huge request does not pin its buffer */
-            free(ns->jbuf);
-            ns->jbuf = NULL;
-            ns->jcap = 0;
+    struct kvp__persist *p = *j->persist;
+    if (j->len) {
+        uint64_t lsn = kvp__wal_append_framed(p->wal, j->buf, j->len, j->res);
+        if (lsn > j->lsn)
+            j->lsn = lsn;
+        j->res = 0;
+        j->len = 0;
+        if (j->cap > (1u << 20)) { /* one huge request does not pin its buffer */
+            free(j->buf);
+            j->buf = NULL;
+            j->cap = 0;
         }
     }
-    if (ns->jfreed) { /* the operation's append holds the freeing records */
-        ns->free_lsn = ns->jlsn;
-        ns->jfreed = 0;
+    if (j->freed) { /* the operation's append holds the freeing records */
+        j->free_lsn = j->lsn;
+        j->freed = 0;
     }
-    if (ns->jres) { /* appended: the room held for it is used or free again */
-        kvp__wal_release(ns->meta->persist->wal, ns->jres);
-        ns->jres = 0;
+    if (j->res) { /* appended: the room held for it is used or free again */
+        kvp__wal_release(p->wal, j->res);
+        j->res = 0;
     }
-    uint64_t lsn = ns->jlsn;
-    ns->jlsn = 0;
+    uint64_t lsn = j->lsn;
+    j->lsn = 0;
     return lsn;
 }
 
@@ -290,7 +305,7 @@ static void log_err(struct kvp__local *m, int rc, struct kvp_error *err)
 
 int kvp__jrnl_space(struct kvp__local *m, uint64_t keep, uint64_t probe, struct kvp_error *err)
 {
-    struct kvp__wal *w = jwal(m);
+    struct kvp__wal *w = log_of(m->persist);
     if (!w || m->opts.readonly)
         return 0;
     int rc = kvp__wal_reserve(w, keep, probe);
@@ -301,84 +316,80 @@ int kvp__jrnl_space(struct kvp__local *m, uint64_t keep, uint64_t probe, struct 
 
 void kvp__jrnl_unspace(struct kvp__local *m, uint64_t bytes)
 {
-    struct kvp__wal *w = jwal(m);
+    struct kvp__wal *w = log_of(m->persist);
     if (w && !m->opts.readonly)
         kvp__wal_release(w, bytes);
 }
 
-int kvp__jrnl_reserve(struct kvp__lns *ns, uint64_t keep, uint64_t probe, struct kvp_error *err)
+int kvp__jrnl_reserve(struct kvp__jrnl *j, uint64_t keep, uint64_t probe, struct kvp_error *err)
 {
-    int rc = kvp__jrnl_space(ns->meta, keep, probe, err);
-    if (!rc && jwal(ns->meta) && !ns->meta->opts.readonly)
-        ns->jres += keep;
+    struct kvp__persist *p = *j->persist;
+    int rc = p ? kvp__jrnl_space(p->m, keep, probe, err) : 0;
+    if (!rc && jwal(j) && !p->m->opts.readonly)
+        j->res += keep;
     return rc;
 }
 
-void kvp__jrnl_reuse(struct kvp__lns *ns)
+void kvp__jrnl_reuse(struct kvp__jrnl *j)
 {
-    if (jwal(ns->meta) && ns->free_lsn > ns->jlsn &&
-        !kvp__wal_is_durable(ns->meta->persist->wal, ns->free_lsn))
-        ns->jlsn = ns->free_lsn;
+    struct kvp__wal *w = jwal(j);
+    if (w && j->free_lsn > j->lsn && !kvp__wal_is_durable(w, j->free_lsn))
+        j->lsn = j->free_lsn;
 }
 
-void kvp__jrnl_init(struct kvp__lns *ns, uint32_t rank, uint32_t num_pages)
+void kvp__jrnl_init(struct kvp__jrnl *j, uint32_t rank, uint32_t num_pages)
 {
-    if (!jwal(ns->meta))
+    struct kvp__wal *w = jwal(j);
+    if (!w)
         return;
     struct enc e;
     e.n = 0;
-    enc_init(&e, ns->id, rank, num_pages);
-    stage(ns, &e);
+    enc_init(&e, j->ns, rank, num_pages);
+    stage(j, w, &e);
 }
 
-void kvp__jrnl_hold(struct kvp__lns *ns, uint32_t rank, uint32_t page, const struct kvp__key *key)
+void kvp__jrnl_hold(struct kvp__jrnl *j, uint32_t rank, uint32_t page, const char *key,
+                    uint16_t klen)
 {
-    if (!jwal(ns->meta))
+    struct kvp__wal *w = jwal(j);
+    if (!w)
         return;
     struct enc e;
     e.n = 0;
-    enc_hold(&e, ns->id, rank, page, kvp__key_bytes(key), key->len);
-    stage(ns, &e);
+    enc_hold(&e, j->ns, rank, page, key, klen);
+    stage(j, w, &e);
 }
 
-void kvp__jrnl_free(struct kvp__lns *ns, uint32_t rank, uint32_t page)
+/* A record of a namespace and every rank (ALL_RANKS) or one that frees pages. */
+static void stage_freeing(struct kvp__jrnl *j, int type, uint32_t rank, const uint32_t *page)
 {
-    if (!jwal(ns->meta))
+    struct kvp__wal *w = jwal(j);
+    if (!w)
         return;
     struct enc e;
     e.n = 0;
-    e8(&e, REC_FREE);
-    e32(&e, ns->id);
+    e8(&e, (uint8_t)type);
+    e32(&e, j->ns);
     e32(&e, rank);
-    e32(&e, page);
-    stage(ns, &e);
-    ns->jfreed = 1;
+    if (page)
+        e32(&e, *page);
+    stage(j, w, &e);
+    j->freed = 1;
 }
 
-void kvp__jrnl_clear(struct kvp__lns *ns, int64_t rank)
+void kvp__jrnl_free(struct kvp__jrnl *j, uint32_t rank, uint32_t page)
 {
-    if (!jwal(ns->meta))
-        return;
-    struct enc e;
-    e.n = 0;
-    e8(&e, REC_CLEAR);
-    e32(&e, ns->id);
-    e32(&e, rank < 0 ? ALL_RANKS : (uint32_t)rank);
-    stage(ns, &e);
-    ns->jfreed = 1;
+    stage_freeing(j, REC_FREE, rank, &page);
 }
 
-void kvp__jrnl_drop(struct kvp__lns *ns)
+void kvp__jrnl_clear(struct kvp__jrnl *j, int64_t rank)
 {
-    if (!jwal(ns->meta))
-        return;
-    struct enc e;
-    e.n = 0;
-    e8(&e, REC_DROP);
-    e32(&e, ns->id);
-    e32(&e, ALL_RANKS);
-    stage(ns, &e);
-    ns->jfreed = 1;
+    stage_freeing(j, REC_CLEAR, rank < 0 ? ALL_RANKS : (uint32_t)rank, NULL);
+}
+
+void kvp__jrnl_drop(struct kvp__jrnl *j)
+{
+    stage_freeing(j, REC_DROP, ALL_RANKS, NULL);
 }
 
 /* ---------------------------------------------------------------- decoding */
@@ -1172,6 +1183,7 @@ int kvp__persist_open(struct kvp__local *m, const struct kvp__persist_ops *ops)
     if (!p)
         return -ENOMEM;
     p->ops = ops;
+    p->m = m;
     pthread_mutex_init(&p->mu, NULL);
     pthread_mutex_init(&p->snap_mu, NULL);
     pthread_cond_init(&p->cv, NULL);
@@ -1190,7 +1202,7 @@ int kvp__persist_open(struct kvp__local *m, const struct kvp__persist_ops *ops)
         return rc;
     }
     m->persist = p;
-    m->replaying = 1;
+    p->replaying = 1;
     uint64_t t0 = kvp__mono_ms();
 
     uint64_t snaps[16];
@@ -1217,7 +1229,7 @@ int kvp__persist_open(struct kvp__local *m, const struct kvp__persist_ops *ops)
     if (c.skipped)
         plog(m, 1, "skipped %" PRIu64 " log records that contradicted the damaged snapshot's state",
              c.skipped);
-    m->replaying = 0;
+    p->replaying = 0;
     p->last_snap = from;
     p->last_snap_size = 0;
     plog(m, 2, "recovered %s: snapshot at %" PRIu64 " + %" PRIu64 " log records in %" PRIu64 " ms",
@@ -1233,7 +1245,7 @@ int kvp__persist_open(struct kvp__local *m, const struct kvp__persist_ops *ops)
         p->thread_started = 1;
     return 0;
 fail:
-    m->replaying = 0;
+    p->replaying = 0;
     kvp__wal_close(p->wal);
     m->persist = NULL;
     free(p);

@@ -6,8 +6,10 @@
  * persist.c sits below the engine: it encodes and decodes the records and
  * drives the log (src/wal) and the snapshots, and it reaches the engine's
  * state only through the table the engine hands kvp__persist_open (struct
- * kvp__persist_ops, src/meta/local_persist.c). It calls no function of the
- * engine by name and reads none of its namespaces, ranks or page arrays.
+ * kvp__persist_ops, src/meta/local_persist.c) and each namespace's journal
+ * (struct kvp__jrnl, which the hooks take). It calls no function of the
+ * engine by name and reads none of its namespaces, ranks, keys or page
+ * arrays: of the engine's handle only its options and its log pointer.
  */
 #ifndef KVP_META_PERSIST_H
 #define KVP_META_PERSIST_H
