@@ -10,6 +10,7 @@
 #ifndef KVPAGE_ERROR_H
 #define KVPAGE_ERROR_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -60,6 +61,16 @@ struct kvp_error {
 
 /* Text for a negative errno or library code; never NULL. Thread-safe. */
 KVP_API const char *kvp_strerror(int code);
+
+/* The name of rule (enum kvp_rule) as kvpage's wire and Python spell it:
+ * "none", "rank_not_init", "rank_range", ..., "integrity" (the enum's
+ * name without KVP_RULE_, in lower case); NULL for a value that is no rule,
+ * so a loop from 0 to the first NULL lists them all. */
+KVP_API const char *kvp_rule_name(int rule);
+
+/* The rule named name (len bytes, not NUL-terminated), or -1 when no rule
+ * has that name. */
+KVP_API int kvp_rule_from_name(const char *name, size_t len);
 
 #ifdef __cplusplus
 }

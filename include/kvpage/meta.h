@@ -225,6 +225,18 @@ KVP_API void kvp_meta_close(struct kvp_meta *m);
 KVP_API const char *kvp_meta_location(const struct kvp_meta *m);
 
 /*
+ * The canonical form (as kvp_meta_location gives it) of a location as a
+ * store or kvp_meta_open_at takes it, without opening anything: a location
+ * without a scheme is the directory file:PATH, except that HOST:PORT that is
+ * no directory is refused (-EINVAL, KVP_RULE_ARG: "did you mean
+ * http://HOST:PORT?"); NULL or "" is "mem:". Writes it NUL-terminated into
+ * out (len bytes). Returns 0, -EINVAL, -ERANGE (out too small: value = the
+ * bytes needed, limit = len) or -ENOMEM, with err set on failure.
+ */
+KVP_API int kvp_meta_location_canonical(const char *in, char *out, size_t len,
+                                        struct kvp_error *err);
+
+/*
  * The identity of m's state: 32 hex digits made at random when the state was
  * created, the same for every handle on that state whatever the location's
  * spelling (http://localhost:P and http://127.0.0.1:P; two kvpage serve over

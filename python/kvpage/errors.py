@@ -1,11 +1,23 @@
 """kvpage's exceptions: every failure the library reports, with what it
 says (which operation, which rule, which values)."""
+import ctypes as _ctypes
 import errno as _errno
 import re as _re
 
-RULES = ("none", "rank_not_init", "rank_range", "num_pages", "resize_held", "key",
-         "confirm_page", "release_page", "held_by_other", "namespace", "too_many", "io",
-         "offset", "size", "align", "arg", "unavailable", "owner", "integrity")
+from kvpage import _lib
+
+
+def _rule_names():
+    """The rules' names by number, as the library names them (kvp_rule_name
+    in kvpage/error.h: NULL past the last)."""
+    name = _lib._fn("kvp_rule_name", _ctypes.c_char_p, _ctypes.c_int)
+    names = []
+    while (n := name(len(names))) is not None:
+        names.append(n.decode())
+    return tuple(names)
+
+
+RULES = _rule_names()
 
 
 class KvpageError(OSError):
@@ -47,7 +59,6 @@ def python_words(msg):
 
 def from_c(op, code, err):
     """The exception for a C call's negative return and its struct kvp_error."""
-    from kvpage import _lib
     msg = bytes(err.msg).split(b"\0", 1)[0].decode(errors="replace") if err is not None else ""
     msg = python_words(msg)
     if not msg:

@@ -509,18 +509,33 @@ static int call(struct hbe *b, struct req *r, struct kvp_error *err)
     }
 }
 
-/* What the server's error reply says: its "detail", else its text. */
-static void detail_of(const struct kvp_buf *reply, char *out, size_t cap)
+/* The rule an error reply names, with its element, value and bound (struct
+ * kvp_error's fields). */
+struct rule_fields {
+    int rule;
+    int64_t index, value, limit;
+};
+
+/* What the server's error reply says: its "detail", else its text. Returns 1
+ * when it also names the rule it broke ("rule", "index", "value", "limit":
+ * a server that writes them for the X-Kvpage-Errors header) into *f. */
+static int detail_of(const struct kvp_buf *reply, char *out, size_t cap, struct rule_fields *f)
 {
     out[0] = '\0';
     if (!reply->len)
-        return;
+        return 0;
     struct jdoc d;
     if (jparse(&d, reply->p, reply->len) == 0) {
         ptrdiff_t l = jstr(&d, jget(&d, 0, "detail"), out, cap);
+        char name[32];
+        ptrdiff_t nl = l >= 0 ? jstr(&d, jget(&d, 0, "rule"), name, sizeof name) : -1;
+        int named = nl > 0 && (f->rule = kvp_rule_from_name(name, (size_t)nl)) >= 0 &&
+                    !jint(&d, jget(&d, 0, "index"), 0, &f->index) &&
+                    !jint(&d, jget(&d, 0, "value"), 0, &f->value) &&
+                    !jint(&d, jget(&d, 0, "limit"), 0, &f->limit);
         free(d.t);
         if (l >= 0)
-            return;
+            return named;
     }
     size_t n = reply->len < cap - 1 ? reply->len : cap - 1;
     for (size_t i = 0; i < n; i++)
@@ -528,86 +543,114 @@ static void detail_of(const struct kvp_buf *reply, char *out, size_t cap)
     out[n] = '\0';
     while (n && out[n - 1] == ' ') /* "ok\n" of /healthz and the like */
         out[--n] = '\0';
+    return 0;
 }
 
 enum op { OP_INIT, OP_ALLOC, OP_CONFIRM, OP_OTHER };
 
-/* A reply status other than success as the interface's errors, msg naming
- * the route and carrying the server's detail. */
-static int status_error(struct hbe *b, const struct req *r, enum op op, int64_t rank,
-                        const int64_t *pages, size_t n, struct kvp_error *err)
+/* The errno of a reply status, and the rule a refusal with that status
+ * breaks when the reply does not say. */
+static int status_code(long status, int *rule)
 {
-    char detail[256];
-    detail_of(&r->reply, detail, sizeof detail);
-    int code = -EIO, rule = KVP_RULE_NONE;
-    long long idx = -1, value = 0, limit = 0, x, y, z;
-    atomic_fetch_add(&b->error_replies, 1);
-    switch (r->status) {
+    switch (status) {
     case 400:
-        code = -EINVAL;
-        rule = KVP_RULE_ARG;
+        *rule = KVP_RULE_ARG;
+        return -EINVAL;
+    case 401:
+    case 403:
+        *rule = KVP_RULE_NONE;
+        return -EACCES;
+    case 404:
+        *rule = KVP_RULE_NONE;
+        return -ENOENT;
+    case 409:
+        *rule = KVP_RULE_NONE;
+        return -EEXIST;
+    case 413:
+        *rule = KVP_RULE_TOO_MANY;
+        return -E2BIG;
+    case 507:
+        *rule = KVP_RULE_IO;
+        return -ENOSPC;
+    default:
+        *rule = status >= 500 ? KVP_RULE_IO : KVP_RULE_NONE;
+        return status >= 500 ? -EIO : -EPROTO;
+    }
+}
+
+/*
+ * A server older than the rules' fields names the rule only in its words
+ * (docs/protocol.md's error texts): read back from the detail, into f
+ * (which holds the status's rule).
+ */
+static void rule_from_words(long status, const char *detail, enum op op, int64_t rank,
+                            const int64_t *pages, size_t n, struct rule_fields *f)
+{
+    long long x, y, z;
+    switch (status) {
+    case 400:
         if (sscanf(detail,
                    "Confirmation failed: pages_to_release[%lld] page %lld is outside [0, %lld)", &x,
                    &y, &z) == 3)
-            rule = KVP_RULE_RELEASE_PAGE, idx = x, value = y, limit = z;
+            *f = (struct rule_fields){KVP_RULE_RELEASE_PAGE, x, y, z};
         else if (strstr(detail, "Confirmation failed: ") && strstr(detail, "] page ") &&
                  sscanf(strchr(detail, '['), "[%lld] page %lld is outside [0, %lld)", &x, &y, &z) ==
                      3)
-            rule = KVP_RULE_CONFIRM_PAGE, idx = x, value = y, limit = z;
+            *f = (struct rule_fields){KVP_RULE_CONFIRM_PAGE, x, y, z};
         else if (strstr(detail, "key is ") || strstr(detail, "key contains") ||
                  !strncmp(detail, "Invalid key", 11))
-            rule = KVP_RULE_KEY;
+            f->rule = KVP_RULE_KEY;
         else if (!strcmp(detail, "Invalid namespace"))
-            rule = KVP_RULE_NAMESPACE;
+            f->rule = KVP_RULE_NAMESPACE;
         else if (!strncmp(detail, "Invalid rank", 12))
-            rule = KVP_RULE_RANK_RANGE, value = rank;
+            f->rule = KVP_RULE_RANK_RANGE, f->value = rank;
         else if (strstr(detail, "num_pages"))
-            rule = KVP_RULE_NUM_PAGES, limit = KVP_MAX_PAGES;
-        break;
-    case 401:
-    case 403:
-        code = -EACCES;
+            f->rule = KVP_RULE_NUM_PAGES, f->limit = KVP_MAX_PAGES;
         break;
     case 404:
-        code = -ENOENT;
         if (strstr(detail, "not initialized"))
-            rule = KVP_RULE_RANK_NOT_INIT, value = rank;
+            f->rule = KVP_RULE_RANK_NOT_INIT, f->value = rank;
         break;
     case 409:
-        code = -EEXIST;
         if (op == OP_CONFIRM) {
-            rule = KVP_RULE_HELD_BY_OTHER;
+            f->rule = KVP_RULE_HELD_BY_OTHER;
             const char *p = strstr(detail, "page ");
             if (p && sscanf(p, "page %lld", &x) == 1) {
-                value = x;
+                f->value = x;
                 for (size_t i = 0; i < n; i++)
                     if (pages[i] == x) {
-                        idx = (long long)i;
+                        f->index = (long long)i;
                         break;
                     }
             }
         } else if (op == OP_INIT) {
-            rule = KVP_RULE_RESIZE_HELD;
+            f->rule = KVP_RULE_RESIZE_HELD;
             const char *p = strstr(detail, "initialized with ");
             if (p &&
                 sscanf(p, "initialized with %lld pages; refusing to change to %lld", &x, &y) == 2)
-                value = x, limit = y;
+                f->value = x, f->limit = y;
         }
         break;
-    case 413:
-        code = -E2BIG;
-        rule = KVP_RULE_TOO_MANY;
-        break;
-    case 507:
-        code = -ENOSPC;
-        rule = KVP_RULE_IO;
-        break;
-    default:
-        code = r->status >= 500 ? -EIO : -EPROTO;
-        rule = r->status >= 500 ? KVP_RULE_IO : KVP_RULE_NONE;
     }
-    kvp__set_err(err, code, rule, idx, value, limit, "%s %s: %ld %s", r->method, r->path, r->status,
-                 detail);
+}
+
+/* A reply status other than success as the interface's errors, msg naming
+ * the route and carrying the server's detail; the rule and its fields as
+ * the server sends them, or read back from its words. */
+static int status_error(struct hbe *b, const struct req *r, enum op op, int64_t rank,
+                        const int64_t *pages, size_t n, struct kvp_error *err)
+{
+    char detail[256];
+    struct rule_fields named, f = {KVP_RULE_NONE, -1, 0, 0};
+    int have = detail_of(&r->reply, detail, sizeof detail, &named);
+    int code = status_code(r->status, &f.rule);
+    atomic_fetch_add(&b->error_replies, 1);
+    if (have)
+        f = named;
+    else
+        rule_from_words(r->status, detail, op, rank, pages, n, &f);
+    kvp__set_err(err, code, f.rule, f.index, f.value, f.limit, "%s %s: %ld %s", r->method, r->path,
+                 r->status, detail);
     return code;
 }
 
@@ -1259,7 +1302,8 @@ static int h_health(struct kvp_meta *m, int *scope, char *why, size_t len)
         kvp__buf_free(&r.reply);
         return rc;
     }
-    detail_of(&r.reply, text, sizeof text);
+    struct rule_fields unused;
+    detail_of(&r.reply, text, sizeof text, &unused);
     kvp__buf_free(&r.reply);
     if (r.status == 200 && !strcmp(text, "ok"))
         return 0;
@@ -1371,6 +1415,9 @@ static int h_open(struct kvp_meta *m, const char *where, struct kvp_error *err)
     b->headers = h;
     /* no "Expect: 100-continue" round trip for large bodies */
     if (!(h = curl_slist_append(b->headers, "Expect:")))
+        goto oom;
+    /* error replies with the broken rule's fields (a server that knows them) */
+    if (!(h = curl_slist_append(b->headers, "X-Kvpage-Errors: fields")))
         goto oom;
     if (tok) {
         if (!(m->opts.token = strdup(tok)))

@@ -28,6 +28,8 @@
 #include "meta/mem.h"
 #include "util/clock.h"
 #include "meta/meta_int.h"
+#include "meta/persist.h"
+#include "meta/rules.h"
 
 #define set_err kvp__set_err
 
@@ -88,7 +90,7 @@ static int lo_open(struct kvp_meta *front, const char *where, struct kvp_error *
 {
     struct kvp__local *m = calloc(1, sizeof *m);
     if (!m) {
-        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        kvp__err_oom(err, -ENOMEM);
         return -ENOMEM;
     }
     m->front = front;
@@ -101,13 +103,13 @@ static int lo_open(struct kvp_meta *front, const char *where, struct kvp_error *
     if (!m->ns_buckets) {
         free(m);
         front->be = NULL;
-        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        kvp__err_oom(err, -ENOMEM);
         return -ENOMEM;
     }
     pthread_rwlock_init(&m->ns_lock, NULL);
     kvp__mempool_init(&m->pool);
     if (m->opts.data_dir) {
-        int rc = kvp__persist_open(m);
+        int rc = kvp__persist_open(m, &kvp__local_persist_ops);
         if (rc) {
             if (rc == -EBUSY) /* the words of kvpage serve's log (wal.c) */
                 set_err(err, rc, KVP_RULE_IO, -1, 0, 0,
@@ -350,7 +352,7 @@ static int kb_init(struct kbatch *kb, const struct kvp_str *keys, size_t n, stru
         if (!kb->h || !kb->e) {
             free(kb->h);
             free(kb->e);
-            set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+            kvp__err_oom(err, -ENOMEM);
             return -ENOMEM;
         }
     }
@@ -672,7 +674,7 @@ static uint64_t op_done(struct kvp__lns *ns)
     struct kvp__local *m = ns->meta;
     if (m->watch)
         m->watch(NULL, m->watch_arg);
-    return kvp__jrnl_commit(ns);
+    return kvp__jrnl_commit(&ns->jrnl);
 }
 
 /* Every held page of the namespace, oldest first per rank, to fn. */
@@ -790,7 +792,7 @@ static uint32_t evict(struct kvp__lns *ns, struct kvp__rank *r, uint64_t now)
             touch(r, p); /* out of the way of the next walk (pins.c) */
             continue;
         }
-        kvp__jrnl_free(ns, r->id, p);
+        kvp__jrnl_free(&ns->jrnl, r->id, p);
         tell(ns, r, pg->owner, KVP_CHANGE_REMOVED);
         page_unhold(ns, r, p);
         r->evictions++;
@@ -889,8 +891,7 @@ static int rank_lookup_err(struct kvp__lns *ns, uint32_t id, struct kvp__rank **
     *out = rank_find(ns, id);
     if (*out)
         return 0;
-    set_err(err, -ENOENT, KVP_RULE_RANK_NOT_INIT, -1, id, 0, "Rank %u not initialized", id);
-    return -ENOENT;
+    return kvp__err_rank_not_init(err, id);
 }
 
 /* ---------------------------------------------------------------- namespaces */
@@ -959,7 +960,7 @@ static int lo_ns(struct kvp_meta *front, const char *deployment, size_t dlen, co
             }
             kvp__jrnl_unspace(m, room);
             pthread_rwlock_unlock(&m->ns_lock);
-            set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+            kvp__err_oom(err, -ENOMEM);
             return -ENOMEM;
         }
         ns->meta = m;
@@ -967,7 +968,8 @@ static int lo_ns(struct kvp_meta *front, const char *deployment, size_t dlen, co
         ns->keys_mem.pool = &m->pool;
         ns->id = (uint32_t)m->ns_count;
         m->ns_by_id[ns->id] = ns;
-        *ticket = kvp__jrnl_ns(m, ns);
+        kvp__jrnl_start(&ns->jrnl, &m->persist, ns->id);
+        *ticket = kvp__jrnl_ns(&ns->jrnl, ns->deployment, ns->pool);
         kvp__jrnl_unspace(m, room);
         pthread_mutex_init(&ns->lock, NULL);
         ns->next = m->ns_buckets[h % NS_BUCKETS];
@@ -1031,7 +1033,7 @@ static void lo_close(struct kvp_meta *front)
         kvp__slab_destroy(&ns->keys_mem);
         free(ns->deployment);
         free(ns->pool);
-        free(ns->jbuf);
+        free(ns->jrnl.buf);
         kvp__pins_free(ns);
         pthread_mutex_destroy(&ns->lock);
         free(ns);
@@ -1099,31 +1101,27 @@ static int lo_init_rank(struct kvp_ns *pub, uint32_t rank, uint32_t num_pages, u
     struct kvp__rank *r = rank_find(ns, rank);
     /* Even a repeat that changes nothing: it would acknowledge a rank whose
      * INIT the log may have failed to write. */
-    if ((rc = kvp__jrnl_reserve(ns, KVP_JRNL_INIT, 0, err)) != 0) {
+    if ((rc = kvp__jrnl_reserve(&ns->jrnl, KVP_JRNL_INIT, 0, err)) != 0) {
         /* no room in the log: nothing changes */
     } else if (!r) {
         rc = rank_create(ns, rank, num_pages, &r);
         if (!rc) {
-            kvp__jrnl_init(ns, rank, num_pages); /* also what brings a dropped one back */
+            kvp__jrnl_init(&ns->jrnl, rank, num_pages); /* also what brings a dropped one back */
             __atomic_store_n(&ns->dropped, 0, __ATOMIC_RELEASE);
         }
         if (rc == -ENOSPC)
-            set_err(err, rc, KVP_RULE_TOO_MANY, -1, ns->nranks, KVP_MAX_RANKS_PER_NS,
-                    "too many ranks in this namespace (limit %d)", KVP_MAX_RANKS_PER_NS);
+            kvp__err_too_many_ranks(err, rc, ns->nranks, KVP_MAX_RANKS_PER_NS);
         else if (rc)
-            set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+            kvp__err_oom(err, rc);
     } else if (r->num_pages != num_pages) {
         expire(r, now_ms(ns->meta));
         if (r->lru.count || r->reserved.count) {
             rc = -EEXIST;
-            set_err(err, rc, KVP_RULE_RESIZE_HELD, -1, r->num_pages, (int64_t)num_pages,
-                    "Rank %u already initialized with %u pages; refusing to change to %u "
-                    "pages while it holds data",
-                    rank, r->num_pages, num_pages);
+            kvp__err_resize_held(err, rank, r->num_pages, num_pages);
         } else if ((rc = rank_reset_pages(r, num_pages)) != 0) {
-            set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+            kvp__err_oom(err, rc);
         } else {
-            kvp__jrnl_init(ns, rank, num_pages);
+            kvp__jrnl_init(&ns->jrnl, rank, num_pages);
         }
     }
     *ticket = later(*ticket, op_done(ns)); /* the op's records reach the log together */
@@ -1194,7 +1192,7 @@ static int lo_allocate_ordered(struct kvp_ns *pub, uint32_t rank, int order,
         return -ENOMEM;
     if (n > 1 && seen_init(&seen, n) != 0) {
         kb_free(&kb);
-        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        kvp__err_oom(err, -ENOMEM);
         return -ENOMEM;
     }
     /* The pages handed out are only worth writing if their confirmations
@@ -1214,7 +1212,7 @@ static int lo_allocate_ordered(struct kvp_ns *pub, uint32_t rank, int order,
     uint64_t evictable = n > r->nfree ? n - r->nfree : 0;
     if (evictable > r->lru.count)
         evictable = r->lru.count;
-    if ((rc = kvp__jrnl_reserve(ns, evictable * KVP_JRNL_FREE, confirm_room, err)) != 0)
+    if ((rc = kvp__jrnl_reserve(&ns->jrnl, evictable * KVP_JRNL_FREE, confirm_room, err)) != 0)
         goto out;
     uint64_t now = now_ms(ns->meta);
     expire(r, now);
@@ -1261,7 +1259,7 @@ static int lo_allocate_ordered(struct kvp_ns *pub, uint32_t rank, int order,
         pages[i] = p;
     }
     if (reused)
-        kvp__jrnl_reuse(ns);
+        kvp__jrnl_reuse(&ns->jrnl);
 out:
     *ticket = later(*ticket, op_done(ns)); /* the op's records reach the log together */
     pthread_mutex_unlock(&ns->lock);
@@ -1283,9 +1281,7 @@ static int pages_in_range(const struct kvp__rank *r, const int64_t *p, size_t n,
 {
     for (size_t i = 0; i < n; i++) {
         if (p[i] < 0 || p[i] >= r->num_pages) {
-            set_err(err, -EINVAL, rule, (int64_t)i, p[i], r->num_pages,
-                    "%s %zu: page %lld is outside [0, %u)", what, i, (long long)p[i], r->num_pages);
-            return -EINVAL;
+            return kvp__err_page_range(err, rule, what, (int64_t)i, p[i], r->num_pages);
         }
     }
     return 0;
@@ -1312,7 +1308,7 @@ static int lo_confirm(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *k
         return -ENOMEM;
     if (n > 1 && !(order = malloc(n * sizeof *order))) {
         kb_free(&kb);
-        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        kvp__err_oom(err, -ENOMEM);
         return -ENOMEM;
     }
     pthread_mutex_lock(&ns->lock);
@@ -1329,8 +1325,7 @@ static int lo_confirm(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *k
         struct kvp__key *o = pg->owner;
         if (o->len != keys[i].len || memcmp(kvp__key_bytes(o), keys[i].ptr, keys[i].len)) {
             rc = -EEXIST;
-            set_err(err, rc, KVP_RULE_HELD_BY_OTHER, (int64_t)i, pages[i], 0,
-                    "page %lld on rank %u holds another key", (long long)pages[i], rank);
+            kvp__err_held_by_other(err, (int64_t)i, pages[i], rank);
             goto out;
         }
     }
@@ -1343,8 +1338,7 @@ static int lo_confirm(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *k
             if (pages[a] == pages[b] &&
                 (keys[a].len != keys[b].len || memcmp(keys[a].ptr, keys[b].ptr, keys[a].len))) {
                 rc = -EEXIST;
-                set_err(err, rc, KVP_RULE_HELD_BY_OTHER, (int64_t)b, pages[b], 0,
-                        "page %lld on rank %u holds another key", (long long)pages[b], rank);
+                kvp__err_held_by_other(err, (int64_t)b, pages[b], rank);
                 goto out;
             }
         }
@@ -1353,7 +1347,7 @@ static int lo_confirm(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *k
     uint64_t room = 0;
     for (size_t i = 0; i < n; i++)
         room += KVP_JRNL_HOLD(keys[i].len);
-    if ((rc = kvp__jrnl_reserve(ns, room, 0, err)) != 0)
+    if ((rc = kvp__jrnl_reserve(&ns->jrnl, room, 0, err)) != 0)
         goto out;
     /* Validation is complete; from here on nothing fails but memory. Allocate
      * every new key entry first so that running out of memory changes nothing. */
@@ -1365,7 +1359,7 @@ static int lo_confirm(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *k
             continue;
         if (!(kb.e[i] = key_get_h(ns, &keys[i], kb.h[i], r->slot))) {
             rc = -ENOMEM;
-            set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+            kvp__err_oom(err, rc);
             /* Entries created so far hold no page; drop them again. */
             for (size_t j = 0; j <= i; j++) {
                 struct kvp__key *e = key_find(ns, &keys[j]);
@@ -1389,7 +1383,7 @@ static int lo_confirm(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *k
             page_to_free(r, p); /* the key's first confirmed page wins */
             continue;
         }
-        kvp__jrnl_hold(ns, r->id, p, e);
+        kvp__jrnl_hold(&ns->jrnl, r->id, p, kvp__key_bytes(e), e->len);
         page_hold(r, p, e);
         tell(ns, r, e, KVP_CHANGE_STORED);
     }
@@ -1491,7 +1485,7 @@ static int lo_delete(struct kvp_ns *pub, int64_t rank, const struct kvp_str *key
         else if (e)
             frees += e->nheld;
     }
-    if ((rc = kvp__jrnl_reserve(ns, frees * KVP_JRNL_FREE, 0, err)) != 0)
+    if ((rc = kvp__jrnl_reserve(&ns->jrnl, frees * KVP_JRNL_FREE, 0, err)) != 0)
         goto out;
     for (size_t i = 0; i < n; i++) {
         struct kvp__key *e = key_find(ns, &keys[i]);
@@ -1505,7 +1499,7 @@ static int lo_delete(struct kvp_ns *pub, int64_t rank, const struct kvp_str *key
                 continue;
             struct kvp__rank *r = ns->slots[s];
             int last = e->nheld == 1;
-            kvp__jrnl_free(ns, r->id, p);
+            kvp__jrnl_free(&ns->jrnl, r->id, p);
             tell(ns, r, e, KVP_CHANGE_REMOVED);
             page_unhold(ns, r, p); /* frees e when it was its last page */
             page_to_free(r, p);
@@ -1527,12 +1521,12 @@ static int lo_clear(struct kvp_ns *pub, int64_t rank, uint64_t *ticket, struct k
     if (rank >= 0) {
         struct kvp__rank *r;
         if ((rc = rank_lookup_err(ns, (uint32_t)rank, &r, err)) == 0 &&
-            (rc = kvp__jrnl_reserve(ns, KVP_JRNL_CLEAR, 0, err)) == 0) {
-            kvp__jrnl_clear(ns, rank);
+            (rc = kvp__jrnl_reserve(&ns->jrnl, KVP_JRNL_CLEAR, 0, err)) == 0) {
+            kvp__jrnl_clear(&ns->jrnl, rank);
             if ((rc = rank_clear(ns, r)) != 0)
-                set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+                kvp__err_oom(err, rc);
         }
-    } else if ((rc = kvp__jrnl_reserve(ns, KVP_JRNL_CLEAR, 0, err)) == 0) {
+    } else if ((rc = kvp__jrnl_reserve(&ns->jrnl, KVP_JRNL_CLEAR, 0, err)) == 0) {
         struct kvp__page **fresh = calloc(ns->nranks ? ns->nranks : 1, sizeof *fresh);
         for (uint32_t i = 0; fresh && i < ns->nranks; i++)
             if (!(fresh[i] = pages_alloc(ns->slots[i]->num_pages)))
@@ -1541,9 +1535,9 @@ static int lo_clear(struct kvp_ns *pub, int64_t rank, uint64_t *ticket, struct k
             for (uint32_t i = 0; fresh && i < ns->nranks; i++)
                 pages_free(fresh[i], ns->slots[i]->num_pages);
             rc = -ENOMEM;
-            set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+            kvp__err_oom(err, rc);
         } else {
-            kvp__jrnl_clear(ns, -1);
+            kvp__jrnl_clear(&ns->jrnl, -1);
             if (ns->meta->watch)
                 tell_all(ns->meta->watch, ns->meta->watch_arg, ns, KVP_CHANGE_REMOVED);
             free_all_keys(ns);
@@ -1600,18 +1594,16 @@ static int lo_drop(struct kvp_meta *front, const char *dep, size_t dlen, const c
     struct kvp_ns *pub;
     int rc = lo_ns(front, dep, dlen, pool, plen, 0, &pub, ticket, err);
     if (rc) {
-        set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "no namespace %.*s/%.*s", (int)dlen, dep,
-                (int)plen, pool);
+        kvp__err_no_namespace(err, rc, dep, dlen, pool, plen);
         return rc;
     }
     struct kvp__lns *ns = (struct kvp__lns *)pub;
     pthread_mutex_lock(&ns->lock);
     if (ns->dropped) { /* dropped meanwhile by another caller */
         rc = -ENOENT;
-        set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "no namespace %.*s/%.*s", (int)dlen, dep,
-                (int)plen, pool);
-    } else if ((rc = kvp__jrnl_reserve(ns, KVP_JRNL_DROP, 0, err)) == 0) {
-        kvp__jrnl_drop(ns);
+        kvp__err_no_namespace(err, rc, dep, dlen, pool, plen);
+    } else if ((rc = kvp__jrnl_reserve(&ns->jrnl, KVP_JRNL_DROP, 0, err)) == 0) {
+        kvp__jrnl_drop(&ns->jrnl);
         if (ns->meta->watch)
             tell_all(ns->meta->watch, ns->meta->watch_arg, ns, KVP_CHANGE_REMOVED);
         ns_drop_locked(ns);

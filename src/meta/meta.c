@@ -14,8 +14,8 @@
 #include <unistd.h>
 
 #include "meta/backend.h"
-#include "store/location.h"
-#include "store/owner.h"
+#include "meta/location.h"
+#include "meta/rules.h"
 
 /* ---------------------------------------------------------------- rules */
 
@@ -389,12 +389,8 @@ KVP_API int kvp_meta_init_rank_async(struct kvp_ns *ns, uint32_t rank, uint64_t 
         return rc;
     if (!ticket)
         return bad_arg(err, "ticket is NULL");
-    if (num_pages < 1 || num_pages > KVP_MAX_PAGES) {
-        kvp__set_err(err, -EINVAL, KVP_RULE_NUM_PAGES, -1, (int64_t)num_pages, KVP_MAX_PAGES,
-                     num_pages < 1 ? "num_pages must be a positive integer"
-                                   : "num_pages must be at most 2147483647");
-        return -EINVAL;
-    }
+    if ((rc = kvp__check_num_pages(num_pages, err)) != 0)
+        return rc;
     return ns->meta->ops->init_rank(ns, rank, (uint32_t)num_pages, ticket, err);
 }
 

@@ -1,7 +1,10 @@
 /*
  * Internal structures of the in-process engine, the backend of the mem: and
- * file: locations (src/meta/local.c, with its log in src/meta/persist.c).
- * Nothing outside those two files and their tests reads it.
+ * file: locations (src/meta/local.c, its side of persistence in
+ * src/meta/local_persist.c, and pins.c). Nothing else but their tests reads
+ * it: the log (src/meta/persist.c) sees the state only through struct
+ * kvp__persist_ops, and each namespace's journal through its struct
+ * kvp__jrnl.
  */
 #ifndef KVP_META_INT_H
 #define KVP_META_INT_H
@@ -92,6 +95,34 @@ struct kvp__rank {
     struct kvp__rank *next_dead; /* on its namespace's dead list (kvp_meta_drop) */
 };
 
+/*
+ * A namespace's journal (src/meta/persist.c), embedded in it and guarded by
+ * its lock: the hooks below take it, never the namespace.
+ */
+struct kvp__persist;
+struct kvp__jrnl {
+    struct kvp__persist *const *persist; /* the engine's log (*persist NULL: none) */
+    uint32_t ns;                         /* the namespace's number in the records */
+    /* Log records of the operation in progress, framed, appended to the
+     * log in one piece by kvp__jrnl_commit. */
+    uint8_t *buf;
+    size_t len, cap;
+    /* A page freed by a FREE or CLEAR record may be handed out again only
+     * in a reply that waits until that record is durable: otherwise a crash
+     * would bring back the old key on a page its new writer has overwritten.
+     * freed: the staged records free pages; free_lsn: the log position
+     * that makes the latest freeing durable. */
+    int freed;
+    uint64_t free_lsn;
+    /* Log room reserved by the operation in progress (kvp__jrnl_reserve),
+     * given back at kvp__jrnl_commit. */
+    uint64_t res;
+    /* The log position that makes the operation in progress durable: the
+     * end of its records, or an earlier freeing it depends on (returned and
+     * reset by kvp__jrnl_commit). */
+    uint64_t lsn;
+};
+
 struct kvp__lns {
     struct kvp_ns pub;         /* the handle callers hold (first: a cast converts) */
     uint32_t id;               /* creation order; names the namespace in log records */
@@ -111,24 +142,7 @@ struct kvp__lns {
     uint64_t ngrown;
     struct kvp__populate grow_job;
     struct kvp__slab keys_mem; /* the key entries */
-    /* Log records of the operation in progress, framed, appended to the
-     * log in one piece by kvp__jrnl_commit (guarded by lock). */
-    uint8_t *jbuf;
-    size_t jlen, jcap;
-    /* A page freed by a FREE or CLEAR record may be handed out again only
-     * in a reply that waits until that record is durable: otherwise a crash
-     * would bring back the old key on a page its new writer has overwritten.
-     * jfreed: the staged records free pages; free_lsn: the log position
-     * that makes the latest freeing durable (guarded by lock). */
-    int jfreed;
-    uint64_t free_lsn;
-    /* Log room reserved by the operation in progress (kvp__jrnl_reserve),
-     * given back at kvp__jrnl_commit (guarded by lock). */
-    uint64_t jres;
-    /* The log position that makes the operation in progress durable: the
-     * end of its records, or an earlier freeing it depends on (guarded by
-     * lock; returned and reset by kvp__jrnl_commit). */
-    uint64_t jlsn;
+    struct kvp__jrnl jrnl;     /* its log records (guarded by lock) */
     /* While a snapshot thread encodes from a copy of the page arrays (whose
      * owners point at key entries), dropped entries are kept here, linked
      * through next, instead of being reused (guarded by lock). */
@@ -157,7 +171,6 @@ struct kvp__local {
     struct kvp__lns **ns_by_id;
     struct kvp__persist *persist; /* NULL: in memory only */
     struct kvp__mempool pool;     /* pre-faulted pieces for the key entries */
-    int replaying;                /* recovery is applying records: log nothing */
     /* kvp_meta_watch: told of every page a key gets or loses (NULL: none).
      * Set while no other thread uses the handle; read under namespace locks. */
     kvp_meta_change_fn watch;
@@ -165,20 +178,23 @@ struct kvp__local {
 };
 
 /* Journal: called under the namespace lock before the change is applied.
- * All are no-ops without persistence (src/meta/persist.c). */
-struct kvp__persist;
+ * All are no-ops without persistence, and while recovery applies records
+ * (src/meta/persist.c). */
+/* A new namespace's journal (its number id) over the engine's log. */
+void kvp__jrnl_start(struct kvp__jrnl *j, struct kvp__persist *const *persist, uint32_t id);
 /* Returns the log position at which the namespace's record is durable. */
-uint64_t kvp__jrnl_ns(struct kvp__local *m, const struct kvp__lns *ns);
-void kvp__jrnl_init(struct kvp__lns *ns, uint32_t rank, uint32_t num_pages);
-void kvp__jrnl_hold(struct kvp__lns *ns, uint32_t rank, uint32_t page, const struct kvp__key *key);
-void kvp__jrnl_free(struct kvp__lns *ns, uint32_t rank, uint32_t page);
-void kvp__jrnl_clear(struct kvp__lns *ns, int64_t rank);
-void kvp__jrnl_drop(struct kvp__lns *ns);
+uint64_t kvp__jrnl_ns(struct kvp__jrnl *j, const char *deployment, const char *pool);
+void kvp__jrnl_init(struct kvp__jrnl *j, uint32_t rank, uint32_t num_pages);
+void kvp__jrnl_hold(struct kvp__jrnl *j, uint32_t rank, uint32_t page, const char *key,
+                    uint16_t klen);
+void kvp__jrnl_free(struct kvp__jrnl *j, uint32_t rank, uint32_t page);
+void kvp__jrnl_clear(struct kvp__jrnl *j, int64_t rank);
+void kvp__jrnl_drop(struct kvp__jrnl *j);
 /* Recovery's DROP record: drops the namespace (takes its lock). */
 void kvp__replay_drop(struct kvp__lns *ns);
 /* Appends the records staged by the calls above; before the lock is released.
  * Returns the log position at which the operation is durable (0: now). */
-uint64_t kvp__jrnl_commit(struct kvp__lns *ns);
+uint64_t kvp__jrnl_commit(struct kvp__jrnl *j);
 /*
  * Log space for an operation's records, taken before it changes anything
  * (protocol-notes: a full disk): the log's file space for keep more bytes
@@ -189,7 +205,7 @@ uint64_t kvp__jrnl_commit(struct kvp__lns *ns);
  * -EDQUOT when there is no space, another when the log cannot be written;
  * the caller then changes nothing. No-ops without persistence.
  */
-int kvp__jrnl_reserve(struct kvp__lns *ns, uint64_t keep, uint64_t probe, struct kvp_error *err);
+int kvp__jrnl_reserve(struct kvp__jrnl *j, uint64_t keep, uint64_t probe, struct kvp_error *err);
 /* The same for a change outside a namespace lock (namespace creation);
  * kvp__jrnl_unspace gives the room back after the append. */
 int kvp__jrnl_space(struct kvp__local *m, uint64_t keep, uint64_t probe, struct kvp_error *err);
@@ -206,10 +222,13 @@ void kvp__jrnl_unspace(struct kvp__local *m, uint64_t bytes);
 #define KVP_JRNL_PROBE_MAX ((uint64_t)256 << 10)
 /* The operation hands out a FREE page: its reply waits until the newest
  * freeing of the namespace is durable (with the lock held). */
-void kvp__jrnl_reuse(struct kvp__lns *ns);
+void kvp__jrnl_reuse(struct kvp__jrnl *j);
 
-/* Persistence lifetime, called by the backend's open and close. */
-int kvp__persist_open(struct kvp__local *m);
+/* Persistence lifetime, called by the backend's open and close. ops: the
+ * engine's side of it (src/meta/persist.h), through which alone persist.c
+ * reaches the state. */
+struct kvp__persist_ops;
+int kvp__persist_open(struct kvp__local *m, const struct kvp__persist_ops *ops);
 void kvp__persist_close(struct kvp__local *m);
 /* The backend's operations that the log serves (src/meta/persist.c). */
 int kvp__persist_wait(struct kvp__local *m, uint64_t lsn, struct kvp_error *err);
@@ -219,7 +238,7 @@ int kvp__persist_values(struct kvp__local *m, kvp_meta_value_fn fn, void *arg);
 int kvp__persist_health(struct kvp__local *m, char *why, size_t len);
 int kvp__persist_snapshot(struct kvp__local *m);
 
-/* Recovery: apply one change without logging it. -EUCLEAN when it
+/* Recovery: apply one change without logging it (for local_persist.c). -EUCLEAN when it
  * contradicts the state (msg says how). */
 int kvp__replay_hold(struct kvp__lns *ns, uint32_t rank, uint32_t page, const struct kvp_str *key,
                      char *msg, size_t msglen);

@@ -23,7 +23,7 @@
  *                        copied, and the fork copies the page tables of all
  *                        of the process's memory.
  *   KVP_SNAPSHOT_THREAD  the snapshot thread copies the page arrays' owners
- *                        and links (16 bytes a page; see struct frozen),
+ *                        and links (16 bytes a page; see local_persist.c),
  *                        releases the locks, and writes from the copy.
  *   KVP_SNAPSHOT_MANUAL  the same, by the thread that calls
  *                        kvp_meta_snapshot; never by itself.
@@ -70,6 +70,9 @@ enum {
 
 struct kvp__persist {
     struct kvp__wal *wal;
+    const struct kvp__persist_ops *ops; /* the engine's state (persist.h) */
+    struct kvp__local *m;               /* its options (opts) */
+    int replaying;                      /* recovery is applying records: log nothing */
     pthread_t thread;
     int thread_started;
     pthread_mutex_t mu;
@@ -138,15 +141,15 @@ static void ebytes(struct enc *e, const void *p, size_t n)
     e->n += (uint32_t)n;
 }
 
-static void enc_ns(struct enc *e, const struct kvp__lns *ns)
+static void enc_ns(struct enc *e, uint32_t id, const char *dep, const char *pool)
 {
-    size_t dl = strlen(ns->deployment), pl = strlen(ns->pool);
+    size_t dl = strlen(dep), pl = strlen(pool);
     e8(e, REC_NS);
-    e32(e, ns->id);
+    e32(e, id);
     e8(e, (uint8_t)dl);
-    ebytes(e, ns->deployment, dl);
+    ebytes(e, dep, dl);
     e8(e, (uint8_t)pl);
-    ebytes(e, ns->pool, pl);
+    ebytes(e, pool, pl);
 }
 static void enc_init(struct enc *e, uint32_t ns, uint32_t rank, uint32_t num_pages)
 {
@@ -178,39 +181,50 @@ static int pack_hex(uint8_t *out, const char *k, size_t n)
 
 /* The engines' keys are md5 or sha256 in lowercase hex: storing their bytes
  * halves the log and the snapshot. */
-static void enc_hold(struct enc *e, uint32_t ns, uint32_t rank, uint32_t page,
-                     const struct kvp__key *k)
+static void enc_hold(struct enc *e, uint32_t ns, uint32_t rank, uint32_t page, const char *kb,
+                     uint16_t klen)
 {
-    const char *kb = kvp__key_bytes(k);
     uint32_t start = e->n;
     e8(e, REC_HOLD_HEX);
     e32(e, ns);
     e32(e, rank);
     e32(e, page);
-    e16(e, (uint16_t)(k->len / 2));
-    if (pack_hex(e->b + e->n, kb, k->len)) {
-        e->n += k->len / 2;
+    e16(e, (uint16_t)(klen / 2));
+    if (pack_hex(e->b + e->n, kb, klen)) {
+        e->n += klen / 2;
         return;
     }
     e->b[start] = REC_HOLD;
     e->n -= 2;
-    e16(e, k->len);
-    ebytes(e, kb, k->len);
+    e16(e, klen);
+    ebytes(e, kb, klen);
 }
 
-static struct kvp__wal *jwal(const struct kvp__local *m)
+/* The log the journal appends to, or NULL: none, or recovery is applying
+ * records (they are in the log already). */
+static struct kvp__wal *log_of(const struct kvp__persist *p)
 {
-    return m->persist && !m->replaying ? m->persist->wal : NULL;
+    return p && !p->replaying ? p->wal : NULL;
 }
 
-uint64_t kvp__jrnl_ns(struct kvp__local *m, const struct kvp__lns *ns)
+static struct kvp__wal *jwal(const struct kvp__jrnl *j)
 {
-    struct kvp__wal *w = jwal(m);
+    return log_of(*j->persist);
+}
+
+void kvp__jrnl_start(struct kvp__jrnl *j, struct kvp__persist *const *persist, uint32_t id)
+{
+    *j = (struct kvp__jrnl){.persist = persist, .ns = id};
+}
+
+uint64_t kvp__jrnl_ns(struct kvp__jrnl *j, const char *deployment, const char *pool)
+{
+    struct kvp__wal *w = jwal(j);
     if (!w)
         return 0;
     struct enc e;
     e.n = 0;
-    enc_ns(&e, ns);
+    enc_ns(&e, j->ns, deployment, pool);
     return kvp__wal_append(w, e.b, e.n);
 }
 
@@ -220,53 +234,54 @@ uint64_t kvp__jrnl_ns(struct kvp__local *m, const struct kvp__lns *ns)
  * kvp__jrnl_commit: one lock of the log and one wake-up of its flusher per
  * request instead of one per key.
  */
-static void stage(struct kvp__lns *ns, const struct enc *e)
+static void stage(struct kvp__jrnl *j, struct kvp__wal *w, const struct enc *e)
 {
-    size_t need = ns->jlen + KVP_WAL_HDR + e->n;
-    if (need > ns->jcap) {
-        size_t cap = ns->jcap ? ns->jcap : 4096;
+    size_t need = j->len + KVP_WAL_HDR + e->n;
+    if (need > j->cap) {
+        size_t cap = j->cap ? j->cap : 4096;
         while (cap < need)
             cap *= 2;
-        uint8_t *b = realloc(ns->jbuf, cap);
+        uint8_t *b = realloc(j->buf, cap);
         if (!b) {
             /* Send what is staged, then this record alone: order is kept. */
-            uint64_t x = kvp__jrnl_commit(ns);
-            uint64_t y = kvp__wal_append(ns->meta->persist->wal, e->b, e->n);
-            ns->jlsn = x > y ? x : y;
+            uint64_t x = kvp__jrnl_commit(j);
+            uint64_t y = kvp__wal_append(w, e->b, e->n);
+            j->lsn = x > y ? x : y;
             return;
         }
-        ns->jbuf = b;
-        ns->jcap = cap;
+        j->buf = b;
+        j->cap = cap;
     }
-    kvp__wal_frame(ns->jbuf + ns->jlen, e->b, e->n);
-    memcpy(ns->jbuf + ns->jlen + KVP_WAL_HDR, e->b, e->n);
-    ns->jlen += KVP_WAL_HDR + e->n;
+    kvp__wal_frame(j->buf + j->len, e->b, e->n);
+    memcpy(j->buf + j->len + KVP_WAL_HDR, e->b, e->n);
+    j->len += KVP_WAL_HDR + e->n;
 }
 
-uint64_t kvp__jrnl_commit(struct kvp__lns *ns)
+uint64_t kvp__jrnl_commit(struct kvp__jrnl *j)
 {
-    if (ns->jlen) {
-        uint64_t lsn = kvp__wal_append_framed(ns->meta->persist->wal, ns->jbuf, ns->jlen, ns->jres);
-        if (lsn > ns->jlsn)
-            ns->jlsn = lsn;
-        ns->jres = 0;
-        ns->jlen = 0;
-        if (ns->jcap > (1u << 20)) { /* one huge request does not pin its buffer */
-            free(ns->jbuf);
-            ns->jbuf = NULL;
-            ns->jcap = 0;
+    struct kvp__persist *p = *j->persist;
+    if (j->len) {
+        uint64_t lsn = kvp__wal_append_framed(p->wal, j->buf, j->len, j->res);
+        if (lsn > j->lsn)
+            j->lsn = lsn;
+        j->res = 0;
+        j->len = 0;
+        if (j->cap > (1u << 20)) { /* one huge request does not pin its buffer */
+            free(j->buf);
+            j->buf = NULL;
+            j->cap = 0;
         }
     }
-    if (ns->jfreed) { /* the operation's append holds the freeing records */
-        ns->free_lsn = ns->jlsn;
-        ns->jfreed = 0;
+    if (j->freed) { /* the operation's append holds the freeing records */
+        j->free_lsn = j->lsn;
+        j->freed = 0;
     }
-    if (ns->jres) { /* appended: the room held for it is used or free again */
-        kvp__wal_release(ns->meta->persist->wal, ns->jres);
-        ns->jres = 0;
+    if (j->res) { /* appended: the room held for it is used or free again */
+        kvp__wal_release(p->wal, j->res);
+        j->res = 0;
     }
-    uint64_t lsn = ns->jlsn;
-    ns->jlsn = 0;
+    uint64_t lsn = j->lsn;
+    j->lsn = 0;
     return lsn;
 }
 
@@ -290,7 +305,7 @@ static void log_err(struct kvp__local *m, int rc, struct kvp_error *err)
 
 int kvp__jrnl_space(struct kvp__local *m, uint64_t keep, uint64_t probe, struct kvp_error *err)
 {
-    struct kvp__wal *w = jwal(m);
+    struct kvp__wal *w = log_of(m->persist);
     if (!w || m->opts.readonly)
         return 0;
     int rc = kvp__wal_reserve(w, keep, probe);
@@ -301,84 +316,80 @@ int kvp__jrnl_space(struct kvp__local *m, uint64_t keep, uint64_t probe, struct 
 
 void kvp__jrnl_unspace(struct kvp__local *m, uint64_t bytes)
 {
-    struct kvp__wal *w = jwal(m);
+    struct kvp__wal *w = log_of(m->persist);
     if (w && !m->opts.readonly)
         kvp__wal_release(w, bytes);
 }
 
-int kvp__jrnl_reserve(struct kvp__lns *ns, uint64_t keep, uint64_t probe, struct kvp_error *err)
+int kvp__jrnl_reserve(struct kvp__jrnl *j, uint64_t keep, uint64_t probe, struct kvp_error *err)
 {
-    int rc = kvp__jrnl_space(ns->meta, keep, probe, err);
-    if (!rc && jwal(ns->meta) && !ns->meta->opts.readonly)
-        ns->jres += keep;
+    struct kvp__persist *p = *j->persist;
+    int rc = p ? kvp__jrnl_space(p->m, keep, probe, err) : 0;
+    if (!rc && jwal(j) && !p->m->opts.readonly)
+        j->res += keep;
     return rc;
 }
 
-void kvp__jrnl_reuse(struct kvp__lns *ns)
+void kvp__jrnl_reuse(struct kvp__jrnl *j)
 {
-    if (jwal(ns->meta) && ns->free_lsn > ns->jlsn &&
-        !kvp__wal_is_durable(ns->meta->persist->wal, ns->free_lsn))
-        ns->jlsn = ns->free_lsn;
+    struct kvp__wal *w = jwal(j);
+    if (w && j->free_lsn > j->lsn && !kvp__wal_is_durable(w, j->free_lsn))
+        j->lsn = j->free_lsn;
 }
 
-void kvp__jrnl_init(struct kvp__lns *ns, uint32_t rank, uint32_t num_pages)
+void kvp__jrnl_init(struct kvp__jrnl *j, uint32_t rank, uint32_t num_pages)
 {
-    if (!jwal(ns->meta))
+    struct kvp__wal *w = jwal(j);
+    if (!w)
         return;
     struct enc e;
     e.n = 0;
-    enc_init(&e, ns->id, rank, num_pages);
-    stage(ns, &e);
+    enc_init(&e, j->ns, rank, num_pages);
+    stage(j, w, &e);
 }
 
-void kvp__jrnl_hold(struct kvp__lns *ns, uint32_t rank, uint32_t page, const struct kvp__key *key)
+void kvp__jrnl_hold(struct kvp__jrnl *j, uint32_t rank, uint32_t page, const char *key,
+                    uint16_t klen)
 {
-    if (!jwal(ns->meta))
+    struct kvp__wal *w = jwal(j);
+    if (!w)
         return;
     struct enc e;
     e.n = 0;
-    enc_hold(&e, ns->id, rank, page, key);
-    stage(ns, &e);
+    enc_hold(&e, j->ns, rank, page, key, klen);
+    stage(j, w, &e);
 }
 
-void kvp__jrnl_free(struct kvp__lns *ns, uint32_t rank, uint32_t page)
+/* A record of a namespace and every rank (ALL_RANKS) or one that frees pages. */
+static void stage_freeing(struct kvp__jrnl *j, int type, uint32_t rank, const uint32_t *page)
 {
-    if (!jwal(ns->meta))
+    struct kvp__wal *w = jwal(j);
+    if (!w)
         return;
     struct enc e;
     e.n = 0;
-    e8(&e, REC_FREE);
-    e32(&e, ns->id);
+    e8(&e, (uint8_t)type);
+    e32(&e, j->ns);
     e32(&e, rank);
-    e32(&e, page);
-    stage(ns, &e);
-    ns->jfreed = 1;
+    if (page)
+        e32(&e, *page);
+    stage(j, w, &e);
+    j->freed = 1;
 }
 
-void kvp__jrnl_clear(struct kvp__lns *ns, int64_t rank)
+void kvp__jrnl_free(struct kvp__jrnl *j, uint32_t rank, uint32_t page)
 {
-    if (!jwal(ns->meta))
-        return;
-    struct enc e;
-    e.n = 0;
-    e8(&e, REC_CLEAR);
-    e32(&e, ns->id);
-    e32(&e, rank < 0 ? ALL_RANKS : (uint32_t)rank);
-    stage(ns, &e);
-    ns->jfreed = 1;
+    stage_freeing(j, REC_FREE, rank, &page);
 }
 
-void kvp__jrnl_drop(struct kvp__lns *ns)
+void kvp__jrnl_clear(struct kvp__jrnl *j, int64_t rank)
 {
-    if (!jwal(ns->meta))
-        return;
-    struct enc e;
-    e.n = 0;
-    e8(&e, REC_DROP);
-    e32(&e, ns->id);
-    e32(&e, ALL_RANKS);
-    stage(ns, &e);
-    ns->jfreed = 1;
+    stage_freeing(j, REC_CLEAR, rank < 0 ? ALL_RANKS : (uint32_t)rank, NULL);
+}
+
+void kvp__jrnl_drop(struct kvp__jrnl *j)
+{
+    stage_freeing(j, REC_DROP, ALL_RANKS, NULL);
 }
 
 /* ---------------------------------------------------------------- decoding */
@@ -414,11 +425,10 @@ static const char *dbytes(struct dec *d, uint32_t len)
 int kvp__persist_apply(struct kvp__local *m, const uint8_t *payload, uint32_t len, char *msg,
                        size_t msglen, int *type)
 {
+    const struct kvp__persist_ops *ops = m->persist->ops;
     struct dec d = {payload, len, 0, 0};
     int t = (int)dget(&d, 1);
     *type = t;
-    struct kvp_error err = {0};
-    int rc = 0;
     if (t == REC_SNAP_BEGIN || t == REC_SNAP_END) {
         dget(&d, 8);
         dget(&d, t == REC_SNAP_BEGIN ? 4 : 8);
@@ -431,12 +441,11 @@ int kvp__persist_apply(struct kvp__local *m, const uint8_t *payload, uint32_t le
     if (t == REC_KEYS_HINT) {
         uint32_t id = (uint32_t)dget(&d, 4);
         uint64_t n = dget(&d, 8);
-        struct kvp__lns *ns = d.bad ? NULL : kvp__meta_ns_by_id(m, id);
-        if (d.bad || d.off != d.n || !ns) {
+        if (d.bad || d.off != d.n || !ops->has_ns(m, id)) {
             snprintf(msg, msglen, "malformed key-count record");
             return -EUCLEAN;
         }
-        kvp__meta_reserve_keys(ns, n < MAX_KEYS_HINT ? n : MAX_KEYS_HINT);
+        ops->keys_hint(m, id, n < MAX_KEYS_HINT ? n : MAX_KEYS_HINT);
         return 0;
     }
     if (t == REC_NS) {
@@ -449,21 +458,11 @@ int kvp__persist_apply(struct kvp__local *m, const uint8_t *payload, uint32_t le
             snprintf(msg, msglen, "malformed namespace record");
             return -EUCLEAN;
         }
-        struct kvp_ns *pub;
-        rc = kvp_meta_ns(m->front, dep, dl, pool, pl, 1, &pub, &err);
-        if (rc == -ENOMEM)
-            return rc;
-        if (rc || ((struct kvp__lns *)pub)->id != id) {
-            snprintf(msg, msglen, "namespace record %u does not match the namespaces before it",
-                     id);
-            return -EUCLEAN;
-        }
-        return 0;
+        return ops->ns(m, id, dep, dl, pool, pl, msg, msglen);
     }
     uint32_t nsid = (uint32_t)dget(&d, 4);
     uint32_t rank = (uint32_t)dget(&d, 4);
-    struct kvp__lns *ns = d.bad ? NULL : kvp__meta_ns_by_id(m, nsid);
-    if (!d.bad && !ns) {
+    if (!d.bad && !ops->has_ns(m, nsid)) {
         snprintf(msg, msglen, "record names namespace %u, which was never created", nsid);
         return -EUCLEAN;
     }
@@ -472,14 +471,7 @@ int kvp__persist_apply(struct kvp__local *m, const uint8_t *payload, uint32_t le
         uint32_t np = (uint32_t)dget(&d, 4);
         if (d.bad || d.off != d.n)
             break;
-        rc = kvp_meta_init_rank(&ns->pub, rank, np, &err);
-        if (rc == -ENOMEM)
-            return rc;
-        if (rc) {
-            snprintf(msg, msglen, "INIT of rank %u with %u pages: %s", rank, np, err.msg);
-            return -EUCLEAN;
-        }
-        return 0;
+        return ops->init(m, nsid, rank, np, msg, msglen);
     }
     case REC_HOLD:
     case REC_HOLD_HEX: {
@@ -497,36 +489,23 @@ int kvp__persist_apply(struct kvp__local *m, const uint8_t *payload, uint32_t le
             }
             ks = (struct kvp_str){hex, 2 * (size_t)kl};
         }
-        pthread_mutex_lock(&ns->lock);
-        rc = kvp__replay_hold(ns, rank, page, &ks, msg, msglen);
-        pthread_mutex_unlock(&ns->lock);
-        return rc;
+        return ops->hold(m, nsid, rank, page, &ks, msg, msglen);
     }
     case REC_FREE: {
         uint32_t page = (uint32_t)dget(&d, 4);
         if (d.bad || d.off != d.n)
             break;
-        pthread_mutex_lock(&ns->lock);
-        rc = kvp__replay_free(ns, rank, page, msg, msglen);
-        pthread_mutex_unlock(&ns->lock);
-        return rc;
+        return ops->free(m, nsid, rank, page, msg, msglen);
     }
     case REC_DROP:
         if (d.bad || d.off != d.n || rank != ALL_RANKS)
             break;
-        kvp__replay_drop(ns);
+        ops->drop(m, nsid);
         return 0;
     case REC_CLEAR:
         if (d.bad || d.off != d.n)
             break;
-        rc = kvp_meta_clear(&ns->pub, rank == ALL_RANKS ? -1 : (int64_t)rank, &err);
-        if (rc == -ENOMEM)
-            return rc;
-        if (rc) {
-            snprintf(msg, msglen, "CLEAR of rank %u, which is not initialized", rank);
-            return -EUCLEAN;
-        }
-        return 0;
+        return ops->clear(m, nsid, rank, msg, msglen);
     default:
         snprintf(msg, msglen, "unknown record type %d", t);
         return -EUCLEAN;
@@ -615,70 +594,54 @@ static void sw_rec(struct snapw *w, const struct enc *e)
     w->records++;
 }
 
-/*
- * What a snapshot reads, frozen with every lock held, for a snapshot that a
- * thread of this process writes while requests go on (KVP_SNAPSHOT_THREAD,
- * KVP_SNAPSHOT_MANUAL): per namespace its key count and ranks; per rank,
- * the owner and LRU link of each page in the rank's [bot, top). Copying those
- * 16 bytes a page is a sequential pass (about 5 ms per 1,000,000 pages
- * here), where encoding the records with the locks held would walk the LRU
- * in its own order and hash every record (bench/persist/README.md).
- *
- * The key entries the owners point at are not copied. An entry's length and
- * bytes never change while it exists, and from the copy on each namespace
- * keeps the entries it drops (kvp__meta_keep_keys) until the snapshot is
- * written, so no entry is freed or reused under the writer. Encoding from
- * the copy later therefore gives byte for byte the records write_snapshot
- * would have written with the locks held: the state at the snapshot's LSN.
- */
-struct fz_page {
-    const struct kvp__key *owner;
-    uint32_t prev;
-};
-struct fz_rank {
-    uint32_t id, num_pages, tail;
-    const struct kvp__page *live; /* the rank's own pages (no copy), or NULL */
-    const struct fz_page *pages;  /* the copy, or NULL */
-    uint32_t base;                /* the page pages[0] copies */
-};
-struct fz_ns {
-    const struct kvp__lns *ns; /* its id and names never change */
-    uint64_t nkeys;
-    uint32_t nranks;
-    struct fz_rank *ranks; /* NULL: the namespace's own ranks (no copy) */
-    int dropped;
-};
-struct frozen {
-    struct fz_ns *ns;
-    size_t nns;
-    uint8_t *mem; /* one mapping holds it all, backed before the locks are taken */
-    size_t cap, used;
-};
-
-static struct fz_rank live_rank(const struct kvp__rank *r)
+/* The records of a snapshot, told by the engine's walk of its state. */
+static void snap_ns(void *arg, uint32_t id, const char *dep, const char *pool, uint64_t nkeys,
+                    int dropped)
 {
-    return (struct fz_rank){r->id, r->num_pages, r->lru.tail, r->pages, NULL, 0};
+    struct snapw *w = arg;
+    struct enc e;
+    e.n = 0;
+    enc_ns(&e, id, dep, pool);
+    sw_rec(w, &e);
+    e.n = 0;
+    e8(&e, REC_KEYS_HINT);
+    e32(&e, id);
+    e64(&e, nkeys);
+    sw_rec(w, &e);
+    if (dropped) { /* kept for its number; no ranks, no keys */
+        e.n = 0;
+        e8(&e, REC_DROP);
+        e32(&e, id);
+        e32(&e, ALL_RANKS);
+        sw_rec(w, &e);
+    }
 }
 
-static uint32_t fz_prev(const struct fz_rank *r, uint32_t p)
+static void snap_rank(void *arg, uint32_t ns, uint32_t rank, uint32_t num_pages)
 {
-    return r->pages ? r->pages[p - r->base].prev : r->live[p].prev;
+    struct enc e;
+    e.n = 0;
+    enc_init(&e, ns, rank, num_pages);
+    sw_rec(arg, &e);
 }
 
-static const struct kvp__key *fz_owner(const struct fz_rank *r, uint32_t p)
+static void snap_hold(void *arg, uint32_t ns, uint32_t rank, uint32_t page, const char *key,
+                      uint16_t klen)
 {
-    return r->pages ? r->pages[p - r->base].owner : r->live[p].owner;
+    struct enc e;
+    e.n = 0;
+    enc_hold(&e, ns, rank, page, key, klen);
+    sw_rec(arg, &e);
 }
+
+static const struct kvp__persist_visit snap_visit = {snap_ns, snap_rank, snap_hold};
 
 /*
  * Writes the whole state: with fz == NULL the live one (in a forked child, or
- * with no request running), else the frozen copy. Reaches keys through the
- * pages that hold them, never through the key index: a forked child does not
- * have the index's big tables (MADV_DONTFORK, so that the server's inserts
- * during a snapshot copy no index pages).
+ * with no request running), else the frozen copy.
  */
 static int write_snapshot(struct kvp__local *m, struct snapw *w, int fd, uint64_t lsn, int pace,
-                          const struct frozen *fz)
+                          const struct kvp__frozen *fz)
 {
     w->fd = fd;
     w->err = 0;
@@ -693,44 +656,7 @@ static int write_snapshot(struct kvp__local *m, struct snapw *w, int fd, uint64_
     e64(&e, lsn);
     e32(&e, SNAP_VERSION);
     sw_rec(w, &e);
-    const struct kvp__lns *live = m->ns_first;
-    for (size_t i = 0; fz ? i < fz->nns : live != NULL; i++) {
-        struct fz_ns v =
-            fz ? fz->ns[i] : (struct fz_ns){live, live->nkeys, live->nranks, NULL, live->dropped};
-        const struct kvp__lns *ns = v.ns;
-        e.n = 0;
-        enc_ns(&e, ns);
-        sw_rec(w, &e);
-        e.n = 0;
-        e8(&e, REC_KEYS_HINT);
-        e32(&e, ns->id);
-        e64(&e, v.nkeys);
-        sw_rec(w, &e);
-        if (v.dropped) { /* kept for its number; no ranks, no keys */
-            e.n = 0;
-            e8(&e, REC_DROP);
-            e32(&e, ns->id);
-            e32(&e, ALL_RANKS);
-            sw_rec(w, &e);
-        }
-        for (uint32_t s = 0; s < v.nranks; s++) {
-            struct fz_rank r = v.ranks ? v.ranks[s] : live_rank(ns->slots[s]);
-            e.n = 0;
-            enc_init(&e, ns->id, r.id, r.num_pages);
-            sw_rec(w, &e);
-        }
-        for (uint32_t s = 0; s < v.nranks; s++) {
-            struct fz_rank r = v.ranks ? v.ranks[s] : live_rank(ns->slots[s]);
-            /* Least recent first: replay pushes each at the head. */
-            for (uint32_t p = r.tail; p != KVP_NONE; p = fz_prev(&r, p)) {
-                e.n = 0;
-                enc_hold(&e, ns->id, r.id, p, fz_owner(&r, p));
-                sw_rec(w, &e);
-            }
-        }
-        if (!fz)
-            live = live->next_all;
-    }
+    m->persist->ops->walk(m, fz, &snap_visit, w);
     e.n = 0;
     e8(&e, REC_SNAP_END);
     e64(&e, lsn);
@@ -742,7 +668,7 @@ static int write_snapshot(struct kvp__local *m, struct snapw *w, int fd, uint64_
 
 /* Writes, fsyncs and renames snap-<lsn>.snap (a failed one is removed). */
 static int snap_file(struct kvp__local *m, struct snapw *w, uint64_t lsn, int pace,
-                     const struct frozen *fz)
+                     const struct kvp__frozen *fz)
 {
     const char *dir = kvp__wal_dir(m->persist->wal);
     int fd = kvp__wal_snap_create(dir, lsn);
@@ -756,16 +682,12 @@ static int snap_file(struct kvp__local *m, struct snapw *w, uint64_t lsn, int pa
 
 static void lock_all(struct kvp__local *m)
 {
-    pthread_rwlock_wrlock(&m->ns_lock);
-    for (struct kvp__lns *ns = m->ns_first; ns; ns = ns->next_all)
-        pthread_mutex_lock(&ns->lock);
+    m->persist->ops->lock_all(m);
 }
 
 static void unlock_all(struct kvp__local *m)
 {
-    for (struct kvp__lns *ns = m->ns_first; ns; ns = ns->next_all)
-        pthread_mutex_unlock(&ns->lock);
-    pthread_rwlock_unlock(&m->ns_lock);
+    m->persist->ops->unlock_all(m);
 }
 
 struct snapcheck {
@@ -815,10 +737,8 @@ static void log_unreadable(struct kvp__local *m, uint64_t lsn, int rc)
  */
 static void append_catalog(struct kvp__local *m)
 {
-    uint64_t bytes = 0;
-    for (struct kvp__lns *ns = m->ns_first; ns; ns = ns->next_all)
-        bytes += KVP_JRNL_NS(strlen(ns->deployment), strlen(ns->pool)) +
-                 (uint64_t)ns->nranks * KVP_JRNL_INIT + (ns->dropped ? KVP_JRNL_DROP : 0);
+    const struct kvp__persist_ops *ops = m->persist->ops;
+    uint64_t bytes = ops->catalog_bytes(m);
     if (!bytes)
         return;
     if (kvp__jrnl_space(m, bytes, 0, NULL) != 0) {
@@ -827,14 +747,7 @@ static void append_catalog(struct kvp__local *m)
              "of this segment (the snapshot has it)");
         return;
     }
-    for (struct kvp__lns *ns = m->ns_first; ns; ns = ns->next_all) {
-        kvp__jrnl_ns(m, ns);
-        if (ns->dropped)
-            kvp__jrnl_drop(ns);
-        for (uint32_t s = 0; s < ns->nranks; s++)
-            kvp__jrnl_init(ns, ns->slots[s]->id, ns->slots[s]->num_pages);
-        kvp__jrnl_commit(ns);
-    }
+    ops->catalog(m);
     kvp__jrnl_unspace(m, bytes);
 }
 
@@ -976,33 +889,10 @@ static int snapshot_fork_locked(struct kvp__local *m)
     return rc;
 }
 
-/* Bytes a frozen copy of the state takes (struct frozen). unlocked: the
- * caller holds no lock, and each namespace is locked in turn (an estimate);
- * else the caller holds every lock (the figure). */
-static size_t frozen_bytes(struct kvp__local *m, int unlocked)
-{
-    size_t b = 0;
-    if (unlocked)
-        pthread_rwlock_rdlock(&m->ns_lock);
-    for (struct kvp__lns *ns = m->ns_first; ns; ns = ns->next_all) {
-        if (unlocked)
-            pthread_mutex_lock(&ns->lock);
-        b += sizeof(struct fz_ns) + (size_t)ns->nranks * sizeof(struct fz_rank);
-        for (uint32_t s = 0; s < ns->nranks; s++)
-            if (ns->slots[s]->lru.tail != KVP_NONE)
-                b += (size_t)(ns->slots[s]->top - ns->slots[s]->bot) * sizeof(struct fz_page);
-        if (unlocked)
-            pthread_mutex_unlock(&ns->lock);
-    }
-    if (unlocked)
-        pthread_rwlock_unlock(&m->ns_lock);
-    return b;
-}
-
 /* Room for need bytes of copy, backed now: faulting fresh memory in while
  * the locks are held would cost more than the copy (a 32 MiB copy into
  * unbacked memory took 26-34 ms here, 6-10 ms into backed memory). */
-static int frozen_reserve(struct frozen *fz, size_t need)
+static int frozen_reserve(struct kvp__frozen *fz, size_t need)
 {
     if (fz->mem && need <= fz->cap)
         return 0;
@@ -1014,42 +904,6 @@ static int frozen_reserve(struct frozen *fz, size_t need)
     }
     kvp__big_prefault(fz->mem, fz->cap);
     return 0;
-}
-
-static void *frozen_take(struct frozen *fz, size_t bytes)
-{
-    void *r = fz->mem + fz->used; /* every piece is a multiple of 8 bytes */
-    fz->used += bytes;
-    return r;
-}
-
-/* Copies what the snapshot needs into fz (room for frozen_bytes) and makes
- * every namespace keep the key entries it drops. Caller holds every lock. */
-static void freeze(struct kvp__local *m, struct frozen *fz)
-{
-    fz->used = 0;
-    fz->ns = frozen_take(fz, m->ns_count * sizeof *fz->ns);
-    fz->nns = 0;
-    for (struct kvp__lns *ns = m->ns_first; ns; ns = ns->next_all) {
-        struct fz_ns *v = &fz->ns[fz->nns++];
-        v->ns = ns;
-        v->nkeys = ns->nkeys;
-        v->nranks = ns->nranks;
-        v->dropped = ns->dropped;
-        v->ranks = frozen_take(fz, (size_t)ns->nranks * sizeof *v->ranks);
-        for (uint32_t s = 0; s < ns->nranks; s++) {
-            const struct kvp__rank *r = ns->slots[s];
-            v->ranks[s] = (struct fz_rank){r->id, r->num_pages, r->lru.tail, NULL, NULL, 0};
-            if (r->lru.tail == KVP_NONE)
-                continue; /* nothing held: nothing to copy */
-            struct fz_page *c = frozen_take(fz, (size_t)(r->top - r->bot) * sizeof *c);
-            for (uint32_t p = r->bot; p < r->top; p++)
-                c[p - r->bot] = (struct fz_page){r->pages[p].owner, r->pages[p].prev};
-            v->ranks[s].pages = c;
-            v->ranks[s].base = r->bot;
-        }
-        kvp__meta_keep_keys(ns, 1);
-    }
 }
 
 void (*kvp__snapshot_test_hook)(void *arg);
@@ -1068,14 +922,15 @@ void *kvp__snapshot_test_hook_arg;
 static int snapshot_thread_locked(struct kvp__local *m)
 {
     struct kvp__persist *p = m->persist;
-    struct frozen fz = {0};
+    const struct kvp__persist_ops *ops = p->ops;
+    struct kvp__frozen fz = {0};
     struct snapw *w = malloc(sizeof *w);
-    int rc = w ? frozen_reserve(&fz, frozen_bytes(m, 1)) : -ENOMEM;
+    int rc = w ? frozen_reserve(&fz, ops->frozen_bytes(m, 1)) : -ENOMEM;
     uint64_t t0 = 0;
     for (int tries = 0; !rc;) {
         t0 = kvp__mono_ns();
         lock_all(m);
-        size_t need = frozen_bytes(m, 0);
+        size_t need = ops->frozen_bytes(m, 0);
         if (need <= fz.cap)
             break;
         /* It outgrew its room meanwhile: larger room, backed outside the
@@ -1101,7 +956,7 @@ static int snapshot_thread_locked(struct kvp__local *m)
         return rc;
     }
     uint64_t tc = kvp__mono_ns();
-    freeze(m, &fz);
+    ops->freeze(m, &fz);
     if (!failed)
         append_catalog(m); /* after the copy, which must not include it */
     unlock_all(m);
@@ -1115,13 +970,7 @@ static int snapshot_thread_locked(struct kvp__local *m)
     uint64_t tr = kvp__mono_ns();
     if (!rc)
         rc = snap_file(m, w, lsn, 1, &fz);
-    uint64_t kept = 0;
-    for (size_t i = 0; i < fz.nns; i++) { /* the writer is done with the entries */
-        struct kvp__lns *ns = (struct kvp__lns *)fz.ns[i].ns;
-        pthread_mutex_lock(&ns->lock);
-        kept += kvp__meta_keep_keys(ns, 0);
-        pthread_mutex_unlock(&ns->lock);
-    }
+    uint64_t kept = ops->thaw(m, &fz); /* the writer is done with the entries */
     kvp__big_free(fz.mem, fz.cap);
     free(w);
     uint64_t bytes = 0;
@@ -1328,11 +1177,13 @@ static int load_snapshot(struct kvp__local *m, struct kvp__wal *w, uint64_t lsn)
     return whole ? 0 : 1;
 }
 
-int kvp__persist_open(struct kvp__local *m)
+int kvp__persist_open(struct kvp__local *m, const struct kvp__persist_ops *ops)
 {
     struct kvp__persist *p = calloc(1, sizeof *p);
     if (!p)
         return -ENOMEM;
+    p->ops = ops;
+    p->m = m;
     pthread_mutex_init(&p->mu, NULL);
     pthread_mutex_init(&p->snap_mu, NULL);
     pthread_cond_init(&p->cv, NULL);
@@ -1351,7 +1202,7 @@ int kvp__persist_open(struct kvp__local *m)
         return rc;
     }
     m->persist = p;
-    m->replaying = 1;
+    p->replaying = 1;
     uint64_t t0 = kvp__mono_ms();
 
     uint64_t snaps[16];
@@ -1378,7 +1229,7 @@ int kvp__persist_open(struct kvp__local *m)
     if (c.skipped)
         plog(m, 1, "skipped %" PRIu64 " log records that contradicted the damaged snapshot's state",
              c.skipped);
-    m->replaying = 0;
+    p->replaying = 0;
     p->last_snap = from;
     p->last_snap_size = 0;
     plog(m, 2, "recovered %s: snapshot at %" PRIu64 " + %" PRIu64 " log records in %" PRIu64 " ms",
@@ -1394,7 +1245,7 @@ int kvp__persist_open(struct kvp__local *m)
         p->thread_started = 1;
     return 0;
 fail:
-    m->replaying = 0;
+    p->replaying = 0;
     kvp__wal_close(p->wal);
     m->persist = NULL;
     free(p);

@@ -27,6 +27,7 @@
 #include <xxhash.h>
 
 #include "meta/meta_int.h"
+#include "meta/rules.h"
 #include "util/hex.h"
 
 #define set_err kvp__set_err
@@ -335,7 +336,7 @@ int kvp__lo_pin(struct kvp_ns *pub, const struct kvp_str *keys, size_t n, uint64
     int rc = 0;
     if (!h || !order || !fresh) {
         rc = -ENOMEM;
-        set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        kvp__err_oom(err, rc);
         goto done;
     }
     for (size_t i = 0; i < n; i++)
@@ -395,7 +396,7 @@ int kvp__lo_pin(struct kvp_ns *pub, const struct kvp_str *keys, size_t n, uint64
         for (size_t i = 0; i < n; i++)
             if (fresh[i] != (struct pin *)1)
                 free(fresh[i]);
-        set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        kvp__err_oom(err, rc);
         goto unlock;
     }
     /* Everything checked and allocated: now act. */
@@ -465,8 +466,7 @@ int kvp__lo_pinned(struct kvp_ns *pub, int64_t rank, uint64_t *keys, uint64_t *r
     const struct kvp__rank *r = rank >= 0 ? kvp__rank_of(ns, (uint32_t)rank) : NULL;
     if (rank >= 0 && !r) {
         rc = -ENOENT;
-        set_err(err, rc, KVP_RULE_RANK_NOT_INIT, -1, rank, 0, "Rank %lld not initialized",
-                (long long)rank);
+        kvp__err_rank_not_init(err, rank);
     }
     uint64_t now = now_ms(ns->meta);
     struct kvp__pins *t = ns->pins;
@@ -513,7 +513,7 @@ int kvp__lo_exists_hashes(struct kvp_ns *pub, const uint64_t *hashes, size_t n, 
     /* The hashes sorted with their index: each stored key is one search. */
     uint64_t *order = malloc((n ? n : 1) * 2 * sizeof *order);
     if (!order) {
-        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        kvp__err_oom(err, -ENOMEM);
         return -ENOMEM;
     }
     for (size_t i = 0; i < n; i++) {
@@ -528,8 +528,7 @@ int kvp__lo_exists_hashes(struct kvp_ns *pub, const uint64_t *hashes, size_t n, 
         const struct kvp__rank *r = kvp__rank_of(ns, ranks[j]);
         if (!r) {
             rc = -ENOENT;
-            set_err(err, rc, KVP_RULE_RANK_NOT_INIT, -1, ranks[j], 0, "Rank %u not initialized",
-                    ranks[j]);
+            kvp__err_rank_not_init(err, ranks[j]);
             break;
         }
         /* Every page the rank holds: no index maps hashes to keys. */

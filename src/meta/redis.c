@@ -33,6 +33,7 @@
 #include "meta/backend.h"
 #include "meta/redis_conn.h"
 #include "meta/redis_lua.h"
+#include "meta/rules.h"
 #include "util/hex.h"
 
 #define set_err kvp__set_err
@@ -258,7 +259,7 @@ static int parse_url(const char *where, int sentinel, struct kvp__rcfg *cfg, cha
         }
         if (!(cfg->host[cfg->nseeds] = strndup(hs, (size_t)(hend - hs)))) {
             rc = -ENOMEM;
-            set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+            kvp__err_oom(err, rc);
             goto fail;
         }
         cfg->port[cfg->nseeds++] = (int)port;
@@ -345,7 +346,7 @@ static int parse_url(const char *where, int sentinel, struct kvp__rcfg *cfg, cha
     return 0;
 nomem:
     rc = -ENOMEM;
-    set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+    kvp__err_oom(err, rc);
 fail:
     free(cfg->user);
     free(cfg->pass);
@@ -419,7 +420,7 @@ static int run_script(struct rmeta *m, int sc, int slot, int idempotent, int nke
     if (!argv || !lens) {
         free(argv);
         free(lens);
-        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        kvp__err_oom(err, -ENOMEM);
         return -ENOMEM;
     }
     char nk[12];
@@ -469,8 +470,7 @@ static int64_t rint_at(const redisReply *r, size_t i)
 
 static int not_init(uint32_t rank, struct kvp_error *err)
 {
-    set_err(err, -ENOENT, KVP_RULE_RANK_NOT_INIT, -1, rank, 0, "Rank %u not initialized", rank);
-    return -ENOENT;
+    return kvp__err_rank_not_init(err, rank);
 }
 
 /* Arguments of a script call: fixed ones, then the keys of a request. */
@@ -492,7 +492,7 @@ static int args_init(struct args *a, size_t cap, size_t nnum, struct kvp_error *
         free(a->v);
         free(a->len);
         free(a->num);
-        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        kvp__err_oom(err, -ENOMEM);
         return -ENOMEM;
     }
     return 0;
@@ -671,7 +671,7 @@ static int rd_ns(struct kvp_meta *front, const char *deployment, size_t dlen, co
         return listed ? 0 : -ENOENT;
     }
     if (!(ns = ns_new(m, deployment, dlen, pool, plen))) {
-        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        kvp__err_oom(err, -ENOMEM);
         return -ENOMEM;
     }
     char list[MAX_PREFIX * 2 + 32], seq[MAX_PREFIX * 2 + 32];
@@ -755,7 +755,7 @@ static int parse_ranks(struct rmeta *m, redisReply *r, uint32_t **ranks, uint32_
         free(rk);
         free(pg);
         kvp__rreply_free(r);
-        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        kvp__err_oom(err, -ENOMEM);
         return -ENOMEM;
     }
     for (size_t i = 0; i < k; i++) {
@@ -806,9 +806,7 @@ static int rd_init_rank(struct kvp_ns *pub, uint32_t rank, uint32_t num_pages, u
     int64_t count = rint_at(r, 1);
     kvp__rreply_free(r);
     if (!listed && count >= MAX_RANKS_PER_NS) {
-        set_err(err, -ENOSPC, KVP_RULE_TOO_MANY, -1, count, MAX_RANKS_PER_NS,
-                "too many ranks in this namespace (limit %d)", MAX_RANKS_PER_NS);
-        return -ENOSPC;
+        return kvp__err_too_many_ranks(err, -ENOSPC, count, MAX_RANKS_PER_NS);
     }
     char np[12];
     snprintf(np, sizeof np, "%u", num_pages);
@@ -819,11 +817,7 @@ static int rd_init_rank(struct kvp_ns *pub, uint32_t rank, uint32_t num_pages, u
     int64_t st = r->element[0]->integer, old = rint_at(r, 1);
     kvp__rreply_free(r);
     if (st == ST_RESIZE_HELD) {
-        set_err(err, -EEXIST, KVP_RULE_RESIZE_HELD, -1, old, (int64_t)num_pages,
-                "Rank %u already initialized with %lld pages; refusing to change to %u "
-                "pages while it holds data",
-                rank, (long long)old, num_pages);
-        return -EEXIST;
+        return kvp__err_resize_held(err, rank, old, num_pages);
     }
     if (st != ST_OK)
         return unexpected(m, "the init script", err);
@@ -941,7 +935,7 @@ static int rd_confirm(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *k
     int nomem;
     int64_t dup = dup_confirmation(keys, pages, n, &nomem);
     if (nomem) {
-        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        kvp__err_oom(err, -ENOMEM);
         return -ENOMEM;
     }
     struct args a;
@@ -975,23 +969,17 @@ static int rd_confirm(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *k
     case ST_CONFIRM:
         if (i < 0 || (size_t)i >= n)
             break;
-        set_err(err, -EINVAL, KVP_RULE_CONFIRM_PAGE, i, pages[i], np,
-                "confirmation %zu: page %lld is outside [0, %u)", (size_t)i, (long long)pages[i],
-                (unsigned)np);
-        return -EINVAL;
+        return kvp__err_page_range(err, KVP_RULE_CONFIRM_PAGE, "confirmation", i, pages[i],
+                                   (uint32_t)np);
     case ST_RELEASE:
         if (i < 0 || (size_t)i >= nrel)
             break;
-        set_err(err, -EINVAL, KVP_RULE_RELEASE_PAGE, i, release[i], np,
-                "release %zu: page %lld is outside [0, %u)", (size_t)i, (long long)release[i],
-                (unsigned)np);
-        return -EINVAL;
+        return kvp__err_page_range(err, KVP_RULE_RELEASE_PAGE, "release", i, release[i],
+                                   (uint32_t)np);
     case ST_HELD_OTHER:
         if (i < 0 || (size_t)i >= n)
             break;
-        set_err(err, -EEXIST, KVP_RULE_HELD_BY_OTHER, i, pages[i], 0,
-                "page %lld on rank %u holds another key", (long long)pages[i], rank);
-        return -EEXIST;
+        return kvp__err_held_by_other(err, i, pages[i], rank);
     }
     return unexpected(ns->m, "the confirm script", err);
 }
@@ -1045,7 +1033,7 @@ static int ranks_batch_pre(struct rns *ns, const uint32_t *ranks, size_t nr, int
         pre->reply = NULL;
     if (!cmds || !kbuf || !argv || !lens) {
         rc = -ENOMEM;
-        set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        kvp__err_oom(err, rc);
     }
     for (size_t base = 0; !rc && (base < nr || (pre && base == 0)); base += chunk) {
         size_t c = nr - base < chunk ? nr - base : chunk;
@@ -1129,7 +1117,7 @@ static uint32_t *ranks_but(const uint32_t *ranks, size_t n, int64_t except, size
     uint32_t *out = malloc((n ? n : 1) * sizeof *out);
     *k = 0;
     if (!out) {
-        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        kvp__err_oom(err, -ENOMEM);
         return NULL;
     }
     for (size_t j = 0; j < n; j++)
@@ -1265,7 +1253,7 @@ static int rd_lookup(struct kvp_ns *pub, uint32_t rank, int complete_only,
     struct rns *ns = (struct rns *)pub;
     char *flags = malloc(n + 1);
     if (!flags) {
-        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        kvp__err_oom(err, -ENOMEM);
         return -ENOMEM;
     }
     int rc = 0;
@@ -1277,7 +1265,7 @@ static int rd_lookup(struct kvp_ns *pub, uint32_t rank, int complete_only,
         size_t nr;
         if (!held) {
             rc = -ENOMEM;
-            set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+            kvp__err_oom(err, rc);
         } else if ((rc = held_elsewhere(ns, rank, keys, n, held, &nr, err)) == 0) {
             for (size_t i = 0; i < n; i++)
                 flags[i] = held[i] ? '1' : '0';
@@ -1401,8 +1389,7 @@ static int rd_drop(struct kvp_meta *front, const char *dep, size_t dlen, const c
     struct kvp_ns *pub;
     int rc = rd_ns(front, dep, dlen, pool, plen, 0, &pub, ticket, err);
     if (rc == -ENOENT)
-        set_err(err, rc, KVP_RULE_NONE, -1, 0, 0, "no namespace %.*s/%.*s", (int)dlen, dep,
-                (int)plen, pool);
+        kvp__err_no_namespace(err, rc, dep, dlen, pool, plen);
     if (rc)
         return rc;
     struct rns *ns = (struct rns *)pub;
@@ -1416,9 +1403,7 @@ static int rd_drop(struct kvp_meta *front, const char *dep, size_t dlen, const c
     int listed = r->type != REDIS_REPLY_NIL;
     kvp__rreply_free(r);
     if (!listed) { /* a handle of this process may know it still: Redis does not */
-        set_err(err, -ENOENT, KVP_RULE_NONE, -1, 0, 0, "no namespace %.*s/%.*s", (int)dlen, dep,
-                (int)plen, pool);
-        return -ENOENT;
+        return kvp__err_no_namespace(err, -ENOENT, dep, dlen, pool, plen);
     }
     uint32_t *ranks;
     size_t nr;
@@ -1916,7 +1901,7 @@ static int open_either(struct kvp_meta *front, const char *where, int sentinel,
 {
     struct rmeta *m = calloc(1, sizeof *m);
     if (!m) {
-        set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        kvp__err_oom(err, -ENOMEM);
         return -ENOMEM;
     }
     struct kvp__rcfg cfg;

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "server/bodyguard.h"
+#include "meta/rules.h"
 #include "server/server.h"
 #include "util/hex.h"
 
@@ -43,6 +44,7 @@ void kvp__reply_reset(struct kvp_reply *rep)
     rep->allow = NULL;
     rep->www_authenticate = NULL;
     rep->route = KVP_ROUTE_NONE;
+    rep->why.set = 0;
     kvp__buf_reset(&rep->body);
 }
 
@@ -66,6 +68,37 @@ static void reply_detail(struct kvp_reply *rep, int status, const char *msg, siz
     kvp__jw_lit(&rep->body, "}");
 }
 
+void kvp__reply_rule(struct kvp_ctx *c, int rule, int64_t index, int64_t value, int64_t limit)
+{
+    c->rep->why = (struct kvp_reply_rule){1, rule, index, value, limit};
+}
+
+void kvp__reply_err(struct kvp_ctx *c, const struct kvp_error *err)
+{
+    kvp__reply_rule(c, err->rule, err->index, err->value, err->limit);
+}
+
+/* The rule's fields after "detail", for a client that asked for them. */
+static void reply_fields(struct kvp_ctx *c)
+{
+    struct kvp_reply *rep = c->rep;
+    struct kvp_reply_rule w = rep->why;
+    rep->why.set = 0;
+    const char *name = w.set ? kvp_rule_name(w.rule) : NULL;
+    if (!name || !c->req || !c->req->error_fields || rep->body.oom || !rep->body.len)
+        return;
+    rep->body.len--; /* the closing brace */
+    kvp__jw_lit(&rep->body, ", \"rule\": ");
+    kvp__jw_str(&rep->body, name, strlen(name));
+    kvp__jw_lit(&rep->body, ", \"index\": ");
+    kvp__jw_int(&rep->body, w.index);
+    kvp__jw_lit(&rep->body, ", \"value\": ");
+    kvp__jw_int(&rep->body, w.value);
+    kvp__jw_lit(&rep->body, ", \"limit\": ");
+    kvp__jw_int(&rep->body, w.limit);
+    kvp__jw_lit(&rep->body, "}");
+}
+
 void kvp__reply_error(struct kvp_ctx *c, int status, const char *fmt, ...)
 {
     char small[512];
@@ -79,6 +112,7 @@ void kvp__reply_error(struct kvp_ctx *c, int status, const char *fmt, ...)
     }
     if ((size_t)n < sizeof small) {
         reply_detail(c->rep, status, small, (size_t)n);
+        reply_fields(c);
         return;
     }
     /* Long messages only come from long client text (a huge rank segment). */
@@ -92,6 +126,7 @@ void kvp__reply_error(struct kvp_ctx *c, int status, const char *fmt, ...)
     va_end(ap);
     reply_detail(c->rep, status, big, (size_t)n);
     free(big);
+    reply_fields(c);
 }
 
 void kvp__reply_empty(struct kvp_ctx *c, int status)
@@ -184,6 +219,7 @@ int kvp__check_count(struct kvp_ctx *c, size_t n)
     size_t max = c->srv->cfg.max_keys;
     if (n <= max)
         return 0;
+    kvp__reply_rule(c, KVP_RULE_TOO_MANY, -1, (int64_t)n, (int64_t)max);
     kvp__reply_error(c, 413, "Too many keys: more than %zu in one request", max);
     return -1;
 }
@@ -250,6 +286,7 @@ static int take_key(struct kvp_ctx *c, size_t i, json_t *s)
     k->len = json_string_length(s);
     const char *why = kvp_key_problem(k->ptr, k->len);
     if (why) {
+        kvp__reply_rule(c, KVP_RULE_KEY, (int64_t)i, (int64_t)k->len, KVP_MAX_KEY_LEN);
         kvp__reply_error(c, 400, "Invalid key: keys[%zu] %s", i, why);
         return -1;
     }
@@ -325,6 +362,7 @@ int kvp__parse_confirm(struct kvp_ctx *c, json_t *conf, const char *field, size_
         pages[i] = json_integer_value(p);
         const char *why = kvp_key_problem(keys[i].ptr, keys[i].len);
         if (why) {
+            kvp__reply_rule(c, KVP_RULE_KEY, (int64_t)i, (int64_t)keys[i].len, KVP_MAX_KEY_LEN);
             kvp__reply_error(c, 400, "Confirmation failed: %s[%zu] key %s", field, i, why);
             return -1;
         }
@@ -362,6 +400,8 @@ void kvp__reply_unavailable(struct kvp_ctx *c, const struct kvp_error *err)
 void kvp__confirm_error(struct kvp_ctx *c, int rc, const struct kvp_error *err, const char *field,
                         uint32_t rank)
 {
+    if ((rc == -EINVAL || rc == -EEXIST) && err->rule != KVP_RULE_UNAVAILABLE)
+        kvp__reply_err(c, err); /* the refusal's fields: the client's error is the meta's */
     if (err->rule == KVP_RULE_UNAVAILABLE) {
         kvp__reply_unavailable(c, err);
     } else if (rc == -EINVAL && err->rule == KVP_RULE_CONFIRM_PAGE) {
@@ -392,6 +432,8 @@ void kvp__confirm_error(struct kvp_ctx *c, int rc, const struct kvp_error *err, 
 
 void kvp__meta_error(struct kvp_ctx *c, int rc, const struct kvp_error *err, const char *field)
 {
+    if ((rc == -EINVAL || rc == -EEXIST) && err->rule != KVP_RULE_UNAVAILABLE)
+        kvp__reply_err(c, err); /* the refusal's fields: the client's error is the meta's */
     if (err->rule == KVP_RULE_UNAVAILABLE) {
         kvp__reply_unavailable(c, err);
     } else if (rc == -EINVAL && err->rule == KVP_RULE_KEY) {
@@ -413,6 +455,40 @@ void kvp__meta_error(struct kvp_ctx *c, int rc, const struct kvp_error *err, con
     }
 }
 
+int kvp__init_pages(struct kvp_ctx *c, json_int_t n)
+{
+    struct kvp_error err = {0};
+    if (kvp__check_num_pages(n < 1 ? 0 : (uint64_t)n, &err) == 0)
+        return 0;
+    kvp__reply_err(c, &err);
+    kvp__reply_error(c, 400, "Invalid initialization parameters: %s", err.msg);
+    return -1;
+}
+
+void kvp__init_error(struct kvp_ctx *c, uint32_t rank, json_int_t n, int rc,
+                     const struct kvp_error *err)
+{
+    if (rc != -EEXIST) {
+        kvp__meta_error(c, rc, err, "keys");
+        return;
+    }
+    char msg[256];
+    kvp__msg_resize_held(msg, sizeof msg, rank, err->value, n);
+    kvp__reply_err(c, err);
+    kvp__reply_error(c, 409, "%s", msg);
+}
+
+void kvp__reply_not_init(struct kvp_ctx *c, uint32_t rank, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    kvp__reply_rule(c, KVP_RULE_RANK_NOT_INIT, -1, rank, 0);
+    kvp__reply_error(c, 404, "%s", msg);
+}
+
 int kvp__body_pool(struct kvp_ctx *c, const char *dflt, const char **pool, size_t *plen)
 {
     json_t *v = json_object_get(c->body, "namespace");
@@ -421,6 +497,7 @@ int kvp__body_pool(struct kvp_ctx *c, const char *dflt, const char **pool, size_
     if (!v)
         return 0;
     if (!json_is_string(v) || !kvp_pool_valid(json_string_value(v), json_string_length(v))) {
+        kvp__reply_rule(c, KVP_RULE_NAMESPACE, -1, 0, 0);
         kvp__reply_error(c, 400, "Invalid namespace");
         return -1;
     }
@@ -437,9 +514,10 @@ int kvp__find_ns(struct kvp_ctx *c, const char *pool, size_t plen, int create, s
         return rc;
     if (err.rule == KVP_RULE_UNAVAILABLE)
         kvp__reply_unavailable(c, &err);
-    else if (rc == -EINVAL)
+    else if (rc == -EINVAL) {
+        kvp__reply_rule(c, KVP_RULE_NAMESPACE, -1, 0, 0);
         kvp__reply_error(c, 400, "Invalid namespace");
-    else if (err.rule == KVP_RULE_IO)
+    } else if (err.rule == KVP_RULE_IO)
         kvp__reply_log_error(c->rep, rc, err.msg, 0);
     else
         kvp__reply_internal(c, rc, "namespace");

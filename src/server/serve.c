@@ -798,6 +798,7 @@ static enum MHD_Result respond(struct serve *S, struct MHD_Connection *mc, struc
         .body_len = cn->in.len,
         .authorization =
             MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
+        .error_fields = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "X-Kvpage-Errors") != NULL,
         .body_too_large = cn->too_large,
         .body_memory_full = cn->memory_full ? S->max_body_memory : 0,
     };

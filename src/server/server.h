@@ -145,7 +145,10 @@ struct kvp_request {
     size_t body_len;
     const struct sockaddr *client; /* NULL: not checked against --allow (in-process callers) */
     const char *authorization;     /* the Authorization header, or NULL */
-    int body_too_large;            /* the transport saw more than max_body bytes and dropped them */
+    /* The X-Kvpage-Errors header was sent (kvpage's http:// backend): error
+     * replies carry their rule's fields (kvp__reply_rule) beside "detail". */
+    int error_fields;
+    int body_too_large; /* the transport saw more than max_body bytes and dropped them */
     /* The transport dropped the body: large bodies already take all the
      * memory it allows them (--max-body-memory, the limit in bytes). */
     size_t body_memory_full;
@@ -163,6 +166,12 @@ struct kvp_reply {
     const char *www_authenticate; /* WWW-Authenticate header for 401, else NULL */
     int route;                    /* enum kvp_route that answered */
     struct kvp_buf body;
+    /* The rule the next error reply broke (kvp__reply_rule), for a client
+     * that asked for the fields (kvp_request.error_fields). */
+    struct kvp_reply_rule {
+        int set, rule;
+        int64_t index, value, limit;
+    } why;
     /* The ticket of the request's changes (kvp_meta_*_async): the reply may
      * be sent only once kvp_meta_wait / kvp_meta_when_durable says it is
      * durable. 0: nothing to wait for. Set by kvp__server_handle. */
@@ -235,9 +244,16 @@ int kvp__pins_stats_json(struct kvp_server *srv, struct kvp_buf *out);
 int kvp__metrics_prometheus(struct kvp_server *srv, struct kvp_buf *out);
 int kvp__metrics_stats_json(struct kvp_server *srv, struct kvp_buf *out);
 
-/* Replies {"detail": "<formatted message>"} with status. */
+/* Replies {"detail": "<formatted message>"} with status; when the client
+ * asked (X-Kvpage-Errors) and kvp__reply_rule named the rule, also "rule",
+ * "index", "value" and "limit" (docs/protocol.md, "Errors as data"). */
 void kvp__reply_error(struct kvp_ctx *c, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The rule (enum kvp_rule) the next kvp__reply_error reports broken, with
+ * its index, value and limit as struct kvp_error has them; kvp__reply_err
+ * takes them from err. */
+void kvp__reply_rule(struct kvp_ctx *c, int rule, int64_t index, int64_t value, int64_t limit);
+void kvp__reply_err(struct kvp_ctx *c, const struct kvp_error *err);
 /* Replies with an empty body (204). */
 void kvp__reply_empty(struct kvp_ctx *c, int status);
 /* Starts a JSON reply: status 200, body emptied, content type JSON. */
@@ -314,6 +330,16 @@ void kvp__confirm_error(struct kvp_ctx *c, int rc, const struct kvp_error *err, 
  * name field), -EEXIST → 409, KVP_RULE_IO (the log cannot take the change)
  * → 507 / 503, else 500. */
 void kvp__meta_error(struct kvp_ctx *c, int rc, const struct kvp_error *err, const char *field);
+/* The initialize routes of both dialects. kvp__init_pages: the num_pages
+ * rule (meta's, checked before the namespace is created): 0, or -1 after
+ * replying 400. kvp__init_error: a refused kvp_meta_init_rank of n pages,
+ * -EEXIST as the dialects' 409, any other as kvp__meta_error. */
+int kvp__init_pages(struct kvp_ctx *c, json_int_t n);
+void kvp__init_error(struct kvp_ctx *c, uint32_t rank, json_int_t n, int rc,
+                     const struct kvp_error *err);
+/* "<what>Rank R not initialized..." (404), with the rule's fields. */
+void kvp__reply_not_init(struct kvp_ctx *c, uint32_t rank, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* 503 "Service unavailable: {err->msg}; retry later": a remote metadata
  * store (KVP_RULE_UNAVAILABLE) did not answer. */
 void kvp__reply_unavailable(struct kvp_ctx *c, const struct kvp_error *err);

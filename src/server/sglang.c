@@ -26,6 +26,7 @@ static int body_pool(struct sgl *s)
         return 0;
     }
     if (!json_is_string(v) || !kvp_pool_valid(json_string_value(v), json_string_length(v))) {
+        kvp__reply_rule(s->c, KVP_RULE_NAMESPACE, -1, 0, 0);
         kvp__reply_error(s->c, 400, "Invalid namespace");
         return -1;
     }
@@ -37,11 +38,12 @@ static int body_pool(struct sgl *s)
 static void not_init(struct sgl *s)
 {
     if (s->plen == 2 && !memcmp(s->pool, "kv", 2))
-        kvp__reply_error(s->c, 404, "Rank %u not initialized. Please call /%u/initialize first.",
-                         s->rank, s->rank);
+        kvp__reply_not_init(s->c, s->rank,
+                            "Rank %u not initialized. Please call /%u/initialize first.", s->rank,
+                            s->rank);
     else
-        kvp__reply_error(
-            s->c, 404,
+        kvp__reply_not_init(
+            s->c, s->rank,
             "Rank %u namespace '%.*s' not initialized. Please call /%u/initialize first.", s->rank,
             (int)s->plen, s->pool, s->rank);
 }
@@ -82,29 +84,14 @@ static void do_init(struct sgl *s)
         return;
     }
     json_int_t n = np ? json_integer_value(np) : 0;
-    if (n < 1) {
-        kvp__reply_error(c, 400,
-                         "Invalid initialization parameters: num_pages must be a positive integer");
+    if (kvp__init_pages(c, n))
         return;
-    }
-    if (n > (json_int_t)KVP_MAX_PAGES) {
-        kvp__reply_error(c, 400,
-                         "Invalid initialization parameters: num_pages must be at most 2147483647");
-        return;
-    }
     if (kvp__find_ns(c, s->pool, s->plen, 1, &s->ns))
         return;
     struct kvp_error err = {0};
     int rc = kvp_meta_init_rank_async(s->ns, s->rank, (uint64_t)n, &s->c->rep->ticket, &err);
-    if (rc == -EEXIST) {
-        kvp__reply_error(c, 409,
-                         "Rank %u already initialized with %lld pages; refusing to change to %lld "
-                         "pages while it holds data",
-                         s->rank, (long long)err.value, (long long)n);
-        return;
-    }
     if (rc) {
-        kvp__meta_error(c, rc, &err, "keys");
+        kvp__init_error(c, s->rank, n, rc, &err);
         return;
     }
     kvp__reply_empty(c, 204);

@@ -53,30 +53,15 @@ static void do_init(struct kvp_ctx *c)
     }
     json_t *np = json_object_get(c->body, "num_pages");
     json_int_t n = json_is_integer(np) ? json_integer_value(np) : 0;
-    if (n < 1) {
-        kvp__reply_error(c, 400,
-                         "Invalid initialization parameters: num_pages must be a positive integer");
+    if (kvp__init_pages(c, n))
         return;
-    }
-    if (n > (json_int_t)KVP_MAX_PAGES) {
-        kvp__reply_error(c, 400,
-                         "Invalid initialization parameters: num_pages must be at most 2147483647");
-        return;
-    }
     struct kvp_ns *ns;
     if (kvp__find_ns(c, POOL, POOL_LEN, 1, &ns))
         return; /* replied (create never yields -ENOENT) */
     struct kvp_error err = {0};
     int rc = kvp_meta_init_rank_async(ns, rank, (uint64_t)n, &c->rep->ticket, &err);
-    if (rc == -EEXIST) {
-        kvp__reply_error(c, 409,
-                         "Rank %u already initialized with %lld pages; refusing to change to %lld "
-                         "pages while it holds data",
-                         rank, (long long)err.value, (long long)n);
-        return;
-    }
     if (rc) {
-        kvp__meta_error(c, rc, &err, "keys");
+        kvp__init_error(c, rank, n, rc, &err);
         return;
     }
     struct kvp_buf *b = kvp__reply_json(c);
@@ -96,7 +81,7 @@ static void allocate_run(struct kvp_ctx *c, uint32_t rank, size_t n)
         rc = kvp_meta_allocate_ordered_async(ns, rank, KVP_ORDER_VLLM, c->rep->keys, n,
                                              c->rep->pages, NULL, &c->rep->ticket, &err);
     if (rc == -ENOENT) {
-        kvp__reply_error(c, 404, "Allocation failed: Rank %u not initialized", rank);
+        kvp__reply_not_init(c, rank, "Allocation failed: Rank %u not initialized", rank);
         return;
     }
     if (rc) {
@@ -147,7 +132,7 @@ static void confirm_run(struct kvp_ctx *c, uint32_t rank, size_t n, size_t nrel)
         rc = kvp_meta_confirm_async(ns, rank, c->rep->keys, c->rep->pages, n, c->rep->pages2, nrel,
                                     &c->rep->ticket, &err);
     if (rc == -ENOENT) {
-        kvp__reply_error(c, 404, "Confirmation failed: Rank %u not initialized", rank);
+        kvp__reply_not_init(c, rank, "Confirmation failed: Rank %u not initialized", rank);
         return;
     }
     if (rc) {
@@ -218,7 +203,7 @@ static void locations_run(struct kvp_ctx *c, const char *pool, size_t plen, uint
     if (rc == 0)
         rc = kvp_meta_lookup(ns, rank, 1, c->rep->keys, n, c->rep->pages, &err);
     if (rc == -ENOENT) {
-        kvp__reply_error(c, 404, "Failed to get key locations: Rank %u not initialized", rank);
+        kvp__reply_not_init(c, rank, "Failed to get key locations: Rank %u not initialized", rank);
         return;
     }
     if (rc) {

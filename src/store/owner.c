@@ -10,7 +10,6 @@
  * refuses to replace a record another process wrote meanwhile; rename where
  * the file system has no hard links), fsync of the directory.
  */
-#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -21,137 +20,12 @@
 #include <unistd.h>
 
 #include "kvpage/store.h"
+#include "meta/location.h"
 #include "store/owner.h"
 #include "util/error.h"
 
 #define OWNER_FORMAT "kvpage page-file owner 1"
 #define OWNER_MAX 8192
-
-static char *cat3(const char *a, const char *b, const char *c)
-{
-    size_t n = strlen(a) + strlen(b) + strlen(c) + 1;
-    char *s = malloc(n);
-    if (s)
-        snprintf(s, n, "%s%s%s", a, b, c);
-    return s;
-}
-
-char *kvp__path_abs(const char *path)
-{
-    char *p = strdup(path);
-    if (!p)
-        return NULL;
-    size_t n = strlen(p);
-    while (n > 1 && p[n - 1] == '/')
-        p[--n] = '\0';
-    char *r = realpath(p, NULL);
-    if (r) {
-        free(p);
-        return r;
-    }
-    /* Missing: its directory resolved, its own name as given. */
-    char *slash = strrchr(p, '/');
-    const char *base = slash ? slash + 1 : p;
-    char *dir = slash ? (slash == p ? strdup("/") : strndup(p, (size_t)(slash - p))) : strdup(".");
-    char *rd = dir ? realpath(dir, NULL) : NULL;
-    free(dir);
-    if (rd) {
-        r = cat3(rd, strcmp(rd, "/") ? "/" : "", base);
-        free(rd);
-        free(p);
-        return r;
-    }
-    if (p[0] == '/')
-        return p;
-    char cwd[PATH_MAX];
-    r = getcwd(cwd, sizeof cwd) ? cat3(cwd, "/", p) : NULL;
-    free(p);
-    return r;
-}
-
-/* A query parameter that may carry a secret: never recorded. */
-static int secret_param(const char *q, size_t n)
-{
-    static const char *const names[] = {"password", "pass", "user", "username", "token", "auth"};
-    size_t k = strcspn(q, "=");
-    if (k > n)
-        k = n;
-    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
-        if (strlen(names[i]) == k && !strncasecmp(q, names[i], k))
-            return 1;
-    return 0;
-}
-
-static char *url_canon(const char *loc, const char *sep)
-{
-    size_t len = strlen(loc);
-    char *out = malloc(len + 1);
-    if (!out)
-        return NULL;
-    size_t o = 0;
-    for (const char *p = loc; p < sep; p++)
-        out[o++] = (char)tolower((unsigned char)*p);
-    memcpy(out + o, "://", 3), o += 3;
-    const char *auth = sep + 3;
-    size_t alen = strcspn(auth, "/?#");
-    const char *host = auth;
-    for (const char *p = auth; p < auth + alen; p++)
-        if (*p == '@')
-            host = p + 1; /* user and password dropped */
-    for (const char *p = host; p < auth + alen; p++)
-        out[o++] = (char)tolower((unsigned char)*p);
-    const char *path = auth + alen;
-    size_t plen = strcspn(path, "?#");
-    while (plen && path[plen - 1] == '/')
-        plen--;
-    memcpy(out + o, path, plen), o += plen;
-    const char *q = path + strcspn(path, "?#");
-    if (*q == '?') {
-        q++;
-        size_t qlen = strcspn(q, "#");
-        int first = 1;
-        while (qlen) {
-            size_t k = strcspn(q, "&#");
-            if (k > qlen)
-                k = qlen;
-            if (k && !secret_param(q, k)) {
-                out[o++] = first ? '?' : '&';
-                memcpy(out + o, q, k), o += k;
-                first = 0;
-            }
-            q += k, qlen -= k;
-            if (qlen && *q == '&')
-                q++, qlen--;
-        }
-    }
-    out[o] = '\0';
-    return out;
-}
-
-char *kvp__file_location(const char *dir)
-{
-    char *abs = kvp__path_abs(dir);
-    char *r = abs ? cat3("file:", abs, "") : NULL;
-    free(abs);
-    return r;
-}
-
-char *kvp__location_canon(const char *loc)
-{
-    if (!loc || !*loc || !strncmp(loc, "mem:", 4))
-        return strdup("mem:");
-    const char *dir = NULL;
-    if (loc[0] == '/' || loc[0] == '.')
-        dir = loc;
-    else if (!strncmp(loc, "file://", 7))
-        dir = loc + 7;
-    else if (!strncmp(loc, "file:", 5))
-        dir = loc + 5;
-    if (dir)
-        return kvp__file_location(*dir ? dir : ".");
-    const char *sep = strstr(loc, "://");
-    return sep ? url_canon(loc, sep) : strdup(loc);
-}
 
 /* ---------------------------------------------------------------- the record */
 
@@ -261,7 +135,7 @@ int kvp__owner_check(const char *path, const char *loc, const char *id, int defe
         return 1; /* no page file: no pages to protect, a record left is stale */
     if (found && !S_ISREG(st.st_mode))
         return 0; /* a block device: nothing may be written beside it in /dev */
-    char *file = cat3(path, ".owner", "");
+    char *file = kvp__cat3(path, ".owner", "");
     if (!file) {
         kvp__set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
         return -ENOMEM;
@@ -304,8 +178,8 @@ static int sync_dir_of(const char *file)
 int kvp__owner_write(const char *path, const char *loc, const char *id, const char *dep,
                      const char *pool, uint32_t rank, struct kvp_error *err)
 {
-    char *file = cat3(path, ".owner", "");
-    char *tmp = file ? cat3(file, ".tmp.", "XXXXXX") : NULL;
+    char *file = kvp__cat3(path, ".owner", "");
+    char *tmp = file ? kvp__cat3(file, ".tmp.", "XXXXXX") : NULL;
     int rc = 0;
     if (!tmp) {
         kvp__set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
@@ -369,7 +243,7 @@ out:
 
 void kvp__owner_remove(const char *path)
 {
-    char *file = cat3(path, ".owner", "");
+    char *file = kvp__cat3(path, ".owner", "");
     if (file)
         unlink(file);
     free(file);
@@ -384,7 +258,7 @@ KVP_API int kvp_store_check_unowned(const char *path, const char *writer, struct
     struct stat st;
     if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
         return 0; /* nothing to protect, or a device: no record beside it */
-    char *file = cat3(path, ".owner", "");
+    char *file = kvp__cat3(path, ".owner", "");
     struct owner *ow = file ? calloc(1, sizeof *ow) : NULL;
     int rc = ow ? owner_read(file, ow) : -ENOMEM;
     if (rc == 0) {

@@ -1,29 +1,12 @@
 /*
  * owner.h — the one metadata owner of a page file (kvp_store_claim): who it
- * is, recorded in PATH.owner beside the file, and the canonical form of a
- * metadata location that the record compares.
+ * is, recorded in PATH.owner beside the file.
  */
 #ifndef KVPAGE_STORE_OWNER_H
 #define KVPAGE_STORE_OWNER_H
 
 #include <stdint.h>
 #include "kvpage/error.h"
-
-/*
- * The canonical form of a metadata location (malloc'd; NULL when out of
- * memory): "mem:"; "file:" and an absolute path (a plain path or file:DIR,
- * relative to the working directory); a URL with its scheme and host in
- * lower case, without user or password, without a trailing slash, with its
- * query (redis's ?prefix=) but no fragment. NULL or "" is "mem:".
- */
-char *kvp__location_canon(const char *loc);
-
-/* "file:" and the absolute form of the directory dir (malloc'd, or NULL). */
-char *kvp__file_location(const char *dir);
-
-/* The absolute form of path (its directory resolved when it exists);
- * malloc'd, NULL when out of memory. */
-char *kvp__path_abs(const char *path);
 
 /*
  * Compares the owner recorded beside path with (loc, id, dep, pool, rank):

@@ -17,7 +17,8 @@
 
 #include "kvpage/store.h"
 #include "meta/backend.h"
-#include "store/location.h"
+#include "meta/location.h"
+#include "meta/rules.h"
 #include "store/owner.h"
 #include "store/pieces.h"
 #include "util/dirs.h"
@@ -54,20 +55,6 @@ static int arg_err(struct kvp_error *err, const char *fmt, const char *what)
 {
     kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, 0, 0, fmt, what);
     return -EINVAL;
-}
-
-/* The NAME of a location "http://HOST:PORT/ns/NAME[/...]", or NULL. */
-static char *location_deployment(const char *loc)
-{
-    const char *p = strstr(loc, "://");
-    if (!p)
-        return NULL;
-    p = strchr(p + 3, '/');
-    if (!p || strncmp(p, "/ns/", 4))
-        return NULL;
-    p += 4;
-    size_t n = strcspn(p, "/?#");
-    return n ? strndup(p, n) : NULL;
 }
 
 /* The error of a file that holds no page, or more than a rank may have. */
@@ -134,7 +121,7 @@ static int owner_of(const char *path, const char *meta, struct kvp_meta *handle,
         *loc = d ? kvp__file_location(d) : NULL;
         free(d);
     }
-    char *locdep = handle || !meta ? NULL : location_deployment(meta);
+    char *locdep = handle || !meta ? NULL : kvp__location_deployment(meta);
     *dep = deployment ? strdup(deployment) : locdep ? locdep : strdup("default");
     if (deployment)
         free(locdep);
@@ -296,201 +283,233 @@ static int check_file(const struct kvp_store_opts *o, int *exists, uint64_t *np,
     return rc;
 }
 
+/* The caller's options into *o (its struct may be older and shorter), with
+ * the defaults filled in; checked. */
+static int read_opts(const struct kvp_store_opts *opts_in, struct kvp_store_opts *o,
+                     struct kvp_error *err)
+{
+    if (!opts_in)
+        return arg_err(err, "%s is NULL (set it with kvp_store_opts_init)", "opts");
+    kvp_store_opts_init(o);
+    if (opts_in->opts_size == 0 || opts_in->opts_size > sizeof *o) {
+        kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, (int64_t)opts_in->opts_size, sizeof *o,
+                     "opts_size %zu is not a size of struct kvp_store_opts (set it with "
+                     "kvp_store_opts_init)",
+                     opts_in->opts_size);
+        return -EINVAL;
+    }
+    memcpy(o, opts_in, opts_in->opts_size);
+    if (!o->path || !*o->path)
+        return arg_err(err, "%s is not set: the rank's storage file is required", "path");
+    if (o->bytes_per_page == 0)
+        return arg_err(err, "%s is 0: the page size is required", "bytes_per_page");
+    if (o->entries == 0)
+        o->entries = 8;
+    if (o->threads == 0)
+        o->threads = 4;
+    if (o->threads > 64)
+        o->threads = 64;
+    if (o->rank > KVP_MAX_RANK) {
+        kvp__set_err(err, -EINVAL, KVP_RULE_RANK_RANGE, -1, o->rank, KVP_MAX_RANK,
+                     "rank %u is out of range (0 <= rank < 2^31)", o->rank);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* A store of the options o, nothing opened yet; NULL when out of memory. */
+static struct kvp_store *store_new(const struct kvp_store_opts *o)
+{
+    struct kvp_store *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->rank = o->rank;
+    s->bpp = o->bytes_per_page;
+    s->entries = o->entries;
+    s->per_rank = o->per_rank != 0;
+    s->durable = o->durable != 0;
+    s->readonly = o->readonly != 0;
+    s->tags = !o->no_tags &&
+              !(o->pagefile && o->pagefile->opts_size > offsetof(struct kvp_pagefile_opts, flags) &&
+                (o->pagefile->flags & KVP_PAGEFILE_NO_TAGS));
+    if (o->meta_opts && o->meta_opts->opts_size > offsetof(struct kvp_meta_opts, log_arg)) {
+        s->log = o->meta_opts->log;
+        s->log_arg = o->meta_opts->log_arg;
+    }
+    return s;
+}
+
+/* What an open made so far, undone when it fails (open_undo). */
+struct made {
+    int wrote_owner, meta_dir, exists;
+    size_t dirs;
+    char *owner_loc; /* the owner record's location (canonical) */
+};
+
+/* The store's metadata: the caller's handle, or its location (owner_loc the
+ * canonical form) opened, read-only as the store is. */
+static int open_meta(struct kvp_store *s, const struct kvp_store_opts *o, struct made *made,
+                     struct kvp_error *err)
+{
+    if (o->meta_handle) {
+        s->meta = o->meta_handle;
+        s->location = strdup("(the caller's metadata handle)");
+        return 0;
+    }
+    if (o->meta) {
+        s->location = strdup(o->meta);
+    } else {
+        size_t n = strlen(o->path);
+        if ((s->location = malloc(n + 11)))
+            snprintf(s->location, n + 11, "file:%s.meta", o->path);
+    }
+    if (!s->location)
+        return 0; /* the caller says out of memory */
+    struct stat st;
+    const char *loc = made->owner_loc;
+    made->meta_dir = !s->readonly && !strncmp(loc, "file:", 5) && stat(loc + 5, &st) != 0;
+    int rc = s->readonly ? open_meta_readonly(s, loc, o->meta_opts, err)
+                         : kvp_meta_open_at(s->location, o->meta_opts, &s->meta, err);
+    if (rc) {
+        made->meta_dir = 0; /* not made, or another process's by now */
+        return rc;
+    }
+    s->own_meta = 1;
+    return 0;
+}
+
+/* Last, the page file: created or extended once everything else holds. */
+static int open_pagefile(struct kvp_store *s, const struct kvp_store_opts *o, struct kvp_error *err)
+{
+    struct kvp_pagefile_opts po;
+    kvp_pagefile_opts_init(&po);
+    if (o->pagefile) /* as much as the caller's (possibly older, shorter) struct holds */
+        memcpy(&po, o->pagefile,
+               o->pagefile->opts_size && o->pagefile->opts_size < sizeof po ? o->pagefile->opts_size
+                                                                            : sizeof po);
+    po.size = o->file_size;
+    po.bytes_per_page = o->bytes_per_page;
+    po.entries = o->entries;
+    if (o->file_size && !s->readonly)
+        po.flags |= KVP_PAGEFILE_CREATE;
+    if (o->mkdir && !s->readonly)
+        po.flags |= KVP_PAGEFILE_MKDIR;
+    if (!s->tags)
+        po.flags |= KVP_PAGEFILE_NO_TAGS;
+    if (s->readonly)
+        po.size = 0, po.flags = (po.flags & ~KVP_PAGEFILE_CREATE) | KVP_PAGEFILE_READONLY;
+    int rc = kvp_pagefile_open(o->path, &po, &s->pf, err);
+    if (rc || s->num_pages)
+        return rc;
+    /* a block device: its size is known now */
+    uint64_t np = kvp_pagefile_size(s->pf) / s->bpp;
+    if (np == 0 || np > KVP_MAX_PAGES)
+        return pages_err(o->path, kvp_pagefile_size(s->pf), s->bpp, err);
+    s->num_pages = np;
+    return init_rank(s, o->path, err);
+}
+
+/* Undoes what a failed open made, and frees the store. */
+static void open_undo(struct kvp_store *s, const char *path, struct made *made)
+{
+    int opened = s->pf != NULL;
+    kvp_store_close(s);
+    if (opened && !made->exists)
+        unlink(path);
+    if (made->wrote_owner)
+        kvp__owner_remove(path);
+    if (made->meta_dir)
+        kvp__remove_data_dir(made->owner_loc + 5);
+    kvp__rmparents(path, made->dirs);
+}
+
+/* The owner checks (claim: as kvp__owner_check), the directories, the
+ * metadata and the rank in it, the threads and the owner record: all of
+ * the open but the page file. */
+static int open_rest(struct kvp_store *s, const struct kvp_store_opts *o, struct made *made,
+                     struct kvp_error *err)
+{
+    uint64_t np;
+    int mkdirs = 0, rc;
+    /* Checks first: nothing below changes anything until the metadata is open. */
+    if ((rc = check_file(o, &made->exists, &np, &mkdirs, err)) != 0)
+        return rc;
+    if (s->readonly && (rc = check_readonly(o, made->exists, err)) != 0)
+        return rc;
+    rc = owner_of(o->path, o->meta, o->meta_handle, o->deployment, o->pool, &made->owner_loc,
+                  &s->deployment, &s->pool, err);
+    if (rc || (rc = check_names(s->deployment, s->pool, s->rank, err)) != 0)
+        return rc;
+    char idbuf[KVP_IDENTITY_LEN + 1];
+    const char *loc = made->owner_loc;
+    const char *id = o->meta_handle ? kvp_meta_identity(o->meta_handle) : file_identity(loc, idbuf);
+    int claim = kvp__owner_check(o->path, loc, id, defer_identity(loc, id), s->deployment, s->pool,
+                                 s->rank, err);
+    if (claim < 0)
+        return claim;
+    s->num_pages = np;
+    /* The file's directories first: PATH.meta lives in the same one. */
+    if (mkdirs && (rc = kvp__mkparents(o->path, &made->dirs, err)) != 0)
+        return rc;
+    if ((rc = open_meta(s, o, made, err)) != 0)
+        return rc;
+    if (!s->location)
+        return kvp__err_oom(err, -ENOMEM);
+    if (claim == 2) { /* the record's identity against the metadata's, now known */
+        claim = kvp__owner_check(o->path, loc, kvp_meta_identity(s->meta), 0, s->deployment,
+                                 s->pool, s->rank, err);
+        if (claim < 0)
+            return claim;
+    }
+    /* Whether the metadata takes this rank with this page count. */
+    if (s->num_pages && (rc = init_rank(s, o->path, err)) != 0)
+        return rc;
+    rc = kvp__pieces_open(o->threads, &s->pieces);
+    if (rc) {
+        kvp__set_err(err, rc, KVP_RULE_IO, -1, 0, 0, "cannot start the store's threads: %s",
+                     kvp_strerror(rc));
+        return rc;
+    }
+    if (claim == 1 && !s->readonly) {
+        rc = kvp__owner_write(o->path, loc, kvp_meta_identity(s->meta), s->deployment, s->pool,
+                              s->rank, err);
+        if (rc < 0)
+            return rc;
+        made->wrote_owner = rc == 0;
+    }
+    return 0;
+}
+
 KVP_API int kvp_store_open(const struct kvp_store_opts *opts_in, struct kvp_store **out,
                            struct kvp_error *err)
 {
     if (!out)
         return arg_err(err, "%s is NULL", "out");
     *out = NULL;
-    if (!opts_in)
-        return arg_err(err, "%s is NULL (set it with kvp_store_opts_init)", "opts");
     struct kvp_store_opts o;
-    kvp_store_opts_init(&o);
-    if (opts_in->opts_size == 0 || opts_in->opts_size > sizeof o) {
-        kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, (int64_t)opts_in->opts_size, sizeof o,
-                     "opts_size %zu is not a size of struct kvp_store_opts (set it with "
-                     "kvp_store_opts_init)",
-                     opts_in->opts_size);
-        return -EINVAL;
-    }
-    memcpy(&o, opts_in, opts_in->opts_size);
-    if (!o.path || !*o.path)
-        return arg_err(err, "%s is not set: the rank's storage file is required", "path");
-    if (o.bytes_per_page == 0)
-        return arg_err(err, "%s is 0: the page size is required", "bytes_per_page");
-    if (o.entries == 0)
-        o.entries = 8;
-    if (o.threads == 0)
-        o.threads = 4;
-    if (o.threads > 64)
-        o.threads = 64;
-    if (o.rank > KVP_MAX_RANK) {
-        kvp__set_err(err, -EINVAL, KVP_RULE_RANK_RANGE, -1, o.rank, KVP_MAX_RANK,
-                     "rank %u is out of range (0 <= rank < 2^31)", o.rank);
-        return -EINVAL;
-    }
-
+    int rc = read_opts(opts_in, &o, err);
+    if (rc)
+        return rc;
     /* A plain directory as file:DIR; a HOST:PORT that is none refused. */
     char *where = NULL;
-    int lrc = o.meta_handle ? 0 : kvp__store_location(o.meta, &where, err);
-    if (lrc)
-        return lrc;
+    if (!o.meta_handle && (rc = kvp__store_location(o.meta, &where, err)) != 0)
+        return rc;
     if (where)
         o.meta = where;
-    struct kvp_store *s = calloc(1, sizeof *s);
+    struct kvp_store *s = store_new(&o);
     if (!s) {
         free(where);
-        kvp__set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
-        return -ENOMEM;
+        return kvp__err_oom(err, -ENOMEM);
     }
-    s->rank = o.rank;
-    s->bpp = o.bytes_per_page;
-    s->entries = o.entries;
-    s->per_rank = o.per_rank != 0;
-    s->durable = o.durable != 0;
-    s->readonly = o.readonly != 0;
-    s->tags = !o.no_tags &&
-              !(o.pagefile && o.pagefile->opts_size > offsetof(struct kvp_pagefile_opts, flags) &&
-                (o.pagefile->flags & KVP_PAGEFILE_NO_TAGS));
-    if (o.meta_opts && o.meta_opts->opts_size > offsetof(struct kvp_meta_opts, log_arg)) {
-        s->log = o.meta_opts->log;
-        s->log_arg = o.meta_opts->log_arg;
-    }
-    /* What this open made, undone when it fails. */
-    int wrote_owner = 0, made_meta_dir = 0, exists = 0, mkdirs = 0;
-    size_t made_dirs = 0;
-    char *owner_loc = NULL;
-    int rc;
-
-    /* Checks first: nothing below changes anything until the metadata is open. */
-    uint64_t np;
-    if ((rc = check_file(&o, &exists, &np, &mkdirs, err)) != 0)
-        goto fail;
-    if (s->readonly && (rc = check_readonly(&o, exists, err)) != 0)
-        goto fail;
-    rc = owner_of(o.path, o.meta, o.meta_handle, o.deployment, o.pool, &owner_loc, &s->deployment,
-                  &s->pool, err);
+    struct made made = {0};
+    rc = open_rest(s, &o, &made, err);
+    if (!rc)
+        rc = open_pagefile(s, &o, err);
     if (rc)
-        goto fail;
-    if ((rc = check_names(s->deployment, s->pool, s->rank, err)) != 0)
-        goto fail;
-    char idbuf[KVP_IDENTITY_LEN + 1];
-    const char *id =
-        o.meta_handle ? kvp_meta_identity(o.meta_handle) : file_identity(owner_loc, idbuf);
-    int claim = kvp__owner_check(o.path, owner_loc, id, defer_identity(owner_loc, id),
-                                 s->deployment, s->pool, s->rank, err);
-    if (claim < 0) {
-        rc = claim;
-        goto fail;
-    }
-    s->num_pages = np;
-    /* The file's directories first: PATH.meta lives in the same one. */
-    if (mkdirs && (rc = kvp__mkparents(o.path, &made_dirs, err)) != 0)
-        goto fail;
-
-    if (o.meta_handle) {
-        s->meta = o.meta_handle;
-        s->location = strdup("(the caller's metadata handle)");
-    } else {
-        if (o.meta) {
-            s->location = strdup(o.meta);
-        } else {
-            size_t n = strlen(o.path);
-            if ((s->location = malloc(n + 11)))
-                snprintf(s->location, n + 11, "file:%s.meta", o.path);
-        }
-        if (!s->location)
-            goto nomem;
-        struct stat st;
-        made_meta_dir =
-            !s->readonly && !strncmp(owner_loc, "file:", 5) && stat(owner_loc + 5, &st) != 0;
-        rc = s->readonly ? open_meta_readonly(s, owner_loc, o.meta_opts, err)
-                         : kvp_meta_open_at(s->location, o.meta_opts, &s->meta, err);
-        if (rc) {
-            made_meta_dir = 0; /* not made, or another process's by now */
-            goto fail;
-        }
-        s->own_meta = 1;
-    }
-    if (!s->location)
-        goto nomem;
-    if (claim == 2) { /* the record's identity against the metadata's, now known */
-        claim = kvp__owner_check(o.path, owner_loc, kvp_meta_identity(s->meta), 0, s->deployment,
-                                 s->pool, s->rank, err);
-        if (claim < 0) {
-            rc = claim;
-            goto fail;
-        }
-    }
-    if (s->num_pages) {
-        /* Whether the metadata takes this rank with this page count. */
-        if ((rc = init_rank(s, o.path, err)) != 0)
-            goto fail;
-    }
-    rc = kvp__pieces_open(o.threads, &s->pieces);
-    if (rc) {
-        kvp__set_err(err, rc, KVP_RULE_IO, -1, 0, 0, "cannot start the store's threads: %s",
-                     kvp_strerror(rc));
-        goto fail;
-    }
-    if (claim == 1 && !s->readonly) {
-        rc = kvp__owner_write(o.path, owner_loc, kvp_meta_identity(s->meta), s->deployment, s->pool,
-                              s->rank, err);
-        if (rc < 0)
-            goto fail;
-        wrote_owner = rc == 0;
-        rc = 0;
-    }
-
-    /* Last, the page file: created or extended once everything else holds. */
-    struct kvp_pagefile_opts po;
-    kvp_pagefile_opts_init(&po);
-    if (o.pagefile) /* as much as the caller's (possibly older, shorter) struct holds */
-        memcpy(&po, o.pagefile,
-               o.pagefile->opts_size && o.pagefile->opts_size < sizeof po ? o.pagefile->opts_size
-                                                                          : sizeof po);
-    po.size = o.file_size;
-    po.bytes_per_page = o.bytes_per_page;
-    po.entries = o.entries;
-    if (o.file_size && !s->readonly)
-        po.flags |= KVP_PAGEFILE_CREATE;
-    if (o.mkdir && !s->readonly)
-        po.flags |= KVP_PAGEFILE_MKDIR;
-    if (!s->tags)
-        po.flags |= KVP_PAGEFILE_NO_TAGS;
-    if (s->readonly)
-        po.size = 0, po.flags = (po.flags & ~KVP_PAGEFILE_CREATE) | KVP_PAGEFILE_READONLY;
-    rc = kvp_pagefile_open(o.path, &po, &s->pf, err);
-    if (rc)
-        goto fail;
-    if (!s->num_pages) { /* a block device: its size is known now */
-        np = kvp_pagefile_size(s->pf) / s->bpp;
-        if (np == 0 || np > KVP_MAX_PAGES) {
-            rc = pages_err(o.path, kvp_pagefile_size(s->pf), s->bpp, err);
-            goto fail;
-        }
-        s->num_pages = np;
-        if ((rc = init_rank(s, o.path, err)) != 0)
-            goto fail;
-    }
-    free(owner_loc);
-    free(where);
-    *out = s;
-    return 0;
-nomem:
-    rc = -ENOMEM;
-    kvp__set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
-fail:;
-    int opened = s->pf != NULL;
-    kvp_store_close(s);
-    if (opened && !exists)
-        unlink(o.path);
-    if (wrote_owner)
-        kvp__owner_remove(o.path);
-    if (made_meta_dir)
-        kvp__remove_data_dir(owner_loc + 5);
-    kvp__rmparents(o.path, made_dirs);
-    free(owner_loc);
+        open_undo(s, o.path, &made);
+    else
+        *out = s;
+    free(made.owner_loc);
     free(where);
     return rc;
 }
@@ -810,6 +829,160 @@ static int ro_err(const char *what, struct kvp_error *err)
     return -EROFS;
 }
 
+/* The arrays of one put, in one allocation (ops: room for vops). */
+struct put_arrays {
+    char *mem;
+    int64_t *pages, *wres, *cpages, *release;
+    int64_t *dupof; /* -1, or the first index of the same key */
+    struct kvp_pagefile_op *ops;
+    struct kvp_pagefile_vop *vops;
+    struct kvp_str *ckeys;
+    size_t *widx;
+    uint8_t *existed;
+};
+
+static int put_arrays_alloc(struct put_arrays *a, size_t n, int bufv)
+{
+    _Static_assert(sizeof(struct kvp_pagefile_vop) == sizeof(struct kvp_pagefile_op),
+                   "ops and vops share their room");
+    size_t bytes = n * (sizeof(int64_t) * 5 + sizeof(struct kvp_pagefile_op) +
+                        sizeof(struct kvp_str) + sizeof(size_t) + 1);
+    if (!(a->mem = malloc(bytes)))
+        return -ENOMEM;
+    a->pages = (int64_t *)a->mem;
+    a->wres = a->pages + n;
+    a->cpages = a->wres + n;
+    a->release = a->cpages + n;
+    a->dupof = a->release + n;
+    a->ops = (struct kvp_pagefile_op *)(a->dupof + n);
+    a->vops = bufv ? (struct kvp_pagefile_vop *)a->ops : NULL;
+    a->ckeys = (struct kvp_str *)(a->ops + n);
+    a->widx = (size_t *)(a->ckeys + n);
+    a->existed = (uint8_t *)(a->widx + n);
+    return 0;
+}
+
+/* Writes the pages of the keys to write (not held already, given a page,
+ * first of their page: a later copy of a key waits for the first's fate in
+ * dupof); the results of the others. Returns how many were written (widx). */
+static size_t put_write(struct kvp_store *s, const struct kvp_str *keys, const struct src *c,
+                        size_t n, struct put_arrays *a, struct page_set *dup, int64_t *results)
+{
+    size_t nw = 0;
+    for (size_t i = 0; i < n; i++) {
+        a->dupof[i] = -1;
+        if (a->existed[i]) {
+            results[i] = KVP_STORE_ALREADY;
+        } else if (a->pages[i] < 0) {
+            results[i] = -ENOSPC;
+        } else {
+            int64_t first = page_set_first(dup, a->pages[i], i);
+            if (first >= 0) {
+                a->dupof[i] = first; /* resolved below, after the first's fate */
+                continue;
+            }
+            src_op(s, c, i, a->pages[i], a->ops, a->vops, nw);
+            a->widx[nw++] = i;
+        }
+    }
+    const char **tkeys = tag_keys(s, keys, a->widx, nw);
+    run_io(s, 1, a->ops, a->vops, tkeys, a->wres, nw, NULL, 0);
+    free(tkeys);
+    return nw;
+}
+
+/* Confirms the nw written pages whose bytes all reached the file (and, for
+ * a durable put, were flushed) and gives the others back; their results.
+ * *e: why one failed. Returns the bytes stored. */
+static uint64_t put_confirm(struct kvp_store *s, const struct kvp_str *keys, const struct src *c,
+                            struct put_arrays *a, size_t nw, uint64_t *ticket, int64_t *results,
+                            struct kvp_error *e)
+{
+    size_t nc = 0, nrel = 0;
+    uint64_t bytes_w = 0;
+    for (size_t k = 0; k < nw; k++) {
+        size_t i = a->widx[k];
+        if (a->wres[k] == (int64_t)src_len(c, i)) {
+            a->ckeys[nc] = keys[i];
+            a->cpages[nc++] = a->pages[i];
+            bytes_w += src_len(c, i);
+            results[i] = KVP_STORE_STORED;
+        } else {
+            a->release[nrel++] = a->pages[i];
+            results[i] = a->wres[k] < 0 ? a->wres[k] : -EIO;
+        }
+    }
+    int frc = 0;
+    if (nc && s->durable)
+        frc = kvp_pagefile_flush(s->pf, e);
+    if (frc) {
+        /* Nothing written is known to be durable: release it all. */
+        for (size_t k = 0; k < nw; k++)
+            if (results[a->widx[k]] == KVP_STORE_STORED)
+                results[a->widx[k]] = frc;
+        nrel = 0;
+        for (size_t k = 0; k < nw; k++)
+            a->release[nrel++] = a->pages[a->widx[k]];
+        nc = 0;
+    }
+    if (!nc && !nrel)
+        return bytes_w;
+    struct kvp_error ce = {0};
+    int crc = s->durable
+                  ? kvp_meta_confirm(s->ns, s->rank, a->ckeys, a->cpages, nc, a->release, nrel, &ce)
+                  : kvp_meta_confirm_async(s->ns, s->rank, a->ckeys, a->cpages, nc, a->release,
+                                           nrel, ticket, &ce);
+    if (crc) {
+        /* All or nothing: nothing was confirmed. Give the pages back
+         * (best effort: a lease would reclaim them anyway). */
+        for (size_t k = 0; k < nw; k++) {
+            if (results[a->widx[k]] == KVP_STORE_STORED)
+                results[a->widx[k]] = crc;
+            a->release[k] = a->pages[a->widx[k]];
+        }
+        kvp_meta_confirm(s->ns, s->rank, NULL, NULL, 0, a->release, nw, NULL);
+        *e = ce;
+    }
+    return bytes_w;
+}
+
+/* Settles the results (later copies of a key share the first copy's) and
+ * counts them; the first failure is the call's (err: e, or what the result
+ * says). Returns 0 or that failure. */
+static int put_results(struct kvp_store *s, size_t n, const int64_t *dupof, int64_t *results,
+                       const struct kvp_error *e, struct kvp_error *err)
+{
+    uint64_t st = 0, al = 0, fl = 0;
+    int rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (dupof[i] >= 0) {
+            int64_t f = results[dupof[i]];
+            results[i] = f == KVP_STORE_STORED ? KVP_STORE_ALREADY : f;
+        }
+        if (results[i] == KVP_STORE_STORED) {
+            st++;
+        } else if (results[i] == KVP_STORE_ALREADY) {
+            al++;
+        } else {
+            fl++;
+            if (!rc) {
+                rc = (int)results[i];
+                if (rc == -ENOSPC && !e->code)
+                    no_page_err(s, i, err);
+                else if (err && e->code)
+                    *err = *e, err->index = (int64_t)i;
+                else
+                    kvp__set_err(err, rc, KVP_RULE_IO, (int64_t)i, 0, 0,
+                                 "key %zu: writing its page failed: %s", i, kvp_strerror(rc));
+            }
+        }
+    }
+    atomic_fetch_add(&s->stored, st);
+    atomic_fetch_add(&s->already, al);
+    atomic_fetch_add(&s->put_failed, fl);
+    return rc;
+}
+
 static int store_put(struct kvp_store *s, const struct kvp_str *keys, struct src *c, size_t n,
                      int64_t *results, struct kvp_error *err)
 {
@@ -824,146 +997,36 @@ static int store_put(struct kvp_store *s, const struct kvp_str *keys, struct src
     atomic_fetch_add(&s->puts, 1);
     if (n == 0)
         return 0;
-    /* One allocation holds every array of the call (ops: room for vops). */
-    _Static_assert(sizeof(struct kvp_pagefile_vop) == sizeof(struct kvp_pagefile_op),
-                   "ops and vops share their room");
-    size_t bytes = n * (sizeof(int64_t) * 5 + sizeof(struct kvp_pagefile_op) +
-                        sizeof(struct kvp_str) + sizeof(size_t) + 1);
-    char *mem = malloc(bytes);
+    struct put_arrays a;
     struct page_set dup;
-    if (!mem || page_set_init(&dup, n)) {
-        free(mem);
+    if (put_arrays_alloc(&a, n, c->bufv != NULL) || page_set_init(&dup, n)) {
+        free(a.mem);
         src_close(c);
-        kvp__set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
-        return -ENOMEM;
+        return kvp__err_oom(err, -ENOMEM);
     }
-    int64_t *pages = (int64_t *)mem;
-    int64_t *wres = pages + n;
-    int64_t *cpages = wres + n;
-    int64_t *release = cpages + n;
-    int64_t *dupof = release + n; /* -1, or the first index of the same key */
-    struct kvp_pagefile_op *ops = (struct kvp_pagefile_op *)(dupof + n);
-    struct kvp_pagefile_vop *vops = c->bufv ? (struct kvp_pagefile_vop *)ops : NULL;
-    struct kvp_str *ckeys = (struct kvp_str *)(ops + n);
-    size_t *widx = (size_t *)(ckeys + n);
-    uint8_t *existed = (uint8_t *)(widx + n);
-
     /* Without durable puts the metadata's changes are not waited for either:
      * they are logged and synced by the log's own group commit, and a crash
      * before that forgets keys (never points one at wrong bytes that a
      * durable put would have kept out). */
     struct kvp_error e = {0};
     uint64_t ticket = 0;
-    rc = s->durable ? kvp_meta_allocate(s->ns, s->rank, keys, n, pages, existed, &e)
-                    : kvp_meta_allocate_async(s->ns, s->rank, keys, n, pages, existed, &ticket, &e);
+    rc = s->durable
+             ? kvp_meta_allocate(s->ns, s->rank, keys, n, a.pages, a.existed, &e)
+             : kvp_meta_allocate_async(s->ns, s->rank, keys, n, a.pages, a.existed, &ticket, &e);
     if (rc) {
         for (size_t i = 0; i < n; i++)
             results[i] = rc;
         atomic_fetch_add(&s->put_failed, n);
         if (err)
             *err = e;
-        goto out;
+    } else {
+        size_t nw = put_write(s, keys, c, n, &a, &dup, results);
+        uint64_t bytes_w = put_confirm(s, keys, c, &a, nw, &ticket, results, &e);
+        rc = put_results(s, n, a.dupof, results, &e, err);
+        atomic_fetch_add(&s->bytes_written, bytes_w);
     }
-    /* Which keys to write: not held already, given a page, first of their page. */
-    size_t nw = 0;
-    for (size_t i = 0; i < n; i++) {
-        dupof[i] = -1;
-        if (existed[i]) {
-            results[i] = KVP_STORE_ALREADY;
-        } else if (pages[i] < 0) {
-            results[i] = -ENOSPC;
-        } else {
-            int64_t first = page_set_first(&dup, pages[i], i);
-            if (first >= 0) {
-                dupof[i] = first; /* resolved below, after the first's fate */
-                continue;
-            }
-            src_op(s, c, i, pages[i], ops, vops, nw);
-            widx[nw++] = i;
-        }
-    }
-    const char **tkeys = tag_keys(s, keys, widx, nw);
-    run_io(s, 1, ops, vops, tkeys, wres, nw, NULL, 0);
-    free(tkeys);
-
-    size_t nc = 0, nrel = 0;
-    uint64_t bytes_w = 0;
-    for (size_t k = 0; k < nw; k++) {
-        size_t i = widx[k];
-        if (wres[k] == (int64_t)src_len(c, i)) {
-            ckeys[nc] = keys[i];
-            cpages[nc++] = pages[i];
-            bytes_w += src_len(c, i);
-            results[i] = KVP_STORE_STORED;
-        } else {
-            release[nrel++] = pages[i];
-            results[i] = wres[k] < 0 ? wres[k] : -EIO;
-        }
-    }
-    int frc = 0;
-    if (nc && s->durable)
-        frc = kvp_pagefile_flush(s->pf, &e);
-    if (frc) {
-        /* Nothing written is known to be durable: release it all. */
-        for (size_t k = 0; k < nw; k++)
-            if (results[widx[k]] == KVP_STORE_STORED)
-                results[widx[k]] = frc;
-        nrel = 0;
-        for (size_t k = 0; k < nw; k++)
-            release[nrel++] = pages[widx[k]];
-        nc = 0;
-    }
-    if (nc || nrel) {
-        struct kvp_error ce = {0};
-        int crc = s->durable
-                      ? kvp_meta_confirm(s->ns, s->rank, ckeys, cpages, nc, release, nrel, &ce)
-                      : kvp_meta_confirm_async(s->ns, s->rank, ckeys, cpages, nc, release, nrel,
-                                               &ticket, &ce);
-        if (crc) {
-            /* All or nothing: nothing was confirmed. Give the pages back
-             * (best effort: a lease would reclaim them anyway). */
-            for (size_t k = 0; k < nw; k++) {
-                if (results[widx[k]] == KVP_STORE_STORED)
-                    results[widx[k]] = crc;
-                release[k] = pages[widx[k]];
-            }
-            kvp_meta_confirm(s->ns, s->rank, NULL, NULL, 0, release, nw, NULL);
-            e = ce;
-        }
-    }
-    /* Later copies of a key share the first copy's result. */
-    uint64_t st = 0, al = 0, fl = 0;
-    rc = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (dupof[i] >= 0) {
-            int64_t f = results[dupof[i]];
-            results[i] = f == KVP_STORE_STORED ? KVP_STORE_ALREADY : f;
-        }
-        if (results[i] == KVP_STORE_STORED) {
-            st++;
-        } else if (results[i] == KVP_STORE_ALREADY) {
-            al++;
-        } else {
-            fl++;
-            if (!rc) {
-                rc = (int)results[i];
-                if (rc == -ENOSPC && !e.code)
-                    no_page_err(s, i, err);
-                else if (err && e.code)
-                    *err = e, err->index = (int64_t)i;
-                else
-                    kvp__set_err(err, rc, KVP_RULE_IO, (int64_t)i, 0, 0,
-                                 "key %zu: writing its page failed: %s", i, kvp_strerror(rc));
-            }
-        }
-    }
-    atomic_fetch_add(&s->stored, st);
-    atomic_fetch_add(&s->already, al);
-    atomic_fetch_add(&s->put_failed, fl);
-    atomic_fetch_add(&s->bytes_written, bytes_w);
-out:
     page_set_free(&dup);
-    free(mem);
+    free(a.mem);
     src_close(c);
     return rc;
 }

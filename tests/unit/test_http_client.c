@@ -407,13 +407,13 @@ static void test_restart(pid_t *pid, int port, const char *dir)
 
 /* ---------------------------------------------------------------- fake servers */
 
-enum fake_mode { FAKE_SLOW, FAKE_4XX, FAKE_503, FAKE_DROP_FIRST };
+enum fake_mode { FAKE_SLOW, FAKE_4XX, FAKE_503, FAKE_DROP_FIRST, FAKE_FIELDS };
 
 struct fake {
     int lfd, port;
     enum fake_mode mode;
     atomic_int stop;
-    atomic_int exists_reqs, alloc_reqs, other_reqs, with_token;
+    atomic_int exists_reqs, alloc_reqs, other_reqs, with_token, with_fields;
     pthread_t acceptor;
     pthread_mutex_t mu;
     pthread_t conns[64];
@@ -493,6 +493,8 @@ static void *conn_main(void *arg)
             break;
         if (strstr(buf, "\r\nAuthorization: Bearer s3cret\r\n"))
             atomic_fetch_add(&f->with_token, 1);
+        if (strstr(buf, "\r\nX-Kvpage-Errors: fields\r\n"))
+            atomic_fetch_add(&f->with_fields, 1);
         int is_exists = strstr(buf, "/exists ") != NULL;
         int is_alloc = strstr(buf, "/reserve_and_allocate_page_indices ") != NULL;
         int nth = is_exists  ? atomic_fetch_add(&f->exists_reqs, 1)
@@ -515,6 +517,16 @@ static void *conn_main(void *arg)
                       "another key\"}");
             else
                 reply(c.fd, 400, "{\"detail\": \"Invalid request: fake \\\"detail\\\" \\u00e9\"}");
+        } else if (f->mode == FAKE_FIELDS) {
+            /* a server whose words the client cannot read back: only the fields name the rule */
+            if (is_exists)
+                reply(c.fd, 400,
+                      "{\"detail\": \"refused in other words\", \"rule\": \"key\", "
+                      "\"index\": 1, \"value\": 2000, \"limit\": 1024}");
+            else
+                reply(c.fd, 409,
+                      "{\"detail\": \"also refused\", \"rule\": \"held_by_other\", \"index\": "
+                      "1, \"value\": 9, \"limit\": 0}");
         } else if (f->mode == FAKE_503) {
             reply(c.fd, 503, "{\"detail\": \"Service unavailable: fake outage\"}");
         } else { /* FAKE_DROP_FIRST: the first request of each route is dropped */
@@ -657,6 +669,31 @@ static void test_fake_4xx(void)
     CHECK(err.value == 7 && err.index == 0);
     CHECK_EQ(f.alloc_reqs + f.other_reqs, 2);
     CHECK_EQ(f.with_token, 3);
+    kvp_meta_close(m);
+    fake_stop(&f);
+}
+
+/* A server that names the broken rule in its reply's fields (and asked to by
+ * the X-Kvpage-Errors header): the error is those, whatever its words. */
+static void test_fake_fields(void)
+{
+    struct fake f;
+    struct kvp_meta *m;
+    struct kvp_ns *ns;
+    struct kvp_error err = {0};
+    if (fake_client(&f, FAKE_FIELDS, "", 5000, 3, &m, &ns))
+        return;
+    struct kvp_str k[2] = {S("k"), S("l")};
+    uint8_t e[2];
+    int64_t p[2] = {8, 9};
+    CHECK_EQ(kvp_meta_exists(ns, 3, k, 2, e, &err), -EINVAL);
+    CHECK_EQ(err.rule, KVP_RULE_KEY);
+    CHECK(err.index == 1 && err.value == 2000 && err.limit == 1024);
+    CHECK(strstr(err.msg, "400 refused in other words") != NULL);
+    CHECK_EQ(kvp_meta_confirm(ns, 3, k, p, 2, NULL, 0, &err), -EEXIST);
+    CHECK_EQ(err.rule, KVP_RULE_HELD_BY_OTHER);
+    CHECK(err.index == 1 && err.value == 9);
+    CHECK_EQ(f.with_fields, f.exists_reqs + f.alloc_reqs + f.other_reqs);
     kvp_meta_close(m);
     fake_stop(&f);
 }
@@ -847,6 +884,7 @@ int main(int argc, char **argv)
 
     test_fake_slow();
     test_fake_4xx();
+    test_fake_fields();
     test_fake_503();
     test_fake_drop();
     test_fake_old_drop();
