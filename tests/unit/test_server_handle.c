@@ -9,6 +9,7 @@
 #include "kvpage/meta.h"
 #include "util/jsonw.h"
 #include "server/server.h"
+#include "server_test.h"
 
 static struct kvp_server srv;
 static struct kvp_reply rep;
@@ -16,16 +17,10 @@ static struct kvp_reply rep;
 static const struct kvp_reply *call_full(const char *method, const char *path, const char *body,
                                          const struct sockaddr *client, const char *auth)
 {
-    struct kvp_request req = {
-        .method = method,
-        .path = path,
-        .path_len = strlen(path),
-        .body = body,
-        .body_len = body ? strlen(body) : 0,
-        .client = client,
-        .authorization = auth,
-    };
-    kvp__server_handle(&srv, &req, &rep);
+    server_test_call(
+        &srv, &rep,
+        (struct kvp_request){
+            .method = method, .path = path, .body = body, .client = client, .authorization = auth});
     return &rep;
 }
 
@@ -288,14 +283,7 @@ static void test_jsonw(void)
 
 int main(void)
 {
-    struct kvp_meta *meta;
-    if (kvp_meta_open(NULL, &meta)) {
-        fprintf(stderr, "kvp_meta_open failed\n");
-        return 1;
-    }
-    struct kvp_server_config cfg = {0};
-    kvp__server_init(&srv, meta, &cfg);
-    kvp__reply_init(&rep);
+    struct kvp_meta *meta = server_test_open(&srv, &rep);
 
     /* First, on a reply whose arrays were never used: empty key lists in
      * plain form (the body scanner) on a namespace that does not exist. */
