@@ -15,4 +15,5 @@ KVP__META_BACKEND(kvp__redis_sentinel_ops) /* src/meta/redis.c: redis-sentinel:/
 #ifdef KVP_TEST_BACKENDS
 /* Test builds only (the unit tests' libkvpage_internal.a, never
  * libkvpage.so): backends of tests/backends/. */
+KVP__META_BACKEND(kvp__meta_testmem_ops) /* tests/backends/meta_testmem.c: testmem: */
 #endif
