@@ -4,7 +4,7 @@
  * state of a mem: handle, reached through the public interface
  * (kvpage/meta.h), each operation counted. It shows that a backend is this
  * one file and one row of the table, and the existing suites run over it
- * (tests/unit/test_meta_testmem.c: the differential run of meta_diff.h,
+ * (tests/backends/test_meta_testmem.c: the differential run of meta_diff.h,
  * which wants the same answers as mem: to the byte).
  *
  * The count, of every testmem: handle of the process, is the value
