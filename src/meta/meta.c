@@ -225,10 +225,10 @@ static int parse_location(const char *location, const char *data_dir, struct loc
         return no_backend(location, scheme, slen, err);
     if (l->s->flags & KVP__SCHEME_DEFAULT) {
         l->where = NULL;
-    } else if (scheme && (l->s->flags & KVP__SCHEME_DIR)) {
-        if (!strncmp(l->where, "//", 2))
+    } else if (l->s->flags & KVP__SCHEME_DIR) {
+        if (scheme && !strncmp(l->where, "//", 2))
             l->where += 2; /* file://DIR and file:///abs */
-        if (!*l->where) {
+        if (!*l->where) {  /* also an empty opts.data_dir */
             kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, 0, 0,
                          "location '%s:' names no directory (%s:DIR)", l->s->scheme, l->s->scheme);
             return -EINVAL;
@@ -383,7 +383,7 @@ KVP_API int kvp_meta_location_info(const char *location, int data_dir, struct kv
     struct loc l;
     if (!out || !out->info_size)
         return bad_arg(err, "out is NULL or its info_size 0");
-    int rc = parse_location(location, data_dir ? "" : NULL, &l, err);
+    int rc = parse_location(location, data_dir ? "." : NULL, &l, err);
     return rc ? rc : info_out(l.s, l.ops, NULL, out);
 }
 

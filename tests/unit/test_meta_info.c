@@ -110,6 +110,15 @@ static void test_location(void)
     CHECK(strstr(err.msg, "names no directory") != NULL);
     CHECK_EQ(kvp_meta_location_info("127.0.0.1:6379", 0, &i, &err), -EINVAL);
     CHECK_EQ(kvp_meta_location_info("mem:", 0, NULL, &err), -EINVAL);
+    /* An empty data directory is no directory, as "file:" is. */
+    struct kvp_meta_opts o;
+    kvp_meta_opts_init(&o);
+    o.data_dir = "";
+    struct kvp_meta *m = NULL;
+    memset(&err, 0, sizeof err);
+    CHECK_EQ(kvp_meta_open_at(NULL, &o, &m, &err), -EINVAL);
+    CHECK(strstr(err.msg, "location 'file:' names no directory (file:DIR)") != NULL);
+    CHECK(m == NULL);
 }
 
 static void test_handles(void)
