@@ -222,7 +222,8 @@ static int parse_location(const char *location, const char *data_dir, struct loc
         l->where = colon + 1;
     }
     if (scheme_find(scheme, slen, flag, &l->s, &l->ops))
-        return no_backend(location, scheme, slen, err);
+        return scheme ? no_backend(location, scheme, slen, err)
+                      : bad_arg(err, "no backend takes a data directory or the default");
     if (l->s->flags & KVP__SCHEME_DEFAULT) {
         l->where = NULL;
     } else if (l->s->flags & KVP__SCHEME_DIR) {
