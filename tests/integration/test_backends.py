@@ -63,8 +63,10 @@ def complete(*words):
     line = " ".join(f"'{w}'" for w in (require_bin(),) + words)
     script = (f"source '{COMPLETION}'; COMP_WORDS=({line}); COMP_CWORD={len(words)}; "
               "_kvpage; printf '%s\\n' \"${COMPREPLY[@]}\"")
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)  # a sanitizer's runtime, for kvpage, not for bash
     p = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30,
-                       cwd="/")
+                       cwd="/", env=env)
     assert p.returncode == 0, p.stderr
     return set(p.stdout.split())
 
