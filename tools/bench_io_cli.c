@@ -288,63 +288,87 @@ static double gbs(const struct phase_result *p)
     return (double)p->bytes / p->seconds / 1e9;
 }
 
+/* The library's backend names, from value `from` up to the first "?" (the
+ * values are consecutive), joined with sep, and with last before the last
+ * one: "auto, psync, uring or usrbio". Returns out. */
+static const char *backend_names(char *out, size_t len, int from, const char *sep, const char *last)
+{
+    int n = from;
+    while (strcmp(kvp_pagefile_backend_name(n), "?"))
+        n++;
+    size_t used = 0;
+    out[0] = '\0';
+    for (int b = from; b < n && used < len; b++) {
+        int k = snprintf(out + used, len - used, "%s%s",
+                         b == from    ? ""
+                         : b == n - 1 ? last
+                                      : sep,
+                         kvp_pagefile_backend_name(b));
+        used += k > 0 ? (size_t)k : 0;
+    }
+    return out;
+}
+
 static void usage(FILE *out)
 {
-    fprintf(
-        out,
-        "usage: kvpage bench io --file PATH [flags]\n"
-        "Is this file system (a 3FS FUSE mount, a local disk) fast enough for KV pages?\n"
-        "Moves random batches of pages between random slots of a host buffer pool and\n"
-        "random pages of PATH, as the engines do, through kvpage's page file (io_uring or\n"
-        "its thread pool) and, as a baseline, with plain pread/pwrite (one call per page)\n"
-        "from 1, 4 and 16 threads, keeping the best: what fio-like plain I/O gets here.\n"
-        "flags:\n"
-        "  --file PATH        the file to use; created and filled once if missing or\n"
-        "                     smaller than --file-size (removed afterwards, and at\n"
-        "                     Ctrl-C, only then); a store's page file (PATH.owner) is\n"
-        "                     refused, naming its owner\n"
-        "  --file-size SIZE   bytes of PATH to use, default 1G (K, M, G, T: powers of 1024)\n"
-        "  --page-size SIZE   bytes per page, default 2M\n"
-        "  --batch N          pages per batch (the engines' entries), default 8\n"
-        "  --pool SIZE        the host buffer pool, default 1G (2 MiB aligned, huge pages\n"
-        "                     asked for, faulted in before timing)\n"
-        "  --threads N        callers sharing one page file, default 1\n"
-        "  --queues N         rings of the uring backend, and of the usrbio backend each\n"
-        "                     way (batches in flight at once); default 4\n"
-        "  --rw read|write|both   default both (buffered writes measure what the page\n"
-        "                     cache takes; add --direct for the device's)\n"
-        "  --direct           O_DIRECT on both sides (else buffered)\n"
-        "  --backend auto|psync|uring|usrbio   kvpage's page-I/O backend, default auto\n"
-        "                     (usrbio: 3FS's USRBIO rings, the pool then from\n"
-        "                     kvp_pagefile_alloc, registered: I/O without a copy)\n"
-        "  --mmap-reads       kvpage's buffered reads copy out of a mapping of PATH\n"
-        "                     (KVP_PAGEFILE_MMAP_READS; faster into cold memory, but\n"
-        "                     SIGBUS on an I/O error: see kvpage/pagefile.h)\n"
-        "  --tags on|off      integrity tags on kvpage's side (default on, as in a page\n"
-        "                     file; off: KVP_PAGEFILE_NO_TAGS). With tags, every page\n"
-        "                     is first rewritten through kvpage so that reads verify\n"
-        "                     tags; run both to see what they cost (bench/io/tags.sh)\n"
-        "  --seconds S        each measurement, default 5, after --warmup S (default 1)\n"
-        "  --json             one JSON object on standard output, nothing else there\n"
-        "Writes overwrite the first --file-size bytes of PATH: name a file of its own.\n"
-        "Buffered reads of a file that fits in the page cache measure the cache: use\n"
-        "--direct, or a --file-size larger than memory, for the file system's.\n"
-        "A progress bar is drawn on standard error when it is a terminal, one line per\n"
-        "measurement otherwise.\n"
-        "figures (per direction, \"read\" and \"write\" in --json):\n"
-        "  kvpage.gbs, baseline.gbs     GB/s (10^9 bytes/s)\n"
-        "  kvpage.pages_s, baseline.pages_s   pages/s\n"
-        "  kvpage.batch_p50_us, .batch_p99_us (both sides)   microseconds per batch (on\n"
-        "                     the plain side, --batch calls one after the other in a thread)\n"
-        "  kvpage.batches, kvpage.backend (psync, uring or usrbio), kvpage.threads\n"
-        "  baseline.threads (the best of 1, 4, 16), baseline.tried ([{threads, gbs}])\n"
-        "  ratio                        kvpage GB/s / baseline GB/s\n"
-        "  and file, file_size, page_size, batch, pool, threads, queues (the rings set\n"
-        "  up), direct, tags, seconds, warmup, created (whether this run made the file)\n"
-        "exit status: 0 done, 2 a bad flag or value, 3 the file or its I/O failed\n"
-        "examples:\n"
-        "  kvpage bench io --file /mnt/3fs/kvpage-bench.pages --file-size 16G --direct\n"
-        "  kvpage bench io --file /tmp/x.pages --page-size 256K --threads 4 --rw read --json\n");
+    char all[256], real[256];
+    backend_names(all, sizeof all, 0, "|", "|");
+    backend_names(real, sizeof real, 1, ", ", " or ");
+    fprintf(out,
+            "usage: kvpage bench io --file PATH [flags]\n"
+            "Is this file system (a 3FS FUSE mount, a local disk) fast enough for KV pages?\n"
+            "Moves random batches of pages between random slots of a host buffer pool and\n"
+            "random pages of PATH, as the engines do, through kvpage's page file (io_uring or\n"
+            "its thread pool) and, as a baseline, with plain pread/pwrite (one call per page)\n"
+            "from 1, 4 and 16 threads, keeping the best: what fio-like plain I/O gets here.\n"
+            "flags:\n"
+            "  --file PATH        the file to use; created and filled once if missing or\n"
+            "                     smaller than --file-size (removed afterwards, and at\n"
+            "                     Ctrl-C, only then); a store's page file (PATH.owner) is\n"
+            "                     refused, naming its owner\n"
+            "  --file-size SIZE   bytes of PATH to use, default 1G (K, M, G, T: powers of 1024)\n"
+            "  --page-size SIZE   bytes per page, default 2M\n"
+            "  --batch N          pages per batch (the engines' entries), default 8\n"
+            "  --pool SIZE        the host buffer pool, default 1G (2 MiB aligned, huge pages\n"
+            "                     asked for, faulted in before timing)\n"
+            "  --threads N        callers sharing one page file, default 1\n"
+            "  --queues N         rings of the uring backend, and of the usrbio backend each\n"
+            "                     way (batches in flight at once); default 4\n"
+            "  --rw read|write|both   default both (buffered writes measure what the page\n"
+            "                     cache takes; add --direct for the device's)\n"
+            "  --direct           O_DIRECT on both sides (else buffered)\n"
+            "  --backend %s   kvpage's page-I/O backend, default auto\n"
+            "                     (usrbio: 3FS's USRBIO rings, the pool then from\n"
+            "                     kvp_pagefile_alloc, registered: I/O without a copy)\n"
+            "  --mmap-reads       kvpage's buffered reads copy out of a mapping of PATH\n"
+            "                     (KVP_PAGEFILE_MMAP_READS; faster into cold memory, but\n"
+            "                     SIGBUS on an I/O error: see kvpage/pagefile.h)\n"
+            "  --tags on|off      integrity tags on kvpage's side (default on, as in a page\n"
+            "                     file; off: KVP_PAGEFILE_NO_TAGS). With tags, every page\n"
+            "                     is first rewritten through kvpage so that reads verify\n"
+            "                     tags; run both to see what they cost (bench/io/tags.sh)\n"
+            "  --seconds S        each measurement, default 5, after --warmup S (default 1)\n"
+            "  --json             one JSON object on standard output, nothing else there\n"
+            "Writes overwrite the first --file-size bytes of PATH: name a file of its own.\n"
+            "Buffered reads of a file that fits in the page cache measure the cache: use\n"
+            "--direct, or a --file-size larger than memory, for the file system's.\n"
+            "A progress bar is drawn on standard error when it is a terminal, one line per\n"
+            "measurement otherwise.\n"
+            "figures (per direction, \"read\" and \"write\" in --json):\n"
+            "  kvpage.gbs, baseline.gbs     GB/s (10^9 bytes/s)\n"
+            "  kvpage.pages_s, baseline.pages_s   pages/s\n"
+            "  kvpage.batch_p50_us, .batch_p99_us (both sides)   microseconds per batch (on\n"
+            "                     the plain side, --batch calls one after the other in a thread)\n"
+            "  kvpage.batches, kvpage.backend (%s), kvpage.threads\n"
+            "  baseline.threads (the best of 1, 4, 16), baseline.tried ([{threads, gbs}])\n"
+            "  ratio                        kvpage GB/s / baseline GB/s\n"
+            "  and file, file_size, page_size, batch, pool, threads, queues (the rings set\n"
+            "  up), direct, tags, seconds, warmup, created (whether this run made the file)\n"
+            "exit status: 0 done, 2 a bad flag or value, 3 the file or its I/O failed\n"
+            "examples:\n"
+            "  kvpage bench io --file /mnt/3fs/kvpage-bench.pages --file-size 16G --direct\n"
+            "  kvpage bench io --file /tmp/x.pages --page-size 256K --threads 4 --rw read --json\n",
+            all, real);
 }
 
 static int usage_error(const char *fmt, const char *a, const char *b)
@@ -442,12 +466,14 @@ static int parse_args(int argc, char **argv, struct io_args *a)
             break;
         case 9:
             a->backend = -1;
-            for (int b = KVP_PAGEFILE_BACKEND_AUTO; b <= KVP_PAGEFILE_BACKEND_USRBIO; b++)
+            for (int b = 0; strcmp(kvp_pagefile_backend_name(b), "?"); b++)
                 if (!strcmp(value, kvp_pagefile_backend_name(b)))
                     a->backend = b;
-            if (a->backend < 0)
-                return usage_error("--backend '%s' is not auto, psync, uring or usrbio%s", value,
-                                   "");
+            if (a->backend < 0) {
+                char names[256];
+                return usage_error("--backend '%s' is not %s", value,
+                                   backend_names(names, sizeof names, 0, ", ", " or "));
+            }
             break;
         }
     }
@@ -583,6 +609,215 @@ static void json_side(const char *name, const struct phase_result *p, const stru
            p->batches);
 }
 
+/* Whether a direction of r's page file is USRBIO's: the pool is then its memory. */
+static int usrbio_pool(const struct run *r)
+{
+    return kvp_pagefile_backend(r->pf, 0) == KVP_PAGEFILE_BACKEND_USRBIO ||
+           kvp_pagefile_backend(r->pf, 1) == KVP_PAGEFILE_BACKEND_USRBIO;
+}
+
+/* Opens the page file of r->a and the plain side's descriptor. Returns 0 or
+ * the exit status after printing why. */
+static int open_sides(struct run *r)
+{
+    const struct io_args *a = r->a;
+    struct kvp_pagefile_opts o;
+    kvp_pagefile_opts_init(&o);
+    o.size = a->file_size;
+    o.bytes_per_page = a->page_size;
+    o.entries = a->batch;
+    o.flags = KVP_PAGEFILE_ALIGNED | (a->direct ? KVP_PAGEFILE_DIRECT : 0) |
+              (a->mmap_reads ? KVP_PAGEFILE_MMAP_READS : 0) | (a->tags ? 0 : KVP_PAGEFILE_NO_TAGS);
+    o.backend = a->backend;
+    o.queues = a->queues;
+    struct kvp_error err = {0};
+    int e = kvp_pagefile_open(a->file, &o, &r->pf, &err);
+    if (e) {
+        fprintf(stderr, CMD ": cannot open %s: %s\n", a->file, err.msg[0] ? err.msg : "");
+        return e == -EINVAL ? KVP_EXIT_USAGE : KVP_EXIT_FAILED;
+    }
+    if (a->direct && a->page_size % kvp_pagefile_direct_offset_align(r->pf)) {
+        fprintf(stderr, CMD ": --direct on %s needs pages that are a multiple of %u bytes\n",
+                a->file, kvp_pagefile_direct_offset_align(r->pf));
+        return KVP_EXIT_USAGE;
+    }
+    r->fd = open(a->file, O_RDWR | (a->direct ? O_DIRECT : 0));
+    if (r->fd < 0) {
+        fprintf(stderr, CMD ": cannot open %s: %s\n", a->file, strerror(errno));
+        return KVP_EXIT_FAILED;
+    }
+    return 0;
+}
+
+/* The host pool, faulted in. Returns 0 or the exit status after printing why. */
+static int make_pool(struct run *r)
+{
+    const struct io_args *a = r->a;
+    struct kvp_error err = {0};
+    /* USRBIO: the pool is the backend's shared memory, registered, so pages
+     * move without a copy (what an engine handed such a pool gets). */
+    if (usrbio_pool(r)) {
+        r->pool = kvp_pagefile_alloc(r->pf, a->pool, &err);
+        struct kvp_pagefile_buf reg = {r->pool, a->pool};
+        if (!r->pool || kvp_pagefile_register_buffers(r->pf, &reg, 1, &err) != 0) {
+            fprintf(stderr, CMD ": cannot allocate a USRBIO pool of %" PRIu64 " bytes: %s\n",
+                    a->pool, err.msg);
+            return KVP_EXIT_FAILED;
+        }
+    } else if (posix_memalign((void **)&r->pool, 2u << 20, a->pool)) {
+        /* 2 MiB alignment lets the kernel back the pool with huge pages. */
+        r->pool = NULL;
+        fprintf(stderr, CMD ": cannot allocate a pool of %" PRIu64 " bytes\n", a->pool);
+        return KVP_EXIT_FAILED;
+    }
+    /* Engines' pools are large pinned allocations: huge pages keep the cost
+     * of first touching 4 KiB pages out of the figures; distinct content per
+     * page keeps same-page merging from sharing them. */
+    madvise(r->pool, a->pool, MADV_HUGEPAGE);
+    for (uint64_t off = 0; off + 8 <= a->pool; off += 8) {
+        uint64_t v = off * 0x9e3779b97f4a7c15ull;
+        memcpy(r->pool + off, &v, 8);
+    }
+    return 0;
+}
+
+/* The measurements of one run: per direction [0] kvpage's, [1..3] plain
+ * from 1, 4 and 16 threads, best[wr] the best of those. */
+struct results {
+    int dirs[2], ndirs;
+    struct phase_result res[2][4];
+    int best[2];
+};
+
+/* Measures each direction of --rw: kvpage's side, then the plain side.
+ * Returns 0 or the exit status. */
+static int measure_all(struct run *r, int tty, struct results *m)
+{
+    static const uint32_t plain_threads[3] = {1, 4, 16};
+    const struct io_args *a = r->a;
+    m->ndirs = 0;
+    m->best[0] = m->best[1] = 0;
+    if (a->rw & 1)
+        m->dirs[m->ndirs++] = 0;
+    if (a->rw & 2)
+        m->dirs[m->ndirs++] = 1;
+    int count = m->ndirs * 4, index = 0;
+    for (int d = 0; d < m->ndirs; d++) {
+        int wr = m->dirs[d];
+        r->write = wr;
+        r->plain = 0;
+        r->nthreads = a->threads;
+        if (measure(r, &m->res[wr][0], tty, index++, count))
+            return KVP_EXIT_FAILED;
+        r->plain = 1;
+        for (int t = 0; t < 3; t++) {
+            r->nthreads = plain_threads[t];
+            if (measure(r, &m->res[wr][t + 1], tty, index++, count))
+                return KVP_EXIT_FAILED;
+            if (gbs(&m->res[wr][t + 1]) > gbs(&m->res[wr][m->best[wr]]) || !m->best[wr])
+                m->best[wr] = t + 1;
+        }
+    }
+    return 0;
+}
+
+static void print_json(const struct run *r, const struct results *m, int made)
+{
+    const struct io_args *a = r->a;
+    printf("{\"file\": \"");
+    for (const char *p = a->file; *p; p++)
+        if (*p == '"' || *p == '\\')
+            printf("\\%c", *p);
+        else if ((unsigned char)*p < 0x20)
+            printf("\\u%04x", *p);
+        else
+            putchar(*p);
+    printf("\", \"file_size\": %" PRIu64 ", \"page_size\": %" PRIu64
+           ", \"batch\": %u, \"pool\": %" PRIu64 ", \"threads\": %u, \"queues\": %u, "
+           "\"direct\": %s, \"mmap_reads\": %s, \"tags\": %s, \"seconds\": %g, "
+           "\"warmup\": %g, \"created\": %s",
+           a->file_size, a->page_size, a->batch, a->pool, a->threads, kvp_pagefile_queues(r->pf),
+           a->direct ? "true" : "false", a->mmap_reads ? "true" : "false",
+           a->tags ? "true" : "false", a->seconds, a->warmup, made ? "true" : "false");
+    for (int d = 0; d < m->ndirs; d++) {
+        int wr = m->dirs[d];
+        const struct phase_result *k = &m->res[wr][0], *b = &m->res[wr][m->best[wr]];
+        printf(",\n \"%s\": {", wr ? "write" : "read");
+        json_side("kvpage", k, a);
+        printf(", \"backend\": \"%s\"}, ",
+               kvp_pagefile_backend_name(kvp_pagefile_backend(r->pf, wr)));
+        json_side("baseline", b, a);
+        printf(", \"tried\": [");
+        for (int t = 1; t < 4; t++)
+            printf("%s{\"threads\": %u, \"gbs\": %.4f}", t > 1 ? ", " : "", m->res[wr][t].threads,
+                   gbs(&m->res[wr][t]));
+        printf("]}, \"ratio\": %.4f}", gbs(b) > 0 ? gbs(k) / gbs(b) : 0.0);
+    }
+    printf("}\n");
+}
+
+static void print_table(const struct run *r, const struct results *m)
+{
+    const struct io_args *a = r->a;
+    printf("%s: %" PRIu64 " bytes, pages of %" PRIu64 " bytes in batches of %u, pool %" PRIu64
+           " bytes, %s, tags %s\n",
+           a->file, a->file_size, a->page_size, a->batch, a->pool,
+           a->direct       ? "O_DIRECT"
+           : a->mmap_reads ? "buffered, mmap reads"
+                           : "buffered",
+           a->tags ? "on" : "off");
+    printf("  %-5s %-32s %9s %11s %12s %12s\n", "", "", "GB/s", "pages/s", "batch p50 us",
+           "batch p99 us");
+    for (int d = 0; d < m->ndirs; d++) {
+        int wr = m->dirs[d];
+        const struct phase_result *res = m->res[wr];
+        int best = m->best[wr];
+        for (int side = 0; side < 2; side++) {
+            const struct phase_result *p = &res[side ? best : 0];
+            char name[64];
+            if (side)
+                snprintf(name, sizeof name, "plain p%s, %u thread%s (best)", wr ? "write" : "read",
+                         p->threads, p->threads == 1 ? "" : "s");
+            else
+                snprintf(name, sizeof name, "kvpage %s, %u caller%s",
+                         kvp_pagefile_backend_name(kvp_pagefile_backend(r->pf, wr)), p->threads,
+                         p->threads == 1 ? "" : "s");
+            printf("  %-5s %-32s %9.3f %11.0f %12.0f %12.0f\n",
+                   side ? ""
+                   : wr ? "write"
+                        : "read",
+                   name, gbs(p), (double)p->batches * a->batch / p->seconds,
+                   kvp__lat_quantile(&p->lat, 0.5) / 1e3, kvp__lat_quantile(&p->lat, 0.99) / 1e3);
+        }
+        printf("  %-5s kvpage / baseline: %.2f (plain tried:", "",
+               gbs(&res[best]) > 0 ? gbs(&res[0]) / gbs(&res[best]) : 0.0);
+        for (int t = 1; t < 4; t++)
+            printf(" %u thr %.3f GB/s%s", res[t].threads, gbs(&res[t]), t < 3 ? "," : ")\n");
+    }
+}
+
+/* Opens, fills the pool, tags, measures and prints (the file is prepared).
+ * Returns 0 or the exit status. */
+static int bench(struct run *r, int tty, int made)
+{
+    const struct io_args *a = r->a;
+    int rc = open_sides(r);
+    if (!rc)
+        rc = make_pool(r);
+    if (!rc && a->tags)
+        rc = tag_pages(r, tty);
+    struct results m;
+    if (!rc)
+        rc = measure_all(r, tty, &m);
+    if (rc)
+        return rc;
+    if (a->json)
+        print_json(r, &m, made);
+    else
+        print_table(r, &m);
+    return 0;
+}
+
 int kvp__cli_bench_io(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
@@ -641,167 +876,10 @@ int kvp__cli_bench_io(int argc, char **argv)
     r.fd = -1;
     r.pages = a.file_size / a.page_size;
     r.slots = a.pool / a.page_size;
-    struct phase_result res[2][4];
-    int best[2] = {0, 0};
-    struct kvp_pagefile_opts o;
-    kvp_pagefile_opts_init(&o);
-    o.size = a.file_size;
-    o.bytes_per_page = a.page_size;
-    o.entries = a.batch;
-    o.flags = KVP_PAGEFILE_ALIGNED | (a.direct ? KVP_PAGEFILE_DIRECT : 0) |
-              (a.mmap_reads ? KVP_PAGEFILE_MMAP_READS : 0) | (a.tags ? 0 : KVP_PAGEFILE_NO_TAGS);
-    o.backend = a.backend;
-    o.queues = a.queues;
-    struct kvp_error err = {0};
-    int e = kvp_pagefile_open(a.file, &o, &r.pf, &err);
-    if (e) {
-        fprintf(stderr, CMD ": cannot open %s: %s\n", a.file, err.msg[0] ? err.msg : "");
-        rc = e == -EINVAL ? KVP_EXIT_USAGE : KVP_EXIT_FAILED;
-        goto out;
-    }
-    if (a.direct && a.page_size % kvp_pagefile_direct_offset_align(r.pf)) {
-        fprintf(stderr, CMD ": --direct on %s needs pages that are a multiple of %u bytes\n",
-                a.file, kvp_pagefile_direct_offset_align(r.pf));
-        rc = KVP_EXIT_USAGE;
-        goto out;
-    }
-    r.fd = open(a.file, O_RDWR | (a.direct ? O_DIRECT : 0));
-    if (r.fd < 0) {
-        fprintf(stderr, CMD ": cannot open %s: %s\n", a.file, strerror(errno));
-        rc = KVP_EXIT_FAILED;
-        goto out;
-    }
-    /* USRBIO: the pool is the backend's shared memory, registered, so pages
-     * move without a copy (what an engine handed such a pool gets). */
-    int usrbio_pool = kvp_pagefile_backend(r.pf, 0) == KVP_PAGEFILE_BACKEND_USRBIO ||
-                      kvp_pagefile_backend(r.pf, 1) == KVP_PAGEFILE_BACKEND_USRBIO;
-    if (usrbio_pool) {
-        r.pool = kvp_pagefile_alloc(r.pf, a.pool, &err);
-        struct kvp_pagefile_buf reg = {r.pool, a.pool};
-        if (!r.pool || kvp_pagefile_register_buffers(r.pf, &reg, 1, &err) != 0) {
-            fprintf(stderr, CMD ": cannot allocate a USRBIO pool of %" PRIu64 " bytes: %s\n",
-                    a.pool, err.msg);
-            rc = KVP_EXIT_FAILED;
-            goto out;
-        }
-    } else if (posix_memalign((void **)&r.pool, 2u << 20, a.pool)) {
-        /* 2 MiB alignment lets the kernel back the pool with huge pages. */
-        r.pool = NULL;
-        fprintf(stderr, CMD ": cannot allocate a pool of %" PRIu64 " bytes\n", a.pool);
-        rc = KVP_EXIT_FAILED;
-        goto out;
-    }
-    /* Engines' pools are large pinned allocations: huge pages keep the cost
-     * of first touching 4 KiB pages out of the figures; distinct content per
-     * page keeps same-page merging from sharing them. */
-    madvise(r.pool, a.pool, MADV_HUGEPAGE);
-    for (uint64_t off = 0; off + 8 <= a.pool; off += 8) {
-        uint64_t v = off * 0x9e3779b97f4a7c15ull;
-        memcpy(r.pool + off, &v, 8);
-    }
-    if (a.tags && (rc = tag_pages(&r, tty)) != 0)
-        goto out;
-    static const uint32_t plain_threads[3] = {1, 4, 16};
-    int dirs[2], ndirs = 0;
-    if (a.rw & 1)
-        dirs[ndirs++] = 0;
-    if (a.rw & 2)
-        dirs[ndirs++] = 1;
-    int count = ndirs * 4, index = 0;
-    for (int d = 0; d < ndirs; d++) {
-        int wr = dirs[d];
-        r.write = wr;
-        r.plain = 0;
-        r.nthreads = a.threads;
-        if (measure(&r, &res[wr][0], tty, index++, count)) {
-            rc = KVP_EXIT_FAILED;
-            goto out;
-        }
-        r.plain = 1;
-        for (int t = 0; t < 3; t++) {
-            r.nthreads = plain_threads[t];
-            if (measure(&r, &res[wr][t + 1], tty, index++, count)) {
-                rc = KVP_EXIT_FAILED;
-                goto out;
-            }
-            if (gbs(&res[wr][t + 1]) > gbs(&res[wr][best[wr]]) || !best[wr])
-                best[wr] = t + 1;
-        }
-    }
-    if (a.json) {
-        printf("{\"file\": \"");
-        for (const char *p = a.file; *p; p++)
-            if (*p == '"' || *p == '\\')
-                printf("\\%c", *p);
-            else if ((unsigned char)*p < 0x20)
-                printf("\\u%04x", *p);
-            else
-                putchar(*p);
-        printf("\", \"file_size\": %" PRIu64 ", \"page_size\": %" PRIu64
-               ", \"batch\": %u, \"pool\": %" PRIu64 ", \"threads\": %u, \"queues\": %u, "
-               "\"direct\": %s, \"mmap_reads\": %s, \"tags\": %s, \"seconds\": %g, "
-               "\"warmup\": %g, \"created\": %s",
-               a.file_size, a.page_size, a.batch, a.pool, a.threads, kvp_pagefile_queues(r.pf),
-               a.direct ? "true" : "false", a.mmap_reads ? "true" : "false",
-               a.tags ? "true" : "false", a.seconds, a.warmup, made ? "true" : "false");
-        for (int d = 0; d < ndirs; d++) {
-            int wr = dirs[d];
-            const struct phase_result *k = &res[wr][0], *b = &res[wr][best[wr]];
-            printf(",\n \"%s\": {", wr ? "write" : "read");
-            json_side("kvpage", k, &a);
-            printf(", \"backend\": \"%s\"}, ",
-                   kvp_pagefile_backend_name(kvp_pagefile_backend(r.pf, wr)));
-            json_side("baseline", b, &a);
-            printf(", \"tried\": [");
-            for (int t = 1; t < 4; t++)
-                printf("%s{\"threads\": %u, \"gbs\": %.4f}", t > 1 ? ", " : "", res[wr][t].threads,
-                       gbs(&res[wr][t]));
-            printf("]}, \"ratio\": %.4f}", gbs(b) > 0 ? gbs(k) / gbs(b) : 0.0);
-        }
-        printf("}\n");
-    } else {
-        printf("%s: %" PRIu64 " bytes, pages of %" PRIu64 " bytes in batches of %u, pool %" PRIu64
-               " bytes, %s, tags %s\n",
-               a.file, a.file_size, a.page_size, a.batch, a.pool,
-               a.direct       ? "O_DIRECT"
-               : a.mmap_reads ? "buffered, mmap reads"
-                              : "buffered",
-               a.tags ? "on" : "off");
-        printf("  %-5s %-32s %9s %11s %12s %12s\n", "", "", "GB/s", "pages/s", "batch p50 us",
-               "batch p99 us");
-        for (int d = 0; d < ndirs; d++) {
-            int wr = dirs[d];
-            for (int side = 0; side < 2; side++) {
-                const struct phase_result *p = &res[wr][side ? best[wr] : 0];
-                char name[64];
-                if (side)
-                    snprintf(name, sizeof name, "plain p%s, %u thread%s (best)",
-                             wr ? "write" : "read", p->threads, p->threads == 1 ? "" : "s");
-                else
-                    snprintf(name, sizeof name, "kvpage %s, %u caller%s",
-                             kvp_pagefile_backend_name(kvp_pagefile_backend(r.pf, wr)), p->threads,
-                             p->threads == 1 ? "" : "s");
-                printf("  %-5s %-32s %9.3f %11.0f %12.0f %12.0f\n",
-                       side ? ""
-                       : wr ? "write"
-                            : "read",
-                       name, gbs(p), (double)p->batches * a.batch / p->seconds,
-                       kvp__lat_quantile(&p->lat, 0.5) / 1e3,
-                       kvp__lat_quantile(&p->lat, 0.99) / 1e3);
-            }
-            printf("  %-5s kvpage / baseline: %.2f (plain tried:", "",
-                   gbs(&res[wr][best[wr]]) > 0 ? gbs(&res[wr][0]) / gbs(&res[wr][best[wr]]) : 0.0);
-            for (int t = 1; t < 4; t++)
-                printf(" %u thr %.3f GB/s%s", res[wr][t].threads, gbs(&res[wr][t]),
-                       t < 3 ? "," : ")\n");
-        }
-    }
-out:
+    rc = bench(&r, tty, made);
     if (r.fd >= 0)
         close(r.fd);
-    if (r.pf && r.pool &&
-        (kvp_pagefile_backend(r.pf, 0) == KVP_PAGEFILE_BACKEND_USRBIO ||
-         kvp_pagefile_backend(r.pf, 1) == KVP_PAGEFILE_BACKEND_USRBIO))
+    if (r.pf && r.pool && usrbio_pool(&r))
         kvp_pagefile_free(r.pf, r.pool);
     else
         free(r.pool);

@@ -407,8 +407,15 @@ KVP_API int kvp_pagefile_backend_requested(const struct kvp_pagefile *pf);
 /* The backend that serves reads (write == 0) or writes (write != 0): PSYNC, URING or USRBIO. */
 KVP_API int kvp_pagefile_backend(const struct kvp_pagefile *pf, int write);
 /* "auto", "psync", "uring" or "usrbio" for a KVP_PAGEFILE_BACKEND_* value, "?" otherwise.
- * Static string. */
+ * Static string. The values are consecutive from AUTO (0): a loop over them
+ * up to the first "?" lists every backend of the library, e.g.
+ *     for (int b = 0; strcmp(kvp_pagefile_backend_name(b), "?"); b++) ...
+ */
 KVP_API const char *kvp_pagefile_backend_name(int backend);
+/* The name of one KVP_PAGEFILE_* flag without its prefix, in lower case
+ * ("create", "direct", ..., "no_tags"); NULL for a value that is not exactly
+ * one flag this library knows. Static string. */
+KVP_API const char *kvp_pagefile_flag_name(uint32_t flag);
 /* One sentence on why the backends are what they are, e.g. why io_uring was not used. */
 KVP_API const char *kvp_pagefile_backend_note(const struct kvp_pagefile *pf);
 /* psync worker threads started (0 when no direction uses psync). */

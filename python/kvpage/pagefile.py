@@ -11,9 +11,28 @@ from kvpage._handle import Handle
 from kvpage._size import size_arg
 from kvpage.errors import KvpageValueError, from_c
 
-_BACKENDS = {"auto": 0, "psync": 1, "uring": 2, "usrbio": 3}
-_FLAGS = {"create": 0x1, "direct": 0x2, "aligned": 0x4, "exact_size": 0x8, "readonly": 0x10,
-          "mmap_reads": 0x20, "mkdir": 0x40, "no_tags": 0x80}
+
+def _backend_values():
+    """The library's page-I/O backends, name -> KVP_PAGEFILE_BACKEND_* value:
+    kvp_pagefile_backend_name of 0 (auto), 1, ... up to the first "?" (the
+    values are consecutive, kvpage/pagefile.h), so a backend the library
+    gains is here without a copy."""
+    names = {}
+    while True:
+        name = _lib.pagefile_backend_name(len(names)).decode()
+        if name == "?":
+            return names
+        names[name] = len(names)
+
+
+def _flag_values():
+    """The library's KVP_PAGEFILE_* flags, name -> bit (kvp_pagefile_flag_name)."""
+    flag_name = _lib._fn("kvp_pagefile_flag_name", ctypes.c_char_p, ctypes.c_uint32)
+    return {flag_name(1 << b).decode(): 1 << b for b in range(32) if flag_name(1 << b)}
+
+
+_BACKENDS = _backend_values()
+_FLAGS = _flag_values()
 _RULE_IO, _RULE_INTEGRITY = 11, 18  # enum kvp_rule: the per-operation failures
 _TAGS = ("off", "on", "legacy")  # kvp_pagefile_info.tags
 _TRUE = ("1", "true", "yes", "on")

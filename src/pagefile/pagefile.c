@@ -30,34 +30,30 @@
 /* Options from the first published layout onwards: everything up to chunk_bytes. */
 #define PF_OPTS_MIN_SIZE (offsetof(struct kvp_pagefile_opts, chunk_bytes) + sizeof(uint64_t))
 
-/*
- * Which backend AUTO uses, [direct][write], from bench/io on a quiet 2-vCPU
- * machine (bench/io/README.md, 2026-11-30): buffered reads are memory copies
- * out of the page cache, and psync spreads them over the cores (24-27 GB/s
- * against io_uring's 13-15); buffered writes take the file's inode lock one
- * at a time, and psync runs them on the calling thread alone (8.3-8.6 GB/s
- * at 2 MiB against io_uring's 6.7-6.9, ahead at 256 KiB and 16 MiB too); for
- * O_DIRECT io_uring is ahead in every page size (it keeps the device queue
- * full without a thread per request). psync is also the fallback where
- * io_uring is unavailable.
- */
-static const int pf_auto_choice[2][2] = {
-    {KVP_PAGEFILE_BACKEND_PSYNC, KVP_PAGEFILE_BACKEND_PSYNC},
-    {KVP_PAGEFILE_BACKEND_URING, KVP_PAGEFILE_BACKEND_URING},
-};
-
-/* The backends by KVP_PAGEFILE_BACKEND_* id. */
-static const struct kvp__pf_backend *const pf_backends[] = {
-    [KVP_PAGEFILE_BACKEND_PSYNC] = &kvp__pf_psync,
-    [KVP_PAGEFILE_BACKEND_URING] = &kvp__pf_uring,
-    [KVP_PAGEFILE_BACKEND_USRBIO] = &kvp__pf_usrbio,
-};
-#define PF_NBACKENDS (sizeof pf_backends / sizeof pf_backends[0])
+/* The default row of the table: AUTO's choice where no backend claims the
+ * cell, and the fallback of one that cannot start (pf_backends.def). */
+#define PF_DEFAULT (kvp__pf_backends[0])
 
 /* The backend of an id, or NULL (AUTO and unknown ids have none). */
 static const struct kvp__pf_backend *pf_backend_of(int id)
 {
-    return id >= 0 && (size_t)id < PF_NBACKENDS ? pf_backends[id] : NULL;
+    for (size_t i = 0; kvp__pf_backends[i]; i++)
+        if (kvp__pf_backends[i]->id == id)
+            return kvp__pf_backends[i];
+    return NULL;
+}
+
+/* AUTO's backend for a direction: the first that claims the file, else the
+ * first whose auto_for has the cell, else the default. */
+static const struct kvp__pf_backend *pf_auto(int direct, int w,
+                                             const struct kvp__pf_backend *claimed)
+{
+    if (claimed)
+        return claimed;
+    for (size_t i = 0; kvp__pf_backends[i]; i++)
+        if (kvp__pf_backends[i]->auto_for & KVP__PF_AUTO_CELL(direct, w))
+            return kvp__pf_backends[i];
+    return PF_DEFAULT;
 }
 
 /* ---- errors ----------------------------------------------------------- */
@@ -217,27 +213,37 @@ static int pf_start_one(struct kvp_pagefile *pf, const struct kvp__pf_backend *b
     for (int i = 0; i < 2; i++)
         if (pf->started[i] == be)
             return 0;
-    int rc = be->start(pf, why, whylen);
-    if (rc == 0)
-        pf->started[pf->started[0] ? 1 : 0] = be;
+    void *state = NULL;
+    int rc = be->start(pf, &state, why, whylen);
+    if (rc == 0) {
+        int k = pf->started[0] ? 1 : 0;
+        pf->started[k] = be;
+        pf->state[k] = state;
+    }
     return rc;
+}
+
+/* The state of a started backend. */
+static void *pf_state_of(const struct kvp_pagefile *pf, const struct kvp__pf_backend *be)
+{
+    return pf->started[0] == be ? pf->state[0] : pf->state[1];
 }
 
 static int pf_start_backends(struct kvp_pagefile *pf, struct kvp_error *err)
 {
     int direct = (pf->flags & KVP_PAGEFILE_DIRECT) != 0;
     const struct kvp__pf_backend *claimed = NULL; /* AUTO: a backend that wants this file */
-    for (size_t i = 0; i < PF_NBACKENDS && pf->backend_req == KVP_PAGEFILE_BACKEND_AUTO; i++)
-        if (!claimed && pf_backends[i] && pf_backends[i]->claims && pf_backends[i]->claims(pf))
-            claimed = pf_backends[i];
+    for (size_t i = 0; kvp__pf_backends[i] && pf->backend_req == KVP_PAGEFILE_BACKEND_AUTO; i++)
+        if (!claimed && kvp__pf_backends[i]->claims && kvp__pf_backends[i]->claims(pf))
+            claimed = kvp__pf_backends[i];
     for (int w = 0; w < 2; w++)
-        pf->be[w] = claimed ? claimed
-                            : pf_backend_of(pf->backend_req == KVP_PAGEFILE_BACKEND_AUTO
-                                                ? pf_auto_choice[direct][w]
-                                                : pf->backend_req);
+        pf->be[w] = pf->backend_req == KVP_PAGEFILE_BACKEND_AUTO ? pf_auto(direct, w, claimed)
+                                                                 : pf_backend_of(pf->backend_req);
     pf->xfer[0] = pf->xfer[1] = kvp__pf_xfer_plain;
     if (pf->flags & KVP_PAGEFILE_MMAP_READS) {
-        pf->be[0] = &kvp__pf_psync; /* the copies run on its threads */
+        /* the copies run on a backend that moves bytes with pf->xfer */
+        if (!(pf->be[0]->caps & KVP__PF_CAP_XFER))
+            pf->be[0] = PF_DEFAULT;
         int rc = kvp__pf_map_open(pf);
         if (rc != 0)
             pf_note(pf, "mmap reads: cannot map %s (mmap: %s), reads use pread; ", pf->path,
@@ -247,7 +253,7 @@ static int pf_start_backends(struct kvp_pagefile *pf, struct kvp_error *err)
     }
 
     /* Each backend once, reads' first. One that may be unavailable falls
-     * back to psync when AUTO chose it, and fails the open when asked for. */
+     * back to the default when AUTO chose it, and fails the open when asked for. */
     for (int w = 0; w < 2; w++) {
         const struct kvp__pf_backend *be = pf->be[w];
         char why[200] = "";
@@ -259,13 +265,15 @@ static int pf_start_backends(struct kvp_pagefile *pf, struct kvp_error *err)
         if (pf->backend_req != KVP_PAGEFILE_BACKEND_AUTO)
             return pf_fail(err, rc, KVP_RULE_IO, -1, 0, "%s is unavailable (%s)", be->what, why);
         pf_note(pf, "auto: %s is unavailable (%s, errno %d); using %s", be->what, why, -rc,
-                kvp__pf_psync.name);
+                PF_DEFAULT->name);
         for (int d = 0; d < 2; d++)
             if (pf->be[d] == be)
-                pf->be[d] = &kvp__pf_psync;
-        if ((rc = pf_start_one(pf, &kvp__pf_psync, why, sizeof why)) != 0)
+                pf->be[d] = PF_DEFAULT;
+        if ((rc = pf_start_one(pf, PF_DEFAULT, why, sizeof why)) != 0)
             return pf_fail(err, rc, KVP_RULE_IO, -1, 0, "%s", why);
     }
+    for (int w = 0; w < 2; w++)
+        pf->be_state[w] = pf_state_of(pf, pf->be[w]);
     if (pf->map)
         pf_note(pf, "mmap reads: buffered reads of cached pages copy out of a mapping; ");
     if (pf->note[0] == '\0' || (pf->flags & KVP_PAGEFILE_MMAP_READS)) {
@@ -310,10 +318,17 @@ static int pf_check_opts(const char *path, const struct kvp_pagefile_opts *o, st
                        "KVP_PAGEFILE_MMAP_READS is for buffered reads; O_DIRECT reads copy nothing "
                        "(drop one of the two flags)");
     if ((o->flags & KVP_PAGEFILE_MMAP_READS) && o->backend != KVP_PAGEFILE_BACKEND_AUTO &&
-        o->backend != KVP_PAGEFILE_BACKEND_PSYNC)
+        !(pf_backend_of(o->backend)->caps & KVP__PF_CAP_XFER)) {
+        char up[32];
+        size_t k = 0;
+        for (const char *c = PF_DEFAULT->name; *c && k + 1 < sizeof up; c++)
+            up[k++] = (char)(*c >= 'a' && *c <= 'z' ? *c - 'a' + 'A' : *c);
+        up[k] = '\0';
         return pf_fail(err, -EINVAL, KVP_RULE_ARG, -1, o->backend,
-                       "KVP_PAGEFILE_MMAP_READS copies on the psync threads; ask for backend "
-                       "AUTO or PSYNC");
+                       "KVP_PAGEFILE_MMAP_READS copies on the %s threads; ask for backend "
+                       "AUTO or %s",
+                       PF_DEFAULT->name, up);
+    }
     if (o->size > (uint64_t)INT64_MAX || o->bytes_per_page > (uint64_t)INT64_MAX)
         return pf_fail(err, -EINVAL, KVP_RULE_ARG, -1, 0, "size or bytes_per_page over 2^63");
     return 0;
@@ -432,7 +447,7 @@ KVP_API void kvp_pagefile_close(struct kvp_pagefile *pf)
         return;
     for (int i = 2; i-- > 0;)
         if (pf->started[i])
-            pf->started[i]->stop(pf);
+            pf->started[i]->stop(pf, pf->state[i]);
     kvp__pf_map_close(pf);
     kvp__pf_tags_close(pf, 0);
     if (pf->fd >= 0)
@@ -596,7 +611,7 @@ static int pf_tagged(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops,
 static void pf_run_plain(struct kvp_pagefile *pf, void *arg)
 {
     struct kvp__pf_batch *b = arg;
-    pf->be[b->write]->run(pf, b);
+    pf->be[b->write]->run(pf, pf->be_state[b->write], b);
 }
 
 static int pf_batch(struct kvp_pagefile *pf, const struct kvp_pagefile_op *ops,
@@ -688,7 +703,7 @@ static int pf_valigned(const struct kvp_pagefile *pf, const struct kvp_pagefile_
     return ok;
 }
 
-/* The plan of a vectored batch: xops (and for psync xvec) the plain
+/* The plan of a vectored batch: xops (and for a KVP__PF_CAP_VEC backend xvec) the plain
  * operations the backend runs, xown[j] the vectored op of xops[j]. */
 struct pf_vplan {
     struct kvp_pagefile_op *xops;
@@ -735,8 +750,8 @@ static int pf_vplan_make(const struct kvp_pagefile *pf, const struct kvp_pagefil
     if (!mode)
         return -ENOMEM;
     p->stop = mode + n;
-    const int psync = pf->be[write]->id == KVP_PAGEFILE_BACKEND_PSYNC;
-    const int vec_ok = psync && pf->xfer[write] == kvp__pf_xfer_plain;
+    const int vec_ok =
+        (pf->be[write]->caps & KVP__PF_CAP_VEC) && pf->xfer[write] == kvp__pf_xfer_plain;
     size_t nx = 0, niov = 0;
     uint64_t staged = 0, a = pf->mem_align > 64 ? pf->mem_align : 64;
     for (size_t i = 0; i < n; i++) {
@@ -863,7 +878,7 @@ static void pf_run_vplan(struct kvp_pagefile *pf, void *arg)
                                   .n = m,
                                   .write = v->write,
                                   .vec = p->niov ? p->xvec + lo : NULL};
-        pf->be[v->write]->run(pf, &b);
+        pf->be[v->write]->run(pf, pf->be_state[v->write], &b);
     }
     pf_vgather(v->ops, v->n, p, v->write, v->results);
 }
@@ -956,11 +971,11 @@ KVP_API int kvp_pagefile_register_buffers(struct kvp_pagefile *pf,
         const struct kvp__pf_backend *be = pf->started[i];
         if (!be || !be->reg)
             continue;
-        int rc = be->reg(pf, bufs, n, err);
+        int rc = be->reg(pf, pf->state[i], bufs, n, err);
         if (rc != 0) {
             for (int j = 0; j < i; j++)
                 if (pf->started[j] && pf->started[j]->unreg)
-                    pf->started[j]->unreg(pf);
+                    pf->started[j]->unreg(pf, pf->state[j]);
             return rc;
         }
     }
@@ -971,7 +986,7 @@ KVP_API int kvp_pagefile_unregister_buffers(struct kvp_pagefile *pf)
 {
     for (int i = 0; pf && i < 2; i++)
         if (pf->started[i] && pf->started[i]->unreg)
-            pf->started[i]->unreg(pf);
+            pf->started[i]->unreg(pf, pf->state[i]);
     return 0;
 }
 
@@ -991,7 +1006,7 @@ KVP_API void *kvp_pagefile_alloc(struct kvp_pagefile *pf, uint64_t size, struct 
     }
     for (int i = 0; i < 2; i++)
         if (pf->started[i] && pf->started[i]->alloc)
-            return pf->started[i]->alloc(pf, size, err);
+            return pf->started[i]->alloc(pf, pf->state[i], size, err);
     size_t align = pf->mem_align > 4096 ? pf->mem_align : 4096;
     /* A buffer of a huge page or more is aligned to one and asks for huge
      * pages: each first touch of a 4 KiB page can cost microseconds (some
@@ -1019,7 +1034,7 @@ KVP_API void kvp_pagefile_free(struct kvp_pagefile *pf, void *ptr)
     if (!pf || !ptr)
         return;
     for (int i = 0; i < 2; i++)
-        if (pf->started[i] && pf->started[i]->free && pf->started[i]->free(pf, ptr))
+        if (pf->started[i] && pf->started[i]->free && pf->started[i]->free(pf, pf->state[i], ptr))
             return;
     free(ptr);
 }
@@ -1034,7 +1049,7 @@ static struct kvp_pagefile_info pf_backends_info(const struct kvp_pagefile *pf)
     info.info_size = sizeof info;
     for (int i = 0; i < 2; i++)
         if (pf->started[i] && pf->started[i]->info)
-            pf->started[i]->info(pf, &info);
+            pf->started[i]->info(pf, pf->state[i], &info);
     return info;
 }
 
@@ -1076,6 +1091,22 @@ KVP_API const char *kvp_pagefile_backend_name(int backend)
         return "auto";
     const struct kvp__pf_backend *be = pf_backend_of(backend);
     return be ? be->name : "?";
+}
+KVP_API const char *kvp_pagefile_flag_name(uint32_t flag)
+{
+    static const struct {
+        uint32_t flag;
+        const char *name;
+    } names[] = {
+        {KVP_PAGEFILE_CREATE, "create"},     {KVP_PAGEFILE_DIRECT, "direct"},
+        {KVP_PAGEFILE_ALIGNED, "aligned"},   {KVP_PAGEFILE_EXACT_SIZE, "exact_size"},
+        {KVP_PAGEFILE_READONLY, "readonly"}, {KVP_PAGEFILE_MMAP_READS, "mmap_reads"},
+        {KVP_PAGEFILE_MKDIR, "mkdir"},       {KVP_PAGEFILE_NO_TAGS, "no_tags"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (names[i].flag == flag)
+            return names[i].name;
+    return NULL;
 }
 KVP_API const char *kvp_pagefile_backend_note(const struct kvp_pagefile *pf)
 {

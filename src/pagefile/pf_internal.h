@@ -1,15 +1,15 @@
 /*
  * pf_internal.h — what the pagefile front end (pagefile.c) and its backends
- * share: the handle, the backend table every backend fills (psync.c,
- * uring.c), and the helpers below the backends (pf_io.c: the plain
- * transfer, the EAGAIN pause, the fault-injection hook the tests use;
- * pf_map.c: mmap reads). A backend calls only those helpers, never the
- * front end. kvp__ names: internal, reachable from tests through
- * kvpage_internal.
+ * share: the handle, the backend struct every backend fills (psync.c,
+ * uring.c, usrbio.c) and their table (pf_table.c), and the helpers below the backends (pf_io.c: the
+ * plain transfer, the EAGAIN pause, the fault-injection hook the tests use; pf_map.c: mmap reads).
+ * A backend calls only those helpers, never the front end. kvp__ names: internal, reachable from
+ * tests through kvpage_internal.
  *
- * Adding a backend: a file with its struct kvp__pf_backend, its id in
- * pagefile.h, one line in pf_backends[] (pagefile.c), and its state's
- * pointer in struct kvp_pagefile.
+ * Adding a backend: a file with its struct kvp__pf_backend (its id, name,
+ * AUTO claims and picks, and its own per-handle state behind a void *), one
+ * row in pf_backends.def, and its id in pagefile.h
+ * (docs/adding-a-backend.md, "A page-I/O backend").
  */
 #ifndef KVPAGE_PF_INTERNAL_H
 #define KVPAGE_PF_INTERNAL_H
@@ -23,6 +23,8 @@
 
 /* ---- fault injection -------------------------------------------------- */
 
+/* The sites, by backend: one numbering the tests name (a new backend adds
+ * its own at the end). */
 enum kvp__pf_site {
     KVP__PF_PREAD = 1,     /* psync, before each pread attempt */
     KVP__PF_PWRITE,        /* psync, before each pwrite attempt */
@@ -98,52 +100,69 @@ struct kvp_pagefile;
 typedef int64_t (*kvp__pf_xfer_fn)(const struct kvp_pagefile *pf, int write, void *buf,
                                    uint64_t len, int64_t off);
 
+/* kvp__pf_backend.auto_for: the cells of AUTO's choice, [direct][write],
+ * where the backend is the faster one (bench/io); a cell no row claims goes
+ * to the default row (the first of pf_backends.def). */
+#define KVP__PF_AUTO_CELL(direct, write) (1u << ((direct)*2 + (write)))
+
+/* kvp__pf_backend.caps: what the front end may hand the backend. */
+enum {
+    /* b->vec: a vectored op moves whole, from its segments (else the front
+     * end splits it into plain ops, or stages it). */
+    KVP__PF_CAP_VEC = 1,
+    /* Moves bytes with the handle's kvp__pf_xfer_fn (pf->xfer), so
+     * KVP_PAGEFILE_MMAP_READS reads can run on it. */
+    KVP__PF_CAP_XFER = 2,
+};
+
 /*
  * A page-I/O backend. The front end picks one per direction at open, starts
  * each backend it picked once (both directions may share it), hands it the
- * validated batches of its directions, and stops it at close.
+ * validated batches of its directions, and stops it at close. What start
+ * sets up for the handle is the backend's own: a void * (*state) the front
+ * end keeps and hands back to every other call, never looks into.
  */
 struct kvp__pf_backend {
-    int id;           /* KVP_PAGEFILE_BACKEND_* */
+    int id;           /* KVP_PAGEFILE_BACKEND_* (test backends: from 100, tests/backends) */
     const char *name; /* kvp_pagefile_backend_name: "psync", "uring" */
     /* What may be unavailable, for messages ("io_uring"), or NULL when the
-     * backend is always there (it is then the fallback of the others). */
+     * backend is always there (the default row: the fallback of the others). */
     const char *what;
+    unsigned auto_for; /* KVP__PF_AUTO_CELL bits: AUTO picks it there */
+    unsigned caps;     /* KVP__PF_CAP_* */
     /* Under AUTO: 1 when this backend wants the file (usrbio: the file is on
-     * 3FS), asked before the table of pagefile.c; NULL for never. */
+     * 3FS), asked before auto_for; NULL for never. */
     int (*claims)(const struct kvp_pagefile *pf);
     /*
-     * Sets the backend up for pf from the handle's options. Returns 0, or a
-     * -errno with why (NUL-terminated, at most whylen bytes) saying what
-     * failed: with `what` set, the cause ("io_uring_queue_init: ..."), which
-     * the front end words as "WHAT is unavailable (CAUSE)"; else the whole
-     * message. On failure nothing is left to stop.
+     * Sets the backend up for pf from the handle's options, its state in
+     * *state. Returns 0, or a -errno with why (NUL-terminated, at most whylen
+     * bytes) saying what failed: with `what` set, the cause
+     * ("io_uring_queue_init: ..."), which the front end words as "WHAT is
+     * unavailable (CAUSE)"; else the whole message. On failure nothing is
+     * left to stop.
      */
-    int (*start)(struct kvp_pagefile *pf, char *why, size_t whylen);
-    void (*stop)(struct kvp_pagefile *pf); /* what start set up; safe when it did not run */
-    void (*run)(struct kvp_pagefile *pf, struct kvp__pf_batch *b); /* fills b->results */
+    int (*start)(struct kvp_pagefile *pf, void **state, char *why, size_t whylen);
+    void (*stop)(struct kvp_pagefile *pf, void *state); /* what start set up */
+    void (*run)(struct kvp_pagefile *pf, void *state, struct kvp__pf_batch *b); /* fills results */
     /* Registers the caller's regions (already checked non-empty), replacing
      * any earlier ones; NULL when the backend has nothing to register. */
-    int (*reg)(struct kvp_pagefile *pf, const struct kvp_pagefile_buf *bufs, size_t n,
+    int (*reg)(struct kvp_pagefile *pf, void *state, const struct kvp_pagefile_buf *bufs, size_t n,
                struct kvp_error *err);
-    void (*unreg)(struct kvp_pagefile *pf);
+    void (*unreg)(struct kvp_pagefile *pf, void *state);
     /* Memory for kvp_pagefile_alloc that the backend can do I/O on without a
      * copy (NULL: the front end's aligned malloc); free returns 1 when ptr was
      * the backend's (and frees it), else 0. */
-    void *(*alloc)(struct kvp_pagefile *pf, uint64_t size, struct kvp_error *err);
-    int (*free)(struct kvp_pagefile *pf, void *ptr);
+    void *(*alloc)(struct kvp_pagefile *pf, void *state, uint64_t size, struct kvp_error *err);
+    int (*free)(struct kvp_pagefile *pf, void *state, void *ptr);
     /* Adds what the backend knows to info (threads, queues, registered buffers). */
-    void (*info)(const struct kvp_pagefile *pf, struct kvp_pagefile_info *info);
+    void (*info)(const struct kvp_pagefile *pf, void *state, struct kvp_pagefile_info *info);
 };
 
-extern const struct kvp__pf_backend kvp__pf_psync;  /* psync.c */
-extern const struct kvp__pf_backend kvp__pf_uring;  /* uring.c */
-extern const struct kvp__pf_backend kvp__pf_usrbio; /* usrbio.c */
+/* The table (pf_table.c, from pf_backends.def): every backend, the default
+ * row first, NULL-terminated. */
+extern const struct kvp__pf_backend *const kvp__pf_backends[];
 
-struct kvp__pf_pool;   /* psync.c */
-struct kvp__pf_tags;   /* pf_tags.c */
-struct kvp__pf_urings; /* uring.c */
-struct kvp__pf_usrbio; /* usrbio.c */
+struct kvp__pf_tags; /* pf_tags.c */
 
 struct kvp_pagefile {
     int fd;
@@ -152,12 +171,11 @@ struct kvp_pagefile {
     uint32_t entries, flags, mode, threads_asked, queues_asked;
     int backend_req;
     const struct kvp__pf_backend *be[2];      /* [0] reads, [1] writes */
+    void *be_state[2];                        /* the state of be[0], be[1] */
     const struct kvp__pf_backend *started[2]; /* the distinct backends started, in order */
+    void *state[2];                           /* their states (start's *state) */
     kvp__pf_xfer_fn xfer[2];                  /* [0] reads, [1] writes */
     uint32_t mem_align, off_align;
-    struct kvp__pf_pool *pool;     /* psync's state */
-    struct kvp__pf_urings *urings; /* uring's state */
-    struct kvp__pf_usrbio *usrbio; /* usrbio's state */
     char *map;                 /* KVP_PAGEFILE_MMAP_READS: [0, size) mapped read-only, or NULL */
     uint64_t map_page;         /* the page size mincore counts in */
     struct kvp__pf_tags *tags; /* integrity tags, NULL when off */

@@ -29,8 +29,11 @@ struct pf_opstate {
     int inflight;
 };
 
+struct kvp__pf_urings;
+
 struct pf_ring {
     pthread_mutex_t mu;
+    struct kvp__pf_urings *set; /* the handle's rings, this one's among them */
     struct io_uring ring;
     int ok;         /* set up and usable; 0 after a failed reset: batches run inline */
     int fixed_file; /* the fd is registered at index 0 */
@@ -79,9 +82,9 @@ static int pf_ring_register(struct kvp__pf_urings *u, struct pf_ring *r)
     return io_uring_register_buffers(&r->ring, u->iov, u->nregs);
 }
 
-static void pf_uring_stop(struct kvp_pagefile *pf);
+static void pf_uring_free(struct kvp__pf_urings *u);
 
-static int pf_uring_setup(struct kvp_pagefile *pf, uint32_t queues)
+static int pf_uring_setup(struct kvp_pagefile *pf, uint32_t queues, void **state)
 {
     struct kvp__pf_urings *u = calloc(1, sizeof *u);
     if (!u)
@@ -91,33 +94,31 @@ static int pf_uring_setup(struct kvp_pagefile *pf, uint32_t queues)
         free(u);
         return -ENOMEM;
     }
-    pf->urings = u;
     unsigned depth = pf->entries < PF_RING_MAX_DEPTH ? pf->entries : PF_RING_MAX_DEPTH;
     for (uint32_t q = 0; q < queues; q++) {
         struct pf_ring *r = &u->rings[q];
         pthread_mutex_init(&r->mu, NULL);
+        r->set = u;
         u->n++;
         r->depth = depth;
         r->st = calloc(pf->entries, sizeof *r->st);
         r->todo = calloc(pf->entries, sizeof *r->todo);
         if (!r->st || !r->todo) {
-            pf_uring_stop(pf);
+            pf_uring_free(u);
             return -ENOMEM;
         }
         int rc = pf_ring_setup(pf, r);
         if (rc < 0) {
-            pf_uring_stop(pf);
+            pf_uring_free(u);
             return rc;
         }
     }
+    *state = u;
     return 0;
 }
 
-static void pf_uring_stop(struct kvp_pagefile *pf)
+static void pf_uring_free(struct kvp__pf_urings *u)
 {
-    struct kvp__pf_urings *u = pf->urings;
-    if (!u)
-        return;
     for (uint32_t q = 0; q < u->n; q++) {
         struct pf_ring *r = &u->rings[q];
         if (r->ok)
@@ -130,14 +131,17 @@ static void pf_uring_stop(struct kvp_pagefile *pf)
     free(u->iov);
     free(u->regs);
     free(u);
-    pf->urings = NULL;
 }
 
-static void pf_uring_info(const struct kvp_pagefile *pf, struct kvp_pagefile_info *info)
+static void pf_uring_stop(struct kvp_pagefile *pf, void *state)
 {
-    struct kvp__pf_urings *u = pf->urings;
-    if (!u)
-        return;
+    pf_uring_free(state);
+}
+
+static void pf_uring_info(const struct kvp_pagefile *pf, void *state,
+                          struct kvp_pagefile_info *info)
+{
+    struct kvp__pf_urings *u = state;
     info->queues = u->n;
     pthread_mutex_lock(&u->rings[0].mu);
     info->registered_buffers = u->nregs;
@@ -175,10 +179,10 @@ static int pf_reg_cmp(const void *a, const void *b)
     return x->base < y->base ? -1 : x->base > y->base;
 }
 
-static int pf_uring_register(struct kvp_pagefile *pf, const struct kvp_pagefile_buf *bufs, size_t n,
-                             struct kvp_error *err)
+static int pf_uring_register(struct kvp_pagefile *pf, void *state,
+                             const struct kvp_pagefile_buf *bufs, size_t n, struct kvp_error *err)
 {
-    struct kvp__pf_urings *u = pf->urings;
+    struct kvp__pf_urings *u = state;
     size_t count = 0;
     for (size_t i = 0; i < n; i++)
         count += (size_t)((bufs[i].len + PF_REG_MAX_LEN - 1) / PF_REG_MAX_LEN);
@@ -211,20 +215,16 @@ static int pf_uring_register(struct kvp_pagefile *pf, const struct kvp_pagefile_
     if (rc != 0)
         pf_drop_regs(u);
     pf_unlock_all(u);
-    if (rc != 0 && err) {
-        memset(err, 0, sizeof *err);
-        err->code = rc;
-        err->rule = KVP_RULE_IO;
-        err->index = -1;
-        snprintf(err->msg, sizeof err->msg, "io_uring_register_buffers of %zu regions failed: %s%s",
-                 count, strerror(-rc), rc == -ENOMEM ? " (RLIMIT_MEMLOCK too low?)" : "");
-    }
+    if (rc != 0)
+        kvp__pf_fail(err, rc, KVP_RULE_IO, -1, 0,
+                     "io_uring_register_buffers of %zu regions failed: %s%s", count, strerror(-rc),
+                     rc == -ENOMEM ? " (RLIMIT_MEMLOCK too low?)" : "");
     return rc;
 }
 
-static void pf_uring_unregister(struct kvp_pagefile *pf)
+static void pf_uring_unregister(struct kvp_pagefile *pf, void *state)
 {
-    struct kvp__pf_urings *u = pf->urings;
+    struct kvp__pf_urings *u = state;
     pf_lock_all(u);
     pf_drop_regs(u);
     pf_unlock_all(u);
@@ -268,7 +268,7 @@ static void pf_prep(struct kvp_pagefile *pf, struct pf_ring *r, struct io_uring_
         if (f > 0 && (uint64_t)f < len)
             len = (uint64_t)f;
         int fd = r->fixed_file ? 0 : pf->fd;
-        int reg = pf_find_reg(pf->urings, op->buf, op->size);
+        int reg = pf_find_reg(r->set, op->buf, op->size);
         if (reg >= 0 && b->write)
             io_uring_prep_write_fixed(sqe, fd, buf, (unsigned)len, (uint64_t)off, reg);
         else if (reg >= 0)
@@ -367,7 +367,7 @@ static void pf_ring_broken(struct kvp_pagefile *pf, struct pf_ring *r,
     *todo_n = 0;
     io_uring_queue_exit(&r->ring);
     r->ok = 0;
-    if (pf_ring_setup(pf, r) == 0 && pf_ring_register(pf->urings, r) != 0) {
+    if (pf_ring_setup(pf, r) == 0 && pf_ring_register(r->set, r) != 0) {
         io_uring_queue_exit(&r->ring);
         r->ok = 0;
     }
@@ -424,9 +424,9 @@ static void pf_ring_run(struct kvp_pagefile *pf, struct pf_ring *r, struct kvp__
     }
 }
 
-static void pf_uring_run(struct kvp_pagefile *pf, struct kvp__pf_batch *b)
+static void pf_uring_run(struct kvp_pagefile *pf, void *state, struct kvp__pf_batch *b)
 {
-    struct kvp__pf_urings *u = pf->urings;
+    struct kvp__pf_urings *u = state;
     uint32_t start = atomic_fetch_add_explicit(&u->rr, 1, memory_order_relaxed) % u->n;
     struct pf_ring *r = NULL;
     for (uint32_t k = 0; k < u->n && !r; k++) {
@@ -446,18 +446,25 @@ static void pf_uring_run(struct kvp_pagefile *pf, struct kvp__pf_batch *b)
 }
 
 /* queues rings (opts.queues, default 4); why: the cause when io_uring cannot be set up. */
-static int pf_uring_start(struct kvp_pagefile *pf, char *why, size_t whylen)
+static int pf_uring_start(struct kvp_pagefile *pf, void **state, char *why, size_t whylen)
 {
-    int rc = pf_uring_setup(pf, pf->queues_asked ? pf->queues_asked : KVP__PF_DEFAULT_QUEUES);
+    int rc =
+        pf_uring_setup(pf, pf->queues_asked ? pf->queues_asked : KVP__PF_DEFAULT_QUEUES, state);
     if (rc != 0)
         snprintf(why, whylen, "io_uring_queue_init: %s", strerror(-rc));
     return rc;
 }
 
+/*
+ * AUTO's choice for O_DIRECT, both ways, from bench/io (bench/io/README.md,
+ * 2026-11-30): io_uring is ahead in every page size, as it keeps the device
+ * queue full without a thread per request. Buffered I/O: psync.c.
+ */
 const struct kvp__pf_backend kvp__pf_uring = {
     .id = KVP_PAGEFILE_BACKEND_URING,
     .name = "uring",
     .what = "io_uring",
+    .auto_for = KVP__PF_AUTO_CELL(1, 0) | KVP__PF_AUTO_CELL(1, 1),
     .start = pf_uring_start,
     .stop = pf_uring_stop,
     .run = pf_uring_run,

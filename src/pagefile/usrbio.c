@@ -29,7 +29,6 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,6 +120,8 @@ out:
 
 /* ---- the handle's state ----------------------------------------------- */
 
+extern const struct kvp__pf_backend kvp__pf_usrbio; /* below */
+
 struct ub_ring {
     pthread_mutex_t mu;
     int made, ok; /* ok: usable; 0 once broken (batches then run inline) */
@@ -170,11 +171,8 @@ static void ub_ring_destroy(struct ub_ring *r)
     pthread_mutex_destroy(&r->mu);
 }
 
-static void pf_usrbio_stop(struct kvp_pagefile *pf)
+static void ub_free(struct kvp_pagefile *pf, struct kvp__pf_usrbio *u)
 {
-    struct kvp__pf_usrbio *u = pf->usrbio;
-    if (!u)
-        return;
     for (int w = 0; w < 2; w++) {
         for (uint32_t k = 0; k < u->nring[w]; k++)
             ub_ring_destroy(&u->ring[w][k]);
@@ -191,7 +189,11 @@ static void pf_usrbio_stop(struct kvp_pagefile *pf)
     free(u->regs);
     pthread_mutex_destroy(&u->alloc_mu);
     free(u);
-    pf->usrbio = NULL;
+}
+
+static void pf_usrbio_stop(struct kvp_pagefile *pf, void *state)
+{
+    ub_free(pf, state);
 }
 
 /* 1 when the library loads and says pf's file is on a 3FS mount (AUTO's test). */
@@ -247,7 +249,7 @@ static int ub_ring_make(struct kvp_pagefile *pf, struct kvp__pf_usrbio *u, struc
     return 0;
 }
 
-static int pf_usrbio_start(struct kvp_pagefile *pf, char *why, size_t whylen)
+static int pf_usrbio_start(struct kvp_pagefile *pf, void **state, char *why, size_t whylen)
 {
     int rc = ub_load(why, whylen);
     if (rc != 0)
@@ -258,7 +260,6 @@ static int pf_usrbio_start(struct kvp_pagefile *pf, char *why, size_t whylen)
         return -ENOMEM;
     }
     pthread_mutex_init(&u->alloc_mu, NULL);
-    pf->usrbio = u;
     int n = ub.extract_mount_point(u->mount, (int)sizeof u->mount, pf->path);
     if (n <= 0 || n > (int)sizeof u->mount) {
         snprintf(why, whylen,
@@ -291,9 +292,10 @@ static int pf_usrbio_start(struct kvp_pagefile *pf, char *why, size_t whylen)
             if ((rc = ub_ring_make(pf, u, &u->ring[w][k], w, why, whylen)) != 0)
                 goto fail;
     }
+    *state = u;
     return 0;
 fail:
-    pf_usrbio_stop(pf);
+    ub_free(pf, u);
     return rc;
 }
 
@@ -489,9 +491,9 @@ static void ub_ring_run(struct kvp_pagefile *pf, struct kvp__pf_usrbio *u, struc
     }
 }
 
-static void pf_usrbio_run(struct kvp_pagefile *pf, struct kvp__pf_batch *b)
+static void pf_usrbio_run(struct kvp_pagefile *pf, void *state, struct kvp__pf_batch *b)
 {
-    struct kvp__pf_usrbio *u = pf->usrbio;
+    struct kvp__pf_usrbio *u = state;
     int w = b->write ? 1 : 0;
     for (size_t i = 0; i < b->n; i++)
         b->results[i] = INT64_MIN; /* not finished */
@@ -522,32 +524,15 @@ static void pf_usrbio_run(struct kvp_pagefile *pf, struct kvp__pf_batch *b)
 
 /* ---- memory and registration ------------------------------------------ */
 
-/* Fills err (may be NULL) with code, KVP_RULE_IO and the message; returns code. */
-__attribute__((format(printf, 3, 4))) static int ub_err(struct kvp_error *err, int code,
-                                                        const char *fmt, ...)
-{
-    if (!err)
-        return code;
-    memset(err, 0, sizeof *err);
-    err->code = code;
-    err->rule = KVP_RULE_IO;
-    err->index = -1;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-    va_end(ap);
-    return code;
-}
-
 /* The regions are kept: an op inside one and inside an iov of
  * kvp_pagefile_alloc goes zero-copy (other memory is staged as before). */
-static int pf_usrbio_register(struct kvp_pagefile *pf, const struct kvp_pagefile_buf *bufs,
-                              size_t n, struct kvp_error *err)
+static int pf_usrbio_register(struct kvp_pagefile *pf, void *state,
+                              const struct kvp_pagefile_buf *bufs, size_t n, struct kvp_error *err)
 {
-    struct kvp__pf_usrbio *u = pf->usrbio;
+    struct kvp__pf_usrbio *u = state;
     struct kvp_pagefile_buf *copy = calloc(n, sizeof *copy);
     if (!copy) {
-        return ub_err(err, -ENOMEM, "out of memory");
+        return kvp__pf_fail(err, -ENOMEM, KVP_RULE_IO, -1, 0, "out of memory");
     }
     memcpy(copy, bufs, n * sizeof *copy);
     pthread_mutex_lock(&u->alloc_mu);
@@ -558,9 +543,9 @@ static int pf_usrbio_register(struct kvp_pagefile *pf, const struct kvp_pagefile
     return 0;
 }
 
-static void pf_usrbio_unregister(struct kvp_pagefile *pf)
+static void pf_usrbio_unregister(struct kvp_pagefile *pf, void *state)
 {
-    struct kvp__pf_usrbio *u = pf->usrbio;
+    struct kvp__pf_usrbio *u = state;
     pthread_mutex_lock(&u->alloc_mu);
     free(u->regs);
     u->regs = NULL;
@@ -569,15 +554,16 @@ static void pf_usrbio_unregister(struct kvp_pagefile *pf)
 }
 
 /* An iov of the library: memory the 3FS daemon reads and writes directly. */
-static void *pf_usrbio_alloc(struct kvp_pagefile *pf, uint64_t size, struct kvp_error *err)
+static void *pf_usrbio_alloc(struct kvp_pagefile *pf, void *state, uint64_t size,
+                             struct kvp_error *err)
 {
-    struct kvp__pf_usrbio *u = pf->usrbio;
+    struct kvp__pf_usrbio *u = state;
     struct ub_alloc *a = calloc(1, sizeof *a);
     int rc = a ? ub.iovcreate(&a->iov, u->mount, (size_t)size, 0, -1) : -ENOMEM;
     if (rc < 0) {
         free(a);
-        ub_err(err, rc, "hf3fs_iovcreate of %llu bytes on %.150s: %s", (unsigned long long)size,
-               u->mount, strerror(-rc));
+        kvp__pf_fail(err, rc, KVP_RULE_IO, -1, 0, "hf3fs_iovcreate of %llu bytes on %.150s: %s",
+                     (unsigned long long)size, u->mount, strerror(-rc));
         return NULL;
     }
     pthread_mutex_lock(&u->alloc_mu);
@@ -587,9 +573,9 @@ static void *pf_usrbio_alloc(struct kvp_pagefile *pf, uint64_t size, struct kvp_
     return a->iov.base;
 }
 
-static int pf_usrbio_free(struct kvp_pagefile *pf, void *ptr)
+static int pf_usrbio_free(struct kvp_pagefile *pf, void *state, void *ptr)
 {
-    struct kvp__pf_usrbio *u = pf->usrbio;
+    struct kvp__pf_usrbio *u = state;
     struct ub_alloc *a = NULL;
     pthread_mutex_lock(&u->alloc_mu);
     for (struct ub_alloc **pp = &u->allocs; *pp; pp = &(*pp)->next) {
@@ -607,11 +593,10 @@ static int pf_usrbio_free(struct kvp_pagefile *pf, void *ptr)
     return 1;
 }
 
-static void pf_usrbio_info(const struct kvp_pagefile *pf, struct kvp_pagefile_info *info)
+static void pf_usrbio_info(const struct kvp_pagefile *pf, void *state,
+                           struct kvp_pagefile_info *info)
 {
-    struct kvp__pf_usrbio *u = pf->usrbio;
-    if (!u)
-        return;
+    const struct kvp__pf_usrbio *u = state;
     for (int w = 0; w < 2; w++)
         for (uint32_t k = 0; k < u->nring[w]; k++)
             info->queues += u->ring[w][k].made;
