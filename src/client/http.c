@@ -1395,6 +1395,10 @@ oom:
 static const struct kvp__meta_scheme h_schemes[] = {
     {"http",
      "http://HOST:PORT[/ns/NAME]: the state in a remote kvpage serve, through its HTTP routes", 0},
+    {"https",
+     "metadata location scheme 'https:' is not implemented yet: use http:// (kvpage serve "
+     "speaks plain HTTP; put TLS in a proxy beside it)",
+     KVP__SCHEME_REFUSED},
     {NULL, NULL, 0},
 };
 

@@ -75,6 +75,11 @@ struct kvp__meta_scheme {
 /* The location NULL or "" without opts.data_dir opens it; open gets where
  * NULL. */
 #define KVP__SCHEME_DEFAULT 2
+/* Not served (yet): opening it is -EOPNOTSUPP with the description as the
+ * message, and with KVP__SCHEME_KNOWN the schemes there are after it;
+ * listed nowhere. */
+#define KVP__SCHEME_REFUSED 4
+#define KVP__SCHEME_KNOWN 8
 
 struct kvp__meta_ops {
     const char *name; /* for messages: "in-process" */

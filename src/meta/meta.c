@@ -99,12 +99,14 @@ struct extra_scheme {
 static struct extra_scheme *extra;
 static size_t nextra;
 
-/* The i-th scheme there is, with its backend: 0, or -ENOENT past the last. */
-static int scheme_at(size_t i, const struct kvp__meta_scheme **s, const struct kvp__meta_ops **ops)
+/* The i-th scheme there is (all: with those refused), with its backend: 0,
+ * or -ENOENT past the last. */
+static int scheme_at(size_t i, int all, const struct kvp__meta_scheme **s,
+                     const struct kvp__meta_ops **ops)
 {
     for (size_t b = 0; kvp__meta_backends[b]; b++)
         for (const struct kvp__meta_scheme *r = kvp__meta_backends[b]->schemes; r && r->scheme; r++)
-            if (i-- == 0) {
+            if ((all || !(r->flags & KVP__SCHEME_REFUSED)) && i-- == 0) {
                 *s = r;
                 *ops = kvp__meta_backends[b];
                 return 0;
@@ -121,7 +123,7 @@ static int scheme_at(size_t i, const struct kvp__meta_scheme **s, const struct k
 static int scheme_find(const char *name, size_t slen, int flags, const struct kvp__meta_scheme **s,
                        const struct kvp__meta_ops **ops)
 {
-    for (size_t i = 0; scheme_at(i, s, ops) == 0; i++)
+    for (size_t i = 0; scheme_at(i, 1, s, ops) == 0; i++)
         if (name ? strlen((*s)->scheme) == slen && !strncmp((*s)->scheme, name, slen)
                  : ((*s)->flags & flags) != 0)
             return 0;
@@ -148,7 +150,7 @@ static void known_schemes(char *buf, size_t len)
     const struct kvp__meta_ops *ops;
     size_t o = 0;
     buf[0] = '\0';
-    for (size_t i = 0; scheme_at(i, &s, &ops) == 0 && o < len; i++)
+    for (size_t i = 0; scheme_at(i, 0, &s, &ops) == 0 && o < len; i++)
         o += (size_t)snprintf(buf + o, len - o, "%s%s:", i ? ", " : "", s->scheme);
 }
 
@@ -165,19 +167,6 @@ static int no_backend(const char *location, const char *scheme, size_t slen, str
 {
     char known[128];
     known_schemes(known, sizeof known);
-    if (slen == 5 && !strncmp(scheme, "https", 5)) {
-        kvp__set_err(err, -EOPNOTSUPP, KVP_RULE_ARG, -1, 0, 0,
-                     "metadata location scheme 'https:' is not implemented yet: use http:// "
-                     "(kvpage serve speaks plain HTTP; put TLS in a proxy beside it)");
-        return -EOPNOTSUPP;
-    }
-    if (slen == 6 && !strncmp(scheme, "rediss", 6)) {
-        kvp__set_err(err, -EOPNOTSUPP, KVP_RULE_ARG, -1, 0, 0,
-                     "metadata location scheme 'rediss:' (Redis over TLS) is not implemented "
-                     "yet (known: %s)",
-                     known);
-        return -EOPNOTSUPP;
-    }
     if (kvp__looks_hostport(location))
         return kvp__hostport_refusal(location, err);
     kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, 0, 0,
@@ -224,6 +213,14 @@ static int parse_location(const char *location, const char *data_dir, struct loc
     if (scheme_find(scheme, slen, flag, &l->s, &l->ops))
         return scheme ? no_backend(location, scheme, slen, err)
                       : bad_arg(err, "no backend takes a data directory or the default");
+    if (l->s->flags & KVP__SCHEME_REFUSED) {
+        char known[128] = "";
+        if (l->s->flags & KVP__SCHEME_KNOWN)
+            known_schemes(known, sizeof known);
+        kvp__set_err(err, -EOPNOTSUPP, KVP_RULE_ARG, -1, 0, 0, "%s%s%s%s", l->s->description,
+                     *known ? " (known: " : "", known, *known ? ")" : "");
+        return -EOPNOTSUPP;
+    }
     if (l->s->flags & KVP__SCHEME_DEFAULT) {
         l->where = NULL;
     } else if (l->s->flags & KVP__SCHEME_DIR) {
@@ -375,7 +372,7 @@ KVP_API int kvp_meta_backend_info(size_t i, struct kvp_meta_info *out)
     const struct kvp__meta_ops *ops;
     if (!out || !out->info_size)
         return -EINVAL;
-    return scheme_at(i, &s, &ops) ? -ENOENT : info_out(s, ops, NULL, out);
+    return scheme_at(i, 0, &s, &ops) ? -ENOENT : info_out(s, ops, NULL, out);
 }
 
 KVP_API int kvp_meta_location_info(const char *location, int data_dir, struct kvp_meta_info *out,

@@ -2019,6 +2019,8 @@ static const struct kvp__meta_scheme rd_schemes[] = {
      "redis://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...][/DB][?prefix=NAME&wait=N&wait_ms=T]: "
      "the state in a Redis server or Redis Cluster, shared by every process that opens it",
      0},
+    {"rediss", "metadata location scheme 'rediss:' (Redis over TLS) is not implemented yet",
+     KVP__SCHEME_REFUSED | KVP__SCHEME_KNOWN},
     {NULL, NULL, 0},
 };
 

@@ -44,7 +44,8 @@ static void test_listing(void)
         CHECK(i.name && *i.name && i.scheme && *i.scheme);
         CHECK(i.description && strlen(i.description) > 10);
         CHECK(i.holder && *i.holder);
-        CHECK_EQ(i.durability, KVP_DURABLE_UNKNOWN); /* no handle, no state */
+        CHECK_EQ(i.durability, KVP_DURABLE_UNKNOWN);                    /* no handle, no state */
+        CHECK(strcmp(i.scheme, "https") && strcmp(i.scheme, "rediss")); /* refused, unlisted */
         if (n < sizeof want / sizeof *want) {
             CHECK(!strcmp(i.scheme, want[n][0]));
             CHECK(!strcmp(i.name, want[n][1]));
@@ -106,6 +107,14 @@ static void test_location(void)
     CHECK(strstr(err.msg, "unknown metadata location scheme 'nope:'") &&
           strstr(err.msg, "redis-sentinel:"));
     CHECK_EQ(kvp_meta_location_info("https://h:1", 0, &i, &err), -EOPNOTSUPP);
+    CHECK(!strcmp(err.msg, "metadata location scheme 'https:' is not implemented yet: use "
+                           "http:// (kvpage serve speaks plain HTTP; put TLS in a proxy beside "
+                           "it)"));
+    CHECK_EQ(kvp_meta_location_info("rediss://h:1", 0, &i, &err), -EOPNOTSUPP);
+    /* the schemes there are follow (testmem: too in a test build) */
+    CHECK(strstr(err.msg,
+                 "metadata location scheme 'rediss:' (Redis over TLS) is not "
+                 "implemented yet (known: mem:, file:, http:, redis:, redis-sentinel:") == err.msg);
     CHECK_EQ(kvp_meta_location_info("file:", 0, &i, &err), -EINVAL);
     CHECK(strstr(err.msg, "names no directory") != NULL);
     CHECK_EQ(kvp_meta_location_info("127.0.0.1:6379", 0, &i, &err), -EINVAL);
