@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 
 #include "kvpage/meta.h"
+#include "server/routes.h"
 #include "util/jsonw.h"
 
 /* An --allow entry. family is AF_INET or AF_INET6; addr holds 4 or 16 bytes. */
@@ -51,36 +52,6 @@ struct kvp_server_config {
 #define KVP_DEFAULT_MAX_BODY ((size_t)64 << 20)
 #define KVP_DEFAULT_MAX_KEYS ((size_t)1000000)
 #define KVP_DEFAULT_MAX_PINNED_RATIO 0.5
-
-/* Routes, for dispatch and metrics. */
-enum kvp_route {
-    KVP_ROUTE_NONE = 0, /* unmatched path (404) */
-    KVP_ROUTE_VLLM_INIT,
-    KVP_ROUTE_VLLM_ALLOCATE,
-    KVP_ROUTE_VLLM_CONFIRM,
-    KVP_ROUTE_VLLM_EXISTS,
-    KVP_ROUTE_VLLM_LOCATIONS,
-    KVP_ROUTE_VLLM_CLEAR,
-    KVP_ROUTE_VLLM_DELETE,
-    KVP_ROUTE_VLLM_DROP, /* kvpage's own: POST [/ns/NAME]/drop */
-    KVP_ROUTE_SGL_INIT,
-    KVP_ROUTE_SGL_EXISTS,
-    KVP_ROUTE_SGL_RESERVE,
-    KVP_ROUTE_SGL_CONFIRM,
-    KVP_ROUTE_SGL_DELETE,
-    KVP_ROUTE_SGL_CLEAR,
-    KVP_ROUTE_SGL_GET,
-    KVP_ROUTE_HEALTHZ,
-    KVP_ROUTE_METRICS,
-    KVP_ROUTE_STATS,
-    KVP_ROUTE_STATUS, /* GET / and /ns/NAME/: the status page */
-    KVP_ROUTE_QUERY,  /* POST [/ns/NAME]/v1/query (query.c) */
-    KVP_ROUTE_PINS,   /* POST and DELETE [/ns/NAME]/v1/pins (query.c) */
-    KVP_ROUTE_COUNT
-};
-
-/* The label of a route in metrics and /v1/stats, e.g. "/keys/batch_exists". */
-const char *kvp__route_name(int route);
 
 #define KVP_METRICS_NSTATUS 11
 #define KVP_METRICS_NBUCKETS 15
