@@ -3,8 +3,8 @@
  * HTTP request (method, path, body, client address, Authorization header)
  * and fills a reply (status, content type, body, extra headers). Everything
  * protocol-level (protocol.md, docs/protocol-notes.md) happens behind it, so
- * unit tests and the fuzz target drive it without sockets; serve.c only moves
- * bytes between libmicrohttpd and this.
+ * unit tests and the fuzz target drive it without sockets; serve_http.c only
+ * moves bytes between libmicrohttpd and this.
  */
 #ifndef KVP_SERVER_SERVER_H
 #define KVP_SERVER_SERVER_H
@@ -37,11 +37,11 @@ struct kvp_server_config {
     size_t nallow;
     size_t max_body;      /* bytes; 0 means the default (64 MiB) */
     size_t max_keys;      /* per list in one request; 0 means the default (1,000,000) */
-    const char *data_dir; /* for the record (serve.c opens meta with it); may be NULL */
+    const char *data_dir; /* for the record (serve_state.c opens meta with it); may be NULL */
     const char *state;    /* where the state is, for /v1/stats "server" (may be NULL) */
     /* When set and true after a request, the request body's JSON values live
      * in scratch memory the caller reclaims whole: they are not released one
-     * by one (serve.c's arena; a tenth of the JSON time for a 64-key body). */
+     * by one (serve_arena.c's arena; a tenth of the JSON time for a 64-key body). */
     int (*json_is_scratch)(void);
     /* Tests and the fuzzer only: read every body with jansson (fastbody.c off). */
     int no_fast_bodies;
@@ -66,7 +66,8 @@ struct kvp_metrics {
     struct kvp_metrics_cell cell[KVP_ROUTE_COUNT][KVP_METRICS_NSTATUS];
 };
 
-/* Connections, counted by the transport (serve.c), printed with the metrics. */
+/* Connections, counted by the transport (serve_http.c, serve_limits.c), printed with the metrics.
+ */
 struct kvp_conn_stats {
     atomic_uint_fast64_t open;            /* now */
     atomic_uint_fast64_t accepted;        /* since start */
