@@ -1986,23 +1986,57 @@ static int rd_open_sentinel(struct kvp_meta *front, const char *where, struct kv
     return open_either(front, where, 1, err);
 }
 
+/* What an acknowledged change promises: Redis's AOF settings. */
+static void rd_info(struct kvp_meta *front, struct kvp_meta_info *out)
+{
+    out->durability_wanted = "appendonly yes and appendfsync always";
+    out->durability_source = "CONFIG GET";
+    if (!front)
+        return;
+    int level = kvp__redis_durability(front, out->durability_text, sizeof out->durability_text);
+    out->durability = level;
+    out->durability_meaning = durability_meaning(level);
+    out->durability_loss = level == 1   ? "up to about a second of changes"
+                           : level == 0 ? "everything since its last snapshot"
+                                        : NULL;
+}
+
+static const struct kvp__meta_scheme rd_schemes[] = {
+    {"redis",
+     "redis://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...][/DB][?prefix=NAME&wait=N&wait_ms=T]: "
+     "the state in a Redis server or Redis Cluster, shared by every process that opens it",
+     0},
+    {NULL, NULL, 0},
+};
+
+static const struct kvp__meta_scheme rd_sentinel_schemes[] = {
+    {"redis-sentinel",
+     "redis-sentinel://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...]/MASTER[/DB][?...]: as redis://, "
+     "its master named by Redis Sentinel",
+     0},
+    {NULL, NULL, 0},
+};
+
 #define RD_OPS                                                                                     \
     .close = rd_close, .ns = rd_ns, .init_rank = rd_init_rank, .allocate = rd_allocate,            \
     .allocate_ordered = rd_allocate_ordered, .confirm = rd_confirm, .exists = rd_exists,           \
     .lookup = rd_lookup, .del = rd_delete, .clear = rd_clear, .drop = rd_drop,                     \
     .nranks = rd_nranks, .stats = rd_stats, .check = rd_check, .wait = rd_wait,                    \
     .when_durable = rd_when_durable, .values = rd_values, .health = rd_health,                     \
-    .snapshot = rd_snapshot, .describe = rd_describe, .identity = rd_identity
+    .snapshot = rd_snapshot, .describe = rd_describe, .identity = rd_identity, .remote = 1,        \
+    .holder = "Redis", .values_section = "redis", .info = rd_info
 
 /* The same backend, its master named by sentinels. */
 const struct kvp__meta_ops kvp__redis_sentinel_ops = {
     .name = "redis-sentinel",
+    .schemes = rd_sentinel_schemes,
     .open = rd_open_sentinel,
     RD_OPS,
 };
 
 const struct kvp__meta_ops kvp__redis_ops = {
     .name = "redis",
+    .schemes = rd_schemes,
     .open = rd_open,
     RD_OPS,
 };
