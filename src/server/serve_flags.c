@@ -172,12 +172,23 @@ static int set_pinned_ratio(struct serve_cfg *c, const struct flag *f, const cha
     return 0;
 }
 
+/* Whether the scheme of v (the letters before ':') is a backend that keeps
+ * the state in this process, as the library's listing says (mem:, file:). */
+static int in_process_scheme(const char *v)
+{
+    size_t n = strcspn(v, ":");
+    struct kvp_meta_info in = {.info_size = sizeof in};
+    for (size_t i = 0; kvp_meta_backend_info(i, &in) == 0; i++)
+        if (strlen(in.scheme) == n && !strncmp(in.scheme, v, n))
+            return !in.remote;
+    return 0;
+}
+
 /* Any location of a remote backend: the metadata layer knows the schemes
  * (and says which it knows); a data directory goes in --data-dir. */
 static int set_meta(struct serve_cfg *c, const struct flag *f, const char *v)
 {
-    if (!strncmp(v, "file:", 5) || !strncmp(v, "mem:", 4) || v[0] == '/' || v[0] == '.' ||
-        !strchr(v, ':'))
+    if (v[0] == '/' || v[0] == '.' || !strchr(v, ':') || in_process_scheme(v))
         return bad_flag(f, v);
     c->meta_loc = v;
     return 0;

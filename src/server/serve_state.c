@@ -16,21 +16,6 @@
 #include "server/serve_internal.h"
 #include "util/clock.h"
 
-struct remote_durability {
-    int level; /* as the value kvpage_redis_durability: 3 always ... 0 unknown; -1 absent */
-    char how[160];
-};
-
-static int find_durability(const struct kvp_meta_value *v, void *arg)
-{
-    struct remote_durability *d = arg;
-    if (strcmp(v->key, "durability") != 0) /* a remote backend's promise, whatever its name */
-        return 0;
-    d->level = (int)v->value;
-    snprintf(d->how, sizeof d->how, "%s", v->label_value ? v->label_value : "");
-    return 1;
-}
-
 /* loc as messages show it: a password in it ("redis://USER:PASS@...")
  * becomes "***". */
 static void show_location(const char *loc, char *out, size_t len)
@@ -50,14 +35,16 @@ static void show_location(const char *loc, char *out, size_t len)
 }
 
 /*
- * Opens the state. A redis:// location that cannot be reached yet (Redis
- * starting with the server, a failover) is retried for up to 30 s before
- * the server gives up; once running, the backend reconnects by itself.
+ * Opens the state. A remote store (redis://, http://: kvp_meta_info's
+ * remote) that cannot be reached yet (Redis starting with the server, a
+ * failover) is retried for up to 30 s before the server gives up; once
+ * running, the backend reconnects by itself.
  */
 static int open_meta(const char *loc, const char *shown, const struct kvp_meta_opts *mo,
                      struct kvp_meta **meta, struct kvp_error *err)
 {
-    int remote = loc && strncmp(loc, "mem:", 4) != 0; /* --meta: any remote location */
+    struct kvp_meta_info in = {.info_size = sizeof in};
+    int remote = kvp_meta_location_info(loc, mo->data_dir != NULL, &in, NULL) == 0 && in.remote;
     uint64_t give_up = kvp__mono_ns() + UINT64_C(30000000000), said = 0;
     for (;;) {
         memset(err, 0, sizeof *err);
@@ -73,28 +60,26 @@ static int open_meta(const char *loc, const char *shown, const struct kvp_meta_o
     }
 }
 
-/* Says what Redis promises against what --fsync asks (protocol-notes:
- * "Durability with Redis"). */
+/* Says what the store promises against what --fsync asks, where the
+ * backend leaves it to the store's holder (kvp_meta_info's
+ * durability_wanted; protocol-notes: "Durability with Redis"). */
 static void durability_warning(struct kvp_meta *meta, const char *loc, int fsync_mode)
 {
-    struct remote_durability d = {-1, ""};
-    kvp_meta_values(meta, find_durability, &d);
-    int level = d.level - 1; /* 2 always, 1 everysec, 0 no AOF, -1 unknown */
-    const char *how = d.how;
-    if (fsync_mode == KVP_FSYNC_NEVER)
-        return;
-    if (level == -1)
-        KVP_LOGW("cannot read the persistence settings of %s (CONFIG GET refused): whether an "
-                 "acknowledged change survives a restart of Redis is unknown; --fsync %s asks "
-                 "for appendonly yes and appendfsync always",
-                 loc, fsync_mode == KVP_FSYNC_ALWAYS ? "always" : "batch");
-    else if (level < 2)
-        KVP_LOGW("%s has %s: an acknowledged change can be lost when Redis restarts (%s); "
-                 "--fsync %s asks for appendonly yes and appendfsync always",
-                 loc, how,
-                 level == 1 ? "up to about a second of changes"
-                            : "everything since its last snapshot",
-                 fsync_mode == KVP_FSYNC_ALWAYS ? "always" : "batch");
+    struct kvp_meta_info in = {.info_size = sizeof in};
+    if (fsync_mode == KVP_FSYNC_NEVER || kvp_meta_info(meta, &in) != 0 || !in.durability_wanted)
+        return; /* nothing asked, or the backend keeps --fsync itself */
+    const char *asked = fsync_mode == KVP_FSYNC_ALWAYS ? "always" : "batch";
+    if (in.durability == KVP_DURABLE_UNKNOWN)
+        KVP_LOGW("cannot read the persistence settings of %s (%s refused): whether an "
+                 "acknowledged change survives a restart of %s is unknown; --fsync %s asks "
+                 "for %s",
+                 loc, in.durability_source ? in.durability_source : "asking", in.holder, asked,
+                 in.durability_wanted);
+    else if (in.durability < KVP_DURABLE_MACHINE)
+        KVP_LOGW("%s has %s: an acknowledged change can be lost when %s restarts (%s); "
+                 "--fsync %s asks for %s",
+                 loc, in.durability_text, in.holder,
+                 in.durability_loss ? in.durability_loss : "unknown", asked, in.durability_wanted);
 }
 
 /* Recovery and background persistence messages of meta (levels match). */
@@ -176,8 +161,7 @@ int kvp__serve_open_state(const struct serve_cfg *sc, struct serve_state *st)
     if (rc)
         return state_failed(sc, st, rc, &merr);
     /* Before the listener: by the time a client is answered, the log says it. */
-    if (meta_loc)
-        durability_warning(st->meta, st->shown_loc, sc->fsync_mode);
+    durability_warning(st->meta, st->shown_loc, sc->fsync_mode);
     /* Where the state is, as the backend says (never a password): the
      * banner and /v1/stats's server.state. */
     if (!st->persistent && !meta_loc)
