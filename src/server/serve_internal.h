@@ -110,7 +110,8 @@ struct serve {
     pthread_mutex_t jobs_lock;
     pthread_cond_t jobs_cond;
     struct conn *jobs_head, *jobs_tail;
-    /* The acceptor (with more than one MHD thread, see acceptor_main). */
+    /* The daemon, and the acceptor (with more than one MHD thread, see
+     * acceptor_main). */
     struct MHD_Daemon *d;
     int listen_fd, accept_stop; /* accept_stop: an eventfd, -1 without an acceptor */
     pthread_t acceptor;
