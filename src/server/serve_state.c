@@ -97,7 +97,8 @@ static void state_opts(const struct serve_cfg *sc, int persistent, struct kvp_me
     mo->read_grace_ms = sc->grace_ms;
     mo->data_dir = persistent ? sc->data_dir : NULL;
     if (sc->meta_loc) {
-        /* A request waits for Redis at most this long before it gets 503. */
+        /* A request waits for the remote store (--meta) at most this long
+         * before it gets 503. */
         mo->connect_timeout_ms = 1000;
         mo->timeout_ms = 2000;
     }
