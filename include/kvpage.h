@@ -5,5 +5,6 @@
 #include "kvpage/keys.h"
 #include "kvpage/meta.h"
 #include "kvpage/pagefile.h"
+#include "kvpage/size.h"
 #include "kvpage/store.h"
 #endif

@@ -569,6 +569,97 @@ static void report(const struct meta_args *ap, const struct bench *b, const stru
     }
 }
 
+/* The URLs of the routes the bench asks, under --url (a trailing '/' dropped). */
+static void bench_urls(struct bench *b, const struct meta_args *a)
+{
+    snprintf(b->base, sizeof b->base, "%s", a->url);
+    size_t bl = strlen(b->base);
+    if (bl && b->base[bl - 1] == '/')
+        b->base[bl - 1] = 0;
+    if (a->sglang) {
+        snprintf(b->url_exists, sizeof b->url_exists, "%s/%u/exists", b->base, a->rank);
+        snprintf(b->url_locations, sizeof b->url_locations, "%s/%u/get_page_indices", b->base,
+                 a->rank);
+        snprintf(b->url_alloc, sizeof b->url_alloc, "%s/%u/reserve_and_allocate_page_indices",
+                 b->base, a->rank);
+        snprintf(b->url_confirm, sizeof b->url_confirm, "%s/%u/confirm_write", b->base, a->rank);
+        snprintf(b->url_init, sizeof b->url_init, "%s/%u/initialize", b->base, a->rank);
+        snprintf(b->url_delete, sizeof b->url_delete, "%s/%u/delete_keys", b->base, a->rank);
+    } else {
+        snprintf(b->url_exists, sizeof b->url_exists, "%s/keys/batch_exists", b->base);
+        snprintf(b->url_locations, sizeof b->url_locations, "%s/keys/get_locations", b->base);
+        snprintf(b->url_alloc, sizeof b->url_alloc, "%s/keys/batch_allocate", b->base);
+        snprintf(b->url_confirm, sizeof b->url_confirm, "%s/keys/confirm_write", b->base);
+        snprintf(b->url_init, sizeof b->url_init, "%s/rank/%u/initialize", b->base, a->rank);
+        snprintf(b->url_delete, sizeof b->url_delete, "%s/keys/delete", b->base);
+    }
+}
+
+/* Runs the o-th operation of --ops on every connection for --seconds; adds
+ * its figures to res[op] and its length to durations[op]. 0, or
+ * KVP_EXIT_FAILED when its threads could not all start. */
+static int run_op(struct bench *b, struct kvp__conn *conns, struct worker *w, int o,
+                  struct op_stats *res, double *durations, int tty)
+{
+    const struct meta_args *a = b->a;
+    int rc = 0;
+    int op = a->ops[o];
+    atomic_store(&b->state, 1);
+    uint32_t started = 0;
+    for (; started < a->conns; started++) {
+        memset(&w[started], 0, sizeof w[started]);
+        w[started].b = b, w[started].c = &conns[started];
+        w[started].id = started, w[started].op = op;
+        if (pthread_create(&w[started].tid, NULL, worker_main, &w[started]))
+            break;
+    }
+    if (started < a->conns) {
+        fprintf(stderr, CMD ": cannot start %u threads (started %u)\n", a->conns, started);
+        rc = KVP_EXIT_FAILED;
+    }
+    double t0 = now_s(), t_end = t0 + a->seconds;
+    for (double t = t0; t < t_end && !rc && !g_signal; t = now_s()) {
+        if (tty) {
+            uint64_t n = 0;
+            for (uint32_t i = 0; i < started; i++)
+                n += atomic_load_explicit(&w[i].live, memory_order_relaxed);
+            char label[96];
+            snprintf(label, sizeof label, "%-9s %.0f requests/s", op_names[op],
+                     t > t0 ? (double)n / (t - t0) : 0.0);
+            kvp__progress_bar((o + (t - t0) / a->seconds) / a->nops, label);
+        }
+        double left = t_end - t;
+        usleep((useconds_t)((left < 0.1 ? left : 0.1) * 1e6));
+    }
+    atomic_store(&b->state, 2);
+    double dt = now_s() - t0;
+    struct op_stats *s = &res[op];
+    for (uint32_t i = 0; i < started; i++) {
+        pthread_join(w[i].tid, NULL);
+        s->requests += w[i].st.requests;
+        s->keys += w[i].st.keys;
+        s->errors += w[i].st.errors;
+        kvp__lat_merge(&s->lat, &w[i].st.lat);
+    }
+    if (rc)
+        return rc;
+    b->total_errors += s->errors;
+    double rps = (double)s->requests / dt, kps = (double)s->keys / dt;
+    if (tty) {
+        char label[96];
+        snprintf(label, sizeof label, "%-9s %.0f requests/s", op_names[op], rps);
+        kvp__progress_bar((double)(o + 1) / a->nops, label);
+    } else {
+        fprintf(stderr,
+                "%s: %.0f requests/s, %.0f keys/s, p50 %.3f ms p99 %.3f ms max %.3f ms, "
+                "%" PRIu64 " errors\n",
+                op_names[op], rps, kps, kvp__lat_quantile(&s->lat, 0.5) / 1e6,
+                kvp__lat_quantile(&s->lat, 0.99) / 1e6, (double)s->lat.max_ns / 1e6, s->errors);
+    }
+    durations[op] = dt;
+    return 0;
+}
+
 int kvp__cli_bench_meta(int argc, char **argv)
 {
     if (kvp__wants_help(argc, argv)) {
@@ -599,27 +690,7 @@ int kvp__cli_bench_meta(int argc, char **argv)
     b->a = &a;
     b->written = written;
     pthread_mutex_init(&b->lock, NULL);
-    snprintf(b->base, sizeof b->base, "%s", a.url);
-    size_t bl = strlen(b->base);
-    if (bl && b->base[bl - 1] == '/')
-        b->base[bl - 1] = 0;
-    if (a.sglang) {
-        snprintf(b->url_exists, sizeof b->url_exists, "%s/%u/exists", b->base, a.rank);
-        snprintf(b->url_locations, sizeof b->url_locations, "%s/%u/get_page_indices", b->base,
-                 a.rank);
-        snprintf(b->url_alloc, sizeof b->url_alloc, "%s/%u/reserve_and_allocate_page_indices",
-                 b->base, a.rank);
-        snprintf(b->url_confirm, sizeof b->url_confirm, "%s/%u/confirm_write", b->base, a.rank);
-        snprintf(b->url_init, sizeof b->url_init, "%s/%u/initialize", b->base, a.rank);
-        snprintf(b->url_delete, sizeof b->url_delete, "%s/%u/delete_keys", b->base, a.rank);
-    } else {
-        snprintf(b->url_exists, sizeof b->url_exists, "%s/keys/batch_exists", b->base);
-        snprintf(b->url_locations, sizeof b->url_locations, "%s/keys/get_locations", b->base);
-        snprintf(b->url_alloc, sizeof b->url_alloc, "%s/keys/batch_allocate", b->base);
-        snprintf(b->url_confirm, sizeof b->url_confirm, "%s/keys/confirm_write", b->base);
-        snprintf(b->url_init, sizeof b->url_init, "%s/rank/%u/initialize", b->base, a.rank);
-        snprintf(b->url_delete, sizeof b->url_delete, "%s/keys/delete", b->base);
-    }
+    bench_urls(b, &a);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     b->run = (uint32_t)(ts.tv_nsec ^ (ts.tv_sec << 12) ^ ((uint64_t)getpid() << 20));
@@ -645,62 +716,9 @@ int kvp__cli_bench_meta(int argc, char **argv)
     if (rc)
         goto out;
     double durations[NOPS] = {0};
-    for (int o = 0; o < a.nops && !g_signal; o++) {
-        int op = a.ops[o];
-        atomic_store(&b->state, 1);
-        uint32_t started = 0;
-        for (; started < a.conns; started++) {
-            memset(&w[started], 0, sizeof w[started]);
-            w[started].b = b, w[started].c = &conns[started];
-            w[started].id = started, w[started].op = op;
-            if (pthread_create(&w[started].tid, NULL, worker_main, &w[started]))
-                break;
-        }
-        if (started < a.conns) {
-            fprintf(stderr, CMD ": cannot start %u threads (started %u)\n", a.conns, started);
-            rc = KVP_EXIT_FAILED;
-        }
-        double t0 = now_s(), t_end = t0 + a.seconds;
-        for (double t = t0; t < t_end && !rc && !g_signal; t = now_s()) {
-            if (tty) {
-                uint64_t n = 0;
-                for (uint32_t i = 0; i < started; i++)
-                    n += atomic_load_explicit(&w[i].live, memory_order_relaxed);
-                char label[96];
-                snprintf(label, sizeof label, "%-9s %.0f requests/s", op_names[op],
-                         t > t0 ? (double)n / (t - t0) : 0.0);
-                kvp__progress_bar((o + (t - t0) / a.seconds) / a.nops, label);
-            }
-            double left = t_end - t;
-            usleep((useconds_t)((left < 0.1 ? left : 0.1) * 1e6));
-        }
-        atomic_store(&b->state, 2);
-        double dt = now_s() - t0;
-        struct op_stats *s = &res[op];
-        for (uint32_t i = 0; i < started; i++) {
-            pthread_join(w[i].tid, NULL);
-            s->requests += w[i].st.requests;
-            s->keys += w[i].st.keys;
-            s->errors += w[i].st.errors;
-            kvp__lat_merge(&s->lat, &w[i].st.lat);
-        }
-        if (rc)
+    for (int o = 0; o < a.nops && !g_signal; o++)
+        if ((rc = run_op(b, conns, w, o, res, durations, tty)) != 0)
             goto out;
-        b->total_errors += s->errors;
-        double rps = (double)s->requests / dt, kps = (double)s->keys / dt;
-        if (tty) {
-            char label[96];
-            snprintf(label, sizeof label, "%-9s %.0f requests/s", op_names[op], rps);
-            kvp__progress_bar((double)(o + 1) / a.nops, label);
-        } else {
-            fprintf(stderr,
-                    "%s: %.0f requests/s, %.0f keys/s, p50 %.3f ms p99 %.3f ms max %.3f ms, "
-                    "%" PRIu64 " errors\n",
-                    op_names[op], rps, kps, kvp__lat_quantile(&s->lat, 0.5) / 1e6,
-                    kvp__lat_quantile(&s->lat, 0.99) / 1e6, (double)s->lat.max_ns / 1e6, s->errors);
-        }
-        durations[op] = dt;
-    }
     if (g_signal)
         interrupted(b, &conns[0]);
     report(&a, b, res, durations, initialized, num_pages);

@@ -27,6 +27,8 @@ int kvp__cli_bench_io(int argc, char **argv);
 int kvp__cli_bench_meta(int argc, char **argv);
 /* kvpage bench trace */
 int kvp__cli_bench_trace(int argc, char **argv);
+/* kvpage backends (tools/backends_cli.c) */
+int kvp__cli_backends(int argc, char **argv);
 
 /*
  * What a benchmark created, removed if SIGINT, SIGTERM or SIGHUP ends the

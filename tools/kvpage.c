@@ -1,5 +1,5 @@
 /* kvpage — the command line: serve, the store (put, get, exists, delete),
- * clear, bench io | meta | store, inspect, fsck. */
+ * clear, bench io | meta | store, inspect, fsck, backends. */
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -34,6 +34,7 @@ static void usage(FILE *f)
             "                             failure\n"
             "  fsck --file PATH           verify every page of a page file against its integrity\n"
             "                             tag (PATH.tags); name the bad ones, exit 1 if any\n"
+            "  backends                   list the page-I/O and metadata backends\n"
             "  help [COMMAND]             this, or the help of COMMAND (as COMMAND --help)\n"
             "  version                    print the version (also kvpage --version)\n"
             "examples:\n"
@@ -268,6 +269,8 @@ int main(int argc, char **argv)
         return kvp__cli_store(argc - 1, argv + 1);
     if (!strcmp(argv[1], "clear"))
         return kvp__cli_clear(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "backends"))
+        return kvp__cli_backends(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench")) {
         if (argc >= 3 && !strcmp(argv[2], "store"))
             return kvp__cli_bench_store(argc - 2, argv + 2);

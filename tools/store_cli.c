@@ -97,6 +97,57 @@ static const char *const FLAGS_HELP =
     "                     PATH.tags, and a page whose bytes changed since its put is\n"
     "                     reported as an error, never printed)\n";
 
+/* The known flag k (of known[] in kvp__store_flags_parse), named name, set
+ * to value in f: 0, or KVP_EXIT_USAGE after saying why value is no good. */
+static int set_flag(const char *cmd, struct kvp__store_flags *f, int k, const char *name,
+                    const char *value)
+{
+    int bad = 0;
+    switch (k) {
+    case 0:
+        f->file = value, bad = !*value;
+        break;
+    case 1:
+        bad = kvp__parse_size(value, 1, &f->file_size) || f->file_size == 0;
+        break;
+    case 2:
+        bad = kvp__parse_size(value, 1, &f->page_size) || f->page_size == 0;
+        break;
+    case 3:
+        bad = parse_u32(value, KVP_MAX_RANK, &f->rank);
+        break;
+    case 4:
+        f->meta = value, bad = !*value;
+        break;
+    case 5:
+        f->deployment = value;
+        break;
+    case 6:
+        f->pool = value;
+        break;
+    case 7:
+        bad = parse_u32(value, 86400000, &f->timeout_ms) || f->timeout_ms == 0;
+        break;
+    }
+    if (bad) {
+        if (k == 1 || k == 2)
+            fprintf(stderr,
+                    "kvpage %s: %s '%s' is not a size (a positive number with an optional "
+                    "K, M, G or T suffix)\n",
+                    cmd, name, value);
+        else if (k == 3)
+            fprintf(stderr, "kvpage %s: %s '%s' is not a rank (0 .. 2147483647)\n", cmd, name,
+                    value);
+        else if (k == 7)
+            fprintf(stderr, "kvpage %s: %s '%s' is not a number of milliseconds\n", cmd, name,
+                    value);
+        else
+            fprintf(stderr, "kvpage %s: %s is empty\n", cmd, name);
+        return KVP_EXIT_USAGE;
+    }
+    return 0;
+}
+
 int kvp__store_flags_parse(const char *cmd, int argc, char **argv, struct kvp__store_flags *f,
                            char **pos, int *npos,
                            int (*extra)(const char *name, const char *value, void *arg), void *arg)
@@ -176,49 +227,8 @@ int kvp__store_flags_parse(const char *cmd, int argc, char **argv, struct kvp__s
         }
         if (!eq)
             i++;
-        int bad = 0;
-        switch (k) {
-        case 0:
-            f->file = value, bad = !*value;
-            break;
-        case 1:
-            bad = kvp__parse_size(value, 1, &f->file_size) || f->file_size == 0;
-            break;
-        case 2:
-            bad = kvp__parse_size(value, 1, &f->page_size) || f->page_size == 0;
-            break;
-        case 3:
-            bad = parse_u32(value, KVP_MAX_RANK, &f->rank);
-            break;
-        case 4:
-            f->meta = value, bad = !*value;
-            break;
-        case 5:
-            f->deployment = value;
-            break;
-        case 6:
-            f->pool = value;
-            break;
-        case 7:
-            bad = parse_u32(value, 86400000, &f->timeout_ms) || f->timeout_ms == 0;
-            break;
-        }
-        if (bad) {
-            if (k == 1 || k == 2)
-                fprintf(stderr,
-                        "kvpage %s: %s '%s' is not a size (a positive number with an optional "
-                        "K, M, G or T suffix)\n",
-                        cmd, name, value);
-            else if (k == 3)
-                fprintf(stderr, "kvpage %s: %s '%s' is not a rank (0 .. 2147483647)\n", cmd, name,
-                        value);
-            else if (k == 7)
-                fprintf(stderr, "kvpage %s: %s '%s' is not a number of milliseconds\n", cmd, name,
-                        value);
-            else
-                fprintf(stderr, "kvpage %s: %s is empty\n", cmd, name);
+        if (set_flag(cmd, f, k, name, value))
             return KVP_EXIT_USAGE;
-        }
     }
     return 0;
 }

@@ -603,6 +603,98 @@ KVP_API int kvp_meta_health_scope(struct kvp_meta *m, int *scope, char *why, siz
 KVP_API int kvp_meta_describe(struct kvp_meta *m, char *buf, size_t len);
 
 /*
+ * What a backend is and what its state promises (kvp_meta_info), or what a
+ * backend is without a handle (kvp_meta_backend_info,
+ * kvp_meta_location_info): what kvpage serve, its status page, the command
+ * line and Python ask instead of naming backends.
+ *
+ * durability is what a change promises once acknowledged (once its call,
+ * or its ticket, returned 0):
+ *   KVP_DURABLE_UNKNOWN  not known here (a Redis that refuses CONFIG GET; a
+ *                        remote kvpage serve, which keeps its own settings;
+ *                        always, without a handle)
+ *   KVP_DURABLE_NONE     lost when whatever holds the state stops: "mem:",
+ *                        Redis without AOF (since its last snapshot)
+ *   KVP_DURABLE_PROCESS  survives a crash of the process that holds it, not
+ *                        of its machine: a data directory with fsync never,
+ *                        Redis with appendfsync everysec (up to about a
+ *                        second)
+ *   KVP_DURABLE_MACHINE  on stable storage: a data directory with fsync
+ *                        batch or always, Redis with appendfsync always
+ * (Redis's levels are the value kvpage_redis_durability of kvp_meta_values
+ * minus 1.)
+ */
+#define KVP_DURABLE_UNKNOWN (-1)
+#define KVP_DURABLE_NONE 0
+#define KVP_DURABLE_PROCESS 1
+#define KVP_DURABLE_MACHINE 2
+
+struct kvp_meta_info {
+    size_t info_size; /* the caller sets sizeof(struct kvp_meta_info); a library
+                         fills only what both know of */
+    /* The strings are static (they live as long as the library). */
+    const char *name;           /* the backend, as messages name it: "in-process",
+                                   "http", "redis", "redis-sentinel" */
+    const char *scheme;         /* the location's scheme, without ':': "mem", "file",
+                                   "http", "redis", "redis-sentinel" */
+    const char *description;    /* one line: the location's form and what it keeps */
+    int remote;                 /* 1: another process holds the state (a kvpage serve,
+                                   Redis), over the network: a call may fail with
+                                   KVP_RULE_UNAVAILABLE and a later one succeed; 0:
+                                   this process holds it */
+    const char *holder;         /* what holds the state, as a sentence names it:
+                                   "this process", "Redis", "kvpage serve" */
+    const char *values_section; /* the section of kvp_meta_values with the figures
+                                   of the connection to it ("redis":
+                                   "nodes", "failures", ...), or NULL */
+    /* What an acknowledged change promises (with a handle; else UNKNOWN and
+     * NULL or "", save durability_wanted and durability_source). */
+    int durability;                 /* KVP_DURABLE_* */
+    char durability_text[160];      /* the settings that make it: "memory only",
+                                       "write-ahead log, fsync batch", "appendonly yes,
+                                       appendfsync everysec", "unknown (why)" */
+    const char *durability_meaning; /* the level in words, as kvp_meta_describe
+                                       says it: "up to about a second of
+                                       acknowledged changes may be lost", or NULL */
+    const char *durability_loss;    /* what a restart of the holder loses, short:
+                                       "up to about a second of changes",
+                                       "everything since its last snapshot"; NULL
+                                       when nothing or unknown */
+    const char *durability_wanted;  /* the holder's settings that keep what
+                                       opts.fsync KVP_FSYNC_BATCH and ALWAYS ask for
+                                       ("appendonly yes and appendfsync always"),
+                                       or NULL: the backend keeps opts.fsync itself
+                                       (in-process) or is not told (http://) */
+    const char *durability_source;  /* how the settings are read ("CONFIG GET"),
+                                       or NULL */
+};
+
+/*
+ * Fills out (out->info_size set by the caller) for the handle m: the
+ * backend, the scheme m was opened with, and what m's state promises. For
+ * redis:// it asks Redis (CONFIG GET). 0, or -EINVAL (m or out NULL,
+ * info_size 0).
+ */
+KVP_API int kvp_meta_info(struct kvp_meta *m, struct kvp_meta_info *out);
+
+/*
+ * The backends there are, one scheme each, without a handle: fills out for
+ * the i-th scheme (0, 1, ...: in the order errors name them) and returns 0;
+ * -ENOENT past the last one (out unchanged); -EINVAL for out NULL or
+ * info_size 0.
+ */
+KVP_API int kvp_meta_backend_info(size_t i, struct kvp_meta_info *out);
+
+/*
+ * As kvp_meta_backend_info for the backend that kvp_meta_open_at would open
+ * location with (NULL or "": "mem:", or "file:" with data_dir 1), without
+ * opening it: 0, or the error kvp_meta_open_at gives for a location with no
+ * or an unknown scheme (-EINVAL, -EOPNOTSUPP; err may be NULL).
+ */
+KVP_API int kvp_meta_location_info(const char *location, int data_dir, struct kvp_meta_info *out,
+                                   struct kvp_error *err);
+
+/*
  * Writes a snapshot now, as opts.snapshot_mode says (KVP_SNAPSHOT_THREAD: by
  * the snapshot thread; KVP_SNAPSHOT_FORK: by a child forked from the calling
  * thread; KVP_SNAPSHOT_MANUAL: by the calling thread), covering every change

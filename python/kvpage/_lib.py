@@ -77,6 +77,17 @@ class MetaOpts(ctypes.Structure):
                 ("retries", c_uint32), ("token", c_char_p)]
 
 
+class MetaInfo(ctypes.Structure):
+    """struct kvp_meta_info (kvpage/meta.h): what a metadata backend is and
+    what its state promises. info_size first, as the C struct grows."""
+    _fields_ = [("info_size", c_size_t), ("name", c_char_p), ("scheme", c_char_p),
+                ("description", c_char_p), ("remote", c_int), ("holder", c_char_p),
+                ("values_section", c_char_p), ("durability", c_int),
+                ("durability_text", ctypes.c_char * 160), ("durability_meaning", c_char_p),
+                ("durability_loss", c_char_p), ("durability_wanted", c_char_p),
+                ("durability_source", c_char_p)]
+
+
 class StoreOpts(ctypes.Structure):
     _fields_ = [("opts_size", c_size_t), ("path", c_char_p), ("file_size", c_uint64),
                 ("bytes_per_page", c_uint64), ("entries", c_uint32),
@@ -162,6 +173,11 @@ pagefile_unregister_buffers = _fn("kvp_pagefile_unregister_buffers", c_int, c_vo
 pagefile_offset_align = _fn("kvp_pagefile_direct_offset_align", c_uint32, c_void_p)
 
 meta_opts_init = _fn("kvp_meta_opts_init", None, P(MetaOpts))
+meta_open_at = _fn("kvp_meta_open_at", c_int, c_char_p, P(MetaOpts), P(c_void_p), E)
+meta_close = _fn("kvp_meta_close", None, c_void_p)
+meta_info = _fn("kvp_meta_info", c_int, c_void_p, P(MetaInfo))
+meta_backend_info = _fn("kvp_meta_backend_info", c_int, c_size_t, P(MetaInfo))
+meta_location_info = _fn("kvp_meta_location_info", c_int, c_char_p, c_int, P(MetaInfo), E)
 store_opts_init = _fn("kvp_store_opts_init", None, P(StoreOpts))
 store_open = _fn("kvp_store_open", c_int, P(StoreOpts), P(c_void_p), E)
 store_close = _fn("kvp_store_close", None, c_void_p)
@@ -195,4 +211,9 @@ def check_layouts():
         buf = (ctypes.c_char * 4096)()
         init(ctypes.cast(buf, P(cls)))
         out[cls.__name__] = (c_size_t.from_buffer(buf).value, ctypes.sizeof(cls))
+    # An info struct: the library fills what it knows of and says how much.
+    buf = (ctypes.c_char * 4096)()
+    c_size_t.from_buffer(buf).value = len(buf)
+    meta_backend_info(0, ctypes.cast(buf, P(MetaInfo)))
+    out["MetaInfo"] = (c_size_t.from_buffer(buf).value, ctypes.sizeof(MetaInfo))
     return out

@@ -1439,8 +1439,22 @@ oom:
     return -ENOMEM;
 }
 
+static const struct kvp__meta_scheme h_schemes[] = {
+    {"http",
+     "http://HOST:PORT[/ns/NAME]: the state in a remote kvpage serve, through its HTTP routes", 0},
+    {"https",
+     "metadata location scheme 'https:' is not implemented yet: use http:// (kvpage serve "
+     "speaks plain HTTP; put TLS in a proxy beside it)",
+     KVP__SCHEME_REFUSED},
+    {NULL, NULL, 0},
+};
+
 const struct kvp__meta_ops kvp__http_ops = {
     .name = "http",
+    .schemes = h_schemes,
+    .remote = 1,
+    .holder = "kvpage serve",
+    .values_section = "http_client",
     .identity = h_identity,
     .open = h_open,
     .close = h_close,

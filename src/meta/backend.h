@@ -31,7 +31,8 @@ struct kvp__meta_ops;
 /* The handle callers hold. */
 struct kvp_meta {
     const struct kvp__meta_ops *ops;
-    void *be;                  /* the backend's state */
+    const struct kvp__meta_scheme *scheme; /* the location's, one of ops's */
+    void *be;                              /* the backend's state */
     struct kvp_meta_opts opts; /* as given, defaults filled in; data_dir points at dir */
     char *dir;                 /* the data directory of a file: location (owned) */
     char *location;            /* the location, canonical (kvp_meta_location; owned) */
@@ -58,8 +59,41 @@ struct kvp_ns {
     struct kvp_meta *meta;
 };
 
+/* A scheme a backend serves: "redis" for redis://... locations. */
+struct kvp__meta_scheme {
+    const char *scheme;      /* without ':' */
+    const char *description; /* one line: the location's form and what it keeps where
+                                (kvp_meta_backend_info, kvpage backends, the man page) */
+    int flags;               /* KVP__SCHEME_* */
+};
+
+/* The rest of the location is a directory: "file:DIR", "file://DIR"; it
+ * must not be empty, becomes opts.data_dir and the canonical "file:" +
+ * absolute path. A location that is a path (starting with / or .) and a
+ * NULL location with opts.data_dir open the first such scheme. */
+#define KVP__SCHEME_DIR 1
+/* The location NULL or "" without opts.data_dir opens it; open gets where
+ * NULL. */
+#define KVP__SCHEME_DEFAULT 2
+/* Not served (yet): opening it is -EOPNOTSUPP with the description as the
+ * message, and with KVP__SCHEME_KNOWN the schemes there are after it;
+ * listed nowhere. */
+#define KVP__SCHEME_REFUSED 4
+#define KVP__SCHEME_KNOWN 8
+
 struct kvp__meta_ops {
     const char *name; /* for messages: "in-process" */
+    /* Its schemes, ended by a row with scheme NULL. */
+    const struct kvp__meta_scheme *schemes;
+    /* kvp_meta_info's remote and holder (see kvpage/meta.h). */
+    int remote;
+    const char *holder;
+    /* The kvp_meta_values section of its connection's figures, or NULL. */
+    const char *values_section;
+    /* Fills out's durability fields for the handle m (kvp_meta_info; the
+     * interface has set the rest, durability KVP_DURABLE_UNKNOWN). May be
+     * NULL: unknown. May ask the state's holder (Redis: CONFIG GET). */
+    void (*info)(struct kvp_meta *m, struct kvp_meta_info *out);
     /* Sets m->be. where: the part of the location after the scheme (the
      * directory for file:, NULL for mem:). */
     int (*open)(struct kvp_meta *m, const char *where, struct kvp_error *err);
@@ -126,32 +160,16 @@ struct kvp__meta_ops {
                         uint64_t *ticket, struct kvp_error *err);
 };
 
-/* The in-process engine (src/meta/local.c): mem: and file:. */
-extern const struct kvp__meta_ops kvp__local_ops;
-/* A remote kvpage serve (src/client/http.c): http://HOST:PORT[/ns/NAME]. */
-extern const struct kvp__meta_ops kvp__http_ops;
-/* A Redis server or Redis Cluster (src/meta/redis.c):
- * redis://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...][/DB][?prefix=NAME&wait=N&wait_ms=T]. */
-extern const struct kvp__meta_ops kvp__redis_ops;
-/* The same with its master named by Redis Sentinel:
- * redis-sentinel://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...]/MASTER[/DB][?...]. */
-extern const struct kvp__meta_ops kvp__redis_sentinel_ops;
+/* The backends are the rows of src/meta/backends.h; kvp__meta_backends
+ * (src/meta/backends.c) lists them, ended by NULL. */
+#define KVP__META_BACKEND(ops) extern const struct kvp__meta_ops ops;
+#include "meta/backends.h"
+#undef KVP__META_BACKEND
+extern const struct kvp__meta_ops *const kvp__meta_backends[];
 
 /*
- * What the Redis behind a redis:// handle promises for changes it has
- * acknowledged, from CONFIG GET on each master (the weakest wins): 2
- * (appendonly yes, appendfsync always: nothing acknowledged is lost when
- * Redis restarts), 1 (appendfsync everysec: up to about a second), 0 (no AOF,
- * or appendfsync no: everything since the last RDB save), -1 unknown (CONFIG
- * disabled or renamed, or Redis unreachable). buf (may be NULL) gets a text
- * such as "appendonly yes, appendfsync everysec". -EINVAL for a handle of
- * another backend.
- */
-int kvp__redis_durability(struct kvp_meta *m, char *buf, size_t len);
-
-/*
- * Adds a scheme (without ':') served by ops, for tests; at most a few, not
- * thread-safe, before any kvp_meta_open_at. 0 or -EEXIST / -ENOSPC.
+ * Adds a scheme (without ':') served by ops, for tests; not thread-safe,
+ * before any kvp_meta_open_at. 0 or -EEXIST / -ENOMEM.
  */
 int kvp__meta_register(const char *scheme, const struct kvp__meta_ops *ops);
 

@@ -1972,8 +1972,44 @@ static int lo_snapshot(struct kvp_meta *front)
     return kvp__persist_snapshot(front->be);
 }
 
+/* What an acknowledged change promises: the log's fsync, or nothing. */
+static void lo_info(struct kvp_meta *front, struct kvp_meta_info *out)
+{
+    static const char *const fsync_names[] = {"never", "batch", "always"};
+    if (!front)
+        return;
+    int f = front->opts.fsync;
+    if (!front->opts.data_dir || front->opts.readonly) {
+        out->durability = KVP_DURABLE_NONE;
+        snprintf(out->durability_text, sizeof out->durability_text, "%s",
+                 front->opts.data_dir ? "read only: changes live in memory" : "memory only");
+        out->durability_meaning = "changes are lost when the handle is closed";
+        out->durability_loss = "everything";
+        return;
+    }
+    out->durability = f == KVP_FSYNC_NEVER ? KVP_DURABLE_PROCESS : KVP_DURABLE_MACHINE;
+    snprintf(out->durability_text, sizeof out->durability_text, "write-ahead log, fsync %s",
+             f >= 0 && f <= 2 ? fsync_names[f] : "?");
+    out->durability_meaning = f == KVP_FSYNC_NEVER
+                                  ? "acknowledged changes survive a crash of the process, not "
+                                    "of the machine"
+                                  : "acknowledged changes are on stable storage";
+}
+
+static const struct kvp__meta_scheme lo_schemes[] = {
+    {"mem", "mem: the state in this process's memory only, gone at close", KVP__SCHEME_DEFAULT},
+    {"file",
+     "file:DIR (or a path starting with / or .): the state in this process, with a write-ahead "
+     "log and snapshots in the data directory DIR",
+     KVP__SCHEME_DIR},
+    {NULL, NULL, 0},
+};
+
 const struct kvp__meta_ops kvp__local_ops = {
     .name = "in-process",
+    .schemes = lo_schemes,
+    .holder = "this process",
+    .info = lo_info,
     .open = lo_open,
     .close = lo_close,
     .ns = lo_ns,

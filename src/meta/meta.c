@@ -91,37 +91,197 @@ static int check_ns(const struct kvp_ns *ns, struct kvp_error *err)
 
 /* ---------------------------------------------------------------- locations */
 
-struct scheme {
-    const char *name;
+/* Schemes added by kvp__meta_register (tests), after the table's. */
+struct extra_scheme {
+    struct kvp__meta_scheme s;
     const struct kvp__meta_ops *ops;
 };
+static struct extra_scheme *extra;
+static size_t nextra;
 
-static struct scheme schemes[8] = {
-    {"mem", &kvp__local_ops},
-    {"file", &kvp__local_ops},
-    {"http", &kvp__http_ops},
-    {"redis", &kvp__redis_ops},
-    {"redis-sentinel", &kvp__redis_sentinel_ops},
-};
+/* The i-th scheme there is (all: with those refused), with its backend: 0,
+ * or -ENOENT past the last. */
+static int scheme_at(size_t i, int all, const struct kvp__meta_scheme **s,
+                     const struct kvp__meta_ops **ops)
+{
+    for (size_t b = 0; kvp__meta_backends[b]; b++)
+        for (const struct kvp__meta_scheme *r = kvp__meta_backends[b]->schemes; r && r->scheme; r++)
+            if ((all || !(r->flags & KVP__SCHEME_REFUSED)) && i-- == 0) {
+                *s = r;
+                *ops = kvp__meta_backends[b];
+                return 0;
+            }
+    if (i >= nextra)
+        return -ENOENT;
+    *s = &extra[i].s;
+    *ops = extra[i].ops;
+    return 0;
+}
+
+/* The scheme named by the slen bytes at name, or the first with one of
+ * flags (name NULL): 0, or -ENOENT. */
+static int scheme_find(const char *name, size_t slen, int flags, const struct kvp__meta_scheme **s,
+                       const struct kvp__meta_ops **ops)
+{
+    for (size_t i = 0; scheme_at(i, 1, s, ops) == 0; i++)
+        if (name ? strlen((*s)->scheme) == slen && !strncmp((*s)->scheme, name, slen)
+                 : ((*s)->flags & flags) != 0)
+            return 0;
+    return -ENOENT;
+}
 
 int kvp__meta_register(const char *scheme, const struct kvp__meta_ops *ops)
 {
-    size_t i = 0;
-    for (; i < sizeof schemes / sizeof *schemes && schemes[i].name; i++)
-        if (!strcmp(schemes[i].name, scheme))
-            return -EEXIST;
-    if (i == sizeof schemes / sizeof *schemes)
-        return -ENOSPC;
-    schemes[i] = (struct scheme){scheme, ops};
+    const struct kvp__meta_scheme *s;
+    const struct kvp__meta_ops *o;
+    if (scheme_find(scheme, strlen(scheme), 0, &s, &o) == 0)
+        return -EEXIST;
+    struct extra_scheme *e = realloc(extra, (nextra + 1) * sizeof *e);
+    if (!e)
+        return -ENOMEM;
+    extra = e;
+    extra[nextra++] = (struct extra_scheme){{scheme, NULL, 0}, ops};
     return 0;
 }
 
 static void known_schemes(char *buf, size_t len)
 {
+    const struct kvp__meta_scheme *s;
+    const struct kvp__meta_ops *ops;
     size_t o = 0;
     buf[0] = '\0';
-    for (size_t i = 0; i < sizeof schemes / sizeof *schemes && schemes[i].name && o < len; i++)
-        o += (size_t)snprintf(buf + o, len - o, "%s%s:", i ? ", " : "", schemes[i].name);
+    for (size_t i = 0; scheme_at(i, 0, &s, &ops) == 0 && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%s:", i ? ", " : "", s->scheme);
+}
+
+/* A location taken apart: its scheme, its backend and what the backend's
+ * open gets (where: the part after the scheme; NULL for a default one). */
+struct loc {
+    const struct kvp__meta_scheme *s;
+    const struct kvp__meta_ops *ops;
+    const char *where;
+};
+
+/* The error for a scheme (slen bytes at scheme) that no backend serves. */
+static int no_backend(const char *location, const char *scheme, size_t slen, struct kvp_error *err)
+{
+    char known[128];
+    known_schemes(known, sizeof known);
+    if (kvp__looks_hostport(location))
+        return kvp__hostport_refusal(location, err);
+    kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, 0, 0,
+                 "unknown metadata location scheme '%.*s:' (known: %s)",
+                 (int)(slen > 32 ? 32 : slen), scheme, known);
+    return -EINVAL;
+}
+
+/*
+ * Takes location apart (data_dir: opts.data_dir, for a NULL or empty
+ * location): 0, or -EINVAL / -EOPNOTSUPP with err saying why.
+ */
+static int parse_location(const char *location, const char *data_dir, struct loc *l,
+                          struct kvp_error *err)
+{
+    memset(l, 0, sizeof *l);
+    const char *scheme = NULL;
+    size_t slen = 0;
+    int flag = 0;
+    if (!location || !*location) {
+        flag = data_dir ? KVP__SCHEME_DIR : KVP__SCHEME_DEFAULT;
+        l->where = data_dir;
+    } else if (location[0] == '/' || location[0] == '.') {
+        flag = KVP__SCHEME_DIR;
+        l->where = location;
+    } else {
+        /* The scheme: the letters before ':'. */
+        const char *colon = strchr(location, ':');
+        slen = colon ? (size_t)(colon - location) : strlen(location);
+        scheme = location;
+        if (!colon || slen == 0 ||
+            strspn(location, "abcdefghijklmnopqrstuvwxyz"
+                             "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-") < slen) {
+            char known[128];
+            known_schemes(known, sizeof known);
+            kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, 0, 0,
+                         "location '%.64s' has no scheme (known: %s, or a path starting with / "
+                         "or .)",
+                         location, known);
+            return -EINVAL;
+        }
+        l->where = colon + 1;
+    }
+    if (scheme_find(scheme, slen, flag, &l->s, &l->ops))
+        return scheme ? no_backend(location, scheme, slen, err)
+                      : bad_arg(err, "no backend takes a data directory or the default");
+    if (l->s->flags & KVP__SCHEME_REFUSED) {
+        char known[128] = "";
+        if (l->s->flags & KVP__SCHEME_KNOWN)
+            known_schemes(known, sizeof known);
+        kvp__set_err(err, -EOPNOTSUPP, KVP_RULE_ARG, -1, 0, 0, "%s%s%s%s", l->s->description,
+                     *known ? " (known: " : "", known, *known ? ")" : "");
+        return -EOPNOTSUPP;
+    }
+    if (l->s->flags & KVP__SCHEME_DEFAULT) {
+        l->where = NULL;
+    } else if (l->s->flags & KVP__SCHEME_DIR) {
+        if (scheme && !strncmp(l->where, "//", 2))
+            l->where += 2; /* file://DIR and file:///abs */
+        if (!*l->where) {  /* also an empty opts.data_dir */
+            kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, 0, 0,
+                         "location '%s:' names no directory (%s:DIR)", l->s->scheme, l->s->scheme);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+/* opts (NULL: the defaults) checked, into o with the defaults filled in. */
+static int opts_of(const struct kvp_meta_opts *opts, struct kvp_meta_opts *o, struct kvp_error *err)
+{
+    kvp_meta_opts_init(o);
+    if (!opts)
+        return 0;
+    if (opts->opts_size == 0 || opts->opts_size > sizeof *opts) {
+        kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, (int64_t)opts->opts_size, sizeof *opts,
+                     "opts_size %zu is not a size of struct kvp_meta_opts (set it with "
+                     "kvp_meta_opts_init)",
+                     opts->opts_size);
+        return -EINVAL;
+    }
+    memcpy(o, opts, opts->opts_size);
+    o->opts_size = sizeof *o;
+    return 0;
+}
+
+/* The options a backend may not get: 0 or -EINVAL; the defaults filled in. */
+static int opts_check(struct kvp_meta_opts *o, struct kvp_error *err)
+{
+    if (o->fsync < KVP_FSYNC_NEVER || o->fsync > KVP_FSYNC_ALWAYS) {
+        kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, o->fsync, KVP_FSYNC_ALWAYS,
+                     "fsync must be KVP_FSYNC_NEVER, KVP_FSYNC_BATCH or KVP_FSYNC_ALWAYS");
+        return -EINVAL;
+    }
+    if (o->snapshot_mode == 0)
+        o->snapshot_mode = KVP_SNAPSHOT_THREAD;
+    if (o->connect_timeout_ms == 0)
+        o->connect_timeout_ms = 2000;
+    if (o->timeout_ms == 0)
+        o->timeout_ms = 10000;
+    if (o->snapshot_mode < KVP_SNAPSHOT_FORK || o->snapshot_mode > KVP_SNAPSHOT_MANUAL) {
+        kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, o->snapshot_mode, KVP_SNAPSHOT_MANUAL,
+                     "snapshot_mode must be KVP_SNAPSHOT_FORK, KVP_SNAPSHOT_THREAD or "
+                     "KVP_SNAPSHOT_MANUAL");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static void meta_free(struct kvp_meta *m)
+{
+    free(m->identity);
+    free(m->location);
+    free(m->dir);
+    free(m);
 }
 
 KVP_API void kvp_meta_opts_init(struct kvp_meta_opts *opts)
@@ -145,126 +305,84 @@ KVP_API int kvp_meta_open_at(const char *location, const struct kvp_meta_opts *o
         return bad_arg(err, "out is NULL");
     *out = NULL;
     struct kvp_meta_opts o;
-    kvp_meta_opts_init(&o);
-    if (opts) {
-        if (opts->opts_size == 0 || opts->opts_size > sizeof *opts) {
-            kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, (int64_t)opts->opts_size, sizeof *opts,
-                         "opts_size %zu is not a size of struct kvp_meta_opts (set it with "
-                         "kvp_meta_opts_init)",
-                         opts->opts_size);
-            return -EINVAL;
-        }
-        memcpy(&o, opts, opts->opts_size);
-        o.opts_size = sizeof o;
-    }
-    /* The scheme: the letters before ':', or none for a plain path. */
-    const char *where = NULL, *scheme = "mem";
-    size_t slen = 3;
-    if (!location || !*location) {
-        if (o.data_dir)
-            scheme = "file", slen = 4, where = o.data_dir;
-    } else if (location[0] == '/' || location[0] == '.') {
-        scheme = "file", slen = 4, where = location;
-    } else {
-        const char *colon = strchr(location, ':');
-        slen = colon ? (size_t)(colon - location) : strlen(location);
-        scheme = location;
-        if (!colon || slen == 0 ||
-            strspn(location, "abcdefghijklmnopqrstuvwxyz"
-                             "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-") < slen) {
-            char known[128];
-            known_schemes(known, sizeof known);
-            kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, 0, 0,
-                         "location '%.64s' has no scheme (known: %s, or a path starting with / "
-                         "or .)",
-                         location, known);
-            return -EINVAL;
-        }
-        where = colon + 1;
-        if (slen == 4 && !strncmp(scheme, "file", 4) && !strncmp(where, "//", 2))
-            where += 2; /* file://DIR and file:///abs */
-    }
-    const struct kvp__meta_ops *ops = NULL;
-    for (size_t i = 0; i < sizeof schemes / sizeof *schemes && schemes[i].name; i++)
-        if (strlen(schemes[i].name) == slen && !strncmp(schemes[i].name, scheme, slen))
-            ops = schemes[i].ops;
-    if (!ops) {
-        char known[128];
-        known_schemes(known, sizeof known);
-        if (slen == 5 && !strncmp(scheme, "https", 5)) {
-            kvp__set_err(err, -EOPNOTSUPP, KVP_RULE_ARG, -1, 0, 0,
-                         "metadata location scheme 'https:' is not implemented yet: use http:// "
-                         "(kvpage serve speaks plain HTTP; put TLS in a proxy beside it)");
-            return -EOPNOTSUPP;
-        }
-        if (slen == 6 && !strncmp(scheme, "rediss", 6)) {
-            kvp__set_err(err, -EOPNOTSUPP, KVP_RULE_ARG, -1, 0, 0,
-                         "metadata location scheme 'rediss:' (Redis over TLS) is not implemented "
-                         "yet (known: %s)",
-                         known);
-            return -EOPNOTSUPP;
-        }
-        if (kvp__looks_hostport(location))
-            return kvp__hostport_refusal(location, err);
-        kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, 0, 0,
-                     "unknown metadata location scheme '%.*s:' (known: %s)",
-                     (int)(slen > 32 ? 32 : slen), scheme, known);
-        return -EINVAL;
-    }
-    if (ops == &kvp__local_ops && slen == 4 && !*where) {
-        kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, 0, 0,
-                     "location 'file:' names no directory (file:DIR)");
-        return -EINVAL;
-    }
-    if (o.fsync < KVP_FSYNC_NEVER || o.fsync > KVP_FSYNC_ALWAYS) {
-        kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, o.fsync, KVP_FSYNC_ALWAYS,
-                     "fsync must be KVP_FSYNC_NEVER, KVP_FSYNC_BATCH or KVP_FSYNC_ALWAYS");
-        return -EINVAL;
-    }
-    if (o.snapshot_mode == 0)
-        o.snapshot_mode = KVP_SNAPSHOT_THREAD;
-    if (o.connect_timeout_ms == 0)
-        o.connect_timeout_ms = 2000;
-    if (o.timeout_ms == 0)
-        o.timeout_ms = 10000;
-    if (o.snapshot_mode < KVP_SNAPSHOT_FORK || o.snapshot_mode > KVP_SNAPSHOT_MANUAL) {
-        kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, o.snapshot_mode, KVP_SNAPSHOT_MANUAL,
-                     "snapshot_mode must be KVP_SNAPSHOT_FORK, KVP_SNAPSHOT_THREAD or "
-                     "KVP_SNAPSHOT_MANUAL");
-        return -EINVAL;
-    }
+    struct loc l;
+    int rc;
+    if ((rc = opts_of(opts, &o, err)) || (rc = parse_location(location, o.data_dir, &l, err)) ||
+        (rc = opts_check(&o, err)))
+        return rc;
     struct kvp_meta *m = calloc(1, sizeof *m);
     if (!m) {
         kvp__set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
         return -ENOMEM;
     }
-    m->ops = ops;
+    m->ops = l.ops;
+    m->scheme = l.s;
     m->opts = o;
     m->opts.data_dir = NULL;
-    if (ops == &kvp__local_ops && slen == 4) {
-        if (!(m->dir = strdup(where))) {
-            free(m);
-            kvp__set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
-            return -ENOMEM;
-        }
-        m->opts.data_dir = m->dir;
-        where = m->dir;
-    } else if (ops == &kvp__local_ops) {
-        where = NULL; /* mem: */
+    const char *where = l.where;
+    if ((l.s->flags & KVP__SCHEME_DIR) && !(where = m->opts.data_dir = m->dir = strdup(where))) {
+        free(m);
+        kvp__set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
+        return -ENOMEM;
     }
     m->location = m->dir ? kvp__file_location(m->dir) : kvp__location_canon(location);
-    int rc = m->location ? ops->open(m, where, err) : -ENOMEM;
+    rc = m->location ? l.ops->open(m, where, err) : -ENOMEM;
     if (rc) {
         if (!m->location)
             kvp__set_err(err, -ENOMEM, KVP_RULE_NONE, -1, 0, 0, "out of memory");
-        free(m->identity);
-        free(m->location);
-        free(m->dir);
-        free(m);
+        meta_free(m);
         return rc;
     }
     *out = m;
     return 0;
+}
+
+/* What a backend is, without a handle: the caller's out gets what both know of. */
+static int info_out(const struct kvp__meta_scheme *s, const struct kvp__meta_ops *ops,
+                    struct kvp_meta *m, struct kvp_meta_info *out)
+{
+    struct kvp_meta_info i;
+    memset(&i, 0, sizeof i);
+    i.info_size = sizeof i;
+    i.name = ops->name;
+    i.scheme = s->scheme;
+    i.description = s->description ? s->description : "";
+    i.remote = ops->remote;
+    i.holder = ops->holder ? ops->holder : ops->remote ? "a remote server" : "this process";
+    i.values_section = ops->values_section;
+    i.durability = KVP_DURABLE_UNKNOWN;
+    if (ops->info)
+        ops->info(m, &i);
+    size_t n = out->info_size < sizeof i ? out->info_size : sizeof i;
+    memcpy(out, &i, n);
+    out->info_size = n;
+    return 0;
+}
+
+KVP_API int kvp_meta_info(struct kvp_meta *m, struct kvp_meta_info *out)
+{
+    if (!m || !out || !out->info_size)
+        return -EINVAL;
+    return info_out(m->scheme, m->ops, m, out);
+}
+
+KVP_API int kvp_meta_backend_info(size_t i, struct kvp_meta_info *out)
+{
+    const struct kvp__meta_scheme *s;
+    const struct kvp__meta_ops *ops;
+    if (!out || !out->info_size)
+        return -EINVAL;
+    return scheme_at(i, 0, &s, &ops) ? -ENOENT : info_out(s, ops, NULL, out);
+}
+
+KVP_API int kvp_meta_location_info(const char *location, int data_dir, struct kvp_meta_info *out,
+                                   struct kvp_error *err)
+{
+    struct loc l;
+    if (!out || !out->info_size)
+        return bad_arg(err, "out is NULL or its info_size 0");
+    int rc = parse_location(location, data_dir ? "." : NULL, &l, err);
+    return rc ? rc : info_out(l.s, l.ops, NULL, out);
 }
 
 KVP_API const char *kvp_meta_location(const struct kvp_meta *m)

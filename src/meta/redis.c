@@ -174,10 +174,161 @@ static int prefix_valid(const char *s, size_t n)
 
 /* Parses where (the location after "redis:", or after "redis-sentinel:"
  * when sentinel) into cfg and prefix. */
+/* USER[:PASSWORD] (the len bytes at s, before the '@') into cfg: 0 or
+ * -EINVAL. */
+static int parse_auth(const char *s, size_t len, int sentinel, struct kvp__rcfg *cfg,
+                      struct kvp_error *err)
+{
+    const char *colon = memchr(s, ':', len);
+    size_t ul = colon ? (size_t)(colon - s) : len;
+    if (ul && !(cfg->user = pct_decode(s, ul)))
+        return bad_url(err, sentinel, "the user has a bad %-escape");
+    if (colon && !(cfg->pass = pct_decode(colon + 1, (size_t)(s + len - colon - 1))))
+        return bad_url(err, sentinel, "the password has a bad %-escape");
+    return 0;
+}
+
+/* One seed, h..he (HOST[:PORT] or [IPv6][:PORT]), into cfg: 0, -EINVAL or
+ * -ENOMEM. */
+static int parse_host(const char *h, const char *he, int sentinel, struct kvp__rcfg *cfg,
+                      struct kvp_error *err)
+{
+    char msg[160];
+    const char *hs = h, *hend, *colon;
+    if (*h == '[') { /* [IPv6]:PORT */
+        const char *rb = memchr(h, ']', (size_t)(he - h));
+        if (!rb)
+            return bad_url(err, sentinel, "an IPv6 address lacks its ']'");
+        hs = h + 1;
+        hend = rb;
+        colon = rb + 1 < he && rb[1] == ':' ? rb + 1 : NULL;
+        if (rb + 1 < he && !colon)
+            return bad_url(err, sentinel, "junk after an IPv6 address");
+    } else {
+        colon = NULL;
+        for (const char *p = h; p < he; p++)
+            if (*p == ':')
+                colon = p;
+        hend = colon ? colon : he;
+    }
+    if (hend == hs) {
+        snprintf(msg, sizeof msg, "host %zu is empty", cfg->nseeds + 1);
+        return bad_url(err, sentinel, msg);
+    }
+    long port = sentinel ? 26379 : 6379;
+    if (colon) {
+        char *pe;
+        port = strtol(colon + 1, &pe, 10);
+        if (colon + 1 == he || pe != he || port < 1 || port > 65535) {
+            snprintf(msg, sizeof msg, "port '%.*s' is not a number in 1..65535",
+                     (int)(he - colon - 1 > 16 ? 16 : he - colon - 1), colon + 1);
+            return bad_url(err, sentinel, msg);
+        }
+    }
+    if (cfg->nseeds == KVP_REDIS_MAX_SEEDS) {
+        snprintf(msg, sizeof msg, "more than %d seed nodes", KVP_REDIS_MAX_SEEDS);
+        return bad_url(err, sentinel, msg);
+    }
+    if (!(cfg->host[cfg->nseeds] = strndup(hs, (size_t)(hend - hs)))) {
+        kvp__err_oom(err, -ENOMEM);
+        return -ENOMEM;
+    }
+    cfg->port[cfg->nseeds++] = (int)port;
+    return 0;
+}
+
+/* The seeds HOST:PORT[,HOST:PORT...] of hosts..end into cfg. */
+static int parse_hosts(const char *hosts, const char *end, int sentinel, struct kvp__rcfg *cfg,
+                       struct kvp_error *err)
+{
+    if (hosts == end)
+        return bad_url(err, sentinel, "names no HOST:PORT");
+    for (const char *h = hosts; h < end;) {
+        const char *comma = memchr(h, ',', (size_t)(end - h));
+        int rc = parse_host(h, comma ? comma : end, sentinel, cfg, err);
+        if (rc)
+            return rc;
+        if (comma && comma + 1 == end)
+            return bad_url(err, sentinel, "ends with a ','");
+        h = comma ? comma + 1 : end;
+    }
+    return 0;
+}
+
+/* The path, from slash (NULL: none) to end: /MASTER with sentinels, then
+ * /DB, into cfg. */
+static int parse_path(const char *slash, const char *end, int sentinel, struct kvp__rcfg *cfg,
+                      struct kvp_error *err)
+{
+    char msg[160];
+    if (sentinel) { /* /MASTER[/DB] */
+        const char *ne = slash ? memchr(slash + 1, '/', (size_t)(end - slash - 1)) : NULL;
+        if (!ne)
+            ne = end;
+        if (!slash || ne == slash + 1)
+            return bad_url(err, sentinel, "names no master (/MASTER after the sentinels)");
+        if (!(cfg->master_name = pct_decode(slash + 1, (size_t)(ne - slash - 1))) ||
+            strpbrk(cfg->master_name, " \r\n\t") || strlen(cfg->master_name) > 64)
+            return bad_url(err, sentinel,
+                           "the master's name is not 1..64 characters without spaces");
+        slash = ne < end ? ne : NULL;
+    }
+    if (slash && slash + 1 < end) {
+        char *pe;
+        long db = strtol(slash + 1, &pe, 10);
+        if (pe != end || db < 0 || db > INT_MAX || slash[1] < '0' || slash[1] > '9') {
+            snprintf(msg, sizeof msg, "database '%.*s' is not a number",
+                     (int)(end - slash - 1 > 16 ? 16 : end - slash - 1), slash + 1);
+            return bad_url(err, sentinel, msg);
+        }
+        cfg->db = (int)db;
+        if (db && cfg->nseeds > 1 && !sentinel)
+            return bad_url(err, sentinel, "a Redis Cluster has only database 0");
+    }
+    return 0;
+}
+
+/* The parameters after the '?' (p; NULL: none): prefix into prefix, wait
+ * and wait_ms into cfg. */
+static int parse_params(const char *p, int sentinel, struct kvp__rcfg *cfg, char *prefix,
+                        struct kvp_error *err)
+{
+    char msg[160];
+    while (p && *p) {
+        const char *amp = strchr(p, '&');
+        size_t l = amp ? (size_t)(amp - p) : strlen(p);
+        long v;
+        if (l > 7 && !strncmp(p, "prefix=", 7)) {
+            if (!prefix_valid(p + 7, l - 7))
+                return bad_url(err, sentinel, "prefix must be 1..64 characters of [A-Za-z0-9._-]");
+            memcpy(prefix, p + 7, l - 7);
+            prefix[l - 7] = '\0';
+        } else if (l > 5 && !strncmp(p, "wait=", 5)) {
+            if (opt_num(p + 5, l - 5, 0, 64, &v))
+                return bad_url(err, sentinel, "wait must be a number of replicas in 0..64");
+            cfg->wait_replicas = (int)v;
+        } else if (l > 8 && !strncmp(p, "wait_ms=", 8)) {
+            if (opt_num(p + 8, l - 8, 1, 60000, &v))
+                return bad_url(err, sentinel,
+                               "wait_ms must be a number of milliseconds in 1..60000");
+            cfg->wait_ms = (uint32_t)v;
+        } else {
+            snprintf(msg, sizeof msg, "unknown parameter '%.*s' (known: prefix, wait, wait_ms)",
+                     (int)(l > 32 ? 32 : l), p);
+            return bad_url(err, sentinel, msg);
+        }
+        p = amp ? amp + 1 : NULL;
+    }
+    if (cfg->wait_ms && !cfg->wait_replicas)
+        return bad_url(err, sentinel, "wait_ms needs wait=N (the replicas to wait for)");
+    if (cfg->wait_replicas && !cfg->wait_ms)
+        cfg->wait_ms = 1000;
+    return 0;
+}
+
 static int parse_url(const char *where, int sentinel, struct kvp__rcfg *cfg, char *prefix,
                      struct kvp_error *err)
 {
-    char msg[160];
     memset(cfg, 0, sizeof *cfg);
     strcpy(prefix, "kvp");
     if (strncmp(where, "//", 2))
@@ -193,150 +344,12 @@ static int parse_url(const char *where, int sentinel, struct kvp__rcfg *cfg, cha
     for (const char *p = s; p < auth_end; p++)
         if (*p == '@')
             at = p;
-    int rc = -EINVAL;
-    const char *hosts = s;
-    if (at) {
-        const char *colon = memchr(s, ':', (size_t)(at - s));
-        size_t ul = colon ? (size_t)(colon - s) : (size_t)(at - s);
-        if (ul && !(cfg->user = pct_decode(s, ul))) {
-            rc = bad_url(err, sentinel, "the user has a bad %-escape");
-            goto fail;
-        }
-        if (colon && !(cfg->pass = pct_decode(colon + 1, (size_t)(at - colon - 1)))) {
-            rc = bad_url(err, sentinel, "the password has a bad %-escape");
-            goto fail;
-        }
-        hosts = at + 1;
-    }
-    if (hosts == auth_end) {
-        rc = bad_url(err, sentinel, "names no HOST:PORT");
+    int rc;
+    if ((at && (rc = parse_auth(s, (size_t)(at - s), sentinel, cfg, err))) ||
+        (rc = parse_hosts(at ? at + 1 : s, auth_end, sentinel, cfg, err)) ||
+        (rc = parse_path(slash, end, sentinel, cfg, err)) ||
+        (rc = parse_params(q ? q + 1 : NULL, sentinel, cfg, prefix, err)))
         goto fail;
-    }
-    for (const char *h = hosts; h < auth_end;) {
-        const char *comma = memchr(h, ',', (size_t)(auth_end - h));
-        const char *he = comma ? comma : auth_end;
-        const char *hs = h, *hend, *colon;
-        if (*h == '[') { /* [IPv6]:PORT */
-            const char *rb = memchr(h, ']', (size_t)(he - h));
-            if (!rb) {
-                rc = bad_url(err, sentinel, "an IPv6 address lacks its ']'");
-                goto fail;
-            }
-            hs = h + 1;
-            hend = rb;
-            colon = rb + 1 < he && rb[1] == ':' ? rb + 1 : NULL;
-            if (rb + 1 < he && !colon) {
-                rc = bad_url(err, sentinel, "junk after an IPv6 address");
-                goto fail;
-            }
-        } else {
-            colon = NULL;
-            for (const char *p = h; p < he; p++)
-                if (*p == ':')
-                    colon = p;
-            hend = colon ? colon : he;
-        }
-        if (hend == hs) {
-            snprintf(msg, sizeof msg, "host %zu is empty", cfg->nseeds + 1);
-            rc = bad_url(err, sentinel, msg);
-            goto fail;
-        }
-        long port = sentinel ? 26379 : 6379;
-        if (colon) {
-            char *pe;
-            port = strtol(colon + 1, &pe, 10);
-            if (colon + 1 == he || pe != he || port < 1 || port > 65535) {
-                snprintf(msg, sizeof msg, "port '%.*s' is not a number in 1..65535",
-                         (int)(he - colon - 1 > 16 ? 16 : he - colon - 1), colon + 1);
-                rc = bad_url(err, sentinel, msg);
-                goto fail;
-            }
-        }
-        if (cfg->nseeds == KVP_REDIS_MAX_SEEDS) {
-            snprintf(msg, sizeof msg, "more than %d seed nodes", KVP_REDIS_MAX_SEEDS);
-            rc = bad_url(err, sentinel, msg);
-            goto fail;
-        }
-        if (!(cfg->host[cfg->nseeds] = strndup(hs, (size_t)(hend - hs)))) {
-            rc = -ENOMEM;
-            kvp__err_oom(err, rc);
-            goto fail;
-        }
-        cfg->port[cfg->nseeds++] = (int)port;
-        if (comma && comma + 1 == auth_end) {
-            rc = bad_url(err, sentinel, "ends with a ','");
-            goto fail;
-        }
-        h = comma ? comma + 1 : auth_end;
-    }
-    if (sentinel) { /* /MASTER[/DB] */
-        const char *ne = slash ? memchr(slash + 1, '/', (size_t)(end - slash - 1)) : NULL;
-        if (!ne)
-            ne = end;
-        if (!slash || ne == slash + 1) {
-            rc = bad_url(err, sentinel, "names no master (/MASTER after the sentinels)");
-            goto fail;
-        }
-        if (!(cfg->master_name = pct_decode(slash + 1, (size_t)(ne - slash - 1))) ||
-            strpbrk(cfg->master_name, " \r\n\t") || strlen(cfg->master_name) > 64) {
-            rc = bad_url(err, sentinel, "the master's name is not 1..64 characters without spaces");
-            goto fail;
-        }
-        slash = ne < end ? ne : NULL;
-    }
-    if (slash && slash + 1 < end) {
-        char *pe;
-        long db = strtol(slash + 1, &pe, 10);
-        if (pe != end || db < 0 || db > INT_MAX || slash[1] < '0' || slash[1] > '9') {
-            snprintf(msg, sizeof msg, "database '%.*s' is not a number",
-                     (int)(end - slash - 1 > 16 ? 16 : end - slash - 1), slash + 1);
-            rc = bad_url(err, sentinel, msg);
-            goto fail;
-        }
-        cfg->db = (int)db;
-        if (db && cfg->nseeds > 1 && !sentinel) {
-            rc = bad_url(err, sentinel, "a Redis Cluster has only database 0");
-            goto fail;
-        }
-    }
-    for (const char *p = q ? q + 1 : NULL; p && *p;) {
-        const char *amp = strchr(p, '&');
-        size_t l = amp ? (size_t)(amp - p) : strlen(p);
-        if (l > 7 && !strncmp(p, "prefix=", 7)) {
-            if (!prefix_valid(p + 7, l - 7)) {
-                rc = bad_url(err, sentinel, "prefix must be 1..64 characters of [A-Za-z0-9._-]");
-                goto fail;
-            }
-            memcpy(prefix, p + 7, l - 7);
-            prefix[l - 7] = '\0';
-        } else if (l > 5 && !strncmp(p, "wait=", 5)) {
-            long v;
-            if (opt_num(p + 5, l - 5, 0, 64, &v)) {
-                rc = bad_url(err, sentinel, "wait must be a number of replicas in 0..64");
-                goto fail;
-            }
-            cfg->wait_replicas = (int)v;
-        } else if (l > 8 && !strncmp(p, "wait_ms=", 8)) {
-            long v;
-            if (opt_num(p + 8, l - 8, 1, 60000, &v)) {
-                rc = bad_url(err, sentinel, "wait_ms must be a number of milliseconds in 1..60000");
-                goto fail;
-            }
-            cfg->wait_ms = (uint32_t)v;
-        } else {
-            snprintf(msg, sizeof msg, "unknown parameter '%.*s' (known: prefix, wait, wait_ms)",
-                     (int)(l > 32 ? 32 : l), p);
-            rc = bad_url(err, sentinel, msg);
-            goto fail;
-        }
-        p = amp ? amp + 1 : NULL;
-    }
-    if (cfg->wait_ms && !cfg->wait_replicas) {
-        rc = bad_url(err, sentinel, "wait_ms needs wait=N (the replicas to wait for)");
-        goto fail;
-    }
-    if (cfg->wait_replicas && !cfg->wait_ms)
-        cfg->wait_ms = 1000;
     /* Credentials from the environment when the location has none. */
     const char *env;
     if (!at && (env = getenv("KVPAGE_REDIS_USER")) && *env && !(cfg->user = strdup(env)))
@@ -1971,23 +1984,59 @@ static int rd_open_sentinel(struct kvp_meta *front, const char *where, struct kv
     return open_either(front, where, 1, err);
 }
 
+/* What an acknowledged change promises: Redis's AOF settings. */
+static void rd_info(struct kvp_meta *front, struct kvp_meta_info *out)
+{
+    out->durability_wanted = "appendonly yes and appendfsync always";
+    out->durability_source = "CONFIG GET";
+    if (!front)
+        return;
+    int level = kvp__redis_durability(front, out->durability_text, sizeof out->durability_text);
+    out->durability = level;
+    out->durability_meaning = durability_meaning(level);
+    out->durability_loss = level == 1   ? "up to about a second of changes"
+                           : level == 0 ? "everything since its last snapshot"
+                                        : NULL;
+}
+
+static const struct kvp__meta_scheme rd_schemes[] = {
+    {"redis",
+     "redis://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...][/DB][?prefix=NAME&wait=N&wait_ms=T]: "
+     "the state in a Redis server or Redis Cluster, shared by every process that opens it",
+     0},
+    {"rediss", "metadata location scheme 'rediss:' (Redis over TLS) is not implemented yet",
+     KVP__SCHEME_REFUSED | KVP__SCHEME_KNOWN},
+    {NULL, NULL, 0},
+};
+
+static const struct kvp__meta_scheme rd_sentinel_schemes[] = {
+    {"redis-sentinel",
+     "redis-sentinel://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...]/MASTER[/DB][?...]: as redis://, "
+     "its master named by Redis Sentinel",
+     0},
+    {NULL, NULL, 0},
+};
+
 #define RD_OPS                                                                                     \
     .close = rd_close, .ns = rd_ns, .init_rank = rd_init_rank, .allocate = rd_allocate,            \
     .allocate_ordered = rd_allocate_ordered, .confirm = rd_confirm, .exists = rd_exists,           \
     .lookup = rd_lookup, .del = rd_delete, .clear = rd_clear, .drop = rd_drop,                     \
     .nranks = rd_nranks, .stats = rd_stats, .check = rd_check, .wait = rd_wait,                    \
     .when_durable = rd_when_durable, .values = rd_values, .health = rd_health,                     \
-    .snapshot = rd_snapshot, .describe = rd_describe, .identity = rd_identity
+    .snapshot = rd_snapshot, .describe = rd_describe, .identity = rd_identity, .remote = 1,        \
+    .holder = "Redis", .values_section = "redis", .info = rd_info
 
 /* The same backend, its master named by sentinels. */
 const struct kvp__meta_ops kvp__redis_sentinel_ops = {
     .name = "redis-sentinel",
+    .schemes = rd_sentinel_schemes,
     .open = rd_open_sentinel,
     RD_OPS,
 };
 
 const struct kvp__meta_ops kvp__redis_ops = {
     .name = "redis",
+    .schemes = rd_schemes,
     .open = rd_open,
     RD_OPS,
 };

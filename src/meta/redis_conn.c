@@ -1028,210 +1028,269 @@ static int load_script(struct kvp__rconn *c, struct rnode *n, redisContext *x,
     return rc;
 }
 
+/* One call of kvp__rconn_cmd: what its tries share. rc is the call's
+ * status so far, *out its reply. */
+struct cmd_call {
+    struct kvp__rconn *c;
+    struct kvp__rscript *script;
+    int idempotent, argc;
+    const char **argv;
+    const size_t *lens;
+    size_t *l; /* lens, writable: argv[1]'s length is ours to set for a script */
+    char sha[41];
+    struct rnode *ask, *lost; /* lost: the last node whose connection was lost */
+    uint64_t start, deadline;
+    redisReply **out;
+    struct kvp_error *err;
+    int rc;
+};
+
+/* What a try tells the loop of kvp__rconn_cmd. */
+enum { TRY_DONE, TRY_AGAIN };
+
+/* The first try of a call: it shares a round trip with other calls to n;
+ * what it meets (a redirection, an unloaded script, a failover) is dealt
+ * with by a try of its own (try_alone). */
+static int try_combined(struct cmd_call *k, struct rnode *n)
+{
+    struct kvp__rconn *c = k->c;
+    if (k->script)
+        k->argv[1] = k->sha, k->l[1] = 40;
+    struct rjob j = {.argc = k->argc,
+                     .argv = k->argv,
+                     .lens = k->lens,
+                     .wait = c->cfg.wait_replicas && cmd_writes(k->script, k->argc, k->argv)};
+    combine(c, n, &j);
+    if (j.rc) {
+        atomic_fetch_add(&c->failures, 1);
+        if (k->err)
+            *k->err = j.err;
+        k->rc = j.rc;
+        if (!j.sent) { /* as a failed connect in try_alone */
+            node_failed(c, n, k->rc, k->err);
+            if (k->rc != -EACCES &&
+                (c->cluster ? refresh_map(c, NULL) == 0 : follow_master(c, n, k->start)))
+                return TRY_AGAIN;
+            return TRY_DONE;
+        }
+        if (c->cluster && k->rc != -ETIMEDOUT) /* as a lost connection in lost_reply */
+            refresh_map(c, NULL);
+        if (k->rc != -ETIMEDOUT)
+            follow_master(c, n, k->start);
+        if (!j.fresh && k->idempotent && k->rc != -ETIMEDOUT) {
+            k->lost = n;
+            return TRY_AGAIN;
+        }
+        node_failed(c, n, k->rc, k->err);
+        return TRY_DONE;
+    }
+    if (j.reply->type == REDIS_REPLY_ERROR) {
+        int again = not_run(j.reply);
+        k->rc = reply_error(n, j.reply, k->err);
+        kvp__rreply_free(j.reply);
+        return again ? TRY_AGAIN : TRY_DONE;
+    }
+    if (j.wait_rc) {
+        kvp__rreply_free(j.reply);
+        if (k->err)
+            *k->err = j.err;
+        k->rc = j.wait_rc;
+        return TRY_DONE;
+    }
+    *k->out = j.reply;
+    k->rc = 0;
+    return TRY_DONE;
+}
+
+/* Sends the call on x (after an ASKING when redirected so) and reads its
+ * reply: NULL when none came (errno as hiredis left it). */
+static redisReply *send_alone(struct cmd_call *k, redisContext *x)
+{
+    struct kvp__rconn *c = k->c;
+    int asking = 0;
+    if (k->ask) {
+        redisAppendCommand(x, "ASKING");
+        asking = 1;
+        k->ask = NULL;
+    }
+    /* A big batch is one script that Redis runs for about 10-30 us
+     * per argument here: the answer is waited for that long too (50 us
+     * an argument on top of the timeout), so that a valid request of
+     * many keys is not cut off (and then applied unacknowledged). */
+    uint32_t wait_ms = c->cfg.timeout_ms;
+    if (c->cfg.timeout_ms && k->argc > 1000) {
+        wait_ms = c->cfg.timeout_ms + (uint32_t)((uint64_t)k->argc * 50 / 1000);
+        redisSetTimeout(x, tv_ms(wait_ms));
+    }
+    errno = 0;
+    redisReply *r = NULL;
+    if (append_argv(x, k->argc, k->argv, k->lens) != REDIS_OK ||
+        redisGetReply(x, (void **)&r) != REDIS_OK)
+        r = NULL;
+    if (wait_ms != c->cfg.timeout_ms && r)
+        redisSetTimeout(x, tv_ms(c->cfg.timeout_ms));
+    if (r && asking) { /* the ASKING's +OK came first */
+        kvp__rreply_free(r);
+        r = NULL;
+        if (redisGetReply(x, (void **)&r) != REDIS_OK)
+            r = NULL;
+    }
+    return r;
+}
+
+/* No reply on x (fresh: a new connection), errno e: the connection is
+ * gone; another try when that is safe. */
+static int lost_reply(struct cmd_call *k, struct rnode *n, redisContext *x, int fresh, int e)
+{
+    struct kvp__rconn *c = k->c;
+    atomic_fetch_add(&c->failures, 1);
+    k->rc = ctx_error(c, n, x, e, k->err);
+    redisFree(x);
+    drop_idle(n); /* its siblings are likely dead too */
+    /* A lost connection may be a failover: read the map again. A
+     * timeout is a slow node, whose slots have not moved (and
+     * asking it again would wait as long once more). */
+    if (c->cluster && k->rc != -ETIMEDOUT && mono_ms() < k->deadline)
+        refresh_map(c, NULL);
+    if (k->rc != -ETIMEDOUT)
+        follow_master(c, n, k->start);
+    /* A pooled connection found dead (the server restarted): the
+     * command may not have reached it, and an idempotent one is
+     * safe to send again anyway. A timeout is not repeated. */
+    if (!fresh && k->idempotent && k->rc != -ETIMEDOUT) {
+        k->lost = n;
+        return TRY_AGAIN;
+    }
+    node_failed(c, n, k->rc, k->err);
+    return TRY_DONE;
+}
+
+/* An error reply r on x (epoch ep) at the attempt-th try: a redirection,
+ * a script to load or a refusal worth another try, else the call's error. */
+static int error_reply(struct cmd_call *k, struct rnode *n, redisContext *x, uint64_t ep,
+                       redisReply *r, int attempt)
+{
+    struct kvp__rconn *c = k->c;
+    if (!strncmp(r->str, "MOVED ", 6) || !strncmp(r->str, "ASK ", 4)) {
+        int moved = r->str[0] == 'M';
+        struct rnode *t = redirect_target(c, r->str, moved);
+        atomic_fetch_add(&c->redirects, 1);
+        k->rc = reply_error(n, r, k->err);
+        kvp__rreply_free(r);
+        node_put(c, n, x, ep);
+        if (!t)
+            return TRY_DONE;
+        if (!moved)
+            k->ask = t;
+        return TRY_AGAIN;
+    }
+    if (k->script && !strncmp(r->str, "NOSCRIPT", 8)) {
+        kvp__rreply_free(r);
+        k->rc = load_script(c, n, x, k->script, k->err);
+        node_put(c, n, x, ep);
+        return k->rc ? TRY_DONE : TRY_AGAIN;
+    }
+    k->rc = reply_error(n, r, k->err);
+    kvp__rreply_free(r);
+    node_put(c, n, x, ep);
+    if (k->rc == -EAGAIN && attempt + 1 < MAX_ATTEMPTS) {
+        if (c->cluster && mono_ms() < k->deadline)
+            refresh_map(c, NULL);
+        /* READONLY: Redis refused it, so it is safe to send again. */
+        if (follow_master(c, n, k->start))
+            return TRY_AGAIN;
+        sleep_ms(20L << attempt); /* a failover or a loading node: shortly */
+        return TRY_AGAIN;
+    }
+    return TRY_DONE;
+}
+
+/* A try of its own on a connection to n, the attempt-th. */
+static int try_alone(struct cmd_call *k, struct rnode *n, int attempt)
+{
+    struct kvp__rconn *c = k->c;
+    int fresh;
+    uint64_t ep;
+    redisContext *x = node_take(c, n, &fresh, &ep, k->err, &k->rc);
+    if (!x) {
+        atomic_fetch_add(&c->failures, 1);
+        node_failed(c, n, k->rc, k->err);
+        /* Nothing was sent. In a cluster another node may now serve the
+         * slot (a failover): read the map again and retry. */
+        if (c->cluster && k->rc != -EACCES && attempt < 2 && mono_ms() < k->deadline &&
+            refresh_map(c, NULL) == 0)
+            return TRY_AGAIN;
+        /* With sentinels: a failover may have named another master. */
+        if (k->rc != -EACCES && attempt < 2 && follow_master(c, n, k->start))
+            return TRY_AGAIN;
+        return TRY_DONE;
+    }
+    if (k->script) {
+        if (!k->sha[0]) {
+            if ((k->rc = load_script(c, n, x, k->script, k->err)) != 0) {
+                node_put(c, n, x, ep);
+                return TRY_DONE;
+            }
+            script_sha(c, k->script, k->sha);
+        }
+        k->argv[1] = k->sha;
+        k->l[1] = 40;
+    }
+    redisReply *r = send_alone(k, x);
+    if (!r)
+        return lost_reply(k, n, x, fresh, errno);
+    if (r->type == REDIS_REPLY_ERROR)
+        return error_reply(k, n, x, ep, r, attempt);
+    if (c->cfg.wait_replicas && cmd_writes(k->script, k->argc, k->argv) &&
+        (k->rc = wait_replicas(c, n, x, k->err)) != 0) {
+        kvp__rreply_free(r);
+        if (x->err) {
+            redisFree(x);
+            drop_idle(n);
+        } else {
+            node_put(c, n, x, ep);
+        }
+        return TRY_DONE;
+    }
+    node_put(c, n, x, ep);
+    *k->out = r;
+    k->rc = 0;
+    return TRY_DONE;
+}
+
 int kvp__rconn_cmd(struct kvp__rconn *c, int slot, struct kvp__rscript *script, int idempotent,
                    int argc, const char **argv, const size_t *lens, redisReply **out,
                    struct kvp_error *err)
 {
     *out = NULL;
-    char sha[41];
-    size_t *l = (size_t *)lens;             /* argv[1]'s length is ours to set for a script */
-    struct rnode *ask = NULL, *lost = NULL; /* lost: the last node whose connection was lost */
-    int rc = -EIO;
+    struct cmd_call k = {.c = c,
+                         .script = script,
+                         .idempotent = idempotent,
+                         .argc = argc,
+                         .argv = argv,
+                         .lens = lens,
+                         .l = (size_t *)lens,
+                         .out = out,
+                         .err = err,
+                         .rc = -EIO};
     /* Repeats (redirections, failovers, reloads) start only within one
      * connect and one command timeout of the call's start, so that a call
      * never takes much longer than a single try could. */
-    uint64_t start = mono_ms();
-    uint64_t deadline = start + c->cfg.connect_timeout_ms + c->cfg.timeout_ms;
+    k.start = mono_ms();
+    k.deadline = k.start + c->cfg.connect_timeout_ms + c->cfg.timeout_ms;
     for (int attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
-        if (attempt && mono_ms() >= deadline)
+        if (attempt && mono_ms() >= k.deadline)
             break;
-        struct rnode *n = ask ? ask : node_for(c, slot);
+        struct rnode *n = k.ask ? k.ask : node_for(c, slot);
         if (script)
-            script_sha(c, script, sha);
-        /* The first try shares a round trip with other calls to n; what
-         * it meets (a redirection, an unloaded script, a failover) is dealt
-         * with by a try of its own below. */
-        if (attempt == 0 && c->combine && argc <= 1000 && (!script || sha[0])) {
-            if (script)
-                argv[1] = sha, l[1] = 40;
-            struct rjob j = {.argc = argc,
-                             .argv = argv,
-                             .lens = lens,
-                             .wait = c->cfg.wait_replicas && cmd_writes(script, argc, argv)};
-            combine(c, n, &j);
-            if (j.rc) {
-                atomic_fetch_add(&c->failures, 1);
-                if (err)
-                    *err = j.err;
-                rc = j.rc;
-                if (!j.sent) { /* as a failed connect below */
-                    node_failed(c, n, rc, err);
-                    if (rc != -EACCES &&
-                        (c->cluster ? refresh_map(c, NULL) == 0 : follow_master(c, n, start)))
-                        continue;
-                    return rc;
-                }
-                if (c->cluster && rc != -ETIMEDOUT) /* as a lost connection below */
-                    refresh_map(c, NULL);
-                if (rc != -ETIMEDOUT)
-                    follow_master(c, n, start);
-                if (!j.fresh && idempotent && rc != -ETIMEDOUT) {
-                    lost = n;
-                    continue;
-                }
-                node_failed(c, n, rc, err);
-                return rc;
-            }
-            if (j.reply->type == REDIS_REPLY_ERROR) {
-                int again = not_run(j.reply);
-                rc = reply_error(n, j.reply, err);
-                kvp__rreply_free(j.reply);
-                if (again)
-                    continue;
-                return rc;
-            }
-            if (j.wait_rc) {
-                kvp__rreply_free(j.reply);
-                if (err)
-                    *err = j.err;
-                return j.wait_rc;
-            }
-            *out = j.reply;
-            return 0;
-        }
-        int fresh;
-        uint64_t ep;
-        redisContext *x = node_take(c, n, &fresh, &ep, err, &rc);
-        if (!x) {
-            atomic_fetch_add(&c->failures, 1);
-            node_failed(c, n, rc, err);
-            /* Nothing was sent. In a cluster another node may now serve the
-             * slot (a failover): read the map again and retry. */
-            if (c->cluster && rc != -EACCES && attempt < 2 && mono_ms() < deadline &&
-                refresh_map(c, NULL) == 0)
-                continue;
-            /* With sentinels: a failover may have named another master. */
-            if (rc != -EACCES && attempt < 2 && follow_master(c, n, start))
-                continue;
-            return rc;
-        }
-        if (script) {
-            if (!sha[0]) {
-                if ((rc = load_script(c, n, x, script, err)) != 0) {
-                    node_put(c, n, x, ep);
-                    return rc;
-                }
-                script_sha(c, script, sha);
-            }
-            argv[1] = sha;
-            l[1] = 40;
-        }
-        int asking = 0;
-        if (ask) {
-            redisAppendCommand(x, "ASKING");
-            asking = 1;
-            ask = NULL;
-        }
-        /* A big batch is one script that Redis runs for about 10-30 us
-         * per argument here: the answer is waited for that long too (50 us
-         * an argument on top of the timeout), so that a valid request of
-         * many keys is not cut off (and then applied unacknowledged). */
-        uint32_t wait_ms = c->cfg.timeout_ms;
-        if (c->cfg.timeout_ms && argc > 1000) {
-            wait_ms = c->cfg.timeout_ms + (uint32_t)((uint64_t)argc * 50 / 1000);
-            redisSetTimeout(x, tv_ms(wait_ms));
-        }
-        errno = 0;
-        redisReply *r = NULL;
-        if (append_argv(x, argc, argv, lens) != REDIS_OK ||
-            redisGetReply(x, (void **)&r) != REDIS_OK)
-            r = NULL;
-        if (wait_ms != c->cfg.timeout_ms && r)
-            redisSetTimeout(x, tv_ms(c->cfg.timeout_ms));
-        if (r && asking) { /* the ASKING's +OK came first */
-            kvp__rreply_free(r);
-            r = NULL;
-            if (redisGetReply(x, (void **)&r) != REDIS_OK)
-                r = NULL;
-        }
-        if (!r) {
-            int e = errno;
-            atomic_fetch_add(&c->failures, 1);
-            rc = ctx_error(c, n, x, e, err);
-            redisFree(x);
-            drop_idle(n); /* its siblings are likely dead too */
-            /* A lost connection may be a failover: read the map again. A
-             * timeout is a slow node, whose slots have not moved (and
-             * asking it again would wait as long once more). */
-            if (c->cluster && rc != -ETIMEDOUT && mono_ms() < deadline)
-                refresh_map(c, NULL);
-            if (rc != -ETIMEDOUT)
-                follow_master(c, n, start);
-            /* A pooled connection found dead (the server restarted): the
-             * command may not have reached it, and an idempotent one is
-             * safe to send again anyway. A timeout is not repeated. */
-            if (!fresh && idempotent && rc != -ETIMEDOUT) {
-                lost = n;
-                continue;
-            }
-            node_failed(c, n, rc, err);
-            return rc;
-        }
-        if (r->type == REDIS_REPLY_ERROR) {
-            if (!strncmp(r->str, "MOVED ", 6) || !strncmp(r->str, "ASK ", 4)) {
-                int moved = r->str[0] == 'M';
-                struct rnode *t = redirect_target(c, r->str, moved);
-                atomic_fetch_add(&c->redirects, 1);
-                rc = reply_error(n, r, err);
-                kvp__rreply_free(r);
-                node_put(c, n, x, ep);
-                if (!t)
-                    return rc;
-                if (!moved)
-                    ask = t;
-                continue;
-            }
-            if (script && !strncmp(r->str, "NOSCRIPT", 8)) {
-                kvp__rreply_free(r);
-                rc = load_script(c, n, x, script, err);
-                node_put(c, n, x, ep);
-                if (rc)
-                    return rc;
-                continue;
-            }
-            rc = reply_error(n, r, err);
-            kvp__rreply_free(r);
-            node_put(c, n, x, ep);
-            if (rc == -EAGAIN && attempt + 1 < MAX_ATTEMPTS) {
-                if (c->cluster && mono_ms() < deadline)
-                    refresh_map(c, NULL);
-                /* READONLY: Redis refused it, so it is safe to send again. */
-                if (follow_master(c, n, start))
-                    continue;
-                sleep_ms(20L << attempt); /* a failover or a loading node: shortly */
-                continue;
-            }
-            return rc;
-        }
-        if (c->cfg.wait_replicas && cmd_writes(script, argc, argv) &&
-            (rc = wait_replicas(c, n, x, err)) != 0) {
-            kvp__rreply_free(r);
-            if (x->err) {
-                redisFree(x);
-                drop_idle(n);
-            } else {
-                node_put(c, n, x, ep);
-            }
-            return rc;
-        }
-        node_put(c, n, x, ep);
-        *out = r;
-        return 0;
+            script_sha(c, script, k.sha);
+        int combined = attempt == 0 && c->combine && argc <= 1000 && (!script || k.sha[0]);
+        if ((combined ? try_combined(&k, n) : try_alone(&k, n, attempt)) == TRY_DONE)
+            return k.rc;
     }
-    if (rc == 0)
-        rc = -EIO;
-    if (lost)
-        node_failed(c, lost, rc, err);
+    int rc = k.rc ? k.rc : -EIO;
+    if (k.lost)
+        node_failed(c, k.lost, rc, err);
     if (err) {
         char last[sizeof err->msg];
         snprintf(last, sizeof last, "%s", err->msg);
@@ -1315,6 +1374,97 @@ static void multi_combined(struct kvp__rconn *c, struct rnode *nd, size_t d, str
     free(which);
 }
 
+/* kvp__rconn_multi's commands for node nd (nidx d), pipelined on one
+ * connection of its own: state[] and cmds[] as there. 1 when the node
+ * cannot be reached (down and down_rc say why), else 0. */
+static int multi_pipelined(struct kvp__rconn *c, struct rnode *nd, size_t d, struct kvp__rcmd *cmds,
+                           size_t n, const uint8_t *nidx, uint8_t *state, char (*sha)[41],
+                           struct kvp_error *down, int *down_rc)
+{
+    int fresh;
+    uint64_t ep; /* the node's epoch at the call (node_put) */
+    redisContext *x = node_take(c, nd, &fresh, &ep, down, down_rc);
+    if (!x) {
+        atomic_fetch_add(&c->failures, 1);
+        node_failed(c, nd, *down_rc, down);
+        return 1;
+    }
+    for (size_t j = 0; j < n; j++) {
+        if (nidx[j] != d)
+            continue;
+        if (!with_sha(c, &cmds[j], sha[j]))
+            continue; /* loaded by kvp__rconn_cmd below */
+        if (append_argv(x, cmds[j].argc, cmds[j].argv, cmds[j].lens) == REDIS_OK)
+            state[j] = 1;
+    }
+    /* ?wait=: one WAIT after the node's commands covers them all. */
+    int waiting = 0;
+    for (size_t j = 0; c->cfg.wait_replicas && j < n && !waiting; j++)
+        waiting =
+            nidx[j] == d && state[j] == 1 && cmd_writes(cmds[j].script, cmds[j].argc, cmds[j].argv);
+    if (waiting) {
+        redisAppendCommand(x, "WAIT %d %u", c->cfg.wait_replicas, c->cfg.wait_ms);
+        redisSetTimeout(x, tv_ms(wait_timeout(c)));
+    }
+    for (size_t j = 0; j < n && x; j++) {
+        if (nidx[j] != d || state[j] != 1)
+            continue;
+        redisReply *r = NULL;
+        errno = 0;
+        if (redisGetReply(x, (void **)&r) != REDIS_OK || !r) {
+            struct kvp_error e = {0};
+            int rc = ctx_error(c, nd, x, errno, &e);
+            atomic_fetch_add(&c->failures, 1);
+            redisFree(x);
+            x = NULL;
+            drop_idle(nd);
+            /* A timeout is not repeated: the node's other commands
+             * fail with it instead of waiting as long once more each. */
+            if (rc == -ETIMEDOUT)
+                node_failed(c, nd, rc, &e);
+            for (size_t k = j; rc == -ETIMEDOUT && k < n; k++)
+                if (nidx[k] == d && state[k] == 1)
+                    state[k] = 3, cmds[k].rc = rc, cmds[k].err = e;
+            for (size_t k = j; k < n; k++)
+                if (nidx[k] == d && state[k] == 1)
+                    state[k] = 0;
+            break;
+        }
+        if (r->type == REDIS_REPLY_ERROR) {
+            kvp__rreply_free(r); /* MOVED, NOSCRIPT, ...: alone below */
+            state[j] = 0;
+        } else {
+            cmds[j].reply = r;
+            state[j] = 2;
+        }
+    }
+    if (x && waiting) {
+        redisReply *r = NULL;
+        errno = 0;
+        if (redisGetReply(x, (void **)&r) != REDIS_OK)
+            r = NULL;
+        struct kvp_error e = {0};
+        int rc = wait_result(c, nd, x, r, errno, &e);
+        if (!x->err)
+            redisSetTimeout(x, tv_ms(c->cfg.timeout_ms));
+        for (size_t k = 0; rc && k < n; k++)
+            if (nidx[k] == d && state[k] == 2 &&
+                cmd_writes(cmds[k].script, cmds[k].argc, cmds[k].argv)) {
+                kvp__rreply_free(cmds[k].reply);
+                cmds[k].reply = NULL;
+                state[k] = 3, cmds[k].rc = rc, cmds[k].err = e;
+            }
+        if (x->err) {
+            redisFree(x);
+            x = NULL;
+            drop_idle(nd);
+        }
+    }
+    if (x)
+        node_put(c, nd, x, ep);
+    return 0;
+}
+
 int kvp__rconn_multi(struct kvp__rconn *c, struct kvp__rcmd *cmds, size_t n, struct kvp_error *err)
 {
     uint64_t start = mono_ms();
@@ -1324,7 +1474,6 @@ int kvp__rconn_multi(struct kvp__rconn *c, struct kvp__rcmd *cmds, size_t n, str
     char(*sha)[41] = malloc((n ? n : 1) * sizeof *sha);
     struct rnode *nodes[MAX_NODES];
     struct kvp_error down[MAX_NODES]; /* why a node could not be reached */
-    uint64_t ep[MAX_NODES];           /* the epoch of each node at its call (node_put) */
     int down_rc[MAX_NODES] = {0};
     size_t nn = 0;
     for (size_t i = 0; nidx && i < n; i++) {
@@ -1340,93 +1489,14 @@ int kvp__rconn_multi(struct kvp__rconn *c, struct kvp__rcmd *cmds, size_t n, str
     }
     int any_down = 0;
     for (size_t d = 0; nidx && state && sha && d < nn; d++) {
-        int fresh;
         memset(&down[d], 0, sizeof down[d]);
         if (c->combine) {
             multi_combined(c, nodes[d], d, cmds, n, nidx, state, sha, &down[d], &down_rc[d]);
             any_down |= down_rc[d] != 0;
             continue;
         }
-        redisContext *x = node_take(c, nodes[d], &fresh, &ep[d], &down[d], &down_rc[d]);
-        if (!x) {
-            atomic_fetch_add(&c->failures, 1);
-            node_failed(c, nodes[d], down_rc[d], &down[d]);
+        if (multi_pipelined(c, nodes[d], d, cmds, n, nidx, state, sha, &down[d], &down_rc[d]))
             any_down = 1;
-            continue;
-        }
-        for (size_t j = 0; j < n; j++) {
-            if (nidx[j] != d)
-                continue;
-            if (!with_sha(c, &cmds[j], sha[j]))
-                continue; /* loaded by kvp__rconn_cmd below */
-            if (append_argv(x, cmds[j].argc, cmds[j].argv, cmds[j].lens) == REDIS_OK)
-                state[j] = 1;
-        }
-        /* ?wait=: one WAIT after the node's commands covers them all. */
-        int waiting = 0;
-        for (size_t j = 0; c->cfg.wait_replicas && j < n && !waiting; j++)
-            waiting = nidx[j] == d && state[j] == 1 &&
-                      cmd_writes(cmds[j].script, cmds[j].argc, cmds[j].argv);
-        if (waiting) {
-            redisAppendCommand(x, "WAIT %d %u", c->cfg.wait_replicas, c->cfg.wait_ms);
-            redisSetTimeout(x, tv_ms(wait_timeout(c)));
-        }
-        for (size_t j = 0; j < n && x; j++) {
-            if (nidx[j] != d || state[j] != 1)
-                continue;
-            redisReply *r = NULL;
-            errno = 0;
-            if (redisGetReply(x, (void **)&r) != REDIS_OK || !r) {
-                struct kvp_error e = {0};
-                int rc = ctx_error(c, nodes[d], x, errno, &e);
-                atomic_fetch_add(&c->failures, 1);
-                redisFree(x);
-                x = NULL;
-                drop_idle(nodes[d]);
-                /* A timeout is not repeated: the node's other commands
-                 * fail with it instead of waiting as long once more each. */
-                if (rc == -ETIMEDOUT)
-                    node_failed(c, nodes[d], rc, &e);
-                for (size_t k = j; rc == -ETIMEDOUT && k < n; k++)
-                    if (nidx[k] == d && state[k] == 1)
-                        state[k] = 3, cmds[k].rc = rc, cmds[k].err = e;
-                for (size_t k = j; k < n; k++)
-                    if (nidx[k] == d && state[k] == 1)
-                        state[k] = 0;
-                break;
-            }
-            if (r->type == REDIS_REPLY_ERROR) {
-                kvp__rreply_free(r); /* MOVED, NOSCRIPT, ...: alone below */
-                state[j] = 0;
-            } else {
-                cmds[j].reply = r;
-                state[j] = 2;
-            }
-        }
-        if (x && waiting) {
-            redisReply *r = NULL;
-            errno = 0;
-            if (redisGetReply(x, (void **)&r) != REDIS_OK)
-                r = NULL;
-            struct kvp_error e = {0};
-            int rc = wait_result(c, nodes[d], x, r, errno, &e);
-            if (!x->err)
-                redisSetTimeout(x, tv_ms(c->cfg.timeout_ms));
-            for (size_t k = 0; rc && k < n; k++)
-                if (nidx[k] == d && state[k] == 2 &&
-                    cmd_writes(cmds[k].script, cmds[k].argc, cmds[k].argv)) {
-                    kvp__rreply_free(cmds[k].reply);
-                    cmds[k].reply = NULL;
-                    state[k] = 3, cmds[k].rc = rc, cmds[k].err = e;
-                }
-            if (x->err) {
-                redisFree(x);
-                x = NULL;
-                drop_idle(nodes[d]);
-            }
-        }
-        if (x)
-            node_put(c, nodes[d], x, ep[d]);
     }
     /* A node that could not be reached: in a cluster its slots may have
      * moved (read the map once); the commands still meant for it fail with

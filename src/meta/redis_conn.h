@@ -116,4 +116,19 @@ struct kvp__rconn_stats {
 };
 void kvp__rconn_stats(struct kvp__rconn *c, struct kvp__rconn_stats *s);
 
+struct kvp_meta;
+
+/*
+ * What the Redis behind a redis:// handle promises for changes it has
+ * acknowledged, from CONFIG GET on each master (the weakest wins): 2
+ * (appendonly yes, appendfsync always: nothing acknowledged is lost when
+ * Redis restarts), 1 (appendfsync everysec: up to about a second), 0 (no AOF,
+ * or appendfsync no: everything since the last RDB save), -1 unknown (CONFIG
+ * disabled or renamed, or Redis unreachable): the levels KVP_DURABLE_* of
+ * kvp_meta_info, which is how the rest of kvpage asks it. buf (may be NULL)
+ * gets a text such as "appendonly yes, appendfsync everysec". -EINVAL for a
+ * handle of another backend. (src/meta/redis.c)
+ */
+int kvp__redis_durability(struct kvp_meta *m, char *buf, size_t len);
+
 #endif

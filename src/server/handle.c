@@ -1,8 +1,9 @@
 /*
- * Routing: the /ns/NAME prefix, the routes, method checks, body limits and
- * JSON parsing, then the dialect table ({routes, fast path, handler}). The
- * access checks are access.c's; the replies and the helpers the dialects
- * share (keys, confirmations, error statuses) are request.c's.
+ * Routing: the /ns/NAME prefix, method checks, body limits and JSON
+ * parsing, then the dialect table ({routes, fast path, handler}). Which
+ * path names which route is routes.c's; the access checks are access.c's;
+ * the replies and the helpers the dialects share (keys, confirmations,
+ * error statuses) are request.c's.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -19,173 +20,6 @@
 #include "server/server.h"
 #include "util/clock.h"
 #include "util/hex.h"
-
-/* ---------- routing ---------- */
-
-static const char *const route_names[KVP_ROUTE_COUNT] = {
-    [KVP_ROUTE_NONE] = "unmatched",
-    [KVP_ROUTE_VLLM_INIT] = "/rank/{rank}/initialize",
-    [KVP_ROUTE_VLLM_ALLOCATE] = "/keys/batch_allocate",
-    [KVP_ROUTE_VLLM_CONFIRM] = "/keys/confirm_write",
-    [KVP_ROUTE_VLLM_EXISTS] = "/keys/batch_exists",
-    [KVP_ROUTE_VLLM_LOCATIONS] = "/keys/get_locations",
-    [KVP_ROUTE_VLLM_CLEAR] = "/clear",
-    [KVP_ROUTE_VLLM_DELETE] = "/keys/delete",
-    [KVP_ROUTE_VLLM_DROP] = "/drop",
-    [KVP_ROUTE_SGL_INIT] = "/{rank}/initialize",
-    [KVP_ROUTE_STATUS] = "/",
-    [KVP_ROUTE_SGL_EXISTS] = "/{rank}/exists",
-    [KVP_ROUTE_SGL_RESERVE] = "/{rank}/reserve_and_allocate_page_indices",
-    [KVP_ROUTE_SGL_CONFIRM] = "/{rank}/confirm_write",
-    [KVP_ROUTE_SGL_DELETE] = "/{rank}/delete_keys",
-    [KVP_ROUTE_SGL_CLEAR] = "/{rank}/clear",
-    [KVP_ROUTE_SGL_GET] = "/{rank}/get_page_indices",
-    [KVP_ROUTE_HEALTHZ] = "/healthz",
-    [KVP_ROUTE_METRICS] = "/metrics",
-    [KVP_ROUTE_STATS] = "/v1/stats",
-    [KVP_ROUTE_QUERY] = "/v1/query",
-    [KVP_ROUTE_PINS] = "/v1/pins",
-};
-
-const char *kvp__route_name(int route)
-{
-    if (route < 0 || route >= KVP_ROUTE_COUNT)
-        return "unmatched";
-    return route_names[route];
-}
-
-struct seg {
-    const char *p;
-    size_t n;
-};
-
-static int seg_is(struct seg s, const char *lit)
-{
-    size_t n = strlen(lit);
-    return s.n == n && !memcmp(s.p, lit, n);
-}
-
-/* A path segment where a rank goes: [+-]?[0-9]+ (anything else is 404). */
-static int rank_like(struct seg s)
-{
-    size_t i = 0;
-    if (s.n && (s.p[0] == '-' || s.p[0] == '+'))
-        i = 1;
-    if (i == s.n)
-        return 0;
-    for (; i < s.n; i++)
-        if (s.p[i] < '0' || s.p[i] > '9')
-            return 0;
-    return 1;
-}
-
-/* Value of a rank_like segment; 0 when outside 0..2^31-1. */
-static int rank_value(struct seg s, uint32_t *out)
-{
-    size_t i = 0;
-    int neg = 0;
-    if (s.p[0] == '-' || s.p[0] == '+')
-        neg = s.p[i++] == '-';
-    uint64_t v = 0;
-    for (; i < s.n; i++) {
-        v = v * 10 + (uint64_t)(s.p[i] - '0');
-        if (v > KVP_MAX_RANK)
-            return 0;
-    }
-    if (neg && v != 0)
-        return 0;
-    *out = (uint32_t)v;
-    return 1;
-}
-
-struct match {
-    int route;
-    int get; /* a GET route (else POST) */
-    struct seg rank;
-};
-
-static void match_route(const char *p, size_t n, int has_ns, struct match *m)
-{
-    static const struct {
-        const char *op;
-        int route;
-    } sgl[] = {
-        {"initialize", KVP_ROUTE_SGL_INIT},
-        {"exists", KVP_ROUTE_SGL_EXISTS},
-        {"reserve_and_allocate_page_indices", KVP_ROUTE_SGL_RESERVE},
-        {"confirm_write", KVP_ROUTE_SGL_CONFIRM},
-        {"delete_keys", KVP_ROUTE_SGL_DELETE},
-        {"clear", KVP_ROUTE_SGL_CLEAR},
-        {"get_page_indices", KVP_ROUTE_SGL_GET},
-    };
-    static const struct {
-        const char *op;
-        int route;
-    } keys_ops[] = {
-        {"batch_allocate", KVP_ROUTE_VLLM_ALLOCATE}, {"confirm_write", KVP_ROUTE_VLLM_CONFIRM},
-        {"batch_exists", KVP_ROUTE_VLLM_EXISTS},     {"get_locations", KVP_ROUTE_VLLM_LOCATIONS},
-        {"delete", KVP_ROUTE_VLLM_DELETE},
-    };
-    struct seg s[4];
-    size_t ns = 0;
-    memset(m, 0, sizeof *m);
-    if (n == 0 || p[0] != '/')
-        return;
-    if (n == 1) { /* "/" or "/ns/NAME/" */
-        m->route = KVP_ROUTE_STATUS, m->get = 1;
-        return;
-    }
-    size_t i = 1;
-    for (;;) {
-        size_t j = i;
-        while (j < n && p[j] != '/')
-            j++;
-        if (ns == 4)
-            return;
-        s[ns].p = p + i;
-        s[ns].n = j - i;
-        ns++;
-        if (j >= n)
-            break;
-        i = j + 1;
-    }
-    for (size_t k = 0; k < ns; k++)
-        if (s[k].n == 0)
-            return;
-    if (ns == 1) {
-        if (seg_is(s[0], "clear"))
-            m->route = KVP_ROUTE_VLLM_CLEAR;
-        else if (seg_is(s[0], "drop"))
-            m->route = KVP_ROUTE_VLLM_DROP;
-        else if (!has_ns && seg_is(s[0], "healthz"))
-            m->route = KVP_ROUTE_HEALTHZ, m->get = 1;
-        else if (!has_ns && seg_is(s[0], "metrics"))
-            m->route = KVP_ROUTE_METRICS, m->get = 1;
-    } else if (ns == 2) {
-        if (seg_is(s[0], "keys")) {
-            for (size_t k = 0; k < sizeof keys_ops / sizeof keys_ops[0]; k++)
-                if (seg_is(s[1], keys_ops[k].op))
-                    m->route = keys_ops[k].route;
-        } else if (!has_ns && seg_is(s[0], "v1") && seg_is(s[1], "stats")) {
-            m->route = KVP_ROUTE_STATS, m->get = 1;
-        } else if (seg_is(s[0], "v1") && seg_is(s[1], "query")) {
-            m->route = KVP_ROUTE_QUERY;
-        } else if (seg_is(s[0], "v1") && seg_is(s[1], "pins")) {
-            m->route = KVP_ROUTE_PINS;
-        } else if (rank_like(s[0])) {
-            for (size_t k = 0; k < sizeof sgl / sizeof sgl[0]; k++)
-                if (seg_is(s[1], sgl[k].op)) {
-                    m->route = sgl[k].route;
-                    m->rank = s[0];
-                }
-        }
-    } else if (ns == 3) {
-        if (seg_is(s[0], "rank") && rank_like(s[1]) && seg_is(s[2], "initialize")) {
-            m->route = KVP_ROUTE_VLLM_INIT;
-            m->rank = s[1];
-        }
-    }
-}
 
 void kvp__server_init(struct kvp_server *srv, struct kvp_meta *meta,
                       const struct kvp_server_config *cfg)
@@ -315,22 +149,19 @@ static const struct dialect *dialect_of(int route)
     return NULL;
 }
 
-static void dispatch(struct kvp_ctx *c)
+/* Splits the namespace prefix off req->path and decodes the rest: c->dep
+ * and c->dlen name the deployment ("default" without /ns/NAME), *path and
+ * *plen the route's path (plen 0: no route can match). dbuf and pbuf hold
+ * what is decoded. Returns 1 when the path had a /ns/NAME prefix. */
+static int split_path(struct kvp_ctx *c, char dbuf[KVP_MAX_NAME_LEN + 1],
+                      char pbuf[PATH_DECODE_MAX], const char **pathp, size_t *plenp)
 {
-    struct kvp_server *srv = c->srv;
     const struct kvp_request *req = c->req;
     const char *path = req->path ? req->path : "";
     size_t plen = req->path ? req->path_len : 0;
-
-    if (!kvp__client_allowed(srv, req->client)) {
-        kvp__reply_error(c, 403, "Client address not allowed");
-        return;
-    }
-
-    /* The path comes with its %-escapes (keep_escapes in serve.c): split
-     * first, then decode, so that "/ns/a%2Fb/..." names the deployment
+    /* The path comes with its %-escapes (keep_escapes in serve_http.c):
+     * split first, then decode, so that "/ns/a%2Fb/..." names the deployment
      * "a/b" (a bad name) rather than another path. */
-    char dbuf[KVP_MAX_NAME_LEN + 1], pbuf[PATH_DECODE_MAX];
     int has_ns = 0;
     c->dep = "default";
     c->dlen = 7;
@@ -352,7 +183,7 @@ static void dispatch(struct kvp_ctx *c)
     if (memchr(path, '%', plen)) {
         /* No route has a NUL or a '/' inside a segment: those are Not Found. */
         size_t n = pct_decoded_len(path, plen);
-        if (n < sizeof pbuf && pct_decode(path, plen, pbuf) == n && !memchr(pbuf, '\0', n) &&
+        if (n < PATH_DECODE_MAX && pct_decode(path, plen, pbuf) == n && !memchr(pbuf, '\0', n) &&
             segments_of(pbuf, n) == segments_of(path, plen)) {
             path = pbuf;
             plen = n;
@@ -360,48 +191,55 @@ static void dispatch(struct kvp_ctx *c)
             plen = 0; /* (or longer than any route) */
         }
     }
+    *pathp = path;
+    *plenp = plen;
+    return has_ns;
+}
 
-    struct match m;
-    match_route(path, plen, has_ns, &m);
-    c->rep->route = m.route;
-
+/* The checks every route passes: the token, a route at all, its method.
+ * 1: go on; 0: replied. */
+static int route_ok(struct kvp_ctx *c, const struct kvp_route_match *m)
+{
+    struct kvp_server *srv = c->srv;
+    const struct kvp_request *req = c->req;
     /* The status page holds no figures: it asks for the token itself. */
-    if (srv->cfg.token && m.route != KVP_ROUTE_HEALTHZ && m.route != KVP_ROUTE_STATUS &&
+    if (srv->cfg.token && m->route != KVP_ROUTE_HEALTHZ && m->route != KVP_ROUTE_STATUS &&
         !kvp__token_ok(srv, req->authorization)) {
-        c->rep->route = m.route;
+        c->rep->route = m->route;
         kvp__reply_error(c, 401, "Invalid or missing bearer token");
         c->rep->www_authenticate = "Bearer";
-        return;
+        return 0;
     }
-    if (m.route == KVP_ROUTE_NONE) {
+    if (m->route == KVP_ROUTE_NONE) {
         kvp__reply_error(c, 404, "Not Found");
-        return;
+        return 0;
     }
     const char *method = req->method ? req->method : "";
-    int method_ok =
-        m.get ? (!strcmp(method, "GET") || !strcmp(method, "HEAD"))
-              : !strcmp(method, "POST") || (m.route == KVP_ROUTE_PINS && !strcmp(method, "DELETE"));
+    int method_ok = m->get ? (!strcmp(method, "GET") || !strcmp(method, "HEAD"))
+                           : !strcmp(method, "POST") ||
+                                 (m->route == KVP_ROUTE_PINS && !strcmp(method, "DELETE"));
     if (!method_ok) {
         kvp__reply_error(c, 405, "Method Not Allowed");
-        c->rep->allow = m.get ? "GET, HEAD" : m.route == KVP_ROUTE_PINS ? "POST, DELETE" : "POST";
-        return;
+        c->rep->allow = m->get ? "GET, HEAD" : m->route == KVP_ROUTE_PINS ? "POST, DELETE" : "POST";
+        return 0;
     }
-    if (m.get && m.route == KVP_ROUTE_STATUS && has_ns && !kvp_deployment_valid(c->dep, c->dlen)) {
-        kvp__reply_error(c, 400, "Invalid namespace");
-        return;
-    }
-    if (m.get) {
-        kvp__native_handle(c, m.route);
-        return;
-    }
+    return 1;
+}
+
+/* The checks of a POST route before its body is read: the namespace, the
+ * rank of the path, the body's size. 1: go on; 0: replied. */
+static int post_ok(struct kvp_ctx *c, const struct kvp_route_match *m, int has_ns)
+{
+    struct kvp_server *srv = c->srv;
+    const struct kvp_request *req = c->req;
     if (has_ns && !kvp_deployment_valid(c->dep, c->dlen)) {
         kvp__reply_error(c, 400, "Invalid namespace");
-        return;
+        return 0;
     }
-    if (m.rank.p && !rank_value(m.rank, &c->path_rank)) {
-        kvp__reply_error(c, 400, "Invalid rank: %.*s", (int)(m.rank.n > 4096 ? 4096 : m.rank.n),
-                         m.rank.p);
-        return;
+    if (m->rank && !kvp__route_rank(m, &c->path_rank)) {
+        kvp__reply_error(c, 400, "Invalid rank: %.*s",
+                         (int)(m->rank_len > 4096 ? 4096 : m->rank_len), m->rank);
+        return 0;
     }
     if (req->body_memory_full) {
         kvp__reply_error(
@@ -409,20 +247,28 @@ static void dispatch(struct kvp_ctx *c)
             "Server busy: request bodies over 1 MiB being received or handled take all "
             "of the %zu bytes allowed (--max-body-memory); retry later",
             req->body_memory_full);
-        return;
+        return 0;
     }
     if (req->body_too_large || req->body_len > srv->cfg.max_body) {
         kvp__reply_error(c, 413, "Request body too large: limit is %zu bytes", srv->cfg.max_body);
-        return;
+        return 0;
     }
+    return 1;
+}
 
+/* A POST route's body to its dialect: the fast path for the plain forms,
+ * else the guard, jansson, and the dialect's handler. */
+static void post_route(struct kvp_ctx *c, int route)
+{
+    struct kvp_server *srv = c->srv;
+    const struct kvp_request *req = c->req;
     c->body = NULL;
-    const struct dialect *d = dialect_of(m.route);
+    const struct dialect *d = dialect_of(route);
     if (!d) { /* every POST route is a dialect's */
         kvp__reply_internal(c, -EINVAL, "routing");
         return;
     }
-    if (req->body_len && !srv->cfg.no_fast_bodies && d->fast(c, m.route))
+    if (req->body_len && !srv->cfg.no_fast_bodies && d->fast(c, route))
         return;
     if (req->body_len) {
         struct kvp_guard_fail gf;
@@ -444,10 +290,37 @@ static void dispatch(struct kvp_ctx *c)
         }
         c->body = j;
     }
-    d->handle(c, m.route);
+    d->handle(c, route);
     if (!(c->srv->cfg.json_is_scratch && c->srv->cfg.json_is_scratch()))
         json_decref(c->body);
     c->body = NULL;
+}
+
+static void dispatch(struct kvp_ctx *c)
+{
+    if (!kvp__client_allowed(c->srv, c->req->client)) {
+        kvp__reply_error(c, 403, "Client address not allowed");
+        return;
+    }
+    char dbuf[KVP_MAX_NAME_LEN + 1], pbuf[PATH_DECODE_MAX];
+    const char *path;
+    size_t plen;
+    int has_ns = split_path(c, dbuf, pbuf, &path, &plen);
+    struct kvp_route_match m;
+    kvp__route_match(path, plen, has_ns, &m);
+    c->rep->route = m.route;
+    if (!route_ok(c, &m))
+        return;
+    if (m.get && m.route == KVP_ROUTE_STATUS && has_ns && !kvp_deployment_valid(c->dep, c->dlen)) {
+        kvp__reply_error(c, 400, "Invalid namespace");
+        return;
+    }
+    if (m.get) {
+        kvp__native_handle(c, m.route);
+        return;
+    }
+    if (post_ok(c, &m, has_ns))
+        post_route(c, m.route);
 }
 
 void kvp__server_handle(struct kvp_server *srv, const struct kvp_request *req,

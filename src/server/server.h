@@ -3,8 +3,8 @@
  * HTTP request (method, path, body, client address, Authorization header)
  * and fills a reply (status, content type, body, extra headers). Everything
  * protocol-level (protocol.md, docs/protocol-notes.md) happens behind it, so
- * unit tests and the fuzz target drive it without sockets; serve.c only moves
- * bytes between libmicrohttpd and this.
+ * unit tests and the fuzz target drive it without sockets; serve_http.c only
+ * moves bytes between libmicrohttpd and this.
  */
 #ifndef KVP_SERVER_SERVER_H
 #define KVP_SERVER_SERVER_H
@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 
 #include "kvpage/meta.h"
+#include "server/routes.h"
 #include "util/jsonw.h"
 
 /* An --allow entry. family is AF_INET or AF_INET6; addr holds 4 or 16 bytes. */
@@ -36,11 +37,11 @@ struct kvp_server_config {
     size_t nallow;
     size_t max_body;      /* bytes; 0 means the default (64 MiB) */
     size_t max_keys;      /* per list in one request; 0 means the default (1,000,000) */
-    const char *data_dir; /* for the record (serve.c opens meta with it); may be NULL */
+    const char *data_dir; /* for the record (serve_state.c opens meta with it); may be NULL */
     const char *state;    /* where the state is, for /v1/stats "server" (may be NULL) */
     /* When set and true after a request, the request body's JSON values live
      * in scratch memory the caller reclaims whole: they are not released one
-     * by one (serve.c's arena; a tenth of the JSON time for a 64-key body). */
+     * by one (serve_arena.c's arena; a tenth of the JSON time for a 64-key body). */
     int (*json_is_scratch)(void);
     /* Tests and the fuzzer only: read every body with jansson (fastbody.c off). */
     int no_fast_bodies;
@@ -51,36 +52,6 @@ struct kvp_server_config {
 #define KVP_DEFAULT_MAX_BODY ((size_t)64 << 20)
 #define KVP_DEFAULT_MAX_KEYS ((size_t)1000000)
 #define KVP_DEFAULT_MAX_PINNED_RATIO 0.5
-
-/* Routes, for dispatch and metrics. */
-enum kvp_route {
-    KVP_ROUTE_NONE = 0, /* unmatched path (404) */
-    KVP_ROUTE_VLLM_INIT,
-    KVP_ROUTE_VLLM_ALLOCATE,
-    KVP_ROUTE_VLLM_CONFIRM,
-    KVP_ROUTE_VLLM_EXISTS,
-    KVP_ROUTE_VLLM_LOCATIONS,
-    KVP_ROUTE_VLLM_CLEAR,
-    KVP_ROUTE_VLLM_DELETE,
-    KVP_ROUTE_VLLM_DROP, /* kvpage's own: POST [/ns/NAME]/drop */
-    KVP_ROUTE_SGL_INIT,
-    KVP_ROUTE_SGL_EXISTS,
-    KVP_ROUTE_SGL_RESERVE,
-    KVP_ROUTE_SGL_CONFIRM,
-    KVP_ROUTE_SGL_DELETE,
-    KVP_ROUTE_SGL_CLEAR,
-    KVP_ROUTE_SGL_GET,
-    KVP_ROUTE_HEALTHZ,
-    KVP_ROUTE_METRICS,
-    KVP_ROUTE_STATS,
-    KVP_ROUTE_STATUS, /* GET / and /ns/NAME/: the status page */
-    KVP_ROUTE_QUERY,  /* POST [/ns/NAME]/v1/query (query.c) */
-    KVP_ROUTE_PINS,   /* POST and DELETE [/ns/NAME]/v1/pins (query.c) */
-    KVP_ROUTE_COUNT
-};
-
-/* The label of a route in metrics and /v1/stats, e.g. "/keys/batch_exists". */
-const char *kvp__route_name(int route);
 
 #define KVP_METRICS_NSTATUS 11
 #define KVP_METRICS_NBUCKETS 15
@@ -95,7 +66,8 @@ struct kvp_metrics {
     struct kvp_metrics_cell cell[KVP_ROUTE_COUNT][KVP_METRICS_NSTATUS];
 };
 
-/* Connections, counted by the transport (serve.c), printed with the metrics. */
+/* Connections, counted by the transport (serve_http.c, serve_limits.c), printed with the metrics.
+ */
 struct kvp_conn_stats {
     atomic_uint_fast64_t open;            /* now */
     atomic_uint_fast64_t accepted;        /* since start */

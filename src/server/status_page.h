@@ -98,8 +98,12 @@ static const char kvp__status_html[] =
     " (st.wal.last_snapshot_unix > 0 ? ', last ' + dur(Date.now() / 1000 -"
     " st.wal.last_snapshot_unix) + ' ago' : '')));\n"
     "  }\n"
-    "  if (st.redis) cards.append(card('redis', num(st.redis.nodes) + ' node(s), ' +"
-    " num(st.redis.failures) + ' connection failures', st.redis.failures ? 'bad' : 'ok'));\n"
+    /* The connection to a remote store (the kvp_meta_values section that
+     * kvp_meta_info names, "redis" for Redis): a card for each section with
+     * nodes and failures, named by it. */
+    "  for (const [name, s] of Object.entries(st)) if (s && s.nodes !== undefined &&"
+    " s.failures !== undefined) cards.append(card(name, num(s.nodes) + ' node(s), ' +"
+    " num(s.failures) + ' connection failures', s.failures ? 'bad' : 'ok'));\n"
     "  const c = st.connections || {};\n"
     "  cards.append(card('connections', num(c.open) + ' open, ' + num(c.accepted) + ' accepted, ' +"
     " num((c.refused_per_client || 0) + (c.refused_total || 0)) + ' refused'));\n"

@@ -1,6 +1,8 @@
 /* Reading a size or count from the command line: the one parser that the
  * server's flags and the store's commands share. Header only (the kvpage
- * executable uses it on both sides of libkvpage.so). */
+ * executable uses it on both sides of libkvpage.so); the library exports
+ * it, with suffixes, as kvp_parse_size (kvpage/size.h, util/size.c), which
+ * the Python package calls. */
 #ifndef KVP_UTIL_SIZE_H
 #define KVP_UTIL_SIZE_H
 

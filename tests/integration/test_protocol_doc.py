@@ -11,7 +11,7 @@ byte for byte over http.client (paths keep their %-escapes, bodies their
 spelling); no Content-Type is sent unless the example has one.
 
 The document must also cover the server: every route of the routing table
-in src/server/handle.c has an example, and every error text the server can
+in src/server/routes.c has an example, and every error text the server can
 send (each `kvp__reply_error` format in src/server/*.c) is written in it.
 A route or a message added without its documentation fails here.
 """
@@ -211,8 +211,8 @@ def test_every_example_of_the_document(tmp_path):
 
 
 def route_table():
-    """The routes of src/server/handle.c's table, but "unmatched"."""
-    with open(os.path.join(SERVER_SRC, "handle.c")) as f:
+    """The routes of src/server/routes.c's table, but "unmatched"."""
+    with open(os.path.join(SERVER_SRC, "routes.c")) as f:
         src = f.read()
     table = re.search(r"route_names\[KVP_ROUTE_COUNT\] = \{(.*?)\n\};", src, re.S).group(1)
     routes = re.findall(r'\[KVP_ROUTE_\w+\] = "([^"]+)"', table)

@@ -69,3 +69,31 @@ def test_compat_client_takes_size_strings(tmp_path):
         assert (c.get_size(), c.bytes_per_page) == (1 << 20, 64 << 10)
     finally:
         c.close()
+
+
+def test_the_library_parses_sizes():
+    """The grammar is the library's (kvp_parse_size, kvpage/size.h): the same
+    answers as size_arg, and a failure leaves the output as it was."""
+    import ctypes
+    import errno
+    from kvpage._lib import lib
+    lib.kvp_parse_size.restype = ctypes.c_int
+    lib.kvp_parse_size.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64)]
+    for text, value in GOOD:
+        out = ctypes.c_uint64(7)
+        assert lib.kvp_parse_size(text.encode(), ctypes.byref(out)) == 0, text
+        assert out.value == value
+    for text in BAD:
+        out = ctypes.c_uint64(7)
+        assert lib.kvp_parse_size(text.encode(), ctypes.byref(out)) == -errno.EINVAL, text
+        assert out.value == 7
+    assert lib.kvp_parse_size(None, ctypes.byref(ctypes.c_uint64())) == -errno.EINVAL
+    assert lib.kvp_parse_size(b"4G", None) == -errno.EINVAL
+
+
+@pytest.mark.parametrize("text", ["4\0", "4G\0", "4\0G", "\0"])
+def test_a_nul_in_a_size_string_is_refused(text):
+    """C would stop reading at the NUL; the string as a whole is not a size."""
+    from kvpage._size import size_arg
+    with pytest.raises(ValueError, match="is not a size"):
+        size_arg("PageFile", "size", text)
