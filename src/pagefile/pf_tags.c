@@ -20,6 +20,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -477,9 +479,199 @@ void kvp__pf_tags_begin(struct kvp_pagefile *pf, const struct kvp_pagefile_op *o
     }
 }
 
+void kvp__pf_tag_copy(const struct kvp__pf_batch *b, size_t i, void *dst, const void *src,
+                      uint64_t len)
+{
+    if (!b->tag_want || !b->tag_want[i] || len != b->ops[i].size) {
+        memcpy(dst, src, (size_t)len);
+        return;
+    }
+    /* Block by block: each block is hashed right after its copy, out of L1
+     * and L2, not after the whole page (2 MiB and more) has gone by. */
+    uint64_t d = 0;
+    for (uint64_t o = 0; o < len; o += KVP__PF_TAG_BLOCK) {
+        uint64_t l = len - o < KVP__PF_TAG_BLOCK ? len - o : KVP__PF_TAG_BLOCK;
+        memcpy((char *)dst + o, (const char *)src + o, (size_t)l);
+        d ^= tag_hash((const char *)dst + o, (size_t)l, tag_seed(len, o / KVP__PF_TAG_BLOCK));
+    }
+    __atomic_fetch_xor(&b->tag_digest[i], d, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&b->tag_bytes[i], len, __ATOMIC_RELAXED);
+}
+
+/*
+ * The digests a backend left to the front end: a read's that completed with
+ * nothing else of its batch in flight (uring, usrbio: often all of them at
+ * once), a vectored op's. A lone thread hashes memory that another core or a
+ * device just wrote at ~10 GB/s, while the caller waits for nothing else:
+ * with TAG_HELP_MIN bytes or more, a helper thread (one per process) hashes
+ * with the caller, TAG_CLAIM bytes at a time. The caller never waits for
+ * work the helper did not take (a busy or absent helper: the caller hashes
+ * it all), only for the claim the helper is in.
+ */
+#define TAG_CLAIM ((uint64_t)256 << 10)
+#define TAG_HELP_MIN ((uint64_t)1 << 20) /* below: a wakeup costs as much as it saves */
+
+struct tag_job {
+    const struct kvp_pagefile_op *ops;
+    const size_t *idx;     /* the ops to hash, nidx of them */
+    const uint64_t *first; /* claims before idx[k], nidx + 1 of them */
+    size_t nidx;
+    uint64_t *digests; /* by op index, XORed into (zero first) */
+    atomic_size_t next;
+    size_t total;
+    atomic_int released; /* set by the helper after its last touch of the job */
+};
+
+static atomic_uint_fast64_t tag_helped; /* claims the helper hashed, for the tests */
+
+uint64_t kvp__pf_tags_helped(void)
+{
+    return atomic_load_explicit(&tag_helped, memory_order_relaxed);
+}
+
+static void tag_job_work(struct tag_job *j, int helper)
+{
+    for (;;) {
+        size_t c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (c >= j->total)
+            return;
+        size_t lo = 0, hi = j->nidx;
+        while (hi - lo > 1) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (j->first[mid] <= c)
+                lo = mid;
+            else
+                hi = mid;
+        }
+        const struct kvp_pagefile_op *op = &j->ops[j->idx[lo]];
+        uint64_t from = (uint64_t)(c - j->first[lo]) * TAG_CLAIM;
+        uint64_t len = op->size - from < TAG_CLAIM ? op->size - from : TAG_CLAIM;
+        uint64_t d = kvp__pf_tag_blocks((const char *)op->buf + from, op->size, from, len);
+        __atomic_fetch_xor(&j->digests[j->idx[lo]], d, __ATOMIC_RELAXED);
+        if (helper)
+            atomic_fetch_add_explicit(&tag_helped, 1, memory_order_relaxed);
+    }
+}
+
+static struct {
+    pthread_once_t once;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int ok;
+    struct tag_job *_Atomic job; /* posted, not yet taken */
+} tag_helper = {PTHREAD_ONCE_INIT, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, NULL};
+
+static void *tag_helper_main(void *arg)
+{
+    (void)arg;
+    pthread_setname_np(pthread_self(), "kvp-tags"); /* for top and perf */
+    pthread_mutex_lock(&tag_helper.mu);
+    for (;;) {
+        struct tag_job *j = atomic_exchange(&tag_helper.job, NULL);
+        if (!j) {
+            pthread_cond_wait(&tag_helper.cv, &tag_helper.mu);
+            continue;
+        }
+        pthread_mutex_unlock(&tag_helper.mu);
+        tag_job_work(j, 1);
+        atomic_store_explicit(&j->released, 1, memory_order_release);
+        pthread_mutex_lock(&tag_helper.mu);
+    }
+    return NULL;
+}
+
+static void tag_helper_start(void)
+{
+    if (kvp__pf_cpus() < 2)
+        return; /* nobody to help */
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    /* A full signal mask: the application's handlers run on its own threads. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_t t;
+    tag_helper.ok = pthread_create(&t, &at, tag_helper_main, NULL) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&at);
+}
+
+/* Hashes job with the helper, if it is free. */
+static void tag_job_run(struct tag_job *j)
+{
+    pthread_once(&tag_helper.once, tag_helper_start);
+    struct tag_job *none = NULL;
+    int posted = tag_helper.ok && atomic_compare_exchange_strong(&tag_helper.job, &none, j);
+    if (posted) {
+        pthread_mutex_lock(&tag_helper.mu);
+        pthread_cond_signal(&tag_helper.cv);
+        pthread_mutex_unlock(&tag_helper.mu);
+    }
+    tag_job_work(j, 0);
+    struct tag_job *mine = j;
+    if (!posted || atomic_compare_exchange_strong(&tag_helper.job, &mine, NULL))
+        return; /* not taken: every claim was ours */
+    for (unsigned k = 1; !atomic_load_explicit(&j->released, memory_order_acquire); k++) {
+        if (k % 256 == 0)
+            sched_yield(); /* the helper was put off its core mid-claim */
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    }
+}
+
+/* The plain ops that need a digest, hashed on two threads; 0, or -1 when
+ * they are too few bytes (or no memory) for that. */
+static int tag_fill_parallel(const struct kvp_pagefile_op *ops, size_t n, const uint8_t *want,
+                             uint64_t *digests, const uint64_t *bytes)
+{
+    uint64_t sum = 0;
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (want[i] && (!bytes || bytes[i] != ops[i].size)) {
+            sum += ops[i].size;
+            m++;
+        }
+    if (sum < TAG_HELP_MIN || m == 0)
+        return -1;
+    size_t small_idx[64];
+    uint64_t small_first[65];
+    size_t *idx = m <= 64 ? small_idx : malloc(m * sizeof *idx);
+    uint64_t *first = m <= 64 ? small_first : malloc((m + 1) * sizeof *first);
+    if (!idx || !first) {
+        if (idx != small_idx)
+            free(idx);
+        if (first != small_first)
+            free(first);
+        return -1;
+    }
+    struct tag_job j = {.ops = ops, .idx = idx, .first = first, .nidx = m, .digests = digests};
+    size_t k = 0;
+    first[0] = 0;
+    for (size_t i = 0; i < n; i++)
+        if (want[i] && (!bytes || bytes[i] != ops[i].size)) {
+            idx[k] = i;
+            first[k + 1] = first[k] + (ops[i].size + TAG_CLAIM - 1) / TAG_CLAIM;
+            digests[i] = 0;
+            k++;
+        }
+    j.total = (size_t)first[m];
+    atomic_init(&j.next, 0);
+    atomic_init(&j.released, 0);
+    tag_job_run(&j);
+    if (idx != small_idx)
+        free(idx);
+    if (first != small_first)
+        free(first);
+    return 0;
+}
+
 void kvp__pf_tags_fill(const struct kvp_pagefile_op *ops, const struct kvp_pagefile_vop *vops,
                        size_t n, const uint8_t *want, uint64_t *digests, const uint64_t *bytes)
 {
+    if (!vops && tag_fill_parallel(ops, n, want, digests, bytes) == 0)
+        return;
     for (size_t i = 0; i < n; i++)
         if (want[i] && (!bytes || bytes[i] != ops[i].size))
             digests[i] = tag_digest(&ops[i], vops ? &vops[i] : NULL);
