@@ -16,10 +16,10 @@
  * and the ratio of the wall-clock times (off / on: blurred by other load,
  * but it shows time spent waiting, which CPU time does not).
  *
- * With a backend named (psync with its default threads, uring, usrbio:
- * FILE on the emulation's mount, KVPAGE_USRBIO_LIB set, each handle's pool
- * its own kvp_pagefile_alloc memory, registered: zero-copy), the calling
- * thread is not the whole cost: it also prints the process's CPU time per
+ * The calling thread is not the whole cost with a backend named (psync
+ * with its default threads, uring, usrbio: FILE on the emulation's mount,
+ * KVPAGE_USRBIO_LIB set, each handle's pool its own kvp_pagefile_alloc
+ * memory, registered: zero-copy); so it also prints the process's CPU time per
  * byte (every thread's, the emulated daemon's too: the batches run one at a
  * time) and the ratio of the batches' quartile wall-clock times (the
  * fastest quarter of each side: the batches that ran with the cores free,
@@ -170,12 +170,13 @@ int main(int argc, char **argv)
            "wall_ratio=%.3f\n",
            argv[2], argv[3], on, off, on / off, (unsigned long long)in.tags_verified,
            wall[0] / wall[1]);
-    if (backend >= 0) {
+    {
         qsort(lat[0], nlat[0], sizeof(double), cmp_double);
         qsort(lat[1], nlat[1], sizeof(double), cmp_double);
         printf("  backend=%s%s proc_cpu_ratio=%.3f q25_wall_ratio=%.3f (off %.0f us, on %.0f us "
                "a batch) batches=%zu\n",
-               argv[5], direct ? " direct" : "", (proc[0] / bytes[0]) / (proc[1] / bytes[1]),
+               backend >= 0 ? argv[5] : "psync(threads=1)", direct ? " direct" : "",
+               (proc[0] / bytes[0]) / (proc[1] / bytes[1]),
                lat[0][nlat[0] / 4] / lat[1][nlat[1] / 4], lat[0][nlat[0] / 4] * 1e6,
                lat[1][nlat[1] / 4] * 1e6, nlat[1]);
     }

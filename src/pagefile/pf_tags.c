@@ -529,27 +529,33 @@ uint64_t kvp__pf_tags_helped(void)
     return atomic_load_explicit(&tag_helped, memory_order_relaxed);
 }
 
+/* Hashes claim c of j. */
+static void tag_claim(struct tag_job *j, size_t c, int helper)
+{
+    size_t lo = 0, hi = j->nidx;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (j->first[mid] <= c)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    const struct kvp_pagefile_op *op = &j->ops[j->idx[lo]];
+    uint64_t from = (uint64_t)(c - j->first[lo]) * TAG_CLAIM;
+    uint64_t len = op->size - from < TAG_CLAIM ? op->size - from : TAG_CLAIM;
+    uint64_t d = kvp__pf_tag_blocks((const char *)op->buf + from, op->size, from, len);
+    __atomic_fetch_xor(&j->digests[j->idx[lo]], d, __ATOMIC_RELAXED);
+    if (helper)
+        atomic_fetch_add_explicit(&tag_helped, 1, memory_order_relaxed);
+}
+
 static void tag_job_work(struct tag_job *j, int helper)
 {
     for (;;) {
         size_t c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
         if (c >= j->total)
             return;
-        size_t lo = 0, hi = j->nidx;
-        while (hi - lo > 1) {
-            size_t mid = lo + (hi - lo) / 2;
-            if (j->first[mid] <= c)
-                lo = mid;
-            else
-                hi = mid;
-        }
-        const struct kvp_pagefile_op *op = &j->ops[j->idx[lo]];
-        uint64_t from = (uint64_t)(c - j->first[lo]) * TAG_CLAIM;
-        uint64_t len = op->size - from < TAG_CLAIM ? op->size - from : TAG_CLAIM;
-        uint64_t d = kvp__pf_tag_blocks((const char *)op->buf + from, op->size, from, len);
-        __atomic_fetch_xor(&j->digests[j->idx[lo]], d, __ATOMIC_RELAXED);
-        if (helper)
-            atomic_fetch_add_explicit(&tag_helped, 1, memory_order_relaxed);
+        tag_claim(j, c, helper);
     }
 }
 
@@ -597,20 +603,26 @@ static void tag_helper_start(void)
     pthread_attr_destroy(&at);
 }
 
-/* Hashes job with the helper, if it is free. */
-static void tag_job_run(struct tag_job *j)
+/* Offers j to the helper: 1 when posted (tag_job_join then), 0 when the
+ * helper is busy or absent. */
+static int tag_job_post(struct tag_job *j)
 {
     pthread_once(&tag_helper.once, tag_helper_start);
     struct tag_job *none = NULL;
-    int posted = tag_helper.ok && atomic_compare_exchange_strong(&tag_helper.job, &none, j);
-    if (posted) {
-        pthread_mutex_lock(&tag_helper.mu);
-        pthread_cond_signal(&tag_helper.cv);
-        pthread_mutex_unlock(&tag_helper.mu);
-    }
-    tag_job_work(j, 0);
+    if (!tag_helper.ok || !atomic_compare_exchange_strong(&tag_helper.job, &none, j))
+        return 0;
+    pthread_mutex_lock(&tag_helper.mu);
+    pthread_cond_signal(&tag_helper.cv);
+    pthread_mutex_unlock(&tag_helper.mu);
+    return 1;
+}
+
+/* After the caller's part of a posted j: takes it back if the helper did
+ * not start it, else waits for the helper's last touch. */
+static void tag_job_join(struct tag_job *j)
+{
     struct tag_job *mine = j;
-    if (!posted || atomic_compare_exchange_strong(&tag_helper.job, &mine, NULL))
+    if (atomic_compare_exchange_strong(&tag_helper.job, &mine, NULL))
         return; /* not taken: every claim was ours */
     for (unsigned k = 1; !atomic_load_explicit(&j->released, memory_order_acquire); k++) {
         if (k % 256 == 0)
@@ -619,6 +631,15 @@ static void tag_job_run(struct tag_job *j)
         __builtin_ia32_pause();
 #endif
     }
+}
+
+/* Hashes j with the helper, if it is free. */
+static void tag_job_run(struct tag_job *j)
+{
+    int posted = tag_job_post(j);
+    tag_job_work(j, 0);
+    if (posted)
+        tag_job_join(j);
 }
 
 /* The plain ops that need a digest, hashed on two threads; 0, or -1 when

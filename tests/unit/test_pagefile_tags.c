@@ -597,8 +597,8 @@ static void test_usrbio_zero_copy(int few)
 
 /* Reads that complete together leave their digests to the front end, which
  * hashes a batch of 1 MiB or more on two threads: the helper thread takes
- * part (tried until it does, however busy the machine), and a page changed
- * in such a batch is still rejected. */
+ * part (tried until it does, however busy the machine), what was written
+ * verifies, and a page changed in such a batch is still rejected. */
 static void test_helper(int backend)
 {
     if (kvp__pf_cpus() < 2)
@@ -620,6 +620,9 @@ static void test_helper(int backend)
     }
     struct kvp_error err;
     CHECK_EQ(kvp_pagefile_write(pf, w, 8, res, &err), 0);
+    struct kvp_pagefile_verify_counts c = {.check_size = sizeof c};
+    CHECK_EQ(kvp_pagefile_verify(pf, NULL, NULL, &c, &err), 0);
+    CHECK_EQ(c.tagged, 8);
     uint64_t before = kvp__pf_tags_helped();
     int n = 0;
     /* uring leaves them (USRBIO's staged reads and psync hash as they copy) */
