@@ -66,6 +66,14 @@ struct kvp__pf_tags {
     atomic_uint_fast64_t verified, rejected, unverified;
     atomic_int noted; /* 0 none, 1 being written, 2 note set */
     char note[256];
+    /* The helper thread of kvp__pf_tags_tail: started on first use, joined
+     * at close (so a process with no handle open has no thread of ours). */
+    pthread_mutex_t hmu;
+    pthread_cond_t hcv;
+    pthread_t htid;
+    atomic_int hstate; /* 0 not started, 1 running, -1 could not start */
+    int hstop;
+    struct tag_job *_Atomic hjob; /* posted, not yet taken */
 };
 
 /* ---- hashing ---------------------------------------------------------- */
@@ -298,6 +306,15 @@ void kvp__pf_tags_close(struct kvp_pagefile *pf, int remove)
     struct kvp__pf_tags *t = pf->tags;
     if (!t)
         return;
+    if (atomic_load(&t->hstate) == 1) {
+        pthread_mutex_lock(&t->hmu);
+        t->hstop = 1;
+        pthread_cond_signal(&t->hcv);
+        pthread_mutex_unlock(&t->hmu);
+        pthread_join(t->htid, NULL);
+    }
+    pthread_cond_destroy(&t->hcv);
+    pthread_mutex_destroy(&t->hmu);
     if (t->map)
         munmap(t->map, t->maplen);
     if (t->fd >= 0)
@@ -329,6 +346,8 @@ int kvp__pf_tags_open(struct kvp_pagefile *pf, int created, int *made, struct kv
     memcpy(t->path, pf->path, pl);
     memcpy(t->path + pl, ".tags", 6);
     t->fd = -1;
+    pthread_mutex_init(&t->hmu, NULL);
+    pthread_cond_init(&t->hcv, NULL);
     t->readonly = (pf->flags & KVP_PAGEFILE_READONLY) != 0;
     pf->tags = t;
     int rc = 0, locked = 0;
@@ -499,14 +518,14 @@ void kvp__pf_tag_copy(const struct kvp__pf_batch *b, size_t i, void *dst, const 
 }
 
 /*
- * The digests a backend left to the front end: a read's that completed with
- * nothing else of its batch in flight (uring, usrbio: often all of them at
- * once), a vectored op's. A lone thread hashes memory that another core or a
- * device just wrote at ~10 GB/s, while the caller waits for nothing else:
- * with TAG_HELP_MIN bytes or more, a helper thread (one per process) hashes
- * with the caller, TAG_CLAIM bytes at a time. The caller never waits for
- * work the helper did not take (a busy or absent helper: the caller hashes
- * it all), only for the claim the helper is in.
+ * kvp__pf_tags_tail: the reads of a batch that completed with nothing else
+ * of it in flight (uring, usrbio zero-copy: often all of them at once). A
+ * lone thread hashes memory that another core or a device just wrote at
+ * ~10 GB/s while the caller waits for nothing else: with TAG_HELP_MIN bytes
+ * or more, the handle's helper thread hashes with the caller, TAG_CLAIM
+ * bytes at a time. The caller never waits for work the helper did not take
+ * (a busy helper: the caller hashes it all), only for the claim the helper
+ * is in.
  */
 #define TAG_CLAIM ((uint64_t)256 << 10)
 #define TAG_HELP_MIN ((uint64_t)1 << 20) /* below: a wakeup costs as much as it saves */
@@ -521,6 +540,13 @@ struct tag_job {
     size_t total;
     atomic_int released; /* set by the helper after its last touch of the job */
 };
+
+/* Op i of b is a read that completed whole and is not hashed yet. */
+static int tag_left(const struct kvp__pf_batch *b, size_t i)
+{
+    return b->tag_want[i] && b->results[i] == (int64_t)b->ops[i].size && b->ops[i].size &&
+           __atomic_load_n(&b->tag_bytes[i], __ATOMIC_RELAXED) == 0;
+}
 
 static atomic_uint_fast64_t tag_helped; /* claims the helper hashed, for the tests */
 
@@ -559,70 +585,58 @@ static void tag_job_work(struct tag_job *j, int helper)
     }
 }
 
-static struct {
-    pthread_once_t once;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int ok;
-    struct tag_job *_Atomic job; /* posted, not yet taken */
-} tag_helper = {PTHREAD_ONCE_INIT, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, NULL};
-
 static void *tag_helper_main(void *arg)
 {
-    (void)arg;
+    struct kvp__pf_tags *t = arg;
     pthread_setname_np(pthread_self(), "kvp-tags"); /* for top and perf */
-    pthread_mutex_lock(&tag_helper.mu);
-    for (;;) {
-        struct tag_job *j = atomic_exchange(&tag_helper.job, NULL);
+    pthread_mutex_lock(&t->hmu);
+    while (!t->hstop) {
+        struct tag_job *j = atomic_exchange(&t->hjob, NULL);
         if (!j) {
-            pthread_cond_wait(&tag_helper.cv, &tag_helper.mu);
+            pthread_cond_wait(&t->hcv, &t->hmu);
             continue;
         }
-        pthread_mutex_unlock(&tag_helper.mu);
+        pthread_mutex_unlock(&t->hmu);
         tag_job_work(j, 1);
         atomic_store_explicit(&j->released, 1, memory_order_release);
-        pthread_mutex_lock(&tag_helper.mu);
+        pthread_mutex_lock(&t->hmu);
     }
+    pthread_mutex_unlock(&t->hmu);
     return NULL;
 }
 
-static void tag_helper_start(void)
+/* Offers j to t's helper (starting it the first time): 1 when posted
+ * (tag_job_join then), 0 when the helper is busy or cannot start. */
+static int tag_job_post(struct kvp__pf_tags *t, struct tag_job *j)
 {
-    if (kvp__pf_cpus() < 2)
-        return; /* nobody to help */
-    pthread_attr_t at;
-    pthread_attr_init(&at);
-    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-    /* A full signal mask: the application's handlers run on its own threads. */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pthread_t t;
-    tag_helper.ok = pthread_create(&t, &at, tag_helper_main, NULL) == 0;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    pthread_attr_destroy(&at);
-}
-
-/* Offers j to the helper: 1 when posted (tag_job_join then), 0 when the
- * helper is busy or absent. */
-static int tag_job_post(struct tag_job *j)
-{
-    pthread_once(&tag_helper.once, tag_helper_start);
+    if (atomic_load(&t->hstate) == 0) {
+        pthread_mutex_lock(&t->hmu);
+        if (atomic_load(&t->hstate) == 0) {
+            /* A full signal mask: the application's handlers run on its own threads. */
+            sigset_t all, old;
+            sigfillset(&all);
+            pthread_sigmask(SIG_SETMASK, &all, &old);
+            int rc = pthread_create(&t->htid, NULL, tag_helper_main, t);
+            pthread_sigmask(SIG_SETMASK, &old, NULL);
+            atomic_store(&t->hstate, rc == 0 ? 1 : -1);
+        }
+        pthread_mutex_unlock(&t->hmu);
+    }
     struct tag_job *none = NULL;
-    if (!tag_helper.ok || !atomic_compare_exchange_strong(&tag_helper.job, &none, j))
+    if (atomic_load(&t->hstate) != 1 || !atomic_compare_exchange_strong(&t->hjob, &none, j))
         return 0;
-    pthread_mutex_lock(&tag_helper.mu);
-    pthread_cond_signal(&tag_helper.cv);
-    pthread_mutex_unlock(&tag_helper.mu);
+    pthread_mutex_lock(&t->hmu);
+    pthread_cond_signal(&t->hcv);
+    pthread_mutex_unlock(&t->hmu);
     return 1;
 }
 
 /* After the caller's part of a posted j: takes it back if the helper did
  * not start it, else waits for the helper's last touch. */
-static void tag_job_join(struct tag_job *j)
+static void tag_job_join(struct kvp__pf_tags *t, struct tag_job *j)
 {
     struct tag_job *mine = j;
-    if (atomic_compare_exchange_strong(&tag_helper.job, &mine, NULL))
+    if (atomic_compare_exchange_strong(&t->hjob, &mine, NULL))
         return; /* not taken: every claim was ours */
     for (unsigned k = 1; !atomic_load_explicit(&j->released, memory_order_acquire); k++) {
         if (k % 256 == 0)
@@ -633,66 +647,54 @@ static void tag_job_join(struct tag_job *j)
     }
 }
 
-/* Hashes j with the helper, if it is free. */
-static void tag_job_run(struct tag_job *j)
+void kvp__pf_tags_tail(struct kvp_pagefile *pf, const struct kvp__pf_batch *b)
 {
-    int posted = tag_job_post(j);
-    tag_job_work(j, 0);
-    if (posted)
-        tag_job_join(j);
-}
-
-/* The plain ops that need a digest, hashed on two threads; 0, or -1 when
- * they are too few bytes (or no memory) for that. */
-static int tag_fill_parallel(const struct kvp_pagefile_op *ops, size_t n, const uint8_t *want,
-                             uint64_t *digests, const uint64_t *bytes)
-{
+    struct kvp__pf_tags *t = pf->tags;
+    if (!t || !b->tag_want || b->write || kvp__pf_cpus() < 2)
+        return;
     uint64_t sum = 0;
     size_t m = 0;
-    for (size_t i = 0; i < n; i++)
-        if (want[i] && (!bytes || bytes[i] != ops[i].size)) {
-            sum += ops[i].size;
+    for (size_t i = 0; i < b->n; i++)
+        if (tag_left(b, i)) {
+            sum += b->ops[i].size;
             m++;
         }
-    if (sum < TAG_HELP_MIN || m == 0)
-        return -1;
+    if (sum < TAG_HELP_MIN)
+        return; /* the front end hashes them */
     size_t small_idx[64];
     uint64_t small_first[65];
     size_t *idx = m <= 64 ? small_idx : malloc(m * sizeof *idx);
     uint64_t *first = m <= 64 ? small_first : malloc((m + 1) * sizeof *first);
-    if (!idx || !first) {
-        if (idx != small_idx)
-            free(idx);
-        if (first != small_first)
-            free(first);
-        return -1;
+    if (idx && first) {
+        struct tag_job j = {
+            .ops = b->ops, .idx = idx, .first = first, .nidx = m, .digests = b->tag_digest};
+        size_t k = 0;
+        first[0] = 0;
+        for (size_t i = 0; i < b->n; i++)
+            if (tag_left(b, i)) {
+                idx[k] = i;
+                first[k + 1] = first[k] + (b->ops[i].size + TAG_CLAIM - 1) / TAG_CLAIM;
+                k++;
+            }
+        j.total = (size_t)first[m];
+        atomic_init(&j.next, 0);
+        atomic_init(&j.released, 0);
+        int posted = tag_job_post(t, &j);
+        tag_job_work(&j, 0);
+        if (posted)
+            tag_job_join(t, &j);
+        for (k = 0; k < m; k++)
+            __atomic_store_n(&b->tag_bytes[idx[k]], b->ops[idx[k]].size, __ATOMIC_RELAXED);
     }
-    struct tag_job j = {.ops = ops, .idx = idx, .first = first, .nidx = m, .digests = digests};
-    size_t k = 0;
-    first[0] = 0;
-    for (size_t i = 0; i < n; i++)
-        if (want[i] && (!bytes || bytes[i] != ops[i].size)) {
-            idx[k] = i;
-            first[k + 1] = first[k] + (ops[i].size + TAG_CLAIM - 1) / TAG_CLAIM;
-            digests[i] = 0;
-            k++;
-        }
-    j.total = (size_t)first[m];
-    atomic_init(&j.next, 0);
-    atomic_init(&j.released, 0);
-    tag_job_run(&j);
     if (idx != small_idx)
         free(idx);
     if (first != small_first)
         free(first);
-    return 0;
 }
 
 void kvp__pf_tags_fill(const struct kvp_pagefile_op *ops, const struct kvp_pagefile_vop *vops,
                        size_t n, const uint8_t *want, uint64_t *digests, const uint64_t *bytes)
 {
-    if (!vops && tag_fill_parallel(ops, n, want, digests, bytes) == 0)
-        return;
     for (size_t i = 0; i < n; i++)
         if (want[i] && (!bytes || bytes[i] != ops[i].size))
             digests[i] = tag_digest(&ops[i], vops ? &vops[i] : NULL);

@@ -381,8 +381,8 @@ static void pf_ring_broken(struct kvp_pagefile *pf, struct pf_ring *r,
  * and the wait): a write's at once, its source being the caller's from the
  * start (its slot stays BAD until the front end records the tag after the
  * batch); the reads that completed, listed in *hq. Reads that complete with
- * nothing else in flight are left to the front end, which hashes them on
- * two threads (kvp__pf_tags_fill).
+ * nothing else in flight are left to kvp__pf_tags_tail, which hashes them
+ * on two threads after the ring is released.
  */
 static void pf_ring_hash(const struct pf_ring *r, const struct kvp__pf_batch *b, uint32_t *hq,
                          int *writes)
@@ -483,6 +483,7 @@ static void pf_uring_run(struct kvp_pagefile *pf, struct kvp__pf_batch *b)
     else
         kvp__pf_run_inline(pf, b);
     pthread_mutex_unlock(&r->mu);
+    kvp__pf_tags_tail(pf, b); /* the reads that completed last, on two threads */
 }
 
 /* queues rings (opts.queues, default 4); why: the cause when io_uring cannot be set up. */

@@ -404,8 +404,9 @@ static void ub_finish(struct ub_ring *r, const struct kvp__pf_batch *b, size_t i
  * (ops [*wh, next): their bytes are the caller's from the start, and their
  * slots stay BAD until the front end records the tags after the batch), and
  * the reads that completed in the last wait (the cqes r->cqes[0, got)).
- * Reads that complete with nothing else in flight are left to the front
- * end, which hashes them on two threads (kvp__pf_tags_fill).
+ * Reads that complete with nothing else in flight are left to
+ * kvp__pf_tags_tail, which hashes them on two threads after the ring is
+ * released.
  */
 static void ub_ring_hash(const struct ub_ring *r, const struct kvp__pf_batch *b, size_t *wh,
                          size_t next, int got)
@@ -541,6 +542,7 @@ static void pf_usrbio_run(struct kvp_pagefile *pf, struct kvp__pf_batch *b)
     else
         kvp__pf_run_inline(pf, b);
     pthread_mutex_unlock(&r->mu);
+    kvp__pf_tags_tail(pf, b); /* the reads that completed last, on two threads */
 }
 
 /* ---- memory and registration ------------------------------------------ */

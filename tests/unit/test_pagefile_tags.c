@@ -595,8 +595,8 @@ static void test_usrbio_zero_copy(int few)
     kvp_pagefile_close(pf);
 }
 
-/* Reads that complete together leave their digests to the front end, which
- * hashes a batch of 1 MiB or more on two threads: the helper thread takes
+/* Reads that complete together leave their digests to kvp__pf_tags_tail,
+ * which hashes 1 MiB or more of them on two threads: the helper thread takes
  * part (tried until it does, however busy the machine), what was written
  * verifies, and a page changed in such a batch is still rejected. */
 static void test_helper(int backend)
