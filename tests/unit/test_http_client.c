@@ -1,5 +1,5 @@
 /*
- * The http:// backend of kvpage/meta.h (src/client/http.c) against the real
+ * The http:// backend of kvpage/meta.h (src/meta/http/http.c) against the real
  * server ($KVPAGE_BIN serve, set by CMake) and against fake servers written
  * here (a thread with a plain socket speaking just enough HTTP/1.1):
  *

@@ -21,7 +21,7 @@
 
 #include "check.h"
 #include "kvpage/meta.h"
-#include "meta/meta_int.h"
+#include "meta/local/meta_int.h"
 #include "rng.h"
 
 #define NKEYS 12

@@ -1,5 +1,5 @@
 /*
- * The redis:// backend (src/meta/redis.c) against real Redis servers that
+ * The redis:// backend (src/meta/redis/redis.c) against real Redis servers that
  * this test starts on free loopback ports (and kills, also when a check
  * fails):
  *
@@ -38,7 +38,7 @@
 #include "check.h"
 #include "kvpage/meta.h"
 #include "meta/backend.h"
-#include "meta/redis_conn.h"
+#include "meta/redis/redis_conn.h"
 #include "meta_diff.h"
 #include "meta_drop.h"
 #include "meta_test.h"

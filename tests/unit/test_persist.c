@@ -17,7 +17,7 @@
 #include "check.h"
 #include "meta_test.h"
 #include "kvpage/meta.h"
-#include "meta/meta_int.h"
+#include "meta/local/meta_int.h"
 #include "wal/wal.h"
 
 /* The ticket of the last _async calls (kvpage/meta.h). */

@@ -1,4 +1,4 @@
-/* Unit tests of pins and the query by block hashes (src/meta/pins.c), on the
+/* Unit tests of pins and the query by block hashes (src/meta/local/pins.c), on the
  * engine's clock (a fake one: expiry without sleeping) and through a
  * restart of a file: state. */
 #include <errno.h>

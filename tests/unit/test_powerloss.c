@@ -35,7 +35,7 @@
 #include "check.h"
 #include "meta_test.h"
 #include "kvpage/meta.h"
-#include "meta/meta_int.h"
+#include "meta/local/meta_int.h"
 
 int __real_fsync(int fd);
 int __real_fdatasync(int fd);
