@@ -41,7 +41,6 @@
 
 #include "server/kvevents.h"
 #include "server/log.h"
-#include "util/hex.h"
 #include "util/size.h"
 
 /* The next sequence number is kept in the data directory this far ahead of
@@ -51,8 +50,11 @@
 /* The inventory's first room (records); events per batch. */
 #define INV_FIRST 4096
 #define BATCH_MAX 1024
-/* How long the publisher lets changes gather once woken (1 ms). */
-#define TICK_NS 1000000L
+/* How long the publisher lets changes gather once woken (5 ms; vLLM
+ * publishes once per engine step, tens of ms), cut short when the queue is
+ * half full. Fewer, larger batches cost the publisher, ZeroMQ and every
+ * subscriber less per change, and wake them less often. */
+#define TICK_MS 5
 
 #ifdef __SANITIZE_THREAD__
 /* Debian's libzmq is not built with ThreadSanitizer: the lock-free pipes that
@@ -169,13 +171,37 @@ void kvp__kvev_cfg_free(struct kvp_kvev_cfg *cfg)
 
 /* ---------------------------------------------------------------- block hashes */
 
+/* 16 + a byte's hex value, 0 for a byte that is not a hex digit: one table
+ * for both the scan and the value (the publisher hashes every change's key). */
+#define D(c, v) [c] = 16 + (v)
+static const uint8_t hexval[256] = {
+    D('0', 0),  D('1', 1),  D('2', 2),  D('3', 3),  D('4', 4),  D('5', 5),  D('6', 6),  D('7', 7),
+    D('8', 8),  D('9', 9),  D('a', 10), D('b', 11), D('c', 12), D('d', 13), D('e', 14), D('f', 15),
+    D('A', 10), D('B', 11), D('C', 12), D('D', 13), D('E', 14), D('F', 15)};
+#undef D
+
 /* The first n hex digits of s as a number (n <= 16, all hex). */
 static uint64_t hex_u64(const char *s, size_t n)
 {
     uint64_t v = 0;
     for (size_t i = 0; i < n; i++)
-        v = v << 4 | (uint64_t)kvp__hex_value(s[i]);
+        v = v << 4 | (hexval[(unsigned char)s[i]] & 15);
     return v;
+}
+
+/* How many of s's n bytes are hex digits before the first that is not:
+ * eight at a time while they all are (a key is 32 or 64 digits). */
+static size_t hex_run(const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        if (!(hexval[u[i]] & hexval[u[i + 1]] & hexval[u[i + 2]] & hexval[u[i + 3]] &
+              hexval[u[i + 4]] & hexval[u[i + 5]] & hexval[u[i + 6]] & hexval[u[i + 7]] & 16))
+            break;
+    while (i < n && hexval[u[i]])
+        i++;
+    return i;
 }
 
 /*
@@ -188,30 +214,19 @@ static uint64_t hex_u64(const char *s, size_t n)
  * hex digits only (kvpage's vLLM tier), is vLLM's; anything else (and a key
  * the chosen rule cannot read) is the XXH3-64 of its bytes.
  */
-/* 1 for the hex digits: a table, as every change's key is scanned on the
- * request's thread. */
-static const uint8_t is_hex[256] = {
-    ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1,
-    ['8'] = 1, ['9'] = 1, ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1,
-    ['A'] = 1, ['B'] = 1, ['C'] = 1, ['D'] = 1, ['E'] = 1, ['F'] = 1};
-
 uint64_t kvp__kvev_block_hash(const char *key, size_t len, int mode, int *is_signed)
 {
+    size_t h = hex_run(key, len);
     /* kvpage's vLLM tier names a block IDENTITY:HEX (the block's key bytes):
-     * the part after the last ':' is the block's. */
-    const char *colon = memrchr(key, ':', len);
+     * the part after the last ':' is the block's (a key all hex has none). */
+    const char *colon = h < len ? memrchr(key + h, ':', len - h) : NULL;
     if (colon && mode != KVP_KVEV_HASH_XXH3 && mode != KVP_KVEV_HASH_SGLANG) {
-        size_t tail = len - (size_t)(colon + 1 - key), t = 0;
-        while (t < tail && is_hex[(unsigned char)colon[1 + t]])
-            t++;
-        if (t == tail && tail >= 16) {
+        size_t tail = len - (size_t)(colon + 1 - key);
+        if (tail >= 16 && hex_run(colon + 1, tail) == tail) {
             *is_signed = 0;
             return hex_u64(colon + 1 + tail - 16, 16);
         }
     }
-    size_t h = 0;
-    while (h < len && is_hex[(unsigned char)key[h]])
-        h++;
     *is_signed = 0;
     if (mode == KVP_KVEV_HASH_AUTO)
         mode = h == 64                 ? KVP_KVEV_HASH_SGLANG
@@ -266,7 +281,7 @@ struct inv_recs {
 struct sent {
     uint64_t seq;
     char *payload;
-    size_t len;
+    size_t len, cap; /* cap: payload's room, reused when the slot is */
 };
 
 struct kvp_kvev {
@@ -331,14 +346,27 @@ static _Thread_local __attribute__((tls_model("initial-exec"))) struct {
     struct rec r[STAGE];
 } stage;
 
+static void poke(struct kvp_kvev *ev)
+{
+    uint64_t one = 1;
+    ssize_t w = write(ev->efd, &one, sizeof one);
+    (void)w; /* a full counter still wakes the thread */
+}
+
 static void stage_flush(struct kvp_kvev *ev)
 {
     if (!stage.n)
         return;
     pthread_mutex_lock(&ev->qlock);
-    int wake = ev->qlen == 0;
+    /* The publisher is woken by the first change after it drained (it
+     * then lets more gather for TICK_MS), and again when the queue gets
+     * half full or full (to cut that short): a few wakes per tick, not
+     * one per operation. */
+    size_t before = ev->qlen, half = ev->qcap / 2 + 1;
+    int wake = before == 0;
     for (size_t i = 0; i < stage.n;) {
         while (ev->qlen == ev->qcap) {
+            poke(ev);
             ev->waiting++;
             pthread_cond_wait(&ev->room, &ev->qlock);
             ev->waiting--;
@@ -348,13 +376,11 @@ static void stage_flush(struct kvp_kvev *ev)
         ev->qlen += k;
         i += k;
     }
+    wake |= before < half && ev->qlen >= half;
     pthread_mutex_unlock(&ev->qlock);
     stage.n = 0;
-    if (wake) {
-        uint64_t one = 1;
-        ssize_t w = write(ev->efd, &one, sizeof one);
-        (void)w; /* a full counter still wakes the thread */
-    }
+    if (wake)
+        poke(ev);
 }
 
 static void on_change(const struct kvp_meta_change *c, void *arg)
@@ -514,6 +540,16 @@ static void batches(struct kvp_kvev *ev, const struct rec *v, size_t n,
     }
 }
 
+/* Empties the replay ring and frees its buffers. */
+static void ring_free(struct kvp_kvev *ev)
+{
+    for (size_t i = 0; ev->ring && i < ev->cfg.buffer_steps; i++) {
+        free(ev->ring[i].payload);
+        ev->ring[i] = (struct sent){0};
+    }
+    ev->ring_head = ev->ring_n = 0;
+}
+
 /* Publishes the batch in ev->sb with the next sequence number and keeps it. */
 static void publish(struct kvp_kvev *ev, void *arg)
 {
@@ -532,20 +568,33 @@ static void publish(struct kvp_kvev *ev, void *arg)
     zmq_send(ev->pub, ev->topic, ev->topic_len, ZMQ_SNDMORE | ZMQ_DONTWAIT);
     zmq_send(ev->pub, sq, 8, ZMQ_SNDMORE | ZMQ_DONTWAIT);
     zmq_send(ev->pub, ev->sb.data, ev->sb.size, ZMQ_DONTWAIT);
-    char *copy = malloc(ev->sb.size ? ev->sb.size : 1);
-    if (!copy)
-        return; /* a replay then answers from the inventory */
-    memcpy(copy, ev->sb.data, ev->sb.size);
+    /* Kept for replay in the oldest slot's buffer once the ring is full: no
+     * allocation per batch then (a slot's buffer grows, never shrinks). */
     size_t cap = ev->cfg.buffer_steps;
     struct sent *s;
     if (ev->ring_n == cap) {
         s = &ev->ring[ev->ring_head];
-        free(s->payload);
         ev->ring_head = (ev->ring_head + 1) % cap;
+        ev->ring_n--;
     } else {
-        s = &ev->ring[(ev->ring_head + ev->ring_n++) % cap];
+        s = &ev->ring[(ev->ring_head + ev->ring_n) % cap];
     }
-    *s = (struct sent){seq, copy, ev->sb.size};
+    if (s->cap < ev->sb.size || !s->payload) {
+        char *p = realloc(s->payload, ev->sb.size ? ev->sb.size : 1);
+        if (!p) {
+            /* Out of memory: nothing is kept (a ring with a hole would
+             * answer a replay without this batch); a replay from before
+             * the next batch answers from the inventory. */
+            ring_free(ev);
+            return;
+        }
+        s->payload = p;
+        s->cap = ev->sb.size ? ev->sb.size : 1;
+    }
+    memcpy(s->payload, ev->sb.data, ev->sb.size);
+    s->seq = seq;
+    s->len = ev->sb.size;
+    ev->ring_n++;
 }
 
 /* Publishes everything queued. The queue is taken whole by swapping it with
@@ -771,11 +820,13 @@ static void *publisher_main(void *arg)
         if (items[0].revents & ZMQ_POLLIN) {
             ssize_t r = read(ev->efd, &cnt, sizeof cnt);
             (void)r;
-            /* Let the changes of the next millisecond join these: fewer,
-             * larger batches cost the publisher, ZeroMQ and subscribers
-             * much less per change (vLLM publishes once per engine step). */
-            struct timespec tick = {0, TICK_NS};
-            nanosleep(&tick, NULL);
+            /* Let the changes of the next TICK_MS join these, unless the
+             * queue fills up (or the server stops) meanwhile. */
+            zmq_pollitem_t it = {NULL, ev->efd, ZMQ_POLLIN, 0};
+            if (zmq_poll(&it, 1, TICK_MS) > 0) {
+                r = read(ev->efd, &cnt, sizeof cnt);
+                (void)r;
+            }
         }
         drain(ev);
         if (ev->replay) {
@@ -811,8 +862,7 @@ static void kvev_free(struct kvp_kvev *ev)
         zmq_ctx_term(ev->zctx);
     if (ev->efd >= 0)
         close(ev->efd);
-    for (size_t i = 0; ev->ring && i < ev->ring_n; i++)
-        free(ev->ring[(ev->ring_head + i) % ev->cfg.buffer_steps].payload);
+    ring_free(ev);
     free(ev->ring);
     free(ev->q);
     free(ev->work.v);
@@ -945,9 +995,7 @@ void kvp__kvev_stop(struct kvp_kvev *ev)
         return;
     kvp_meta_watch(ev->meta, NULL, NULL);
     atomic_store(&ev->stop, 1);
-    uint64_t one = 1;
-    ssize_t w = write(ev->efd, &one, sizeof one);
-    (void)w;
+    poke(ev);
     pthread_join(ev->thread, NULL);
     /* A clean stop records the exact next number: no gap after a restart. */
     int rc = seq_write(ev, ev->next_seq);
