@@ -157,6 +157,11 @@ int kvp__kvev_parse(const char *spec, struct kvp_kvev_cfg *cfg, char *why, size_
         snprintf(why, len, "endpoint must not be empty");
         goto bad;
     }
+    for (const char *b = strchr(cfg->topic, '{'); b; b = strchr(b + 1, '{'))
+        if (strncmp(b, "{deployment}", 12) && strncmp(b, "{pool}", 6)) {
+            snprintf(why, len, "topic=%s: expected {deployment} or {pool} at '{'", cfg->topic);
+            goto bad;
+        }
     return 0;
 bad:
     kvp__kvev_cfg_free(cfg);
@@ -284,13 +289,26 @@ struct sent {
     size_t len, cap; /* cap: payload's room, reused when the slot is */
 };
 
+/* A namespace's topic (the option's topic naming {deployment} or {pool}). */
+struct ns_topic {
+    const struct kvp_ns *ns;
+    char *topic;
+    size_t len;
+    struct ns_topic *next;
+};
+
 struct kvp_kvev {
     struct kvp_kvev_cfg cfg;
     struct kvp_meta *meta;
+    unsigned gen;   /* this publisher's number in the process (a thread's stage notes it) */
     char *seq_path; /* NULL: --data-dir none */
     void *zctx, *pub, *replay;
-    const char *topic;
+    const char *topic; /* the topic, or its template when per_ns */
     size_t topic_len;
+    int per_ns;            /* a topic per namespace: a request thread adds a namespace's to
+                            * topics when it first sees its changes; the publisher reads it */
+    pthread_mutex_t tlock; /* guards topics */
+    struct ns_topic *topics;
     int efd; /* wakes the thread: records queued, or stop */
     pthread_t thread;
     atomic_int stop;
@@ -309,6 +327,9 @@ struct kvp_kvev {
     int inv_short; /* out of memory for it: some pages left out */
 
     /* The publisher thread's own. */
+    const struct kvp_ns *cur_ns; /* the batch's namespace (NULL: none) and its topic */
+    const char *cur_topic;
+    size_t cur_topic_len;
     uint64_t next_seq, seq_limit;
     struct sent *ring; /* the last buffer_steps batches, oldest at ring_head */
     size_t ring_head, ring_n;
@@ -343,8 +364,89 @@ static int seq_write(const struct kvp_kvev *ev, uint64_t v)
 /* initial-exec: the executable's own, reached without a call. */
 static _Thread_local __attribute__((tls_model("initial-exec"))) struct {
     size_t n;
+    unsigned seen_gen; /* the namespace whose topic this thread saw added last */
+    const struct kvp_ns *seen_ns;
     struct rec r[STAGE];
 } stage;
+
+static atomic_uint kvev_gens;
+
+/* The topic's template with the namespace's names, into out (NULL: only the
+ * length); returns the length. */
+static size_t topic_fill(const char *t, const char *deployment, const char *pool, char *out)
+{
+    size_t n = 0;
+    while (*t) {
+        const char *v = NULL;
+        size_t skip = 0;
+        if (!strncmp(t, "{deployment}", 12))
+            v = deployment, skip = 12;
+        else if (!strncmp(t, "{pool}", 6))
+            v = pool, skip = 6;
+        if (v) {
+            size_t k = strlen(v);
+            if (out)
+                memcpy(out + n, v, k);
+            n += k;
+            t += skip;
+        } else {
+            if (out)
+                out[n] = *t;
+            n++;
+            t++;
+        }
+    }
+    return n;
+}
+
+/* Adds c's namespace's topic if it has none yet: once per namespace and
+ * request thread, the lock and the allocation (a namespace's first change). */
+static void topic_note(struct kvp_kvev *ev, const struct kvp_meta_change *c)
+{
+    pthread_mutex_lock(&ev->tlock);
+    struct ns_topic *t = ev->topics;
+    while (t && t->ns != c->ns)
+        t = t->next;
+    if (!t && (t = malloc(sizeof *t))) {
+        t->len = topic_fill(ev->topic, c->deployment, c->pool, NULL);
+        if ((t->topic = malloc(t->len + 1))) {
+            topic_fill(ev->topic, c->deployment, c->pool, t->topic);
+            t->topic[t->len] = 0;
+            t->ns = c->ns;
+            t->next = ev->topics;
+            ev->topics = t;
+        } else {
+            free(t);
+            t = NULL; /* the publisher then sends the template itself */
+        }
+    }
+    pthread_mutex_unlock(&ev->tlock);
+    if (t) {
+        stage.seen_gen = ev->gen;
+        stage.seen_ns = c->ns;
+    }
+}
+
+/* The publisher's: ns's topic into ev->cur_topic (NULL: the batch has no
+ * namespace). */
+static void topic_set(struct kvp_kvev *ev, const struct kvp_ns *ns)
+{
+    if (!ev->per_ns || (ns && ns == ev->cur_ns))
+        return;
+    ev->cur_ns = ns;
+    ev->cur_topic = ev->topic;
+    ev->cur_topic_len = ev->topic_len;
+    if (!ns)
+        return;
+    pthread_mutex_lock(&ev->tlock);
+    for (const struct ns_topic *t = ev->topics; t; t = t->next)
+        if (t->ns == ns) {
+            ev->cur_topic = t->topic;
+            ev->cur_topic_len = t->len;
+            break;
+        }
+    pthread_mutex_unlock(&ev->tlock);
+}
 
 static void poke(struct kvp_kvev *ev)
 {
@@ -391,6 +493,8 @@ static void on_change(const struct kvp_meta_change *c, void *arg)
         if (!c)
             return;
     }
+    if (ev->per_ns && (c->ns != stage.seen_ns || stage.seen_gen != ev->gen))
+        topic_note(ev, c);
     struct rec *r = &stage.r[stage.n++];
     r->ns = c->ns;
     r->rank = c->rank;
@@ -535,6 +639,7 @@ static void batches(struct kvp_kvev *ev, const struct rec *v, size_t n,
         while (j < n && j - i < BATCH_MAX && v[j].ns == v[i].ns && v[j].rank == v[i].rank)
             j++;
         pack_batch(ev, v, i, j);
+        topic_set(ev, v[i].ns);
         fn(ev, arg);
         i = j;
     }
@@ -565,7 +670,7 @@ static void publish(struct kvp_kvev *ev, void *arg)
     unsigned char sq[8];
     be64(seq, sq);
     /* Never waits: past the high-water mark PUB drops (the replay fills in). */
-    zmq_send(ev->pub, ev->topic, ev->topic_len, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+    zmq_send(ev->pub, ev->cur_topic, ev->cur_topic_len, ZMQ_SNDMORE | ZMQ_DONTWAIT);
     zmq_send(ev->pub, sq, 8, ZMQ_SNDMORE | ZMQ_DONTWAIT);
     zmq_send(ev->pub, ev->sb.data, ev->sb.size, ZMQ_DONTWAIT);
     /* Kept for replay in the oldest slot's buffer once the ring is full: no
@@ -779,6 +884,7 @@ static void serve_replay(struct kvp_kvev *ev)
                 msgpack_pack_double(&pk, now_s());
                 msgpack_pack_array(&pk, 0);
                 msgpack_pack_uint32(&pk, 0);
+                topic_set(ev, NULL);
                 publish(ev, NULL);
             }
             be64(ev->next_seq - 1, to.seq);
@@ -867,6 +973,13 @@ static void kvev_free(struct kvp_kvev *ev)
     free(ev->q);
     free(ev->work.v);
     free(ev->seq_path);
+    while (ev->topics) {
+        struct ns_topic *t = ev->topics;
+        ev->topics = t->next;
+        free(t->topic);
+        free(t);
+    }
+    pthread_mutex_destroy(&ev->tlock);
     msgpack_sbuffer_destroy(&ev->sb);
     pthread_cond_destroy(&ev->room);
     pthread_mutex_destroy(&ev->qlock);
@@ -895,6 +1008,11 @@ int kvp__kvev_start(const struct kvp_kvev_cfg *cfg, struct kvp_meta *meta, const
     ev->efd = -1;
     ev->topic = cfg->topic;
     ev->topic_len = strlen(cfg->topic);
+    ev->cur_topic = ev->topic;
+    ev->cur_topic_len = ev->topic_len;
+    ev->per_ns = strchr(cfg->topic, '{') != NULL;
+    ev->gen = atomic_fetch_add(&kvev_gens, 1) + 1; /* 0: a thread that saw none */
+    pthread_mutex_init(&ev->tlock, NULL);
     pthread_mutex_init(&ev->qlock, NULL);
     pthread_cond_init(&ev->room, NULL);
     msgpack_sbuffer_init(&ev->sb);
