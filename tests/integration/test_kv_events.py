@@ -52,6 +52,7 @@ class Consumer:
         self.events = []  # (seq, ts, event, rank), every one applied
         self.seqs = []  # live sequence numbers received
         self.replays = 0
+        self.topics = set()  # the topics received (topic: a prefix, as ZeroMQ filters)
 
     def close(self):
         self.sub.close(0)
@@ -100,7 +101,8 @@ class Consumer:
         n = 0
         while self.sub.poll(int(timeout * 1000)):
             topic, seq_b, payload = self.sub.recv_multipart()
-            assert topic == self.topic.encode(), topic
+            assert topic.startswith(self.topic.encode()), topic
+            self.topics.add(topic)
             assert len(seq_b) == 8
             seq = int.from_bytes(seq_b, "big")
             self.seqs.append(seq)
@@ -209,6 +211,7 @@ def test_confirm_and_delete(start_server, consumers):
     cons.pump(0.5)
     assert len(cons.events) == n
     assert cons.seqs == sorted(cons.seqs) and len(set(cons.seqs)) == len(cons.seqs)
+    assert cons.topics == {b"kv@kvpage@test"}
 
 
 @IN_PROCESS_ONLY
@@ -401,6 +404,74 @@ def test_absent_subscriber_and_bind_rule(tmp_path, start_server, consumers):
     cons.wait_for({0: {vllm_hash(k) for k in keys[1:]}})
 
 
+@IN_PROCESS_ONLY
+def test_topic_per_namespace(tmp_path, start_server, consumers):
+    # topic= naming {deployment} and {pool}: each namespace's batches go out
+    # under its own topic (llm-d reads kv@POD@MODEL, and routers subscribe
+    # by prefix), so a subscriber can take one namespace by its topic.
+    ep, rep = f"ipc://{tmp_path}/events", f"ipc://{tmp_path}/replay"
+    srv = start_server("--kv-events",
+                       f"endpoint={ep},replay_endpoint={rep},topic=kv@kvpage@{{deployment}}.{{pool}}")
+    ctx = zmq.Context()
+    only = ctx.socket(zmq.SUB)  # the namespace "team" only, by its topic's prefix
+    only.setsockopt(zmq.LINGER, 0)
+    only.connect(ep)
+    only.setsockopt(zmq.SUBSCRIBE, b"kv@kvpage@team.")
+    allc = Consumer(ep, rep, topic="kv@kvpage@")  # every namespace: the common prefix
+    consumers.append(allc)
+    got = {}  # topic -> block hashes stored, as the filtering subscriber saw them
+
+    def read_only(timeout=0.2):
+        n = 0
+        while only.poll(int(timeout * 1000)):
+            topic, seq_b, payload = only.recv_multipart()
+            assert len(seq_b) == 8
+            _, events, _ = msgpack.unpackb(payload, raw=False)
+            for e in events:
+                if e["type"] == "BlockStored":
+                    got.setdefault(topic, set()).update(e["block_hashes"])
+            n += 1
+        return n
+
+    try:
+        team = srv.client("/ns/team")
+        team.v_init(3, 64)
+        for i in range(300):  # until the filtering subscription reaches the publisher
+            team.v_write(3, [hexkey(0xfade00 + i)])
+            if read_only(0.1):
+                break
+        else:
+            raise AssertionError("the filtering subscriber never heard of the team")
+        team.v_clear()
+        allc.replay(0)
+        sync(srv, allc)
+        read_only()
+        got.clear()
+        c = srv.client()
+        c.v_init(0, 16)
+        mine = [hexkey(0x7ea0 + i) for i in range(4)]
+        theirs = [hexkey(0xd0d0 + i) for i in range(3)]
+        team.v_write(3, mine)
+        c.v_write(0, theirs)
+        allc.wait_for({0: {vllm_hash(k) for k in theirs}, 3: {vllm_hash(k) for k in mine}})
+        deadline = time.monotonic() + 30
+        while not got and time.monotonic() < deadline:
+            read_only()
+        read_only()
+        assert list(got) and all(t.startswith(b"kv@kvpage@team.") for t in got), got
+        assert set().union(*got.values()) == {vllm_hash(k) for k in mine}, got
+        # Every namespace's topic is its own, the template filled in.
+        team_topics = {t for t in allc.topics if t.startswith(b"kv@kvpage@team.")}
+        default_topics = {t for t in allc.topics if t.startswith(b"kv@kvpage@default.")}
+        assert team_topics == set(got) and len(default_topics) == 1, allc.topics
+        assert not any(b"{" in t for t in allc.topics), allc.topics
+        team.close()
+        c.close()
+    finally:
+        only.close(0)
+        ctx.term()
+
+
 def test_refused_with_meta(tmp_path):
     r = subprocess.run([BIN, "serve", "--listen", f"127.0.0.1:{free_port()}", "--meta",
                         "redis://127.0.0.1:1/0", "--kv-events", "endpoint=tcp://*:5557"],
@@ -418,6 +489,7 @@ def test_refused_with_meta(tmp_path):
     ("buffer_steps=0", "buffer_steps=0: expected an integer from 1"),
     ("hash=md5", "expected auto, sglang, vllm or xxh3"),
     ("endpoint=", "endpoint must not be empty"),
+    ("topic=kv@{model}", "expected {deployment} or {pool}"),
 ])
 def test_bad_option(tmp_path, spec, why):
     r = subprocess.run([BIN, "serve", "--listen", f"127.0.0.1:{free_port()}", "--data-dir",
