@@ -40,7 +40,7 @@
  *                         namespace, kept on every rank: protocol.md §5)
  *   KEYS[11] hx    HASH   's' and a HELD key's first 16 hex digits, 'v' and
  *                         its last 16 (lower case), where they are hex ->
- *                         the key: the query by the engines' block hashes
+ *                         its page: the query by the engines' block hashes
  *
  * A page is HELD when p2k has it with a key, RESERVED when p2k has it with
  * a reservation (which res and rb have), else FREE. A rank of 2^31 pages
@@ -174,26 +174,28 @@
     "end\n"                                                                                        \
     "-- the fields of HX for key: 's' and its first 16 hex digits (SGLang's block\n"               \
     "-- hash), 'v' and its last 16 (vLLM's), in lower case, where they are hex;\n"                 \
-    "-- appended to out, each followed by val when val is given\n"                                 \
+    "-- appended to out, each followed by val (the key's page) when given\n"                       \
+    "local function hx_one(out, tag, d, val)\n"                                                    \
+    "  if string.find(d, '[^0-9a-f]') then\n"                                                      \
+    "    if string.find(d, '%X') then return end\n"                                                \
+    "    d = string.lower(d)\n"                                                                    \
+    "  end\n"                                                                                      \
+    "  out[#out + 1] = tag .. d; if val then out[#out + 1] = val end\n"                            \
+    "end\n"                                                                                        \
     "local function hx_fields(key, out, val)\n"                                                    \
     "  local n = #key\n"                                                                           \
     "  if n < 16 then return end\n"                                                                \
-    "  local a, b = string.sub(key, 1, 16), string.sub(key, n - 15)\n"                             \
-    "  if not string.find(a, '%X') then\n"                                                         \
-    "    out[#out + 1] = 's' .. string.lower(a); if val then out[#out + 1] = val end\n"            \
-    "  end\n"                                                                                      \
-    "  if not string.find(b, '%X') then\n"                                                         \
-    "    out[#out + 1] = 'v' .. string.lower(b); if val then out[#out + 1] = val end\n"            \
-    "  end\n"                                                                                      \
+    "  hx_one(out, 's', string.sub(key, 1, 16), val)\n"                                            \
+    "  hx_one(out, 'v', string.sub(key, n - 15), val)\n"                                           \
     "end\n"                                                                                        \
-    "-- the keys no longer HELD leave HX where they are its entry (a key that\n"                   \
-    "-- shares the digits with another may have replaced it there)\n"                              \
-    "local function unindex(keys)\n"                                                               \
+    "-- keys[i], no longer HELD on pages[i], leave HX where they are its entry (a\n"               \
+    "-- key that shares the digits with another may have replaced it there)\n"                     \
+    "local function unindex(keys, pages)\n"                                                        \
     "  local f, who = {}, {}\n"                                                                    \
     "  for i = 1, #keys do\n"                                                                      \
     "    local k0 = #f\n"                                                                          \
     "    hx_fields(keys[i], f)\n"                                                                  \
-    "    for j = k0 + 1, #f do who[j] = keys[i] end\n"                                             \
+    "    for j = k0 + 1, #f do who[j] = pages[i] end\n"                                            \
     "  end\n"                                                                                      \
     "  if #f == 0 then return end\n"                                                               \
     "  local v, d = bulk('HMGET', HX, f), {}\n"                                                    \
@@ -319,7 +321,7 @@
     "end\n"                                                                                        \
     "-- then the least recent HELD pages, not in their read grace nor returned by\n"               \
     "-- this request; at most scan_max skipped for their grace\n"                                  \
-    "local evicted, ekeys, bump = {}, {}, {}\n"                                                    \
+    "local evicted, ekeys, epages, bump = {}, {}, {}, {}\n"                                        \
     "if #got < nw and scan_max > 0 then\n"                                                         \
     "  local graces, pins = call('EXISTS', GRACE) == 1, call('EXISTS', PIN) == 1\n"                \
     "  local off, skip, stop = 0, 0, false\n"                                                      \
@@ -346,7 +348,7 @@
     "        bump[#bump + 1] = p -- pinned: made recent, out of the next scan's way\n"             \
     "      else\n"                                                                                 \
     "        evicted[#evicted + 1] = p; got[#got + 1] = p\n"                                       \
-    "        if ks[j] then ekeys[#ekeys + 1] = ks[j] end\n"                                        \
+    "        if ks[j] then ekeys[#ekeys + 1] = ks[j]; epages[#ekeys] = p end\n"                    \
     "      end\n"                                                                                  \
     "    end\n"                                                                                    \
     "  end\n"                                                                                      \
@@ -359,7 +361,8 @@
     "end\n"                                                                                        \
     "-- (their P2K entries become reservations below)\n"                                           \
     "if #evicted > 0 then\n"                                                                       \
-    "  bulk('HDEL', K2P, ekeys); bulk('ZREM', LRU, evicted); ungrace(evicted); unindex(ekeys)\n"   \
+    "  bulk('HDEL', K2P, ekeys); bulk('ZREM', LRU, evicted); ungrace(evicted); unindex(ekeys, "    \
+    "epages)\n"                                                                                    \
     "  st.evictions = st.evictions + #evicted\n"                                                   \
     "end\n"                                                                                        \
     "-- one reservation of the pages, numbered by its first rseq: res has it by\n"                 \
@@ -463,7 +466,7 @@
     "      held[p] = true; haskey[key] = true\n"                                                   \
     "      local h = #hp\n"                                                                        \
     "      hp[h + 1] = pt; hp[h + 2] = key; hk[h + 1] = key; hk[h + 2] = pt\n"                     \
-    "      hx_fields(key, hx, key)\n"                                                              \
+    "      hx_fields(key, hx, pt)\n"                                                               \
     "      st.clock = st.clock + 1; lru[h + 1] = I(st.clock); lru[h + 2] = pt\n"                   \
     "      if p >= st.top then st.top = p + 1 end\n"                                               \
     "    end\n"                                                                                    \
@@ -547,7 +550,7 @@
     "  end\n"                                                                                      \
     "end\n"                                                                                        \
     "bulk('HDEL', P2K, dp); bulk('HDEL', K2P, dk); bulk('ZREM', LRU, dp); ungrace(dp)\n"           \
-    "unindex(dk)\n"                                                                                \
+    "unindex(dk, dp)\n"                                                                            \
     "bulk('ZADD', FREE, fadd)\n"                                                                   \
     "store()\n"                                                                                    \
     "return {0}\n"
