@@ -1158,6 +1158,7 @@ static void cluster(int steps, uint64_t seed)
     CHECK(m != NULL);
     if (!m)
         return;
+    pins_and_hashes(m, "cluster"); /* its ranks on two slots */
     struct kvp_ns *ns = diff_ns(m, "mv", "p", 1);
     CHECK_EQ(kvp_meta_init_rank(ns, 0, 8, NULL), 0);
     CHECK_EQ(put(ns, 0, "a"), 0);
