@@ -1638,6 +1638,7 @@ static int rd_pinned(struct kvp_ns *pub, int64_t rank, uint64_t *keys, uint64_t 
 /* ---------------------------------------------------------------- the query by block hashes */
 
 struct hashes_arg {
+    struct rmeta *m;
     const uint32_t *ranks;
     size_t n, nranks;
     uint8_t *out;
@@ -1650,7 +1651,7 @@ static int hashes_reply(void *arg, size_t j, redisReply *r, struct kvp_error *er
         return not_init(h->ranks[j], err);
     const redisReply *s = r->element[1];
     if (r->element[0]->integer != ST_OK || s->type != REDIS_REPLY_STRING || s->len != h->n)
-        return -EPROTO; /* worded by the caller */
+        return unexpected(h->m, "the block hash script", err);
     for (size_t i = 0; i < h->n; i++)
         h->out[i * h->nranks + j] = s->str[i] == '1';
     return 0;
@@ -1677,10 +1678,8 @@ static int rd_exists_hashes(struct kvp_ns *pub, const uint64_t *hashes, size_t n
         arg_str(&a, fields[i], 17);
     }
     memset(out, 0, n * nranks);
-    struct hashes_arg h = {ranks, n, nranks, out};
+    struct hashes_arg h = {ns->m, ranks, n, nranks, out};
     rc = ranks_batch(ns, ranks, nranks, SC_HASHES, a.n, a.v, a.len, 2, hashes_reply, &h, err);
-    if (rc == -EPROTO)
-        rc = unexpected(ns->m, "the block hash script", err);
     args_free(&a);
     free(fields);
     return rc;
