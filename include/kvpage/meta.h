@@ -451,8 +451,7 @@ KVP_API int kvp_meta_when_durable(struct kvp_meta *m, uint64_t ticket, kvp_meta_
  * (0 < max_ratio <= 1) of its smallest rank's pages: a pin over that limit
  * pins nothing and fails. The pins persist with a file: state (the data
  * directory's file PINS), end with a mem: one, and live in Redis with a
- * redis: one (deadlines by Redis's clock; each rank holds the namespace's
- * pins, so a rank initialized after a pin does not hold it).
+ * redis: one (deadlines by Redis's clock).
  *
  * kvp_meta_pin: 0 (*total = pinned keys of the namespace after it, *limit =
  * the most allowed; both may be NULL), -ENOENT (no rank initialized),

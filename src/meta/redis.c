@@ -73,6 +73,8 @@ enum {
     SC_UNPIN,
     SC_PINNED,
     SC_HASHES,
+    SC_PINS_READ,
+    SC_PINS_MERGE,
     SC_COUNT
 };
 
@@ -91,6 +93,8 @@ static const char *const script_body[SC_COUNT] = {
     [SC_UNPIN] = KVP_LUA_UNPIN,
     [SC_PINNED] = KVP_LUA_PINNED,
     [SC_HASHES] = KVP_LUA_HASHES,
+    [SC_PINS_READ] = KVP_LUA_PINS_READ,
+    [SC_PINS_MERGE] = KVP_LUA_PINS_MERGE,
     /* KEYS: a namespace's rank list. ARGV: rank. {listed, ranks listed}. */
     [SC_RANK_COUNT] = "#!lua flags=no-writes\n"
                       "return {redis.call('HEXISTS', KEYS[1], ARGV[1]), "
@@ -812,6 +816,51 @@ static int parse_ranks(struct rmeta *m, redisReply *r, uint32_t **ranks, uint32_
 
 /* ---------------------------------------------------------------- operations */
 
+/*
+ * A rank new to the namespace's list takes the namespace's pins from
+ * another rank (pins are the namespace's, kept on every rank: see rd_pin):
+ * two more round trips, for a rank's first initialize only.
+ */
+static int pins_inherit(struct rns *ns, uint32_t rank, struct kvp_error *err)
+{
+    uint32_t *ranks;
+    size_t nr;
+    int rc = list_ranks(ns->m, ns->ranks_key, &ranks, NULL, &nr, err);
+    if (rc)
+        return rc;
+    size_t from = 0;
+    while (from < nr && ranks[from] == rank)
+        from++;
+    redisReply *r = NULL;
+    if (from < nr)
+        rc = run_rank(ns, ranks[from], SC_PINS_READ, 1, 0, NULL, NULL, 1, &r, err);
+    free(ranks);
+    if (rc || !r || r->element[0]->integer != ST_OK || r->elements < 4) {
+        if (r)
+            kvp__rreply_free(r);
+        return rc;
+    }
+    size_t n = r->elements - 1;
+    const char **v = malloc(n * sizeof *v);
+    size_t *l = malloc(n * sizeof *l);
+    if (!v || !l) {
+        rc = kvp__err_oom(err, -ENOMEM);
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            const redisReply *e = r->element[1 + i];
+            v[i] = e->type == REDIS_REPLY_STRING ? e->str : "1";
+            l[i] = e->type == REDIS_REPLY_STRING ? e->len : 1;
+        }
+        redisReply *w;
+        if ((rc = run_rank(ns, rank, SC_PINS_MERGE, 1, n, v, l, 1, &w, err)) == 0)
+            kvp__rreply_free(w);
+    }
+    free(v);
+    free(l);
+    kvp__rreply_free(r);
+    return rc;
+}
+
 static int rd_init_rank(struct kvp_ns *pub, uint32_t rank, uint32_t num_pages, uint64_t *ticket,
                         struct kvp_error *err)
 {
@@ -859,6 +908,8 @@ static int rd_init_rank(struct kvp_ns *pub, uint32_t rank, uint32_t num_pages, u
     if ((rc = kvp__rconn_cmd(m->c, key_slot(ns->ranks_key), NULL, 1, 4, argv, lens, &r, err)))
         return rc;
     kvp__rreply_free(r);
+    if (!listed && count > 0 && (rc = pins_inherit(ns, rank, err)) != 0)
+        return rc;
     if ((rc = ns_register(m, ns, err)) == 0)
         __atomic_store_n(&ns->dropped, 0, __ATOMIC_RELEASE);
     return rc;
@@ -1469,8 +1520,8 @@ static int rd_drop(struct kvp_meta *front, const char *dep, size_t dlen, const c
  * A pin runs first on the smallest rank, whose script checks the limit
  * atomically (the limit is the smallest rank's share, as in-process), so a
  * refused pin changes nothing; then on the other ranks in one round trip.
- * Deadlines are Redis's TIME: pins survive any kvpage restart. A rank
- * initialized after a pin does not hold it.
+ * Deadlines are Redis's TIME: pins survive any kvpage restart. A rank's
+ * first initialize copies them from another rank (pins_inherit).
  */
 
 struct pin_arg {
@@ -1553,7 +1604,8 @@ static int rd_pin(struct kvp_ns *pub, const struct kvp_str *keys, size_t n, uint
     }
     struct pin_arg p = {.ranks = others};
     rc = ranks_batch(ns, others, k, SC_PIN, a.n, a.v, a.len, 4, pin_reply, &p, err);
-    if (!rc && p.refused) /* only when the ranks' pins differ: a rank pinned apart */
+    if (!rc &&
+        p.refused) /* only when the ranks' pins differ (a pin racing a rank's first initialize) */
         rc = kvp__err_pin_limit(err, p.news, p.total, p.limit, max_ratio, p.rank, p.np);
 out:
     args_free(&a);

@@ -711,6 +711,32 @@
     "for i = 1, #ARGV do r[i] = v[i] and '1' or '0' end\n"                                         \
     "return {0, table.concat(r)}\n"
 
+/* {0, key, deadline, count, ...}: the pins that have not ended. Read only. */
+#define KVP_LUA_PINS_READ                                                                          \
+    "#!lua flags=no-writes\n" KVP_LUA_PRELUDE                                                      \
+    "local ks = call('ZRANGEBYSCORE', PIN, '(' .. I(now_ms()), '+inf', 'WITHSCORES')\n"            \
+    "local r = {0}\n"                                                                              \
+    "if #ks == 0 then return r end\n"                                                              \
+    "local names = {}\n"                                                                           \
+    "for i = 1, #ks, 2 do names[#names + 1] = ks[i] end\n"                                         \
+    "local c = bulk('HMGET', PINC, names)\n"                                                       \
+    "for i = 1, #names do\n"                                                                       \
+    "  r[#r + 1] = names[i]; r[#r + 1] = ks[2 * i]; r[#r + 1] = c[i] or '1'\n"                     \
+    "end\n"                                                                                        \
+    "return r\n"
+
+/* ARGV: key, deadline, count, ... (PINS_READ's): merged into this rank's
+ * pins (the later deadline, the larger count). {0}. */
+#define KVP_LUA_PINS_MERGE                                                                         \
+    "#!lua\n" KVP_LUA_PRELUDE "for i = 1, #ARGV - 2, 3 do\n"                                       \
+    "  local k = ARGV[i]\n"                                                                        \
+    "  call('ZADD', PIN, 'GT', ARGV[i + 1], k)\n"                                                  \
+    "  if (tonumber(call('HGET', PINC, k)) or 0) < tonumber(ARGV[i + 2]) then\n"                   \
+    "    call('HSET', PINC, k, ARGV[i + 2])\n"                                                     \
+    "  end\n"                                                                                      \
+    "end\n"                                                                                        \
+    "return {0}\n"
+
 /* KEYS: namespaces (ZSET name -> creation number), their counter, the store's format
  * and its identity (STRINGs, set by the first namespace). ARGV: name, format, a new
  * identity (kept only if the state has none). */

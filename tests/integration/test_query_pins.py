@@ -382,6 +382,9 @@ def test_pins_on_every_rank(start_server):
     assert c.s_exists(0, ["a", "b"]) == [True, False]
     assert c.s_exists(1, ["a", "b"]) == [True, False]
     assert srv.stats()["pins"]["namespaces"][0]["ranks"] == {"0": 1, "1": 1}
+    c.s_init(2, 2)  # a rank initialized after the pin holds it too
+    fill(c, 2, ["a", "q", "r"])
+    assert c.s_exists(2, ["a", "q", "r"]) == [True, False, True]
     assert pin(c, {"keys": ["a"]}, method="DELETE") == {"unpinned": 1, "pinned_keys": 0}
     c.s_write(1, ["z"])
     assert c.s_exists(1, ["a", "y", "z"]) == [False, True, True]
