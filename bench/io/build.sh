@@ -8,5 +8,5 @@ out=${1:-$here/bench_io}
 ${CC:-cc} -std=c11 -O2 -g -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter \
     -I"$root/include" -I"$root/src" \
     "$here/bench_io.c" "$root"/src/pagefile/*.c "$root/src/util/error.c" "$root/src/util/dirs.c" \
-    -o "$out" $(pkg-config --libs liburing) -lpthread
+    -o "$out" $(pkg-config --libs liburing libxxhash) -lpthread
 echo "built $out"

@@ -2,7 +2,7 @@
 """bench/meta/floor.py — what Redis itself spends on the structure operations
 an allocate + confirm pair of 64 keys needs (issue 27, deliverable 1).
 
-The redis:// backend's scripts (src/meta/redis_lua.h) do, per pair of 64
+The redis:// backend's scripts (src/meta/redis/redis_lua.h) do, per pair of 64
 fresh keys on a rank with room (no eviction, no expiry): allocate HMGET k2p,
 HSET p2k (the reservation marks); confirm HMGET p2k, HMGET k2p, HSET p2k,
 HSET k2p, ZADD lru; and a few one-element commands (GET and SET of the

@@ -5,7 +5,7 @@ measure when it replays the trace on one connection against a server run
 with --read-grace-ms 0.
 
 Each request, in timestamp order (a stable sort, as the replay does), does
-what the replay sends, with the server's rules (src/meta/local.c):
+what the replay sends, with the server's rules (src/meta/local/local.c):
 
 1. exists of its blocks: the hit prefix is the leading run of blocks held;
    exists does not change recency.

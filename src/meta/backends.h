@@ -8,10 +8,10 @@
  *
  * Adding a backend: its file, and a row here (docs/adding-a-backend.md).
  */
-KVP__META_BACKEND(kvp__local_ops)          /* src/meta/local.c: mem:, file: */
-KVP__META_BACKEND(kvp__http_ops)           /* src/client/http.c: http:// */
-KVP__META_BACKEND(kvp__redis_ops)          /* src/meta/redis.c: redis:// */
-KVP__META_BACKEND(kvp__redis_sentinel_ops) /* src/meta/redis.c: redis-sentinel:// */
+KVP__META_BACKEND(kvp__local_ops)          /* src/meta/local/local.c: mem:, file: */
+KVP__META_BACKEND(kvp__http_ops)           /* src/meta/http/http.c: http:// */
+KVP__META_BACKEND(kvp__redis_ops)          /* src/meta/redis/redis.c: redis:// */
+KVP__META_BACKEND(kvp__redis_sentinel_ops) /* src/meta/redis/redis.c: redis-sentinel:// */
 #ifdef KVP_TEST_BACKENDS
 /* Test builds only (the unit tests' libkvpage_internal.a, never
  * libkvpage.so): backends of tests/backends/. */

@@ -88,6 +88,16 @@ struct kvp__pf_batch {
  * start a multiple of KVP__PF_TAG_BLOCK) into its digest, if it is wanted. */
 void kvp__pf_tag_piece(const struct kvp__pf_batch *b, size_t i, const void *p, uint64_t start,
                        uint64_t len);
+/* After a read batch of uring or usrbio (its ring released): the reads that
+ * completed and are not hashed yet, hashed on the calling thread and the
+ * handle's helper thread when they are 1 MiB or more (else, and for
+ * whatever else is left, the front end's kvp__pf_tags_fill). */
+void kvp__pf_tags_tail(struct kvp_pagefile *pf, const struct kvp__pf_batch *b);
+/* Copies len bytes to dst from src (a staged op i of b) and, when op i's
+ * digest is wanted and len is its size, hashes dst's bytes into it block by
+ * block, each right after its copy (while it is in L1). */
+void kvp__pf_tag_copy(const struct kvp__pf_batch *b, size_t i, void *dst, const void *src,
+                      uint64_t len);
 
 struct kvp_pagefile;
 
@@ -291,6 +301,9 @@ static inline uint32_t kvp__pf_cpus(void)
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n < 1 ? 1 : (uint32_t)n;
 }
+
+/* Tags: 256 KiB claims of digests hashed by the helper thread so far (for the tests). */
+uint64_t kvp__pf_tags_helped(void);
 
 /* psync: pieces run by pool workers so far, by every handle (for the tests). */
 uint64_t kvp__pf_pool_helped(void);

@@ -20,6 +20,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +66,14 @@ struct kvp__pf_tags {
     atomic_uint_fast64_t verified, rejected, unverified;
     atomic_int noted; /* 0 none, 1 being written, 2 note set */
     char note[256];
+    /* The helper thread of kvp__pf_tags_tail: started on first use, joined
+     * at close (so a process with no handle open has no thread of ours). */
+    pthread_mutex_t hmu;
+    pthread_cond_t hcv;
+    pthread_t htid;
+    atomic_int hstate; /* 0 not started, 1 running, -1 could not start */
+    int hstop;
+    struct tag_job *_Atomic hjob; /* posted, not yet taken */
 };
 
 /* ---- hashing ---------------------------------------------------------- */
@@ -296,6 +306,15 @@ void kvp__pf_tags_close(struct kvp_pagefile *pf, int remove)
     struct kvp__pf_tags *t = pf->tags;
     if (!t)
         return;
+    if (atomic_load(&t->hstate) == 1) {
+        pthread_mutex_lock(&t->hmu);
+        t->hstop = 1;
+        pthread_cond_signal(&t->hcv);
+        pthread_mutex_unlock(&t->hmu);
+        pthread_join(t->htid, NULL);
+    }
+    pthread_cond_destroy(&t->hcv);
+    pthread_mutex_destroy(&t->hmu);
     if (t->map)
         munmap(t->map, t->maplen);
     if (t->fd >= 0)
@@ -327,6 +346,8 @@ int kvp__pf_tags_open(struct kvp_pagefile *pf, int created, int *made, struct kv
     memcpy(t->path, pf->path, pl);
     memcpy(t->path + pl, ".tags", 6);
     t->fd = -1;
+    pthread_mutex_init(&t->hmu, NULL);
+    pthread_cond_init(&t->hcv, NULL);
     t->readonly = (pf->flags & KVP_PAGEFILE_READONLY) != 0;
     pf->tags = t;
     int rc = 0, locked = 0;
@@ -475,6 +496,200 @@ void kvp__pf_tags_begin(struct kvp_pagefile *pf, const struct kvp_pagefile_op *o
         for (uint64_t s = s0; s <= s1; s++)
             rec_bad(t, s);
     }
+}
+
+void kvp__pf_tag_copy(const struct kvp__pf_batch *b, size_t i, void *dst, const void *src,
+                      uint64_t len)
+{
+    if (!b->tag_want || !b->tag_want[i] || len != b->ops[i].size) {
+        memcpy(dst, src, (size_t)len);
+        return;
+    }
+    /* Block by block: each block is hashed right after its copy, out of L1
+     * and L2, not after the whole page (2 MiB and more) has gone by. */
+    uint64_t d = 0;
+    for (uint64_t o = 0; o < len; o += KVP__PF_TAG_BLOCK) {
+        uint64_t l = len - o < KVP__PF_TAG_BLOCK ? len - o : KVP__PF_TAG_BLOCK;
+        memcpy((char *)dst + o, (const char *)src + o, (size_t)l);
+        d ^= tag_hash((const char *)dst + o, (size_t)l, tag_seed(len, o / KVP__PF_TAG_BLOCK));
+    }
+    __atomic_fetch_xor(&b->tag_digest[i], d, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&b->tag_bytes[i], len, __ATOMIC_RELAXED);
+}
+
+/*
+ * kvp__pf_tags_tail: the reads of a batch that completed with nothing else
+ * of it in flight (uring, usrbio zero-copy: often all of them at once). A
+ * lone thread hashes memory that another core or a device just wrote at
+ * ~10 GB/s while the caller waits for nothing else: with TAG_HELP_MIN bytes
+ * or more, the handle's helper thread hashes with the caller, TAG_CLAIM
+ * bytes at a time. The caller never waits for work the helper did not take
+ * (a busy helper: the caller hashes it all), only for the claim the helper
+ * is in.
+ */
+#define TAG_CLAIM ((uint64_t)256 << 10)
+#define TAG_HELP_MIN ((uint64_t)1 << 20) /* below: a wakeup costs as much as it saves */
+
+struct tag_job {
+    const struct kvp_pagefile_op *ops;
+    const size_t *idx;     /* the ops to hash, nidx of them */
+    const uint64_t *first; /* claims before idx[k], nidx + 1 of them */
+    size_t nidx;
+    uint64_t *digests; /* by op index, XORed into (zero first) */
+    atomic_size_t next;
+    size_t total;
+    atomic_int released; /* set by the helper after its last touch of the job */
+};
+
+/* Op i of b is a read that completed whole and is not hashed yet. */
+static int tag_left(const struct kvp__pf_batch *b, size_t i)
+{
+    return b->tag_want[i] && b->results[i] == (int64_t)b->ops[i].size && b->ops[i].size &&
+           __atomic_load_n(&b->tag_bytes[i], __ATOMIC_RELAXED) == 0;
+}
+
+static atomic_uint_fast64_t tag_helped; /* claims the helper hashed, for the tests */
+
+uint64_t kvp__pf_tags_helped(void)
+{
+    return atomic_load_explicit(&tag_helped, memory_order_relaxed);
+}
+
+/* Hashes claim c of j. */
+static void tag_claim(struct tag_job *j, size_t c, int helper)
+{
+    size_t lo = 0, hi = j->nidx;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (j->first[mid] <= c)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    const struct kvp_pagefile_op *op = &j->ops[j->idx[lo]];
+    uint64_t from = (uint64_t)(c - j->first[lo]) * TAG_CLAIM;
+    uint64_t len = op->size - from < TAG_CLAIM ? op->size - from : TAG_CLAIM;
+    uint64_t d = kvp__pf_tag_blocks((const char *)op->buf + from, op->size, from, len);
+    __atomic_fetch_xor(&j->digests[j->idx[lo]], d, __ATOMIC_RELAXED);
+    if (helper)
+        atomic_fetch_add_explicit(&tag_helped, 1, memory_order_relaxed);
+}
+
+static void tag_job_work(struct tag_job *j, int helper)
+{
+    for (;;) {
+        size_t c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (c >= j->total)
+            return;
+        tag_claim(j, c, helper);
+    }
+}
+
+static void *tag_helper_main(void *arg)
+{
+    struct kvp__pf_tags *t = arg;
+    pthread_setname_np(pthread_self(), "kvp-tags"); /* for top and perf */
+    pthread_mutex_lock(&t->hmu);
+    while (!t->hstop) {
+        struct tag_job *j = atomic_exchange(&t->hjob, NULL);
+        if (!j) {
+            pthread_cond_wait(&t->hcv, &t->hmu);
+            continue;
+        }
+        pthread_mutex_unlock(&t->hmu);
+        tag_job_work(j, 1);
+        atomic_store_explicit(&j->released, 1, memory_order_release);
+        pthread_mutex_lock(&t->hmu);
+    }
+    pthread_mutex_unlock(&t->hmu);
+    return NULL;
+}
+
+/* Offers j to t's helper (starting it the first time): 1 when posted
+ * (tag_job_join then), 0 when the helper is busy or cannot start. */
+static int tag_job_post(struct kvp__pf_tags *t, struct tag_job *j)
+{
+    if (atomic_load(&t->hstate) == 0) {
+        pthread_mutex_lock(&t->hmu);
+        if (atomic_load(&t->hstate) == 0) {
+            /* A full signal mask: the application's handlers run on its own threads. */
+            sigset_t all, old;
+            sigfillset(&all);
+            pthread_sigmask(SIG_SETMASK, &all, &old);
+            int rc = pthread_create(&t->htid, NULL, tag_helper_main, t);
+            pthread_sigmask(SIG_SETMASK, &old, NULL);
+            atomic_store(&t->hstate, rc == 0 ? 1 : -1);
+        }
+        pthread_mutex_unlock(&t->hmu);
+    }
+    struct tag_job *none = NULL;
+    if (atomic_load(&t->hstate) != 1 || !atomic_compare_exchange_strong(&t->hjob, &none, j))
+        return 0;
+    pthread_mutex_lock(&t->hmu);
+    pthread_cond_signal(&t->hcv);
+    pthread_mutex_unlock(&t->hmu);
+    return 1;
+}
+
+/* After the caller's part of a posted j: takes it back if the helper did
+ * not start it, else waits for the helper's last touch. */
+static void tag_job_join(struct kvp__pf_tags *t, struct tag_job *j)
+{
+    struct tag_job *mine = j;
+    if (atomic_compare_exchange_strong(&t->hjob, &mine, NULL))
+        return; /* not taken: every claim was ours */
+    for (unsigned k = 1; !atomic_load_explicit(&j->released, memory_order_acquire); k++) {
+        if (k % 256 == 0)
+            sched_yield(); /* the helper was put off its core mid-claim */
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    }
+}
+
+void kvp__pf_tags_tail(struct kvp_pagefile *pf, const struct kvp__pf_batch *b)
+{
+    struct kvp__pf_tags *t = pf->tags;
+    if (!t || !b->tag_want || b->write || kvp__pf_cpus() < 2)
+        return;
+    uint64_t sum = 0;
+    size_t m = 0;
+    for (size_t i = 0; i < b->n; i++)
+        if (tag_left(b, i)) {
+            sum += b->ops[i].size;
+            m++;
+        }
+    if (sum < TAG_HELP_MIN)
+        return; /* the front end hashes them */
+    size_t small_idx[64];
+    uint64_t small_first[65];
+    size_t *idx = m <= 64 ? small_idx : malloc(m * sizeof *idx);
+    uint64_t *first = m <= 64 ? small_first : malloc((m + 1) * sizeof *first);
+    if (idx && first) {
+        struct tag_job j = {
+            .ops = b->ops, .idx = idx, .first = first, .nidx = m, .digests = b->tag_digest};
+        size_t k = 0;
+        first[0] = 0;
+        for (size_t i = 0; i < b->n; i++)
+            if (tag_left(b, i)) {
+                idx[k] = i;
+                first[k + 1] = first[k] + (b->ops[i].size + TAG_CLAIM - 1) / TAG_CLAIM;
+                k++;
+            }
+        j.total = (size_t)first[m];
+        atomic_init(&j.next, 0);
+        atomic_init(&j.released, 0);
+        int posted = tag_job_post(t, &j);
+        tag_job_work(&j, 0);
+        if (posted)
+            tag_job_join(t, &j);
+        for (k = 0; k < m; k++)
+            __atomic_store_n(&b->tag_bytes[idx[k]], b->ops[idx[k]].size, __ATOMIC_RELAXED);
+    }
+    if (idx != small_idx)
+        free(idx);
+    if (first != small_first)
+        free(first);
 }
 
 void kvp__pf_tags_fill(const struct kvp_pagefile_op *ops, const struct kvp_pagefile_vop *vops,

@@ -27,6 +27,7 @@ struct pf_opstate {
     int64_t injected; /* error a test wants this op's next completion to carry */
     unsigned again;
     int inflight;
+    uint32_t hnext; /* the next op (+1) of the list of reads to hash, 0 at its end */
 };
 
 struct kvp__pf_urings;
@@ -284,9 +285,11 @@ static void pf_prep(struct kvp_pagefile *pf, struct pf_ring *r, struct io_uring_
     s->inflight = 1;
 }
 
-/* Applies one completion to its op; returns 1 when the op needs another SQE. */
+/* Applies one completion to its op; returns 1 when the op needs another SQE.
+ * A read that completes joins the list *hq (its first op + 1, or 0) of
+ * reads to hash (hq NULL: none is kept). */
 static int pf_complete(struct pf_ring *r, const struct kvp__pf_batch *b, uint32_t i, int64_t res,
-                       size_t *remaining)
+                       size_t *remaining, uint32_t *hq)
 {
     struct pf_opstate *s = &r->st[i];
     s->inflight = 0;
@@ -310,10 +313,10 @@ static int pf_complete(struct pf_ring *r, const struct kvp__pf_batch *b, uint32_
         if (s->done < b->ops[i].size)
             return 1;
         b->results[i] = (int64_t)s->done;
-        /* The op's digest on its completion, while the other SQEs of the
-         * batch are in flight (a write's too: its slot stays BAD until
-         * the front end records the tag after the batch). */
-        kvp__pf_tag_piece(b, i, b->ops[i].buf, 0, b->ops[i].size);
+        if (!b->write && hq && b->tag_want && b->tag_want[i]) {
+            s->hnext = *hq;
+            *hq = i + 1;
+        }
     }
     (*remaining)--;
     return 0;
@@ -355,7 +358,7 @@ static void pf_ring_broken(struct kvp_pagefile *pf, struct pf_ring *r,
         if (i >= b->n)
             continue;
         (*inflight)--;
-        if (pf_complete(r, b, (uint32_t)i, res, remaining)) {
+        if (pf_complete(r, b, (uint32_t)i, res, remaining, NULL)) {
             b->results[i] = error;
             (*remaining)--;
         }
@@ -373,11 +376,33 @@ static void pf_ring_broken(struct kvp_pagefile *pf, struct pf_ring *r,
     }
 }
 
+/*
+ * The digests while the batch's I/O is in flight (called between the submit
+ * and the wait): a write's at once, its source being the caller's from the
+ * start (its slot stays BAD until the front end records the tag after the
+ * batch); the reads that completed, listed in *hq. Reads that complete with
+ * nothing else in flight are left to kvp__pf_tags_tail, which hashes them
+ * on two threads after the ring is released.
+ */
+static void pf_ring_hash(const struct pf_ring *r, const struct kvp__pf_batch *b, uint32_t *hq,
+                         int *writes)
+{
+    for (size_t i = 0; *writes && i < b->n; i++)
+        kvp__pf_tag_piece(b, i, b->ops[i].buf, 0, b->ops[i].size);
+    *writes = 0;
+    while (*hq) {
+        uint32_t i = *hq - 1;
+        *hq = r->st[i].hnext;
+        kvp__pf_tag_piece(b, i, b->ops[i].buf, 0, b->ops[i].size);
+    }
+}
+
 static void pf_ring_run(struct kvp_pagefile *pf, struct pf_ring *r, struct kvp__pf_batch *b)
 {
     size_t remaining = 0;
-    uint32_t todo_n = 0;
+    uint32_t todo_n = 0, hq = 0;
     unsigned inflight = 0, busy = 0;
+    int hash_writes = b->write && b->tag_want;
     for (size_t i = b->n; i-- > 0;) {
         r->st[i] = (struct pf_opstate){0};
         b->results[i] = 0;
@@ -395,7 +420,22 @@ static void pf_ring_run(struct kvp_pagefile *pf, struct pf_ring *r, struct kvp__
             inflight++;
         }
         int64_t f = kvp__pf_fault(KVP__PF_URING_SUBMIT, 0, 0);
-        int rc = f < 0 ? (int)f : io_uring_submit_and_wait(&r->ring, 1);
+        int rc;
+        if (f < 0) {
+            rc = (int)f;
+        } else if (hash_writes || hq) {
+            /* Submit, hash while the device works, then wait. */
+            rc = io_uring_submit(&r->ring);
+            if (rc >= 0) {
+                pf_ring_hash(r, b, &hq, &hash_writes);
+                struct io_uring_cqe *c;
+                int w = io_uring_cq_ready(&r->ring) ? 0 : io_uring_wait_cqe(&r->ring, &c);
+                if (w < 0)
+                    rc = w;
+            }
+        } else {
+            rc = io_uring_submit_and_wait(&r->ring, 1);
+        }
         if (rc < 0 && rc != -EINTR) {
             /* EAGAIN/EBUSY: the kernel is short of resources until completions are reaped. */
             if ((rc == -EAGAIN || rc == -EBUSY) && ++busy < KVP__PF_MAX_AGAIN) {
@@ -417,7 +457,7 @@ static void pf_ring_run(struct kvp_pagefile *pf, struct pf_ring *r, struct kvp__
             if (i >= b->n)
                 continue;
             inflight--;
-            if (pf_complete(r, b, (uint32_t)i, cqe->res, &remaining))
+            if (pf_complete(r, b, (uint32_t)i, cqe->res, &remaining, &hq))
                 r->todo[todo_n++] = (uint32_t)i;
         }
         io_uring_cq_advance(&r->ring, seen);
@@ -443,6 +483,7 @@ static void pf_uring_run(struct kvp_pagefile *pf, void *state, struct kvp__pf_ba
     else
         kvp__pf_run_inline(pf, b);
     pthread_mutex_unlock(&r->mu);
+    kvp__pf_tags_tail(pf, b); /* the reads that completed last, on two threads */
 }
 
 /* queues rings (opts.queues, default 4); why: the cause when io_uring cannot be set up. */

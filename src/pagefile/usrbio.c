@@ -371,11 +371,9 @@ static int ub_place(struct kvp__pf_usrbio *u, struct ub_ring *r, const struct kv
                                       : NULL;
     r->done[i] = 0;
     r->again[i] = 0;
-    if (own) {
+    if (own) { /* a write's digest: while the daemon works (ub_ring_hash) */
         r->slot_of[i] = -1;
         r->iov_of[i] = own;
-        if (b->write)
-            kvp__pf_tag_piece(b, i, op->buf, 0, op->size);
         return 0;
     }
     if (r->nfree == 0)
@@ -383,26 +381,49 @@ static int ub_place(struct kvp__pf_usrbio *u, struct ub_ring *r, const struct kv
     uint32_t s = r->free_slots[--r->nfree];
     r->slot_of[i] = (int32_t)s;
     r->iov_of[i] = &r->stage;
-    if (b->write) {
-        memcpy(r->stage.base + (uint64_t)s * r->stride, op->buf, op->size);
-        kvp__pf_tag_piece(b, i, op->buf, 0, op->size); /* while the page is in the cache */
-    }
+    if (b->write) /* what the daemon will write, hashed as it is copied */
+        kvp__pf_tag_copy(b, i, r->stage.base + (uint64_t)s * r->stride, op->buf, op->size);
     return 0;
 }
 
-/* Op i is finished with result res: a read's staged bytes are copied out. */
+/* Op i is finished with result res: a read's staged bytes are copied out,
+ * and hashed as they are (a zero-copy read's digest: ub_ring_hash). */
 static void ub_finish(struct ub_ring *r, const struct kvp__pf_batch *b, size_t i, int64_t res)
 {
     int32_t s = r->slot_of[i];
     if (s >= 0) {
         if (!b->write && res > 0)
-            memcpy(b->ops[i].buf, r->stage.base + (uint64_t)s * r->stride, (size_t)res);
+            kvp__pf_tag_copy(b, i, b->ops[i].buf, r->stage.base + (uint64_t)s * r->stride,
+                             (uint64_t)res);
         r->free_slots[r->nfree++] = (uint32_t)s;
     }
-    /* A read's digest right after its copy out (or its zero-copy transfer). */
-    if (!b->write && res == (int64_t)b->ops[i].size)
-        kvp__pf_tag_piece(b, i, b->ops[i].buf, 0, b->ops[i].size);
     b->results[i] = res;
+}
+
+/*
+ * The zero-copy ops' digests while the daemon works on the ring (called
+ * between the submit and the wait): the writes placed since the last call
+ * (ops [*wh, next): their bytes are the caller's from the start, and their
+ * slots stay BAD until the front end records the tags after the batch), and
+ * the reads that completed in the last wait (the cqes r->cqes[0, got)).
+ * Reads that complete with nothing else in flight are left to
+ * kvp__pf_tags_tail, which hashes them on two threads after the ring is
+ * released.
+ */
+static void ub_ring_hash(const struct ub_ring *r, const struct kvp__pf_batch *b, size_t *wh,
+                         size_t next, int got)
+{
+    if (!b->tag_want)
+        return;
+    for (; b->write && *wh < next; ++*wh)
+        if (r->slot_of[*wh] < 0)
+            kvp__pf_tag_piece(b, *wh, b->ops[*wh].buf, 0, b->ops[*wh].size);
+    for (int c = 0; !b->write && c < got; c++) {
+        size_t i = (size_t)(uintptr_t)r->cqes[c].userdata - 1;
+        if (r->slot_of[i] < 0 && b->results[i] == (int64_t)b->ops[i].size &&
+            __atomic_load_n(&b->tag_bytes[i], __ATOMIC_RELAXED) == 0)
+            kvp__pf_tag_piece(b, i, b->ops[i].buf, 0, b->ops[i].size);
+    }
 }
 
 static void ub_ring_run(struct kvp_pagefile *pf, struct kvp__pf_usrbio *u, struct ub_ring *r,
@@ -411,7 +432,8 @@ static void ub_ring_run(struct kvp_pagefile *pf, struct kvp__pf_usrbio *u, struc
     r->nfree = r->slots;
     for (uint32_t s = 0; s < r->slots; s++)
         r->free_slots[s] = r->slots - 1 - s;
-    size_t next = 0, inflight = 0;
+    size_t next = 0, inflight = 0, wh = 0;
+    int got = 0; /* completions of the last wait */
     for (;;) {
         /* fill the ring: at most slots I/Os in it */
         while (next < b->n && inflight < r->slots) {
@@ -437,7 +459,9 @@ static void ub_ring_run(struct kvp_pagefile *pf, struct kvp__pf_usrbio *u, struc
         }
         int64_t f = kvp__pf_fault(KVP__PF_USRBIO_SUBMIT, 0, 0);
         int rc = f < 0 ? (int)f : ub.submit_ios(&r->ior);
-        int got = 0;
+        if (rc == 0)
+            ub_ring_hash(r, b, &wh, next, got);
+        got = 0;
         if (rc == 0) {
             struct timespec dl;
             clock_gettime(CLOCK_REALTIME, &dl);
@@ -520,6 +544,7 @@ static void pf_usrbio_run(struct kvp_pagefile *pf, void *state, struct kvp__pf_b
     else
         kvp__pf_run_inline(pf, b);
     pthread_mutex_unlock(&r->mu);
+    kvp__pf_tags_tail(pf, b); /* the reads that completed last, on two threads */
 }
 
 /* ---- memory and registration ------------------------------------------ */

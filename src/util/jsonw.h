@@ -3,7 +3,7 @@
  * check both use: the server writes its responses with it (instead of
  * building jansson trees and calling json_dumps: one buffer per
  * connection, reused across requests), and the http:// backend
- * (src/client/http.c) its request bodies. Compiled into the library and
+ * (src/meta/http/http.c) its request bodies. Compiled into the library and
  * into the server (CMakeLists.txt), whose binary links only the library's
  * public API.
  *

@@ -1,7 +1,7 @@
 /*
  * Write-ahead log mechanics: an append-only stream of checksummed records in
  * segment files, group commit, and reading it back. It knows nothing of what
- * the records mean (src/meta/persist.c does).
+ * the records mean (src/meta/local/persist.c does).
  *
  * On disk, in the data directory:
  *   LOCK                     flock()ed by the process that owns the directory

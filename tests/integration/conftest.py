@@ -14,7 +14,6 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import kvpserver  # noqa: E402
-from kvpserver import finish, launch  # noqa: E402
 from kvptest import invariants, session, stats  # noqa: E402,F401
 
 
@@ -22,21 +21,7 @@ from kvptest import invariants, session, stats  # noqa: E402,F401
 def start_server(tmp_path):
     """Factory: start_server(*flags, env=None) -> Server. Every server is
     stopped with SIGTERM after the test and must exit 0."""
-    started = []
-
-    def start(*flags, env=None):
-        srv = launch(tmp_path, flags, env)
-        started.append(srv)
-        return srv
-
-    yield start
-    errors = []
-    for srv in started:
-        try:
-            finish(srv)
-        except AssertionError as e:
-            errors.append(str(e))
-    assert not errors, "\n\n".join(errors)
+    yield from kvpserver.started_servers(tmp_path)
 
 
 @pytest.fixture

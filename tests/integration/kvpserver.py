@@ -11,7 +11,6 @@ are checked on its /v1/stats.
 """
 import os
 import signal
-import socket
 import subprocess
 import time
 
@@ -19,6 +18,7 @@ import pytest
 import requests
 
 import redisfix
+from redisfix import free_port
 from kvptest import Client, invariants, session, stats
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -32,12 +32,6 @@ SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime
 # stderr is attached to a failing test's report.
 _LIVE = []
 _RECENT = []
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def read_tail(path, limit=20000):
@@ -58,6 +52,21 @@ def require_bin():
 
 def sanitizer_report(text):
     return [m for m in SANITIZER_MARKERS if m in text]
+
+
+def run_kvp(*args, input=None, cwd=None, env=None, timeout=120, preexec_fn=None, stdout="text",
+            no_sanitizer_report=False):
+    """Runs the kvpage binary with args; returns (exit status, stdout, stderr
+    text). stdout: "text" (decoded; bytes that are not UTF-8 raise), "replace"
+    (decoded, such bytes replaced) or "bytes". no_sanitizer_report: fail when
+    stderr has one (the ASan build's binary runs these too)."""
+    p = subprocess.run([require_bin(), *map(str, args)], input=input, capture_output=True,
+                       cwd=cwd, env=env, timeout=timeout, preexec_fn=preexec_fn)
+    err = p.stderr.decode(errors="replace")
+    assert not (no_sanitizer_report and sanitizer_report(err)), err
+    if stdout == "bytes":
+        return p.returncode, p.stdout, err
+    return p.returncode, p.stdout.decode(errors="replace" if stdout == "replace" else "strict"), err
 
 
 class Server:
@@ -210,3 +219,22 @@ def finish(srv):
     assert not problems, "\n".join(problems) + "\n--- stderr ---\n" + srv.stderr()
 
 
+def started_servers(tmp_path):
+    """The body of the start_server fixtures (integration and Python tests):
+    yields start(*flags, env=None) -> Server; after the test, finishes every
+    server started, then fails with all of their problems, if any."""
+    started = []
+
+    def start(*flags, env=None):
+        srv = launch(tmp_path, flags, env)
+        started.append(srv)
+        return srv
+
+    yield start
+    errors = []
+    for srv in started:
+        try:
+            finish(srv)
+        except AssertionError as e:
+            errors.append(str(e))
+    assert not errors, "\n\n".join(errors)

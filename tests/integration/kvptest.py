@@ -263,3 +263,16 @@ def every_route_unavailable(c, name=None):
         assert name is None or name in detail, detail
     resp = c.get("/v1/stats")
     assert resp.status_code == 503, resp.text
+
+
+def vllm_hash(key):
+    """vLLM's block hash of a hex key (maybe_convert_block_hash): its last 8
+    bytes, the last 16 hex digits, as a uint64."""
+    return int(key[-16:], 16)
+
+
+def sglang_hash(key):
+    """SGLang's hash_str_to_int64 of a hex key: the first 16 hex digits as a
+    signed int64."""
+    v = int(key[:16], 16)
+    return v - (1 << 64) if v >= 1 << 63 else v

@@ -30,7 +30,9 @@ def _die_with_parent():
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def _free_port():
+def free_port():
+    """A loopback port nothing listens on now (the kernel's pick for port 0);
+    kvpserver's servers use it too."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -63,7 +65,7 @@ class Redis:
     def start(self, port=None, tries=5):
         """Starts it (on port, or a free one) and waits until it answers."""
         for _ in range(tries if port is None else 1):
-            p = port or _free_port()
+            p = port or free_port()
             cmd = [REDIS_SERVER, "--port", str(p), "--bind", "127.0.0.1", "--save", "",
                    "--dir", self.dir, "--logfile", self.log, "--daemonize", "no",
                    "--protected-mode", "no"] + self.args
@@ -229,7 +231,7 @@ class Sentinels:
 
     def _sentinel(self, d):
         for _ in range(5):
-            port = _free_port()
+            port = free_port()
             conf = os.path.join(d, "sentinel.conf")  # sentinels rewrite their file
             with open(conf, "w") as f:
                 f.write(f"port {port}\nbind 127.0.0.1\ndir {d}\nprotected-mode no\n"

@@ -3,8 +3,10 @@ instead of keeping a copy: `kvpage backends` (and its --names for scripts),
 bash completion of --backend and --meta, the man page's BACKENDS; and
 kvp_meta_info over a real Redis, whose promise follows its AOF settings."""
 import ctypes
+import json
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -38,7 +40,36 @@ def lib():
     return _lib
 
 
+def lib_env():
+    """The environment of a Python that loads the library: a sanitized
+    build's libkvpage.so needs its sanitizer's runtime loaded first
+    (LD_PRELOAD, as `make python-test` does); pytest here may run without."""
+    env = dict(os.environ)
+    path = os.environ.get("KVPAGE_LIB") or os.path.join(os.path.dirname(require_bin()),
+                                                        "libkvpage.so")
+    env["KVPAGE_LIB"] = path
+    out = subprocess.run(["ldd", path], capture_output=True, text=True, timeout=30).stdout
+    for line in out.splitlines():
+        name = line.strip().split(" ")[0]
+        if name.startswith(("libasan.so", "libtsan.so")) and "=>" in line:
+            env["LD_PRELOAD"] = line.split("=>")[1].split()[0]
+            env.setdefault("ASAN_OPTIONS", "detect_leaks=0")
+    return env
+
+
+def in_child(name, *args):
+    """Runs this file's function name(*args) in a new Python with the
+    library loaded as lib_env says: its assertions fail the test here."""
+    p = subprocess.run([sys.executable, os.path.abspath(__file__), name, json.dumps(args)],
+                       capture_output=True, text=True, timeout=120, env=lib_env(), cwd=HERE)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
 def test_backends_lists_what_the_library_has():
+    in_child("lists_what_the_library_has")
+
+
+def lists_what_the_library_has():
     _lib = lib()
     io = [_lib.pagefile_backend_name(b).decode() for b in range(16)]
     assert names("io") == io[:io.index("?")]
@@ -105,6 +136,10 @@ def test_man_page_names_every_backend():
      None),
 ])
 def test_meta_info_of_redis(aof, level, text, loss):
+    in_child("meta_info_of_redis", aof, level, text, loss)
+
+
+def meta_info_of_redis(aof, level, text, loss):
     _lib = lib()
     r = redisfix.Redis(aof).start()
     m = ctypes.c_void_p()
@@ -127,3 +162,7 @@ def test_meta_info_of_redis(aof, level, text, loss):
     finally:
         _lib.meta_close(m)
         r.close()
+
+
+if __name__ == "__main__":  # in_child's new Python
+    globals()[sys.argv[1]](*json.loads(sys.argv[2]))

@@ -17,7 +17,7 @@ import sys
 import pytest
 
 import redisfix
-from kvpserver import free_port, require_bin, sanitizer_report
+from kvpserver import free_port, require_bin, run_kvp, sanitizer_report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SIM_PATH = os.path.join(HERE, "..", "..", "bench", "trace", "lru_sim.py")
@@ -33,10 +33,7 @@ FIELDS = {"file", "url", "rank", "capacity", "speedup", "connections", "max_lag_
 
 
 def kvp(*args, timeout=120):
-    p = subprocess.run([require_bin(), *map(str, args)], capture_output=True, timeout=timeout)
-    err = p.stderr.decode(errors="replace")
-    assert not sanitizer_report(err), err  # the ASan build's binary runs these too
-    return p.returncode, p.stdout.decode(), err
+    return run_kvp(*args, timeout=timeout, no_sanitizer_report=True)
 
 
 def synthetic_trace(path, nreq=150, seed=38, span_ms=3000, dup_every=17):

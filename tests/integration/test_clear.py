@@ -13,7 +13,7 @@ import subprocess
 import pytest
 import requests
 
-from kvpserver import launch, require_bin
+from kvpserver import launch, require_bin, run_kvp
 import redisfix
 
 PAGE = "64K"
@@ -21,9 +21,7 @@ PAGE = "64K"
 
 def kvp(*args, cwd=None):
     """Runs the kvpage binary; returns (exit status, stdout text, stderr text)."""
-    p = subprocess.run([require_bin(), *map(str, args)], capture_output=True, timeout=120,
-                       cwd=cwd)
-    return p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
+    return run_kvp(*args, cwd=cwd, stdout="replace")
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from kvpserver import free_port, require_bin, sanitizer_report
+from kvpserver import free_port, require_bin, run_kvp, sanitizer_report
 
 SMALL_IO = ["--seconds", "0.3", "--warmup", "0.05", "--file-size", "32M", "--pool", "32M",
             "--page-size", "256K"]
@@ -22,11 +22,7 @@ SHORT_META = ["--seconds", "0.3", "--connections", "4", "--batch", "16", "--page
 
 
 def kvp(*args, env=None, timeout=60):
-    p = subprocess.run([require_bin(), *map(str, args)], capture_output=True, timeout=timeout,
-                       env=env)
-    err = p.stderr.decode(errors="replace")
-    assert not sanitizer_report(err), err  # the ASan build's binary runs these too
-    return p.returncode, p.stdout.decode(), err
+    return run_kvp(*args, env=env, timeout=timeout, no_sanitizer_report=True)
 
 
 def kvp_pty(*args, timeout=60):

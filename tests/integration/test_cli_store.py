@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from kvpserver import require_bin
+from kvpserver import require_bin, run_kvp
 from kvptest import invariants
 
 PAGE = 64 * 1024
@@ -20,9 +20,7 @@ CAP = PAGE - 16  # the command line keeps 16 bytes of each page for the length
 
 def kvp(*args, input=None, cwd=None):
     """Runs the kvpage binary; returns (exit status, stdout bytes, stderr text)."""
-    p = subprocess.run([require_bin(), *map(str, args)], input=input, capture_output=True,
-                       cwd=cwd, timeout=120)
-    return p.returncode, p.stdout, p.stderr.decode(errors="replace")
+    return run_kvp(*args, input=input, cwd=cwd, stdout="bytes")
 
 
 @pytest.fixture(params=["embedded", "remote"])

@@ -19,6 +19,7 @@ import zmq
 
 import redisfix
 from kvpserver import BIN, free_port, launch
+from kvptest import sglang_hash, vllm_hash
 
 IN_PROCESS_ONLY = pytest.mark.skipif(
     redisfix.BACKEND == "redis",
@@ -30,17 +31,6 @@ END = (-1).to_bytes(8, "big", signed=True)
 def hexkey(i, width=32):
     """A key as vLLM's connector makes them (hex), distinct per i."""
     return f"{i:0{width}x}"[-width:].rjust(width, "0")
-
-
-def vllm_hash(key):
-    """vLLM's maybe_convert_block_hash of a hex block hash: its last 8 bytes."""
-    return int.from_bytes(bytes.fromhex(key), "big") & (2**64 - 1)
-
-
-def sglang_hash(key):
-    """SGLang's hash_str_to_int64: the first 16 hex digits as a signed int64."""
-    v = int(key[:16], 16)
-    return v - 2**64 if v >= 2**63 else v
 
 
 class Consumer:

@@ -14,15 +14,13 @@ import time
 
 import requests
 
-from kvpserver import require_bin
+from kvpserver import require_bin, run_kvp
 
 BASE = ["--page-size", "64K"]
 
 
 def kvp(*args, input=None):
-    p = subprocess.run([require_bin(), *map(str, args)], input=input, capture_output=True,
-                       timeout=120)
-    return p.returncode, p.stdout, p.stderr.decode(errors="replace")
+    return run_kvp(*args, input=input, stdout="bytes")
 
 
 def identity_of(srv):

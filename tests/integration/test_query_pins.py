@@ -19,7 +19,7 @@ import pytest
 
 import redisfix
 from kvpserver import BIN, finish, launch
-from kvptest import expect
+from kvptest import expect, sglang_hash, vllm_hash
 
 REDIS = redisfix.BACKEND == "redis"
 
@@ -33,17 +33,6 @@ def page_keys(tokens, size, salt=b""):
         out.append(h.hexdigest())
         prior = h.digest()
     return out
-
-
-def sglang_hash(key):
-    """SGLang's hash_str_to_int64: the first 16 hex digits as a signed int64."""
-    v = int(key[:16], 16)
-    return v - (1 << 64) if v >= 1 << 63 else v
-
-
-def vllm_hash(key):
-    """vLLM's block hash of a key: its last 16 hex digits as a uint64."""
-    return int(key[-16:], 16)
 
 
 def query(c, body, status=200, detail=None):

@@ -8,12 +8,11 @@ owner."""
 import hashlib
 import os
 import shutil
-import subprocess
 import tempfile
 
 import pytest
 
-from kvpserver import require_bin
+from kvpserver import run_kvp
 
 NOBODY = 65534
 
@@ -25,9 +24,8 @@ def kvp(*args, input=None, user=None):
         os.setgroups([])
         os.setgid(user)
         os.setuid(user)
-    p = subprocess.run([require_bin(), *map(str, args)], input=input, capture_output=True,
-                       timeout=120, preexec_fn=drop if user is not None else None)
-    return p.returncode, p.stdout, p.stderr.decode(errors="replace")
+    return run_kvp(*args, input=input, stdout="bytes",
+                   preexec_fn=drop if user is not None else None)
 
 
 def store_files(path):

@@ -315,7 +315,7 @@ def test_banner_names_redis_without_the_password(redis, start_server):
 
 
 def test_server_started_before_redis_waits_for_it(tmp_path, start_server):
-    port = redisfix._free_port()
+    port = redisfix.free_port()
     r = redisfix.Redis()
     box = []
     # The server starts in a thread; Redis, 1.5 s later, from this one (a

@@ -39,16 +39,7 @@ def start_server(tmp_path):
     """start_server(*flags) -> a running kvpage serve on a free loopback port
     (tests/integration/kvpserver.py), stopped and checked after the test."""
     import kvpserver
-    started = []
-
-    def start(*flags):
-        srv = kvpserver.launch(tmp_path, flags, None)
-        started.append(srv)
-        return srv
-
-    yield start
-    for srv in started:
-        kvpserver.finish(srv)
+    yield from kvpserver.started_servers(tmp_path)
 
 
 @pytest.fixture

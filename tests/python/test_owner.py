@@ -5,22 +5,19 @@ kvpage serve. And a refused open changes nothing; a missing directory is
 refused, naming it, unless mkdir."""
 import errno
 import os
-import subprocess
 
 import pytest
 
 import kvpage
 from kvpage.compat import Hf3fsClient
 from kvpage.store import claim
-from kvpserver import require_bin
+from kvpserver import run_kvp
 
 BPP = 1 << 20
 
 
 def kvp(*args, input=None):
-    p = subprocess.run([require_bin(), *map(str, args)], input=input, capture_output=True,
-                       timeout=120)
-    return p.returncode, p.stdout, p.stderr.decode(errors="replace")
+    return run_kvp(*args, input=input, stdout="bytes")
 
 
 def state(path):

@@ -26,29 +26,8 @@
 
 #include "check.h"
 #include "kvpage/meta.h"
-
-static struct kvp_str diff_key(const char *s)
-{
-    return (struct kvp_str){s, strlen(s)};
-}
-
-static struct kvp_ns *diff_ns(struct kvp_meta *m, const char *dep, const char *pool, size_t plen)
-{
-    struct kvp_ns *ns = NULL;
-    struct kvp_error e = {0};
-    if (kvp_meta_ns(m, dep, strlen(dep), pool, plen, 1, &ns, &e))
-        fprintf(stderr, "ns: %s\n", e.msg);
-    return ns;
-}
-
-static void diff_invariants(struct kvp_meta *m)
-{
-    struct kvp_error e = {0};
-    int rc = kvp_meta_check(m, &e);
-    if (rc)
-        fprintf(stderr, "invariant: %s\n", e.msg);
-    CHECK_EQ(rc, 0);
-}
+#include "meta_test.h"
+#include "rng.h"
 
 /* The backend under test, with the given lease and read grace. */
 static struct kvp_meta *diff_open(const char *loc, uint64_t lease, uint64_t grace)
@@ -69,10 +48,7 @@ static struct kvp_meta *diff_open(const char *loc, uint64_t lease, uint64_t grac
 static uint64_t diff_rng = 1;
 static uint32_t diff_rnd(uint32_t n)
 {
-    diff_rng ^= diff_rng << 13;
-    diff_rng ^= diff_rng >> 7;
-    diff_rng ^= diff_rng << 17;
-    return (uint32_t)(diff_rng % n);
+    return (uint32_t)rng_below(&diff_rng, n);
 }
 
 #define DKEYS 20
@@ -194,8 +170,8 @@ static void meta_differential(const char *loc, int steps, uint64_t seed)
     struct diff_last_alloc last[DNS][DRANKS];
     memset(last, 0, sizeof last);
     for (int i = 0; i < DNS; i++) {
-        mns[i] = diff_ns(mm, deps[i], pools[i], strlen(pools[i]));
-        rns[i] = diff_ns(rm, deps[i], pools[i], strlen(pools[i]));
+        mns[i] = ns_of(mm, deps[i], pools[i]);
+        rns[i] = ns_of(rm, deps[i], pools[i]);
         CHECK(mns[i] && rns[i]);
         if (!mns[i] || !rns[i])
             goto out;
@@ -219,7 +195,7 @@ static void meta_differential(const char *loc, int steps, uint64_t seed)
         for (size_t i = 0; i < n; i++) {
             /* a few keys often, so that hits, duplicates and evictions happen */
             kidx[i] = (int)(diff_rnd(3) ? diff_rnd(8) : diff_rnd(DKEYS));
-            keys[i] = diff_key(dkeys[kidx[i]]);
+            keys[i] = K(dkeys[kidx[i]]);
         }
         if (op < 8) {
             uint64_t np = 1 + diff_rnd(8);
@@ -257,7 +233,7 @@ static void meta_differential(const char *loc, int steps, uint64_t seed)
             while (l->n > 0 && nc + nr < 6) {
                 l->n--;
                 if (diff_rnd(10) < 6) {
-                    keys[nc] = diff_key(dkeys[l->key[l->n]]);
+                    keys[nc] = K(dkeys[l->key[l->n]]);
                     pages[nc++] = l->page[l->n];
                 } else {
                     rel[nr++] = l->page[l->n];
@@ -265,16 +241,16 @@ static void meta_differential(const char *loc, int steps, uint64_t seed)
             }
             uint32_t twist = diff_rnd(12);
             if (twist == 0 && nc < 8) { /* a page of another key, or out of range */
-                keys[nc] = diff_key(dkeys[diff_rnd(DKEYS)]);
+                keys[nc] = K(dkeys[diff_rnd(DKEYS)]);
                 pages[nc++] = (int64_t)diff_rnd(8) - (diff_rnd(4) == 0 ? 3 : 0);
             } else if (twist == 1 && nr < 8) {
                 rel[nr++] = (int64_t)diff_rnd(9) - 1;
             } else if (twist == 2 && nc > 0 && nc < 8) { /* one page for two keys */
-                keys[nc] = diff_key(dkeys[diff_rnd(DKEYS)]);
+                keys[nc] = K(dkeys[diff_rnd(DKEYS)]);
                 pages[nc] = pages[0];
                 nc++;
             } else if (twist == 3 && nc < 8) {
-                keys[nc] = diff_key(dkeys[diff_rnd(DKEYS)]);
+                keys[nc] = K(dkeys[diff_rnd(DKEYS)]);
                 pages[nc++] = diff_rnd(2) ? INT64_MAX : 2147483647;
             }
             rc1 = kvp_meta_confirm(a, rank, keys, pages, nc, rel, nr, &e1);
@@ -317,8 +293,8 @@ static void meta_differential(const char *loc, int steps, uint64_t seed)
         CHECK(same);
         if (!same && diff_failed++ < 10)
             fprintf(stderr, "step %d stats:\n mem   %s\n redis %s\n", step, s1.text, s2.text);
-        diff_invariants(mm);
-        diff_invariants(rm);
+        invariants(mm);
+        invariants(rm);
     }
     /* The run met every rule it can break, evictions and exhaustion. */
     static const int rules[] = {KVP_RULE_RANK_NOT_INIT, KVP_RULE_RESIZE_HELD, KVP_RULE_CONFIRM_PAGE,

@@ -5,35 +5,16 @@
  * theirs, an old handle finds no rank, and the next init_rank creates it
  * again, empty.
  */
-#include <stdint.h>
 #ifndef KVPAGE_META_DROP_TEST_H
 #define KVPAGE_META_DROP_TEST_H
 
 #include <errno.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "check.h"
 #include "kvpage/meta.h"
-
-/* Self-contained: test_meta_redis.c has helpers of the same names as
- * meta_test.h's. */
-static inline struct kvp_ns *drop_ns(struct kvp_meta *m, const char *dep)
-{
-    struct kvp_ns *ns = NULL;
-    kvp_meta_ns(m, dep, strlen(dep), "kv", 2, 1, &ns, NULL);
-    return ns;
-}
-
-static inline int64_t drop_put(struct kvp_ns *ns, uint32_t rank, const char *key)
-{
-    struct kvp_str k = {key, strlen(key)};
-    int64_t p;
-    if (kvp_meta_allocate(ns, rank, &k, 1, &p, NULL, NULL) != 0 || p < 0)
-        return -1;
-    if (kvp_meta_confirm(ns, rank, &k, &p, 1, NULL, 0, NULL) != 0)
-        return -1;
-    return p;
-}
+#include "meta_test.h"
 
 struct drop_seen {
     int a, b;        /* namespaces d1/kv and d2/kv listed */
@@ -68,16 +49,16 @@ static inline struct drop_seen drop_seen_of(struct kvp_meta *m)
 /* Leaves d1/kv dropped and d2/kv with rank 0 holding "b-key". */
 static inline void drop_semantics(struct kvp_meta *m)
 {
-    struct kvp_ns *a = drop_ns(m, "d1"), *b = drop_ns(m, "d2");
+    struct kvp_ns *a = ns_of(m, "d1", "kv"), *b = ns_of(m, "d2", "kv");
     CHECK(a && b);
     if (!a || !b)
         return;
     CHECK_EQ(kvp_meta_init_rank(a, 0, 64, NULL), 0);
     CHECK_EQ(kvp_meta_init_rank(a, 1, 1048576, NULL), 0);
     CHECK_EQ(kvp_meta_init_rank(b, 0, 8, NULL), 0);
-    CHECK(drop_put(a, 0, "a-key") >= 0);
-    CHECK(drop_put(a, 1, "a-key") >= 0);
-    CHECK(drop_put(b, 0, "b-key") >= 0);
+    CHECK(put(a, 0, "a-key") >= 0);
+    CHECK(put(a, 1, "a-key") >= 0);
+    CHECK(put(b, 0, "b-key") >= 0);
     struct drop_seen s = drop_seen_of(m);
     CHECK(s.a && s.b);
     CHECK_EQ(s.a_ranks, 2);
@@ -118,7 +99,7 @@ static inline void drop_semantics(struct kvp_meta *m)
     page = 0;
     CHECK_EQ(kvp_meta_lookup(a, 0, 0, &k, 1, &page, NULL), 0);
     CHECK_EQ(page, -1);
-    CHECK(drop_put(a, 0, "a-new") >= 0);
+    CHECK(put(a, 0, "a-new") >= 0);
     CHECK_EQ(kvp_meta_drop(m, "d1", 2, "kv", 2, NULL), 0);
     s = drop_seen_of(m);
     CHECK(!s.a && s.b);

@@ -1,25 +1,28 @@
 /*
  * meta_test.h — helpers shared by the tests of src/meta (test_meta.c,
- * test_persist.c, test_powerloss.c): a namespace by name, a key from a C
- * string, one key allocated and confirmed, the invariant checker as a check,
- * and removing a data directory.
+ * test_persist.c, test_powerloss.c and others) and by meta_diff.h and
+ * meta_drop.h, the suites every backend's test runs: a namespace by name, a
+ * key from a C string, one key allocated and confirmed, the invariant
+ * checker as a check, and removing a data directory.
  */
 #ifndef KVPAGE_META_TEST_H
 #define KVPAGE_META_TEST_H
 
-#include <dirent.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "check.h"
 #include "kvpage/meta.h"
+#include "scratch.h"
 
-/* The namespace (created when missing), or NULL. */
+/* The namespace (created when missing), or NULL and the error printed. */
 static inline struct kvp_ns *ns_of(struct kvp_meta *m, const char *dep, const char *pool)
 {
     struct kvp_ns *ns = NULL;
-    kvp_meta_ns(m, dep, strlen(dep), pool, strlen(pool), 1, &ns, NULL);
+    struct kvp_error e = {0};
+    if (kvp_meta_ns(m, dep, strlen(dep), pool, strlen(pool), 1, &ns, &e))
+        fprintf(stderr, "ns: %s\n", e.msg);
     return ns;
 }
 
@@ -49,21 +52,10 @@ static inline void invariants(struct kvp_meta *m)
     CHECK_EQ(rc, 0);
 }
 
-/* Removes a directory and the files in it (the tests' data directories are flat). */
+/* Removes a directory and everything below it. */
 static inline void rmrf(const char *dir)
 {
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    char p[1024];
-    while (d && (e = readdir(d))) {
-        if (e->d_name[0] == '.')
-            continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        unlink(p);
-    }
-    if (d)
-        closedir(d);
-    rmdir(dir);
+    scratch_remove(dir);
 }
 
 #endif

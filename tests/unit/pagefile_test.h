@@ -1,66 +1,32 @@
 /*
  * pagefile_test.h — small helpers shared by the test_pagefile*.c programs:
- * checks with a pass/fail count, a scratch directory on a real disk, an
- * in-memory model of a page file, and buffers for O_DIRECT.
+ * check.h's checks, a scratch directory on a real disk, rng.h's random
+ * numbers, buffers for O_DIRECT, options and opening.
  */
 #ifndef KVPAGE_PAGEFILE_TEST_H
 #define KVPAGE_PAGEFILE_TEST_H
 
-#include <ftw.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/vfs.h>
 #include <unistd.h>
-#include <linux/magic.h>
 
+#include "check.h"
 #include "kvpage.h"
 #include "pagefile/pf_internal.h"
+#include "rng.h"
+#include "scratch.h"
 
-static int pt_passed, pt_failed;
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            pt_passed++;                                                                           \
-        } else {                                                                                   \
-            pt_failed++;                                                                           \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                        \
-        }                                                                                          \
-    } while (0)
-
-#define CHECK_EQ(a, b)                                                                             \
-    do {                                                                                           \
-        int64_t a_ = (int64_t)(a), b_ = (int64_t)(b);                                              \
-        if (a_ == b_) {                                                                            \
-            pt_passed++;                                                                           \
-        } else {                                                                                   \
-            pt_failed++;                                                                           \
-            fprintf(stderr, "FAIL %s:%d: %s == %s (%" PRId64 " != %" PRId64 ")\n", __FILE__,       \
-                    __LINE__, #a, #b, a_, b_);                                                     \
-        }                                                                                          \
-    } while (0)
-
-#define CHECK_STR(a, b)                                                                            \
-    do {                                                                                           \
-        const char *a_ = (a), *b_ = (b);                                                           \
-        if (a_ && b_ && strcmp(a_, b_) == 0) {                                                     \
-            pt_passed++;                                                                           \
-        } else {                                                                                   \
-            pt_failed++;                                                                           \
-            fprintf(stderr, "FAIL %s:%d: %s\n  got      \"%s\"\n  expected \"%s\"\n", __FILE__,    \
-                    __LINE__, #a, a_ ? a_ : "(null)", b_ ? b_ : "(null)");                         \
-        }                                                                                          \
-    } while (0)
+/* The checks are check.h's; these names stay for the page-file tests. */
+#define pt_passed check_passed
+#define pt_failed check_failed
 
 static inline int pt_finish(void)
 {
-    printf("%d passed, %d failed\n", pt_passed, pt_failed);
-    return pt_failed != 0;
+    return check_report();
 }
 
 /* ---- scratch directory ---------------------------------------------------- */
@@ -80,23 +46,12 @@ static inline int pt_usrbio(void)
     return lib && *lib;
 }
 
-/* Not /tmp when it is tmpfs: O_DIRECT needs a real file system. */
+/* On a real disk: O_DIRECT refuses tmpfs. */
 static inline void pt_mkdir(const char *name)
 {
-    const char *base = getenv("KVP_TEST_DIR");
-    struct statfs sf;
-    if (!base)
-        base = (statfs("/tmp", &sf) == 0 && sf.f_type != TMPFS_MAGIC) ? "/tmp" : "/var/tmp";
-    snprintf(pt_dir, sizeof pt_dir, "%s/kvp_%s_XXXXXX", base, name);
-    if (!mkdtemp(pt_dir)) {
-        perror("mkdtemp");
-        exit(2);
-    }
-    if (pt_usrbio()) {
-        setenv("KVPAGE_USRBIO_EMU_MOUNT", pt_dir, 1);
-        setenv("KVPAGE_USRBIO", "0", 1);
-        setenv("KVPAGE_USRBIO_EMU_REG_RESULT", "dup", 1); /* as 3FS's hf3fs_reg_fd */
-    }
+    scratch_make(pt_dir, sizeof pt_dir, name, 1);
+    if (pt_usrbio())
+        scratch_usrbio_mount(pt_dir, 1);
 }
 
 static inline void pt_path(char *out, size_t cap, const char *file)
@@ -104,45 +59,16 @@ static inline void pt_path(char *out, size_t cap, const char *file)
     snprintf(out, cap, "%s/%s", pt_dir, file);
 }
 
-static inline int pt_rm_one(const char *p, const struct stat *st, int type, struct FTW *ftw)
-{
-    remove(p);
-    return 0;
-}
-
 static inline void pt_rmdir(void)
 {
-    nftw(pt_dir, pt_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    scratch_remove(pt_dir);
 }
 
-/* ---- randomness (deterministic per seed, thread-local state) --------------- */
+/* ---- randomness: rng.h's generator under the page-file tests' names ------- */
 
-static inline uint64_t pt_rand(uint64_t *s)
-{
-    /* splitmix64 */
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static inline uint64_t pt_below(uint64_t *s, uint64_t n)
-{
-    return n ? pt_rand(s) % n : 0;
-}
-
-static inline void pt_fill(uint64_t *s, void *buf, size_t len)
-{
-    unsigned char *p = buf;
-    size_t i = 0;
-    for (; i + 8 <= len; i += 8) {
-        uint64_t v = pt_rand(s);
-        memcpy(p + i, &v, 8);
-    }
-    uint64_t v = pt_rand(s);
-    for (; i < len; i++, v >>= 8)
-        p[i] = (unsigned char)v;
-}
+#define pt_rand rng_next
+#define pt_below rng_below
+#define pt_fill rng_fill
 
 /* ---- buffers ---------------------------------------------------------------- */
 
@@ -205,8 +131,7 @@ pt_open_or_skip(const char *path, const struct kvp_pagefile_opts *o, const char 
         printf("SKIP %s: io_uring unavailable (%s)\n", what, err.msg);
         return NULL;
     }
-    fprintf(stderr, "FAIL %s: open %s: %d %s\n", what, path, rc, err.msg);
-    pt_failed++;
+    check_fail("FAIL %s: open %s: %d %s", what, path, rc, err.msg);
     return NULL;
 }
 
@@ -214,5 +139,26 @@ __attribute__((unused)) static const int pt_backends[] = {
     KVP_PAGEFILE_BACKEND_PSYNC, KVP_PAGEFILE_BACKEND_URING, KVP_PAGEFILE_BACKEND_USRBIO};
 /* USRBIO (the last) only with the emulation: pt_usrbio() */
 #define PT_NBACKENDS (pt_usrbio() ? 3 : 2)
+
+/* fn(backend, flags, name) for each backend buffered and with O_DIRECT, in
+ * this order; USRBIO only with the emulation. */
+static inline void pt_each_mode(void (*fn)(int backend, uint32_t flags, const char *name))
+{
+    static const struct {
+        int backend;
+        uint32_t flags;
+        const char *name;
+    } modes[] = {
+        {KVP_PAGEFILE_BACKEND_PSYNC, 0, "psync_buffered"},
+        {KVP_PAGEFILE_BACKEND_URING, 0, "uring_buffered"},
+        {KVP_PAGEFILE_BACKEND_PSYNC, KVP_PAGEFILE_DIRECT, "psync_direct"},
+        {KVP_PAGEFILE_BACKEND_URING, KVP_PAGEFILE_DIRECT, "uring_direct"},
+        {KVP_PAGEFILE_BACKEND_USRBIO, 0, "usrbio_buffered"},
+        {KVP_PAGEFILE_BACKEND_USRBIO, KVP_PAGEFILE_DIRECT, "usrbio_direct"},
+    };
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
+        if (modes[i].backend != KVP_PAGEFILE_BACKEND_USRBIO || pt_usrbio())
+            fn(modes[i].backend, modes[i].flags, modes[i].name);
+}
 
 #endif

@@ -23,7 +23,7 @@
 #include "check.h"
 #include "meta_test.h"
 #include "kvpage/meta.h"
-#include "meta/meta_int.h"
+#include "meta/local/meta_int.h"
 
 /* The ticket of the last _async calls (kvpage/meta.h). */
 static uint64_t tk;
@@ -355,8 +355,7 @@ static void test_rotation_without_space_goes_on(void)
 
 int main(void)
 {
-    snprintf(base, sizeof base, "/tmp/kvp-diskfull-%d", (int)getpid());
-    mkdir(base, 0755);
+    scratch_make(base, sizeof base, "diskfull", 0);
     snprintf(ctl, sizeof ctl, "%s.ctl", base);
     setenv("KVP_FAULT_CTL", ctl, 1);
     test_no_room_refuses_before_any_change();

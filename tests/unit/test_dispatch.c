@@ -21,6 +21,8 @@
 #include "kvpage/meta.h"
 #include "kvpage/pagefile.h"
 #include "meta/backend.h"
+#include "mono.h"
+#include "scratch.h"
 
 /* ---------------------------------------------------------------- the sync gate */
 
@@ -63,12 +65,6 @@ static void gate_set(int closed)
     gate_closed = closed;
     pthread_cond_broadcast(&gate_cv);
     pthread_mutex_unlock(&gate_mu);
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
 }
 
 /* ---------------------------------------------------------------- a test backend */
@@ -540,16 +536,12 @@ static void test_durability(const char *base)
 
 int main(void)
 {
-    char base[] = "/tmp/kvp-dispatch-XXXXXX";
-    if (!mkdtemp(base))
-        return 2;
+    char base[64];
+    scratch_make(base, sizeof base, "dispatch", 0);
     test_locations();
     test_backend_sees_valid_input();
     test_documented_defaults();
     test_durability(base);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", base);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", base);
+    scratch_remove(base);
     return check_report();
 }

@@ -12,6 +12,7 @@
 #include "check.h"
 #include "kvpage/meta.h"
 #include "server/server.h"
+#include "server_test.h"
 #include "util/jsonw.h"
 
 static struct kvp_server srv;
@@ -19,15 +20,9 @@ static struct kvp_reply rep;
 
 static void call(const char *path, const char *body, int fields)
 {
-    struct kvp_request req = {
-        .method = "POST",
-        .path = path,
-        .path_len = strlen(path),
-        .body = body,
-        .body_len = body ? strlen(body) : 0,
-        .error_fields = fields,
-    };
-    kvp__server_handle(&srv, &req, &rep);
+    server_test_call(
+        &srv, &rep,
+        (struct kvp_request){.method = "POST", .path = path, .body = body, .error_fields = fields});
 }
 
 /* The reply to (path, body) is status with detail, and with the fields when
@@ -52,14 +47,7 @@ static void expect(int line, const char *path, const char *body, int status, con
 
 int main(void)
 {
-    struct kvp_meta *meta;
-    if (kvp_meta_open(NULL, &meta)) {
-        fprintf(stderr, "kvp_meta_open failed\n");
-        return 1;
-    }
-    struct kvp_server_config cfg = {0};
-    kvp__server_init(&srv, meta, &cfg);
-    kvp__reply_init(&rep);
+    struct kvp_meta *meta = server_test_open(&srv, &rep);
 
     X("/rank/0/initialize", "{\"num_pages\": 0}", 400,
       "Invalid initialization parameters: num_pages must be a positive integer",

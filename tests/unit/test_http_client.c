@@ -1,5 +1,5 @@
 /*
- * The http:// backend of kvpage/meta.h (src/client/http.c) against the real
+ * The http:// backend of kvpage/meta.h (src/meta/http/http.c) against the real
  * server ($KVPAGE_BIN serve, set by CMake) and against fake servers written
  * here (a thread with a plain socket speaking just enough HTTP/1.1):
  *
@@ -18,7 +18,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -35,20 +34,8 @@
 
 #include "check.h"
 #include "kvpage/meta.h"
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(unsigned ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
-        ;
-}
+#include "mono.h"
+#include "scratch.h"
 
 static struct kvp_str S(const char *s) {
     return (struct kvp_str){s, strlen(s)};
@@ -121,9 +108,9 @@ static pid_t start_server(int *port, const char *dir)
         struct kvp_meta *m;
         if (pid < 0 || http_open("", p, 1000, 0, &m))
             return -1;
-        uint64_t t0 = now_ms();
+        uint64_t t0 = mono_ms();
         int up = 0, dead = 0;
-        while (!up && !dead && now_ms() - t0 < 30000) {
+        while (!up && !dead && mono_ms() - t0 < 30000) {
             char why[256];
             if (kvp_meta_health(m, why, sizeof why) == 0)
                 up = 1;
@@ -391,10 +378,10 @@ static void test_restart(pid_t *pid, int port, const char *dir)
 
     CHECK_EQ(stop_server(*pid, SIGKILL), SIGKILL); /* killed mid-run */
     uint8_t e[2];
-    uint64_t t0 = now_ms();
+    uint64_t t0 = mono_ms();
     CHECK_EQ(kvp_meta_exists(ns, 0, keys, 2, e, &err), -ECONNREFUSED);
     CHECK(strstr(err.msg, "/ns/rs/0/exists") && strstr(err.msg, "after 3 attempts"));
-    CHECK(now_ms() - t0 >= 20); /* backoff: 10-20 ms, then 20-40 ms */
+    CHECK(mono_ms() - t0 >= 20); /* backoff: 10-20 ms, then 20-40 ms */
     CHECK_EQ(kvp_meta_allocate(ns, 0, keys, 1, got, NULL, &err), -ECONNREFUSED);
     CHECK(strstr(err.msg, "never sent again") != NULL);
     char why[256];
@@ -645,9 +632,9 @@ static void test_fake_slow(void)
         return;
     struct kvp_str k = S("k");
     uint8_t e;
-    uint64_t t0 = now_ms();
+    uint64_t t0 = mono_ms();
     CHECK_EQ(kvp_meta_exists(ns, 0, &k, 1, &e, &err), -ETIMEDOUT);
-    uint64_t dt = now_ms() - t0;
+    uint64_t dt = mono_ms() - t0;
     CHECK(dt >= 150 && dt < 5000);
     CHECK(strstr(err.msg, "/0/exists") != NULL);
     CHECK_EQ(f.exists_reqs, 1); /* retries 0 */
@@ -886,21 +873,12 @@ static void test_threads(int port)
 
 /* ---------------------------------------------------------------- main */
 
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    return remove(path);
-}
-
 int main(int argc, char **argv)
 {
     if (argc > 1)
         iters = atoi(argv[1]);
     signal(SIGPIPE, SIG_IGN);
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/kvp-http-XXXXXX");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    scratch_make(tmpdir, sizeof tmpdir, "http", 0);
     char dir[128];
     snprintf(dir, sizeof dir, "%s/data", tmpdir);
 
@@ -934,6 +912,6 @@ int main(int argc, char **argv)
         if (fp)
             fclose(fp);
     }
-    nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    scratch_remove(tmpdir);
     return check_report();
 }

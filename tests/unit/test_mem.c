@@ -1,10 +1,10 @@
-/* Unit tests of src/meta/mem.c: big allocations, the slab, the background pool. */
+/* Unit tests of src/meta/local/mem.c: big allocations, the slab, the background pool. */
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
 #include "check.h"
-#include "meta/mem.h"
+#include "meta/local/mem.h"
 
 static int all_zero(const unsigned char *p, size_t n)
 {

@@ -6,7 +6,7 @@
 #include "check.h"
 #include "meta_test.h"
 #include "kvpage/meta.h"
-#include "meta/meta_int.h"
+#include "meta/local/meta_int.h"
 
 static uint64_t fake_now;
 static uint64_t fake_clock(void *arg)

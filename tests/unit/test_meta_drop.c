@@ -123,11 +123,10 @@ static void restart_from_log(void)
 int main(void)
 {
     const char *t = getenv("TMPDIR");
-    snprintf(base, sizeof base, "%s/kvp-drop-%d", t ? t : "/var/tmp", (int)getpid());
-    mkdir(base, 0755);
+    scratch_make_in(base, sizeof base, t ? t : "/var/tmp", "drop");
     in_memory();
     restart_from_snapshot();
     restart_from_log();
-    rmdir(base);
+    rmrf(base);
     return check_report();
 }

@@ -21,7 +21,8 @@
 
 #include "check.h"
 #include "kvpage/meta.h"
-#include "meta/meta_int.h"
+#include "meta/local/meta_int.h"
+#include "rng.h"
 
 #define NKEYS 12
 #define MAXP 8
@@ -40,13 +41,10 @@ static uint64_t clock_fn(void *a)
     return now;
 }
 
-static uint64_t rng = 1;
+static uint64_t rng = 1; /* the seed: argv[2] */
 static uint32_t rnd(uint32_t n)
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng % n);
+    return (uint32_t)rng_below(&rng, n);
 }
 
 enum { F = 0, R = 1, H = 2 };
@@ -253,18 +251,25 @@ static int pick_rank(struct mns *ms, uint32_t *id)
     return ms->r[ri].init ? ri : -1;
 }
 
+/* Draws a count below max, then that many keys (their indices in ks). */
+static size_t draw_keys(uint32_t max, int *ks, struct kvp_str *keys)
+{
+    size_t cnt = rnd(max);
+    for (size_t i = 0; i < cnt; i++) {
+        ks[i] = (int)rnd(NKEYS);
+        keys[i] = kstr(ks[i]);
+    }
+    return cnt;
+}
+
 static void op_allocate(int n)
 {
     struct mns *ms = &model[n];
     uint32_t id;
     int ri = pick_rank(ms, &id);
-    size_t cnt = rnd(6);
     int ks[8];
     struct kvp_str keys[8];
-    for (size_t i = 0; i < cnt; i++) {
-        ks[i] = (int)rnd(NKEYS);
-        keys[i] = kstr(ks[i]);
-    }
+    size_t cnt = draw_keys(6, ks, keys);
     int64_t got[8], want[8];
     uint8_t ex[8], wex[8];
     static unsigned nalloc; /* the orders in turn, without drawing from rnd */
@@ -399,13 +404,9 @@ static void op_exists(int n)
     bool complete = rnd(2);
     uint32_t id;
     int ri = pick_rank(ms, &id);
-    size_t cnt = rnd(5);
     int ks[5];
     struct kvp_str keys[5];
-    for (size_t i = 0; i < cnt; i++) {
-        ks[i] = (int)rnd(NKEYS);
-        keys[i] = kstr(ks[i]);
-    }
+    size_t cnt = draw_keys(5, ks, keys);
     uint8_t got[5];
     int rc = kvp_meta_exists(nss[n], complete ? -1 : (int64_t)id, keys, cnt, got, NULL);
     if (!complete && ri < 0) {
@@ -430,13 +431,9 @@ static void op_lookup(int n)
     bool complete = rnd(2);
     uint32_t id;
     int ri = pick_rank(ms, &id);
-    size_t cnt = rnd(5);
     int ks[5];
     struct kvp_str keys[5];
-    for (size_t i = 0; i < cnt; i++) {
-        ks[i] = (int)rnd(NKEYS);
-        keys[i] = kstr(ks[i]);
-    }
+    size_t cnt = draw_keys(5, ks, keys);
     int64_t got[5];
     int rc = kvp_meta_lookup(nss[n], id, complete, keys, cnt, got, NULL);
     if (ri < 0) {
@@ -472,13 +469,9 @@ static void op_delete(int n)
     bool all = rnd(2);
     uint32_t id;
     int ri = pick_rank(ms, &id);
-    size_t cnt = rnd(3);
     int ks[3];
     struct kvp_str keys[3];
-    for (size_t i = 0; i < cnt; i++) {
-        ks[i] = (int)rnd(NKEYS);
-        keys[i] = kstr(ks[i]);
-    }
+    size_t cnt = draw_keys(3, ks, keys);
     int rc = kvp_meta_delete(nss[n], all ? -1 : (int64_t)id, keys, cnt, NULL);
     if (!all && ri < 0) {
         if (rc != -ENOENT)
@@ -604,8 +597,6 @@ int main(int argc, char **argv)
 {
     long ops = argc > 1 ? atol(argv[1]) : 100000;
     rng = argc > 2 ? strtoull(argv[2], NULL, 10) : 1;
-    if (!rng)
-        rng = 1;
     for (int k = 0; k < NKEYS; k++)
         snprintf(keynames[k], sizeof keynames[k], "k%d", k);
     struct kvp_meta_opts o;

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "meta/meta_int.h"
+#include "meta/local/meta_int.h"
 #include "meta_test.h"
 
 /* What the watcher was told: "+key@rank", "-key@rank" and "|" (an

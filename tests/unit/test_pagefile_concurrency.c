@@ -187,14 +187,7 @@ int main(void)
 {
     pt_mkdir("concurrency");
     model = malloc(FILE_SIZE);
-    run(KVP_PAGEFILE_BACKEND_PSYNC, 0, "psync_buffered");
-    run(KVP_PAGEFILE_BACKEND_URING, 0, "uring_buffered");
-    run(KVP_PAGEFILE_BACKEND_PSYNC, KVP_PAGEFILE_DIRECT, "psync_direct");
-    run(KVP_PAGEFILE_BACKEND_URING, KVP_PAGEFILE_DIRECT, "uring_direct");
-    if (pt_usrbio()) {
-        run(KVP_PAGEFILE_BACKEND_USRBIO, 0, "usrbio_buffered");
-        run(KVP_PAGEFILE_BACKEND_USRBIO, KVP_PAGEFILE_DIRECT, "usrbio_direct");
-    }
+    pt_each_mode(run);
     run(KVP_PAGEFILE_BACKEND_AUTO, 0, "auto_buffered");
     run(KVP_PAGEFILE_BACKEND_AUTO, KVP_PAGEFILE_MMAP_READS, "mmap_reads");
     helpers();

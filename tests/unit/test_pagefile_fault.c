@@ -369,14 +369,7 @@ int main(void)
     failed_open_changes_nothing();
     model = malloc(FILE_SIZE);
     bufs = pt_alloc((size_t)N * BPP);
-    run_backend(KVP_PAGEFILE_BACKEND_PSYNC, 0, "psync_buffered");
-    run_backend(KVP_PAGEFILE_BACKEND_URING, 0, "uring_buffered");
-    run_backend(KVP_PAGEFILE_BACKEND_PSYNC, KVP_PAGEFILE_DIRECT, "psync_direct");
-    run_backend(KVP_PAGEFILE_BACKEND_URING, KVP_PAGEFILE_DIRECT, "uring_direct");
-    if (pt_usrbio()) {
-        run_backend(KVP_PAGEFILE_BACKEND_USRBIO, 0, "usrbio_buffered");
-        run_backend(KVP_PAGEFILE_BACKEND_USRBIO, KVP_PAGEFILE_DIRECT, "usrbio_direct");
-    }
+    pt_each_mode(run_backend);
     free(model);
     free(bufs);
     pt_rmdir();

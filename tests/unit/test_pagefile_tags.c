@@ -503,6 +503,147 @@ static void test_big_pages(int backend)
     kvp_pagefile_close(pf);
 }
 
+/* kvp__pf_tag_copy (the USRBIO staging copies): the bytes copied, and the
+ * digest the same as hashing them after the copy; a part of an op is only
+ * copied. */
+static void test_tag_copy(void)
+{
+    const uint64_t len = (2u << 20) - 65536 - 100; /* a last block that is short */
+    char *src = pt_alloc(len), *dst = pt_alloc(len);
+    uint64_t seed = 9;
+    pt_fill(&seed, src, len);
+    struct kvp_pagefile_op op = {0, dst, len};
+    uint8_t want = 1;
+    uint64_t digest = 0, bytes = 0;
+    struct kvp__pf_batch b = {
+        .ops = &op, .n = 1, .tag_want = &want, .tag_digest = &digest, .tag_bytes = &bytes};
+    kvp__pf_tag_copy(&b, 0, dst, src, len);
+    CHECK(memcmp(src, dst, len) == 0);
+    CHECK_EQ(bytes, len);
+    CHECK_EQ(digest, kvp__pf_tag_blocks(src, len, 0, len));
+    memset(dst, 0, len);
+    kvp__pf_tag_copy(&b, 0, dst, src, len - 1); /* short: copied, not hashed */
+    CHECK(memcmp(src, dst, len - 1) == 0);
+    CHECK_EQ(bytes, len);
+    free(src);
+    free(dst);
+}
+
+/* USRBIO with the pool in the backend's memory (zero-copy: the digests are
+ * hashed while the daemon works, or after the batch on two threads), also
+ * with completions handed back a few at a time: what it writes verifies
+ * through psync and kvp_pagefile_verify, a changed page is rejected. */
+static void test_usrbio_zero_copy(int few)
+{
+    if (!pt_usrbio())
+        return;
+    reset();
+    const uint64_t pg = 512u << 10;
+    if (few)
+        setenv("KVPAGE_USRBIO_EMU_FEW", "1", 1);
+    struct kvp_pagefile_opts o =
+        pt_tags_opts(16 * pg, pg, 8, KVP_PAGEFILE_CREATE, KVP_PAGEFILE_BACKEND_USRBIO);
+    struct kvp_pagefile *pf = pt_open_or_skip(path, &o, "tags usrbio");
+    unsetenv("KVPAGE_USRBIO_EMU_FEW");
+    if (!pf)
+        return;
+    struct kvp_error err;
+    char *pool = kvp_pagefile_alloc(pf, 8 * pg, &err), *copy = pt_alloc(8 * pg);
+    struct kvp_pagefile_buf reg = {pool, 8 * pg};
+    CHECK(pool != NULL);
+    if (!pool || kvp_pagefile_register_buffers(pf, &reg, 1, &err) != 0) {
+        CHECK(0);
+        free(copy);
+        kvp_pagefile_close(pf);
+        return;
+    }
+    uint64_t seed = 11;
+    pt_fill(&seed, pool, 8 * pg);
+    memcpy(copy, pool, 8 * pg);
+    struct kvp_pagefile_op ops[8];
+    int64_t res[8];
+    for (int i = 0; i < 8; i++)
+        ops[i] = (struct kvp_pagefile_op){(int64_t)((i * 5) % 16) * (int64_t)pg, pool + i * pg, pg};
+    CHECK_EQ(kvp_pagefile_write(pf, ops, 8, res, &err), 0);
+    memset(pool, 0, 8 * pg);
+    CHECK_EQ(kvp_pagefile_read(pf, ops, 8, res, &err), 0);
+    CHECK(memcmp(pool, copy, 8 * pg) == 0);
+    CHECK_EQ(info_of(pf).tags_verified, 8);
+    /* the same digests as any other backend's */
+    o.backend = KVP_PAGEFILE_BACKEND_PSYNC;
+    o.flags = 0;
+    struct kvp_pagefile *ps = pt_open_or_skip(path, &o, "tags usrbio psync");
+    if (ps) {
+        char *back = pt_alloc(8 * pg);
+        struct kvp_pagefile_op r[8];
+        for (int i = 0; i < 8; i++)
+            r[i] = (struct kvp_pagefile_op){ops[i].offset, back + i * pg, pg};
+        CHECK_EQ(kvp_pagefile_read(ps, r, 8, res, &err), 0);
+        CHECK(memcmp(back, copy, 8 * pg) == 0);
+        struct kvp_pagefile_verify_counts c = {.check_size = sizeof c};
+        CHECK_EQ(kvp_pagefile_verify(ps, NULL, NULL, &c, &err), 0);
+        CHECK_EQ(c.tagged, 8);
+        free(back);
+        kvp_pagefile_close(ps);
+    }
+    tamper(ops[6].offset + (int64_t)pg / 2, "!", 1);
+    CHECK_EQ(kvp_pagefile_read(pf, ops, 8, res, &err), -EBADMSG);
+    for (int i = 0; i < 8; i++)
+        CHECK_EQ(res[i], i == 6 ? -EBADMSG : (int64_t)pg);
+    kvp_pagefile_free(pf, pool);
+    free(copy);
+    kvp_pagefile_close(pf);
+}
+
+/* Reads that complete together leave their digests to kvp__pf_tags_tail,
+ * which hashes 1 MiB or more of them on two threads: the helper thread takes
+ * part (tried until it does, however busy the machine), what was written
+ * verifies, and a page changed in such a batch is still rejected. */
+static void test_helper(int backend)
+{
+    if (kvp__pf_cpus() < 2)
+        return;
+    reset();
+    const uint64_t pg = 1u << 20;
+    struct kvp_pagefile_opts o = pt_tags_opts(8 * pg, pg, 8, KVP_PAGEFILE_CREATE, backend);
+    struct kvp_pagefile *pf = pt_open_or_skip(path, &o, "tags helper");
+    if (!pf)
+        return;
+    char *src = pt_alloc(8 * pg), *dst = pt_alloc(8 * pg);
+    uint64_t seed = 13;
+    pt_fill(&seed, src, 8 * pg);
+    struct kvp_pagefile_op w[8], r[8];
+    int64_t res[8];
+    for (int i = 0; i < 8; i++) {
+        w[i] = (struct kvp_pagefile_op){(int64_t)i * (int64_t)pg, src + i * pg, pg};
+        r[i] = (struct kvp_pagefile_op){w[i].offset, dst + i * pg, pg};
+    }
+    struct kvp_error err;
+    CHECK_EQ(kvp_pagefile_write(pf, w, 8, res, &err), 0);
+    struct kvp_pagefile_verify_counts c = {.check_size = sizeof c};
+    CHECK_EQ(kvp_pagefile_verify(pf, NULL, NULL, &c, &err), 0);
+    CHECK_EQ(c.tagged, 8);
+    uint64_t before = kvp__pf_tags_helped();
+    int n = 0;
+    /* uring leaves them (USRBIO's staged reads and psync hash as they copy) */
+    int uring = backend == KVP_PAGEFILE_BACKEND_URING;
+    for (; n < (uring ? 2000 : 1) && kvp__pf_tags_helped() == before; n++) {
+        memset(dst, 0, 8 * pg);
+        CHECK_EQ(kvp_pagefile_read(pf, r, 8, res, &err), 0);
+        CHECK(memcmp(src, dst, 8 * pg) == 0);
+    }
+    if (uring)
+        CHECK(kvp__pf_tags_helped() > before);
+    CHECK_EQ(info_of(pf).tags_verified, 8 * (uint64_t)n);
+    tamper(w[7].offset, "!", 1);
+    CHECK_EQ(kvp_pagefile_read(pf, r, 8, res, &err), -EBADMSG);
+    for (int i = 0; i < 8; i++)
+        CHECK_EQ(res[i], i == 7 ? -EBADMSG : (int64_t)pg);
+    free(src);
+    free(dst);
+    kvp_pagefile_close(pf);
+}
+
 int main(void)
 {
     pt_mkdir("tags");
@@ -514,7 +655,11 @@ int main(void)
         test_vectored(pt_backends[b]);
         test_threads(pt_backends[b]);
         test_big_pages(pt_backends[b]);
+        test_helper(pt_backends[b]);
     }
+    test_tag_copy();
+    test_usrbio_zero_copy(0);
+    test_usrbio_zero_copy(1);
     test_sigkill();
     test_legacy();
     pt_rmdir();

@@ -277,6 +277,20 @@ static void eight_init(struct eight *e, uint64_t seed)
     }
 }
 
+/* A USRBIO page file of 8 entries at name (its path in path), and e8 filled
+ * from seed for it; NULL after a failed check. */
+static struct kvp_pagefile *open_eight(const char *name, uint64_t seed, struct eight *e8,
+                                       char *path, size_t cap)
+{
+    pt_path(path, cap, name);
+    int rc;
+    struct kvp_pagefile *pf = open_usrbio(path, KVP_PAGEFILE_BACKEND_USRBIO, 8, 0, &rc);
+    CHECK_EQ(rc, 0);
+    if (pf)
+        eight_init(e8, seed);
+    return pf;
+}
+
 /* ---- faults: the hook's, and the emulation's ---- */
 
 static int64_t fault_verdict;
@@ -297,14 +311,10 @@ static int64_t hook(void *arg, int site, int64_t off, uint64_t len)
 static void test_faults(void)
 {
     char path[600];
-    pt_path(path, sizeof path, "fault");
-    int rc;
-    struct kvp_pagefile *pf = open_usrbio(path, KVP_PAGEFILE_BACKEND_USRBIO, 8, 0, &rc);
-    CHECK_EQ(rc, 0);
+    struct eight e8;
+    struct kvp_pagefile *pf = open_eight("fault", 7, &e8, path, sizeof path);
     if (!pf)
         return;
-    struct eight e8;
-    eight_init(&e8, 7);
     char *buf = e8.buf, *back = e8.back;
     struct kvp_pagefile_op *w = e8.w, *r = e8.r;
     int64_t res[8];
@@ -335,6 +345,7 @@ static void test_faults(void)
     setenv("KVPAGE_USRBIO_EMU_FAIL_EVERY", "5", 1);
     setenv("KVPAGE_USRBIO_EMU_EARLY", "1", 1);
     setenv("KVPAGE_USRBIO_EMU_FEW", "1", 1);
+    int rc;
     pf = open_usrbio(path, KVP_PAGEFILE_BACKEND_USRBIO, 8, 0, &rc);
     unsetenv("KVPAGE_USRBIO_EMU_FAIL_EVERY");
     unsetenv("KVPAGE_USRBIO_EMU_EARLY");
@@ -377,14 +388,10 @@ static int64_t fail_submit(void *arg, int site, int64_t off, uint64_t len)
 static void test_broken_ring(void)
 {
     char path[600];
-    pt_path(path, sizeof path, "broken");
-    int rc;
-    struct kvp_pagefile *pf = open_usrbio(path, KVP_PAGEFILE_BACKEND_USRBIO, 8, 0, &rc);
-    CHECK_EQ(rc, 0);
+    struct eight e8;
+    struct kvp_pagefile *pf = open_eight("broken", 11, &e8, path, sizeof path);
     if (!pf)
         return;
-    struct eight e8;
-    eight_init(&e8, 11);
     char *buf = e8.buf, *back = e8.back;
     struct kvp_pagefile_op *w = e8.w, *r = e8.r;
     int64_t res[8];

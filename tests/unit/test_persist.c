@@ -17,7 +17,7 @@
 #include "check.h"
 #include "meta_test.h"
 #include "kvpage/meta.h"
-#include "meta/meta_int.h"
+#include "meta/local/meta_int.h"
 #include "wal/wal.h"
 
 /* The ticket of the last _async calls (kvpage/meta.h). */
@@ -562,8 +562,7 @@ static void test_freed_page_reuse_waits(void)
 int main(void)
 {
     const char *t = getenv("TMPDIR");
-    snprintf(base, sizeof base, "%s/kvp-persist-%d", t ? t : "/var/tmp", (int)getpid());
-    mkdir(base, 0755);
+    scratch_make_in(base, sizeof base, t ? t : "/var/tmp", "persist");
     test_roundtrip_and_lru();
     test_key_encodings();
     test_crash_recovery();
@@ -571,6 +570,6 @@ int main(void)
     test_corrupt_snapshot();
     test_lock_and_bad_record();
     test_freed_page_reuse_waits();
-    rmdir(base);
+    rmrf(base);
     return check_report();
 }

@@ -1,4 +1,4 @@
-/* Unit tests of pins and the query by block hashes (src/meta/pins.c), on the
+/* Unit tests of pins and the query by block hashes (src/meta/local/pins.c), on the
  * engine's clock (a fake one: expiry without sleeping) and through a
  * restart of a file: state. */
 #include <errno.h>
@@ -29,6 +29,14 @@ static struct kvp_meta *open_at(const char *dir)
     return m;
 }
 
+/* A handle on dir (NULL: in memory) at time 1000, and its default/kv. */
+static struct kvp_ns *start(struct kvp_meta **m, const char *dir)
+{
+    fake_now = 1000;
+    *m = open_at(dir);
+    return ns_of(*m, "default", "kv");
+}
+
 static int held(struct kvp_ns *ns, const char *key)
 {
     struct kvp_str k = K(key);
@@ -52,9 +60,8 @@ static uint64_t pinned(struct kvp_ns *ns, int64_t rank)
 
 static void test_pins_hold_and_expire(void)
 {
-    fake_now = 1000;
-    struct kvp_meta *m = open_at(NULL);
-    struct kvp_ns *ns = ns_of(m, "default", "kv");
+    struct kvp_meta *m;
+    struct kvp_ns *ns = start(&m, NULL);
     struct kvp_error err = {0};
     CHECK_EQ(pin(ns, "a", 1000, &err), -ENOENT); /* no rank yet */
     CHECK_EQ(kvp_meta_init_rank(ns, 0, 4, NULL), 0);
@@ -108,9 +115,8 @@ static void test_pins_hold_and_expire(void)
 
 static void test_exists_hashes(void)
 {
-    fake_now = 1000;
-    struct kvp_meta *m = open_at(NULL);
-    struct kvp_ns *ns = ns_of(m, "default", "kv");
+    struct kvp_meta *m;
+    struct kvp_ns *ns = start(&m, NULL);
     CHECK_EQ(kvp_meta_init_rank(ns, 0, 8, NULL), 0);
     CHECK_EQ(kvp_meta_init_rank(ns, 1, 8, NULL), 0);
     const char *k1 = "ffeeddccbbaa99887766554433221100", *k2 = "m@00112233445566778899aabbccddeeff";
@@ -134,12 +140,10 @@ static void test_exists_hashes(void)
 
 static void test_pins_survive_reopen(void)
 {
-    char dir[] = "/tmp/kvp-test-pins-XXXXXX";
-    if (!mkdtemp(dir))
-        abort();
-    fake_now = 1000;
-    struct kvp_meta *m = open_at(dir);
-    struct kvp_ns *ns = ns_of(m, "default", "kv");
+    char dir[64];
+    scratch_make(dir, sizeof dir, "test_pins", 0);
+    struct kvp_meta *m;
+    struct kvp_ns *ns = start(&m, dir);
     CHECK_EQ(kvp_meta_init_rank(ns, 0, 4, NULL), 0);
     CHECK(put(ns, 0, "a") >= 0);
     CHECK_EQ(pin(ns, "a", 600000, NULL), 0);
@@ -162,9 +166,8 @@ static void test_pins_survive_reopen(void)
 
 static void test_drop_forgets_pins(void)
 {
-    fake_now = 1000;
-    struct kvp_meta *m = open_at(NULL);
-    struct kvp_ns *ns = ns_of(m, "default", "kv");
+    struct kvp_meta *m;
+    struct kvp_ns *ns = start(&m, NULL);
     CHECK_EQ(kvp_meta_init_rank(ns, 0, 4, NULL), 0);
     CHECK_EQ(pin(ns, "a", 1000, NULL), 0);
     CHECK_EQ(kvp_meta_drop(m, "default", 7, "kv", 2, NULL), 0);

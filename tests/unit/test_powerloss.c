@@ -35,7 +35,7 @@
 #include "check.h"
 #include "meta_test.h"
 #include "kvpage/meta.h"
-#include "meta/meta_int.h"
+#include "meta/local/meta_int.h"
 
 int __real_fsync(int fd);
 int __real_fdatasync(int fd);
@@ -261,8 +261,7 @@ static void check_cut(const char *dir, int acked, const int64_t *pages)
 int main(void)
 {
     char base[200], data[256];
-    snprintf(base, sizeof base, "/tmp/kvp-powerloss-%d", (int)getpid());
-    mkdir(base, 0755);
+    scratch_make(base, sizeof base, "powerloss", 0);
     snprintf(shadow, sizeof shadow, "%s/shadow", base);
     snprintf(data, sizeof data, "%s/data", base);
     snprintf(watched, sizeof watched, "%s", data);

@@ -5,27 +5,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "kvpage/meta.h"
 #include "util/jsonw.h"
 #include "server/server.h"
+#include "server_test.h"
 
-static int passed, failed;
 static struct kvp_server srv;
 static struct kvp_reply rep;
 
 static const struct kvp_reply *call_full(const char *method, const char *path, const char *body,
                                          const struct sockaddr *client, const char *auth)
 {
-    struct kvp_request req = {
-        .method = method,
-        .path = path,
-        .path_len = strlen(path),
-        .body = body,
-        .body_len = body ? strlen(body) : 0,
-        .client = client,
-        .authorization = auth,
-    };
-    kvp__server_handle(&srv, &req, &rep);
+    server_test_call(
+        &srv, &rep,
+        (struct kvp_request){
+            .method = method, .path = path, .body = body, .client = client, .authorization = auth});
     return &rep;
 }
 
@@ -36,13 +31,11 @@ static const struct kvp_reply *call(const char *method, const char *path, const 
 
 #define EXPECT(what, cond)                                                                         \
     do {                                                                                           \
-        if (cond) {                                                                                \
-            passed++;                                                                              \
-        } else {                                                                                   \
-            failed++;                                                                              \
-            fprintf(stderr, "FAIL %s:%d %s: got %d %.*s\n", __FILE__, __LINE__, what, rep.status,  \
-                    (int)rep.body.len, rep.body.p ? rep.body.p : "");                              \
-        }                                                                                          \
+        if (cond)                                                                                  \
+            check_pass();                                                                          \
+        else                                                                                       \
+            check_fail("FAIL %s:%d %s: got %d %.*s", __FILE__, __LINE__, what, rep.status,         \
+                       (int)rep.body.len, rep.body.p ? rep.body.p : "");                           \
     } while (0)
 
 /* Status and exact body. */
@@ -52,14 +45,12 @@ static void expect(int line, const char *method, const char *path, const char *b
     call(method, path, body);
     int ok = rep.status == status &&
              (!want || (rep.body.len == strlen(want) && !memcmp(rep.body.p, want, rep.body.len)));
-    if (ok) {
-        passed++;
-        return;
-    }
-    failed++;
-    fprintf(stderr, "FAIL line %d: %s %s %s\n  want %d %s\n  got  %d %.*s\n", line, method, path,
-            body ? body : "", status, want ? want : "(any)", rep.status, (int)rep.body.len,
-            rep.body.p ? rep.body.p : "");
+    if (ok)
+        check_pass();
+    else
+        check_fail("FAIL line %d: %s %s %s\n  want %d %s\n  got  %d %.*s", line, method, path,
+                   body ? body : "", status, want ? want : "(any)", rep.status, (int)rep.body.len,
+                   rep.body.p ? rep.body.p : "");
 }
 #define X(...) expect(__LINE__, __VA_ARGS__)
 #define D(msg) "{\"detail\": \"" msg "\"}"
@@ -292,14 +283,7 @@ static void test_jsonw(void)
 
 int main(void)
 {
-    struct kvp_meta *meta;
-    if (kvp_meta_open(NULL, &meta)) {
-        fprintf(stderr, "kvp_meta_open failed\n");
-        return 1;
-    }
-    struct kvp_server_config cfg = {0};
-    kvp__server_init(&srv, meta, &cfg);
-    kvp__reply_init(&rep);
+    struct kvp_meta *meta = server_test_open(&srv, &rep);
 
     /* First, on a reply whose arrays were never used: empty key lists in
      * plain form (the body scanner) on a namespace that does not exist. */
@@ -320,6 +304,5 @@ int main(void)
     EXPECT("invariants", kvp_meta_check(meta, &err) == 0);
     kvp__reply_free(&rep);
     kvp_meta_close(meta);
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed != 0;
+    return check_report();
 }

@@ -29,7 +29,8 @@
 #include "check.h"
 #include "meta_test.h"
 #include "kvpage/meta.h"
-#include "meta/meta_int.h"
+#include "meta/local/meta_int.h"
+#include "mono.h"
 
 static char base[256];
 static const char *const mode_name[] = {"", "fork", "thread", "manual"};
@@ -39,12 +40,6 @@ static atomic_int forks;
 static void count_fork(void)
 {
     atomic_fetch_add(&forks, 1);
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
 }
 
 static uint64_t fixed_clock(void *arg)
@@ -719,8 +714,7 @@ static void test_writers_thread_mode(void)
 int main(void)
 {
     const char *t = getenv("TMPDIR");
-    snprintf(base, sizeof base, "%s/kvp-snapmodes-%d", t ? t : "/var/tmp", (int)getpid());
-    mkdir(base, 0755);
+    scratch_make_in(base, sizeof base, t ? t : "/var/tmp", "snapmodes");
     pthread_atfork(count_fork, NULL, NULL);
     for (int mode = KVP_SNAPSHOT_FORK; mode <= KVP_SNAPSHOT_MANUAL; mode++)
         test_crash_per_mode(mode);
@@ -728,6 +722,6 @@ int main(void)
     test_changes_during_write(KVP_SNAPSHOT_THREAD);
     test_changes_during_write(KVP_SNAPSHOT_MANUAL);
     test_writers_thread_mode();
-    rmdir(base);
+    rmrf(base);
     return check_report();
 }

@@ -28,6 +28,9 @@
 #include "check.h"
 #include "kvpage/store.h"
 #include "pagefile/pf_internal.h"
+#include "rng.h"
+#include "scratch.h"
+#include "store_test.h"
 
 #define BPP 4096u
 
@@ -53,22 +56,12 @@ static int64_t hook(void *arg, int site, int64_t off, uint64_t len)
 /* The bytes of key k: derived from the key, so any page can be checked. */
 static void fill(uint8_t *buf, size_t len, const char *key)
 {
-    uint64_t x = 1469598103934665603ull;
-    for (const char *p = key; *p; p++)
-        x = (x ^ (uint8_t)*p) * 1099511628211ull;
-    for (size_t i = 0; i < len; i++) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        buf[i] = (uint8_t)x;
-    }
+    uint64_t seed = rng_seed_of(key);
+    rng_fill(&seed, buf, len);
 }
 
-static struct kvp_str S(const char *s) {
-    return (struct kvp_str){s, strlen(s)};
-}
-
-static int
-open_store(struct kvp_store **s, const char *name, uint64_t pages, uint32_t rank, const char *meta,
-           struct kvp_meta *handle, uint32_t entries)
+static int open_store(struct kvp_store **s, const char *name, uint64_t pages, uint32_t rank,
+                      const char *meta, struct kvp_meta *handle, uint32_t entries)
 {
     char path[512];
     snprintf(path, sizeof path, "%s/%s", tmpdir, name);
@@ -104,13 +97,6 @@ open_store(struct kvp_store **s, const char *name, uint64_t pages, uint32_t rank
     if (remote)
         free((char *)o.pool);
     return rc;
-}
-
-static void get_stats(struct kvp_store *s, struct kvp_store_stats *st)
-{
-    memset(st, 0, sizeof *st);
-    st->stats_size = sizeof *st;
-    CHECK_EQ(kvp_store_stats(s, st, NULL), 0);
 }
 
 static int meta_ok(struct kvp_store *s)
@@ -772,15 +758,11 @@ static void test_threads(void)
 
 int main(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/kvp_test_store.XXXXXX");
-    if (!mkdtemp(tmpdir))
-        return 1;
+    scratch_make(tmpdir, sizeof tmpdir, "test_store", 0);
     /* test_store_usrbio: the same tests with the page files on the emulated 3FS
      * mount of tests/usrbio_emu, where AUTO picks the USRBIO backend */
-    if (getenv("KVP_TEST_USRBIO")) {
-        setenv("KVPAGE_USRBIO_EMU_MOUNT", tmpdir, 1);
-        setenv("KVPAGE_USRBIO_EMU_REG_RESULT", "dup", 1);
-    }
+    if (getenv("KVP_TEST_USRBIO"))
+        scratch_usrbio_mount(tmpdir, 0);
     kvp__pagefile_set_fault(hook, NULL);
     remote = getenv("KVP_TEST_META");
     if (remote && !*remote)
@@ -805,9 +787,6 @@ int main(void)
     test_owner();
     test_refused_changes_nothing();
     test_threads();
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd))
-        fprintf(stderr, "could not remove %s\n", tmpdir);
+    scratch_remove(tmpdir);
     return check_report();
 }

@@ -19,6 +19,8 @@
 
 #include "check.h"
 #include "kvpage/store.h"
+#include "scratch.h"
+#include "store_test.h"
 
 #define BPP 8192u
 #define N 4
@@ -39,17 +41,13 @@ static void log_fn(void *arg, int level, const char *msg)
     }
 }
 
-static struct kvp_str S(const char *s) {
-    return (struct kvp_str){s, strlen(s)};
-}
-
-static void
-path_of(char *path, size_t len, const char *name)
+static void path_of(char *path, size_t len, const char *name)
 {
     snprintf(path, len, "%s/%s", tmpdir, name);
 }
 
-static int open_store(struct kvp_store **s, const char *name, int no_tags, int readonly)
+/* The store, or NULL after a failed check. */
+static struct kvp_store *open_store(const char *name, int no_tags, int readonly)
 {
     char path[512];
     path_of(path, sizeof path, name);
@@ -65,10 +63,14 @@ static int open_store(struct kvp_store **s, const char *name, int no_tags, int r
     mo.log = log_fn;
     o.meta_opts = &mo;
     struct kvp_error err = {0};
-    int rc = kvp_store_open(&o, s, &err);
-    if (rc)
+    struct kvp_store *s = NULL;
+    int rc = kvp_store_open(&o, &s, &err);
+    if (rc) {
         fprintf(stderr, "kvp_store_open(%s): %d %s\n", name, rc, err.msg);
-    return rc;
+        CHECK(0);
+        return NULL;
+    }
+    return s;
 }
 
 static const char *const keys[N] = {"k0", "k1", "k2", "k3"};
@@ -93,6 +95,15 @@ static void put_all(struct kvp_store *s, int64_t pages[N])
     int64_t res[N];
     CHECK_EQ(kvp_store_put(s, k, b, N, res, NULL), 0);
     CHECK_EQ(kvp_meta_lookup(kvp_store_ns(s), kvp_store_rank(s), 0, k, N, pages, NULL), 0);
+}
+
+/* A new store with the N keys put, or NULL after a failed check. */
+static struct kvp_store *open_put(const char *name, int no_tags, int64_t pages[N])
+{
+    struct kvp_store *s = open_store(name, no_tags, 0);
+    if (s)
+        put_all(s, pages);
+    return s;
 }
 
 /* Another writer: overwrites len bytes at the start of page `page`. */
@@ -141,23 +152,13 @@ static int64_t get_all(struct kvp_store *s, int vec, int64_t res[N], int *wrong,
     return lead;
 }
 
-static void stats(struct kvp_store *s, struct kvp_store_stats *st)
-{
-    memset(st, 0, sizeof *st);
-    st->stats_size = sizeof *st;
-    CHECK_EQ(kvp_store_stats(s, st, NULL), 0);
-}
-
 static void test_rejected(int vec)
 {
     const char *name = vec ? "rej_v" : "rej";
-    struct kvp_store *s;
-    if (open_store(&s, name, 0, 0)) {
-        CHECK(0);
-        return;
-    }
     int64_t pages[N], res[N];
-    put_all(s, pages);
+    struct kvp_store *s = open_put(name, 0, pages);
+    if (!s)
+        return;
     scribble(name, pages[2], 1); /* one byte of k2's page */
     logged = 0;
     int wrong, zeroed;
@@ -169,7 +170,7 @@ static void test_rejected(int vec)
     CHECK_EQ(wrong, 0);
     CHECK_EQ(zeroed, 1);
     struct kvp_store_stats st;
-    stats(s, &st);
+    get_stats(s, &st);
     CHECK_EQ(st.rejected, 1);
     CHECK_EQ(st.missing, 1);
     CHECK_EQ(st.read, 3);
@@ -190,7 +191,7 @@ static void test_rejected(int vec)
     CHECK_EQ(get_all(s, vec, res, &wrong, &zeroed), 2);
     CHECK_EQ(res[2], -ENOENT);
     CHECK_EQ(res[3], -ENOENT);
-    stats(s, &st);
+    get_stats(s, &st);
     CHECK_EQ(st.rejected, 2); /* k2 is a plain miss now: dropped */
     CHECK_EQ(logged, 1);
     CHECK_EQ(wrong, 0);
@@ -212,13 +213,10 @@ static void test_rejected(int vec)
  * another key's intact page is rejected for it. */
 static void test_other_key(void)
 {
-    struct kvp_store *s;
-    if (open_store(&s, "other", 0, 0)) {
-        CHECK(0);
-        return;
-    }
     int64_t pages[N], res[N];
-    put_all(s, pages);
+    struct kvp_store *s = open_put("other", 0, pages);
+    if (!s)
+        return;
     /* k1's page rewritten, whole and tagged, as k0's page by a keyed writer */
     uint8_t d[BPP];
     fill(d, 1);
@@ -238,26 +236,22 @@ static void test_other_key(void)
 /* A read-only store rejects alike and changes nothing: the key stays. */
 static void test_readonly(void)
 {
-    struct kvp_store *s;
-    if (open_store(&s, "ro", 0, 0)) {
-        CHECK(0);
-        return;
-    }
     int64_t pages[N], res[N];
-    put_all(s, pages);
+    struct kvp_store *s = open_put("ro", 0, pages);
+    if (!s)
+        return;
     kvp_store_close(s);
     scribble("ro", pages[0], 7);
-    if (open_store(&s, "ro", 0, 1)) {
-        CHECK(0);
+    s = open_store("ro", 0, 1);
+    if (!s)
         return;
-    }
     int wrong, zeroed;
     CHECK_EQ(get_all(s, 0, res, &wrong, &zeroed), 0);
     CHECK_EQ(res[0], -ENOENT);
     CHECK_EQ(res[1], BPP);
     CHECK_EQ(wrong, 0);
     struct kvp_store_stats st;
-    stats(s, &st);
+    get_stats(s, &st);
     CHECK_EQ(st.rejected, 1);
     struct kvp_str k0 = S("k0");
     uint8_t there = 0;
@@ -268,13 +262,10 @@ static void test_readonly(void)
 /* no_tags: the bytes as they are (what the option is for), no sidecar. */
 static void test_no_tags(void)
 {
-    struct kvp_store *s;
-    if (open_store(&s, "notags", 1, 0)) {
-        CHECK(0);
-        return;
-    }
     int64_t pages[N], res[N];
-    put_all(s, pages);
+    struct kvp_store *s = open_put("notags", 1, pages);
+    if (!s)
+        return;
     struct kvp_pagefile_info inf = {.info_size = sizeof inf};
     CHECK_EQ(kvp_pagefile_info(kvp_store_pagefile(s), &inf), 0);
     CHECK_EQ(inf.tags, 0);
@@ -283,7 +274,7 @@ static void test_no_tags(void)
     CHECK_EQ(get_all(s, 0, res, &wrong, &zeroed), N);
     CHECK_EQ(wrong, 1); /* served unverified */
     struct kvp_store_stats st;
-    stats(s, &st);
+    get_stats(s, &st);
     CHECK_EQ(st.rejected, 0);
     kvp_store_close(s);
     char path[512];
@@ -293,17 +284,12 @@ static void test_no_tags(void)
 
 int main(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/kvp_test_store_tags.XXXXXX");
-    if (!mkdtemp(tmpdir))
-        return 1;
+    scratch_make(tmpdir, sizeof tmpdir, "test_store_tags", 0);
     test_rejected(0);
     test_rejected(1);
     test_other_key();
     test_readonly();
     test_no_tags();
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd))
-        fprintf(stderr, "could not remove %s\n", tmpdir);
+    scratch_remove(tmpdir);
     return check_report();
 }

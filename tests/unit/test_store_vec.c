@@ -21,13 +21,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/vfs.h>
 #include <unistd.h>
-#include <linux/magic.h>
 
 #include "check.h"
 #include "kvpage/store.h"
 #include "pagefile/pf_internal.h"
+#include "rng.h"
+#include "scratch.h"
 
 #define BPP 16384u
 #define NKEYS 12
@@ -46,11 +46,7 @@ static int64_t hook(void *arg, int site, int64_t off, uint64_t len)
 
 static void fill(uint8_t *buf, size_t len, uint64_t seed)
 {
-    uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
-    for (size_t i = 0; i < len; i++) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        buf[i] = (uint8_t)x;
-    }
+    rng_fill(&seed, buf, len);
 }
 
 struct config {
@@ -372,17 +368,10 @@ static void pagefile_checks(int backend)
 
 int main(void)
 {
-    struct statfs sf;
-    const char *base = statfs("/tmp", &sf) == 0 && sf.f_type != TMPFS_MAGIC ? "/tmp" : "/var/tmp";
-    snprintf(tmpdir, sizeof tmpdir, "%s/kvp_test_store_vec.XXXXXX", base);
-    if (!mkdtemp(tmpdir))
-        return 1;
+    scratch_make(tmpdir, sizeof tmpdir, "test_store_vec", 1);
     const char *ub = getenv("KVPAGE_USRBIO_LIB");
-    if (ub && *ub) {
-        setenv("KVPAGE_USRBIO_EMU_MOUNT", tmpdir, 1);
-        setenv("KVPAGE_USRBIO", "0", 1); /* AUTO as without 3FS; USRBIO asked below */
-        setenv("KVPAGE_USRBIO_EMU_REG_RESULT", "dup", 1);
-    }
+    if (ub && *ub)
+        scratch_usrbio_mount(tmpdir, 1); /* AUTO as without 3FS; USRBIO asked below */
     for (int i = 0; i < NKEYS; i++) {
         snprintf(keyname[i], sizeof keyname[i], "key-%d", i);
         keys[i] = (struct kvp_str){keyname[i], strlen(keyname[i])};
@@ -406,9 +395,6 @@ int main(void)
         }
         run(&cs[i]);
     }
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd))
-        fprintf(stderr, "could not remove %s\n", tmpdir);
+    scratch_remove(tmpdir);
     return check_report();
 }

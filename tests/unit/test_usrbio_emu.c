@@ -21,7 +21,6 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
@@ -36,6 +35,7 @@
 
 #include "check.h"
 #include "pagefile/usrbio_abi.h"
+#include "scratch.h"
 
 static struct {
     kvp__hf3fs_extract_mount_point_fn extract_mount_point;
@@ -734,17 +734,14 @@ static void test_faults(void)
     close(fd);
 }
 
-static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
-{
-    return remove(p);
-}
-
 int main(void)
 {
     load();
-    char tmpl[] = "/tmp/kvp-usrbio-emu-XXXXXX", tmpl2[] = "/tmp/kvp-usrbio-out-XXXXXX";
-    if (!mkdtemp(tmpl) || !mkdtemp(tmpl2) || !realpath(tmpl, mount) || !realpath(tmpl2, outside)) {
-        perror("mkdtemp");
+    char tmpl[64], tmpl2[64];
+    scratch_make(tmpl, sizeof tmpl, "usrbio_emu", 0);
+    scratch_make(tmpl2, sizeof tmpl2, "usrbio_out", 0);
+    if (!realpath(tmpl, mount) || !realpath(tmpl2, outside)) {
+        perror("realpath");
         return 1;
     }
     char sub[PATH_MAX + 8];
@@ -766,8 +763,8 @@ int main(void)
     test_faults();
     CHECK_EQ(F.violations(), before);
 
-    nftw(mount, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-    nftw(outside, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-    nftw(sub, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    scratch_remove(mount);
+    scratch_remove(outside);
+    scratch_remove(sub);
     return check_report();
 }

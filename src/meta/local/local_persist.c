@@ -1,6 +1,6 @@
 /*
  * The in-process engine's side of its persistence (struct kvp__persist_ops,
- * src/meta/persist.h): what recovery applies and what a snapshot reads of
+ * src/meta/local/persist.h): what recovery applies and what a snapshot reads of
  * the engine's namespaces, ranks and page arrays. The engine hands this
  * table to kvp__persist_open; persist.c, below it, reaches the state only
  * through it.
@@ -9,8 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "meta/meta_int.h"
-#include "meta/persist.h"
+#include "meta/local/meta_int.h"
+#include "meta/local/persist.h"
 
 #define ALL_RANKS 0xffffffffu
 

@@ -26,7 +26,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "meta/meta_int.h"
+#include "meta/local/meta_int.h"
 #include "meta/rules.h"
 #include "util/hex.h"
 

@@ -6,7 +6,7 @@
  * persist.c sits below the engine: it encodes and decodes the records and
  * drives the log (src/wal) and the snapshots, and it reaches the engine's
  * state only through the table the engine hands kvp__persist_open (struct
- * kvp__persist_ops, src/meta/local_persist.c) and each namespace's journal
+ * kvp__persist_ops, src/meta/local/local_persist.c) and each namespace's journal
  * (struct kvp__jrnl, which the hooks take). It calls no function of the
  * engine by name and reads none of its namespaces, ranks, keys or page
  * arrays: of the engine's handle only its options and its log pointer.
@@ -16,7 +16,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "meta/meta_int.h"
+#include "meta/local/meta_int.h"
 
 /*
  * Room for a copy of the state that a snapshot thread writes from
@@ -83,7 +83,7 @@ struct kvp__persist_ops {
     void (*catalog)(struct kvp__local *m);
 };
 
-/* The engine's table (src/meta/local_persist.c). */
+/* The engine's table (src/meta/local/local_persist.c). */
 extern const struct kvp__persist_ops kvp__local_persist_ops;
 
 /* "cannot write the log in DIR: <strerror(rc)>" */

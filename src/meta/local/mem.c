@@ -1,7 +1,7 @@
 /*
  * Huge-page friendly memory for the metadata (see mem.h for why).
  */
-#include "meta/mem.h"
+#include "meta/local/mem.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -1,5 +1,5 @@
 /*
- * The Lua scripts of the redis:// backend (src/meta/redis.c). Every
+ * The Lua scripts of the redis:// backend (src/meta/redis/redis.c). Every
  * operation on one rank is one script, so Redis runs it atomically, however
  * many kvpage processes share the store. Each rank script gets the same
  * eleven keys, all with the rank's hash tag (one cluster slot):

@@ -1,5 +1,5 @@
 /*
- * The connection layer of the redis:// backend (src/meta/redis.c): a small
+ * The connection layer of the redis:// backend (src/meta/redis/redis.c): a small
  * pool of hiredis contexts per Redis node, the slot map of a Redis Cluster
  * with its MOVED and ASK redirections, scripts run by SHA, and the mapping of
  * every failure to a negative errno with KVP_RULE_UNAVAILABLE. Internal.
@@ -127,7 +127,7 @@ struct kvp_meta;
  * disabled or renamed, or Redis unreachable): the levels KVP_DURABLE_* of
  * kvp_meta_info, which is how the rest of kvpage asks it. buf (may be NULL)
  * gets a text such as "appendonly yes, appendfsync everysec". -EINVAL for a
- * handle of another backend. (src/meta/redis.c)
+ * handle of another backend. (src/meta/redis/redis.c)
  */
 int kvp__redis_durability(struct kvp_meta *m, char *buf, size_t len);
 

@@ -36,7 +36,7 @@
 #include <strings.h>
 #include <time.h>
 
-#include "meta/redis_conn.h"
+#include "meta/redis/redis_conn.h"
 #include "util/error.h"
 
 #define MAX_NODES 64

@@ -1,8 +1,8 @@
 /*
  * Internal structures of the in-process engine, the backend of the mem: and
- * file: locations (src/meta/local.c, its side of persistence in
- * src/meta/local_persist.c, and pins.c). Nothing else but their tests reads
- * it: the log (src/meta/persist.c) sees the state only through struct
+ * file: locations (src/meta/local/local.c, its side of persistence in
+ * src/meta/local/local_persist.c, and pins.c). Nothing else but their tests reads
+ * it: the log (src/meta/local/persist.c) sees the state only through struct
  * kvp__persist_ops, and each namespace's journal through its struct
  * kvp__jrnl.
  */
@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include "kvpage/meta.h"
 #include "meta/backend.h"
-#include "meta/mem.h"
+#include "meta/local/mem.h"
 
 #define KVP_NONE UINT32_MAX /* "no page" in uint32 page links and key slots */
 #define KVP_MAX_RANKS_PER_NS 65535
@@ -96,7 +96,7 @@ struct kvp__rank {
 };
 
 /*
- * A namespace's journal (src/meta/persist.c), embedded in it and guarded by
+ * A namespace's journal (src/meta/local/persist.c), embedded in it and guarded by
  * its lock: the hooks below take it, never the namespace.
  */
 struct kvp__persist;
@@ -157,7 +157,7 @@ struct kvp__lns {
     /* Ranks dropped while the prefault thread may still hold their page
      * job (ahead): freed once it is done, or at close (guarded by lock). */
     struct kvp__rank *dead;
-    /* Pins (src/meta/pins.c): NULL until the first (guarded by lock). */
+    /* Pins (src/meta/local/pins.c): NULL until the first (guarded by lock). */
     struct kvp__pins *pins;
 };
 
@@ -179,7 +179,7 @@ struct kvp__local {
 
 /* Journal: called under the namespace lock before the change is applied.
  * All are no-ops without persistence, and while recovery applies records
- * (src/meta/persist.c). */
+ * (src/meta/local/persist.c). */
 /* A new namespace's journal (its number id) over the engine's log. */
 void kvp__jrnl_start(struct kvp__jrnl *j, struct kvp__persist *const *persist, uint32_t id);
 /* Returns the log position at which the namespace's record is durable. */
@@ -225,12 +225,12 @@ void kvp__jrnl_unspace(struct kvp__local *m, uint64_t bytes);
 void kvp__jrnl_reuse(struct kvp__jrnl *j);
 
 /* Persistence lifetime, called by the backend's open and close. ops: the
- * engine's side of it (src/meta/persist.h), through which alone persist.c
+ * engine's side of it (src/meta/local/persist.h), through which alone persist.c
  * reaches the state. */
 struct kvp__persist_ops;
 int kvp__persist_open(struct kvp__local *m, const struct kvp__persist_ops *ops);
 void kvp__persist_close(struct kvp__local *m);
-/* The backend's operations that the log serves (src/meta/persist.c). */
+/* The backend's operations that the log serves (src/meta/local/persist.c). */
 int kvp__persist_wait(struct kvp__local *m, uint64_t lsn, struct kvp_error *err);
 int kvp__persist_when_durable(struct kvp__local *m, uint64_t lsn, kvp_meta_durable_fn fn,
                               void *arg);
@@ -255,7 +255,7 @@ void kvp__meta_reserve_keys(struct kvp__lns *ns, uint64_t nkeys);
  */
 uint64_t kvp__meta_keep_keys(struct kvp__lns *ns, int keep);
 
-/* Pins (src/meta/pins.c). kvp__pin_active: whether key e is pinned at now
+/* Pins (src/meta/local/pins.c). kvp__pin_active: whether key e is pinned at now
  * (caller holds ns->lock); the others are the backend's operations. */
 int kvp__pin_active(struct kvp__lns *ns, const struct kvp__key *e, uint64_t now);
 void kvp__pins_free(struct kvp__lns *ns);

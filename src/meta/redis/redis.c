@@ -1,9 +1,9 @@
 /*
  * The redis:// backend (kvp__redis_ops): the metadata state machine of
  * protocol.md §1 kept in Redis (or a Redis Cluster), with the semantics,
- * return codes and messages of the in-process engine (src/meta/local.c).
+ * return codes and messages of the in-process engine (src/meta/local/local.c).
  *
- * Every operation on one rank is one Lua script (src/meta/redis_lua.h) over
+ * Every operation on one rank is one Lua script (src/meta/redis/redis_lua.h) over
  * keys that share the rank's hash tag, PREFIX:{DEP/HEXPOOL/RANK}:..., so
  * Redis runs it atomically and a cluster keeps the rank on one shard: any
  * number of kvpage processes may share one store. The pool is any bytes but
@@ -21,7 +21,7 @@
  * Durability is Redis's: a change is acknowledged once Redis answered it,
  * tickets stay 0 (kvp__redis_durability tells what Redis's AOF settings
  * promise). Failures to reach Redis are negative errnos with
- * KVP_RULE_UNAVAILABLE (src/meta/redis_conn.c).
+ * KVP_RULE_UNAVAILABLE (src/meta/redis/redis_conn.c).
  */
 #include <errno.h>
 #include <limits.h>
@@ -31,8 +31,8 @@
 #include <string.h>
 
 #include "meta/backend.h"
-#include "meta/redis_conn.h"
-#include "meta/redis_lua.h"
+#include "meta/redis/redis_conn.h"
+#include "meta/redis/redis_lua.h"
 #include "meta/rules.h"
 #include "util/hex.h"
 

@@ -25,10 +25,10 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "meta/mem.h"
+#include "meta/local/mem.h"
 #include "util/clock.h"
-#include "meta/meta_int.h"
-#include "meta/persist.h"
+#include "meta/local/meta_int.h"
+#include "meta/local/persist.h"
 #include "meta/rules.h"
 
 #define set_err kvp__set_err

@@ -47,8 +47,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "meta/meta_int.h"
-#include "meta/persist.h"
+#include "meta/local/meta_int.h"
+#include "meta/local/persist.h"
 #include "util/clock.h"
 #include "wal/wal.h"
 
