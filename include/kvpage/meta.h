@@ -450,14 +450,15 @@ KVP_API int kvp_meta_when_durable(struct kvp_meta *m, uint64_t ticket, kvp_meta_
  * keys all the same. The pinned keys of a namespace never exceed max_ratio
  * (0 < max_ratio <= 1) of its smallest rank's pages: a pin over that limit
  * pins nothing and fails. The pins persist with a file: state (the data
- * directory's file PINS) and end with a mem: one.
+ * directory's file PINS), end with a mem: one, and live in Redis with a
+ * redis: one (deadlines by Redis's clock).
  *
  * kvp_meta_pin: 0 (*total = pinned keys of the namespace after it, *limit =
  * the most allowed; both may be NULL), -ENOENT (no rank initialized),
  * -ENOSPC (KVP_RULE_TOO_MANY: over the limit; err->value = the keys it
  * would make, err->limit = the limit; *total and *limit set), -EINVAL (bad
  * key, ttl_ms 0, max_ratio outside (0, 1]), -EROFS (opened read-only),
- * -EOPNOTSUPP (a backend without pins: only mem: and file: have them), or
+ * -EOPNOTSUPP (a backend without pins: mem:, file: and redis: have them), or
  * KVP_RULE_IO when the file cannot be written (the pin holds in memory).
  * kvp_meta_unpin: *released (may be NULL) = the references taken back (keys
  * not pinned are passed over); the same errors but -ENOENT and -ENOSPC.
@@ -484,7 +485,7 @@ enum kvp_hash_form { KVP_HASH_SGLANG = 0, KVP_HASH_VLLM = 1 };
  * each of ranks[0..nranks): out[i * nranks + j] = 1 when hashes[i] is the
  * hash of a key held on ranks[j]. Reads every page of those ranks (no index
  * maps hashes to keys). Returns 0, -ENOENT (a rank not initialized), -EINVAL,
- * -EOPNOTSUPP (only mem: and file: have it).
+ * -EOPNOTSUPP (mem:, file: and redis: have it).
  */
 KVP_API int kvp_meta_exists_hashes(struct kvp_ns *ns, const uint64_t *hashes, size_t n, int form,
                                    const uint32_t *ranks, size_t nranks, uint8_t *out,

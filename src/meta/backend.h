@@ -144,7 +144,7 @@ struct kvp__meta_ops {
     int (*inventory)(struct kvp_meta *m, kvp_meta_change_fn fn, void *arg);
     /* Pins and the query by engine hashes (kvp_meta_pin, kvp_meta_unpin,
      * kvp_meta_pinned, kvp_meta_exists_hashes), arguments checked. May be
-     * NULL: -EOPNOTSUPP (only the in-process engine has them so far). */
+     * NULL: -EOPNOTSUPP (the in-process and Redis backends have them). */
     int (*pin)(struct kvp_ns *ns, const struct kvp_str *keys, size_t n, uint64_t ttl_ms,
                double max_ratio, uint64_t *total, uint64_t *limit, struct kvp_error *err);
     int (*unpin)(struct kvp_ns *ns, const struct kvp_str *keys, size_t n, uint64_t *released,

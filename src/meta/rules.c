@@ -6,6 +6,7 @@
  * nothing but the C library.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -93,4 +94,15 @@ int kvp__err_oom(struct kvp_error *err, int code)
 {
     set(err, code, KVP_RULE_NONE, -1, 0, 0, "out of memory");
     return code;
+}
+
+int kvp__err_pin_limit(struct kvp_error *err, uint64_t news, uint64_t total, uint64_t limit,
+                       double ratio, uint32_t rank, uint32_t num_pages)
+{
+    set(err, -ENOSPC, KVP_RULE_TOO_MANY, -1, (int64_t)total, (int64_t)limit,
+        "pinning %" PRIu64 " more keys would pin %" PRIu64
+        " keys of the namespace, over the %" PRIu64
+        " allowed (--max-pinned-ratio %g of rank %" PRIu32 "'s %" PRIu32 " pages)",
+        news, total, limit, ratio, rank, num_pages);
+    return -ENOSPC;
 }

@@ -43,6 +43,12 @@ int kvp__err_too_many_ranks(struct kvp_error *err, int code, int64_t count, int 
 int kvp__err_no_namespace(struct kvp_error *err, int code, const char *dep, size_t dlen,
                           const char *pool, size_t plen);
 
+/* "pinning NEW more keys would pin TOTAL keys of the namespace, over the
+ * LIMIT allowed (--max-pinned-ratio RATIO of rank R's NP pages)": -ENOSPC,
+ * KVP_RULE_TOO_MANY, value total, limit limit. */
+int kvp__err_pin_limit(struct kvp_error *err, uint64_t news, uint64_t total, uint64_t limit,
+                       double ratio, uint32_t rank, uint32_t num_pages);
+
 /* "out of memory": code, KVP_RULE_NONE. */
 int kvp__err_oom(struct kvp_error *err, int code);
 

@@ -6,8 +6,8 @@ The keys of token ids are computed here with hashlib, as SGLang's HiCache
 does (get_hash_str: SHA-256 over the previous page's hash bytes, then each
 token as 4 bytes little-endian), so the query by token_ids is checked against
 the engines' own keys, not against kvpage's code. With
-KVPAGE_TEST_BACKEND=redis the query runs over Redis too; pins and the query
-by block hashes answer 501 there (not implemented yet)."""
+KVPAGE_TEST_BACKEND=redis everything runs over Redis too (pins and the
+block hash index live in the rank's keys, src/meta/redis_lua.h)."""
 import hashlib
 import os
 import struct
@@ -22,7 +22,6 @@ from kvpserver import BIN, finish, launch
 from kvptest import expect, sglang_hash, vllm_hash
 
 REDIS = redisfix.BACKEND == "redis"
-in_process = pytest.mark.skipif(REDIS, reason="pins: the in-process backend only so far")
 
 
 def page_keys(tokens, size, salt=b""):
@@ -112,14 +111,23 @@ def test_query_by_block_hashes(stored):
     srv, c, keys = stored
     body = {"block_hashes": [sglang_hash(k) for k in keys], "hash_format": "sglang",
             "namespace": "kv", "block_size": 4}
-    if REDIS:
-        r = c.post("/v1/query", body)
-        expect(r, 501)
-        assert "not implemented yet" in r.json()["detail"]
-        return
     ans = query(c, body)
     assert ranks(ans) == {0: 3, 1: 1}
     assert ans["namespaces"][0]["longest_matched"] == {"pages": 3, "tokens": 12}
+    # Deleted, evicted and cleared pages leave the answer (over Redis: the
+    # scripts keep the index of hashes).
+    c.s_delete(0, [keys[1]])
+    assert ranks(query(c, body)) == {0: 1, 1: 1}
+    c.s_write(0, [keys[1]])
+    assert ranks(query(c, body)) == {0: 3, 1: 1}
+    c.s_clear(1)
+    assert ranks(query(c, body)) == {0: 3, 1: 0}
+    c.s_init(2, 2)
+    c.s_write(2, keys[:2])
+    c.s_write(2, ["x" * 20])  # evicts keys[0]: rank 2 holds keys[1] and x
+    assert ranks(query(c, body)) == {0: 3, 1: 0, 2: 0}
+    c.s_write(2, [keys[0]])  # evicts keys[1]
+    assert ranks(query(c, body)) == {0: 3, 1: 0, 2: 1}
     # vLLM's form: the last 16 hex digits, uint64 (as strings above 2^63-1,
     # or as the int64 of the same bits).
     vk = [f"model@{k}" for k in keys]
@@ -208,18 +216,6 @@ def full(start_server):
     return srv, c
 
 
-def test_pins_on_redis_say_not_implemented(server):
-    if not REDIS:
-        pytest.skip("Redis only: the in-process backend has pins")
-    c = server.client()
-    c.s_init(0, 4)
-    r = c.post("/v1/pins", {"keys": ["a"], "ttl_s": 5})
-    expect(r, 501)
-    assert "not implemented yet" in r.json()["detail"], r.text
-    assert server.stats()["pins"]["supported"] is False
-
-
-@in_process
 def test_pins_hold_against_eviction(full):
     srv, c = full
     c.s_init(1, 8)
@@ -243,7 +239,6 @@ def test_pins_hold_against_eviction(full):
     assert c.s_exists(0, ["f", "a", "b", "g"]) == [False, False, True, True]
 
 
-@in_process
 def test_pins_are_counted_and_refreshed(full):
     srv, c = full
     pin(c, {"keys": ["a"], "ttl_s": 600})
@@ -262,7 +257,6 @@ def test_pins_are_counted_and_refreshed(full):
     assert srv.stats()["pins"]["namespaces"][0]["keys"] == 1
 
 
-@in_process
 def test_pins_expire_after_ttl(full):
     srv, c = full
     pin(c, {"keys": ["a"], "ttl_s": 3})
@@ -278,7 +272,6 @@ def test_pins_expire_after_ttl(full):
     assert c.s_exists(0, ["a", "e"]) == [False, True]
 
 
-@in_process
 def test_pins_refused_over_the_ratio(start_server):
     srv = start_server("--max-pinned-ratio", "0.25")
     c = srv.client()
@@ -302,7 +295,6 @@ def test_pins_refused_over_the_ratio(start_server):
     assert srv.stats()["pins"]["refused"] == 2
 
 
-@in_process
 def test_pins_refuse_bad_requests(server):
     c = server.client()
     pin(c, {"keys": ["a"], "ttl_s": 5}, 404, "Namespace 'kv' not found")
@@ -324,7 +316,6 @@ def test_pins_refuse_bad_requests(server):
             assert r.json()["detail"] == detail, r.text
 
 
-@in_process
 def test_pins_by_token_ids(start_server):
     srv = start_server("--read-grace-ms", "0")
     c = srv.client()
@@ -336,10 +327,11 @@ def test_pins_by_token_ids(start_server):
     assert c.s_exists(0, keys[:3]) == [True, True, False]
 
 
-@in_process
 def test_pins_survive_a_restart(tmp_path):
-    data = tmp_path / "data"
-    flags = ["--data-dir", str(data), "--read-grace-ms", "0"]
+    """In memory the data directory's file PINS keeps them; over Redis they
+    live in Redis (a pin that ended meanwhile is gone by Redis's clock)."""
+    state = ["--meta", redisfix.fresh_location()] if REDIS else ["--data-dir", tmp_path / "data"]
+    flags = state + ["--read-grace-ms", "0"]
     srv = launch(tmp_path, flags)
     c = srv.client()
     c.s_init(0, 4)
@@ -361,6 +353,32 @@ def test_pins_survive_a_restart(tmp_path):
         finish(srv)
 
 
+def test_pins_on_every_rank(start_server):
+    """A pin holds on every rank of the namespace, a larger rank's share
+    does not lift the limit, and an unpin releases it everywhere."""
+    srv = start_server("--read-grace-ms", "0", "--max-pinned-ratio", "0.5")
+    c = srv.client()
+    c.s_init(0, 8)
+    c.s_init(1, 2)  # the limit: 1 key
+    fill(c, 0, list("abcdefgh"))
+    fill(c, 1, ["a", "b"])
+    assert pin(c, {"keys": ["a"], "ttl_s": 600})["max_pinned_keys"] == 1
+    pin(c, {"keys": ["b"], "ttl_s": 600}, 409,
+        "Pin refused: pinning 1 more keys would pin 2 keys of the namespace, over the 1 "
+        "allowed (--max-pinned-ratio 0.5 of rank 1's 2 pages)")
+    c.s_write(0, ["x"])
+    c.s_write(1, ["y"])
+    assert c.s_exists(0, ["a", "b"]) == [True, False]
+    assert c.s_exists(1, ["a", "b"]) == [True, False]
+    assert srv.stats()["pins"]["namespaces"][0]["ranks"] == {"0": 1, "1": 1}
+    c.s_init(2, 2)  # a rank initialized after the pin holds it too
+    fill(c, 2, ["a", "q", "r"])
+    assert c.s_exists(2, ["a", "q", "r"]) == [True, False, True]
+    assert pin(c, {"keys": ["a"]}, method="DELETE") == {"unpinned": 1, "pinned_keys": 0}
+    c.s_write(1, ["z"])
+    assert c.s_exists(1, ["a", "y", "z"]) == [False, True, True]
+
+
 def test_max_pinned_ratio_flag(tmp_path):
     for bad in ("0", "1.5", "x", "-1"):
         p = subprocess.run([BIN, "serve", "--listen", "127.0.0.1:0", "--data-dir", "none",
@@ -372,7 +390,6 @@ def test_max_pinned_ratio_flag(tmp_path):
     assert "--max-pinned-ratio R" in p.stdout
 
 
-@in_process
 def test_status_page_shows_pins(tmp_path, start_server):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from test_status_page import browse, sections
@@ -390,8 +407,8 @@ def test_status_page_shows_pins(tmp_path, start_server):
 
 def test_pins_and_queries_alongside_writers(start_server):
     """Threads pin, unpin, query and read the figures while others write a
-    full rank (evicting) on a server of 4 threads: no error but the 501 of
-    a backend without pins, and the state's invariants hold (for TSan)."""
+    full rank (evicting) on a server of 4 threads: no error, and the
+    state's invariants hold (for TSan)."""
     import threading
     srv = start_server("--read-grace-ms", "0", "--threads", "4")
     setup = srv.client()
@@ -414,9 +431,9 @@ def test_pins_and_queries_alongside_writers(start_server):
             for i in range(40):
                 keys = [f"w{p}-{j}" for j in range(i % 8, i % 8 + 4)]
                 r = c.post("/v1/pins", {"keys": keys, "ttl_s": 0.05 + (i % 3)})
-                assert r.status_code in (200, 409, 501), r.text
+                assert r.status_code in (200, 409), r.text
                 r = c.request("DELETE", "/v1/pins", {"keys": keys[:2]})
-                assert r.status_code in (200, 501), r.text
+                assert r.status_code == 200, r.text
                 r = c.post("/v1/query", {"keys": keys, "block_size": 16})
                 assert r.status_code == 200, r.text
                 assert c.get("/metrics").status_code == 200

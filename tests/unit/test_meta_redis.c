@@ -836,6 +836,91 @@ static void drop_test(int port)
     kvp_meta_close(m);
 }
 
+/* ---------------------------------------------------------------- pins and block hashes */
+
+/* The pins and the query by block hashes of issue 38 on m (Redis or
+ * memory), which must answer alike: the limit of the smallest rank, the
+ * refusal's words, counts, eviction passing over pins, expiry, and the
+ * hash index kept by confirm, delete, eviction and clear. */
+static void pins_and_hashes(struct kvp_meta *m, const char *what)
+{
+    struct kvp_ns *ns = NULL;
+    CHECK_EQ(kvp_meta_ns(m, "pins", 4, what, strlen(what), 1, &ns, NULL), 0);
+    if (!ns)
+        return;
+    struct kvp_str a = K("a"), b = K("b"), two[2] = {a, b};
+    struct kvp_error e = {0};
+    CHECK_EQ(kvp_meta_pin(ns, &a, 1, 60000, 0.5, NULL, NULL, &e), -ENOENT);
+    CHECK_EQ(kvp_meta_init_rank(ns, 0, 8, NULL), 0);
+    CHECK_EQ(kvp_meta_init_rank(ns, 1, 2, NULL), 0);
+    uint64_t total = 0, limit = 0, keys = 0, refs = 0, rel = 0;
+    e = (struct kvp_error){0};
+    CHECK_EQ(kvp_meta_pin(ns, two, 2, 60000, 0.5, &total, &limit, &e), -ENOSPC);
+    CHECK_EQ(total, 0);
+    CHECK_EQ(limit, 1);
+    CHECK_EQ(e.rule, KVP_RULE_TOO_MANY);
+    CHECK_EQ(strcmp(e.msg, "pinning 2 more keys would pin 2 keys of the namespace, over the 1 "
+                           "allowed (--max-pinned-ratio 0.5 of rank 1's 2 pages)"),
+             0);
+    CHECK_EQ(kvp_meta_pinned(ns, -1, &keys, &refs, NULL), 0);
+    CHECK_EQ(keys + refs, 0);
+    struct kvp_str aa[2] = {a, a};
+    CHECK_EQ(kvp_meta_pin(ns, aa, 2, 60000, 0.5, &total, &limit, NULL), 0);
+    CHECK_EQ(total, 1);
+    CHECK_EQ(kvp_meta_pinned(ns, -1, &keys, &refs, NULL), 0);
+    CHECK_EQ(keys, 1);
+    CHECK_EQ(refs, 2);
+    CHECK_EQ(kvp_meta_pinned(ns, 1, &keys, NULL, NULL), 0);
+    CHECK_EQ(keys, 0); /* a is not stored on rank 1 yet */
+    /* rank 1 full (a the least recent): eviction passes over a */
+    CHECK(put(ns, 1, "a") >= 0);
+    CHECK(put(ns, 1, "c") >= 0);
+    CHECK_EQ(kvp_meta_pinned(ns, 1, &keys, NULL, NULL), 0);
+    CHECK_EQ(keys, 1);
+    CHECK(put(ns, 1, "d") >= 0);
+    uint8_t ex[3] = {0};
+    struct kvp_str acd[3] = {a, K("c"), K("d")};
+    CHECK_EQ(kvp_meta_exists(ns, 1, acd, 3, ex, NULL), 0);
+    CHECK(ex[0] && !ex[1] && ex[2]);
+    /* one reference back: still pinned; the second: evicted next */
+    CHECK_EQ(kvp_meta_unpin(ns, &a, 1, &rel, NULL), 0);
+    CHECK_EQ(rel, 1);
+    CHECK_EQ(kvp_meta_unpin(ns, two, 2, &rel, NULL), 0);
+    CHECK_EQ(rel, 1);
+    CHECK_EQ(kvp_meta_pinned(ns, -1, &keys, &refs, NULL), 0);
+    CHECK_EQ(keys + refs, 0);
+    CHECK(put(ns, 1, "e") >= 0);
+    CHECK_EQ(kvp_meta_exists(ns, 1, acd, 1, ex, NULL), 0);
+    CHECK(!ex[0]);
+    /* a short pin ends by itself */
+    CHECK_EQ(kvp_meta_pin(ns, &b, 1, 200, 0.5, NULL, NULL, NULL), 0);
+    sleep_ms(400);
+    CHECK_EQ(kvp_meta_pinned(ns, -1, &keys, NULL, NULL), 0);
+    CHECK_EQ(keys, 0);
+    /* block hashes: SGLang's (first 16 hex digits) and vLLM's (last 16) */
+    const char *k1 = "0123456789ABCDEF00000000000000000000000000000000000000000000ffff";
+    const char *k2 = "m@fedcba9876543210";
+    struct kvp_str ks[2] = {K(k1), K(k2)};
+    CHECK(put(ns, 0, k1) >= 0);
+    CHECK(put(ns, 0, k2) >= 0);
+    uint64_t hs[3] = {0x0123456789abcdefull, 0xfedcba9876543210ull, 0x000000000000ffffull};
+    uint32_t r01[2] = {0, 1};
+    uint8_t out[6];
+    CHECK_EQ(kvp_meta_exists_hashes(ns, hs, 3, KVP_HASH_SGLANG, r01, 2, out, NULL), 0);
+    CHECK(out[0] && !out[1] && !out[2] && !out[3] && !out[4] && !out[5]);
+    CHECK_EQ(kvp_meta_exists_hashes(ns, hs, 3, KVP_HASH_VLLM, r01, 1, out, NULL), 0);
+    CHECK(!out[0] && out[1] && out[2]);
+    CHECK_EQ(kvp_meta_delete(ns, 0, &ks[1], 1, NULL), 0);
+    CHECK_EQ(kvp_meta_exists_hashes(ns, hs, 3, KVP_HASH_VLLM, r01, 1, out, NULL), 0);
+    CHECK(!out[0] && !out[1] && out[2]);
+    CHECK_EQ(kvp_meta_clear(ns, 0, NULL), 0);
+    CHECK_EQ(kvp_meta_exists_hashes(ns, hs, 3, KVP_HASH_SGLANG, r01, 1, out, NULL), 0);
+    CHECK(!out[0]);
+    uint32_t r9 = 9;
+    CHECK_EQ(kvp_meta_exists_hashes(ns, hs, 1, KVP_HASH_SGLANG, &r9, 1, out, NULL), -ENOENT);
+    CHECK_EQ(kvp_meta_drop(m, "pins", 4, what, strlen(what), NULL), 0);
+}
+
 static void single_server(int steps, uint64_t seed)
 {
     if (server_start(0, 0, NULL)) {
@@ -860,6 +945,9 @@ static void single_server(int steps, uint64_t seed)
     if (rm)
         grace_and_lease(rm, "redis");
     grace_and_lease(mm, "mem");
+    if (rm)
+        pins_and_hashes(rm, "redis");
+    pins_and_hashes(mm, "mem");
     if (rm)
         durability(port, rm);
     kvp_meta_close(rm);
@@ -1044,6 +1132,7 @@ static void cluster(int steps, uint64_t seed)
     CHECK(m != NULL);
     if (!m)
         return;
+    pins_and_hashes(m, "cluster"); /* its ranks on two slots */
     struct kvp_ns *ns = ns_of(m, "mv", "p");
     CHECK_EQ(kvp_meta_init_rank(ns, 0, 8, NULL), 0);
     CHECK_EQ(put(ns, 0, "a"), 0);

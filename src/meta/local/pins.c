@@ -379,12 +379,8 @@ int kvp__lo_pin(struct kvp_ns *pub, const struct kvp_str *keys, size_t n, uint64
     *limit = lim;
     *total = have;
     if (have + distinct > lim) {
-        rc = -ENOSPC;
-        set_err(err, rc, KVP_RULE_TOO_MANY, -1, (int64_t)(have + distinct), (int64_t)lim,
-                "pinning %zu more keys would pin %" PRIu64
-                " keys of the namespace, over the %" PRIu64
-                " allowed (--max-pinned-ratio %g of rank %u's %u pages)",
-                distinct, have + distinct, lim, max_ratio, small->id, small->num_pages);
+        rc = kvp__err_pin_limit(err, distinct, have + distinct, lim, max_ratio, small->id,
+                                small->num_pages);
         goto unlock;
     }
     if (reserve(ns, have + distinct) != 0)

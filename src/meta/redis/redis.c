@@ -46,7 +46,16 @@
 #define EVICT_SCAN_MAX 4096
 
 /* Script replies: the first element (redis_lua.h). */
-enum { ST_OK = 0, ST_NOT_INIT, ST_RESIZE_HELD, ST_CONFIRM, ST_RELEASE, ST_HELD_OTHER, ST_BROKEN };
+enum {
+    ST_OK = 0,
+    ST_NOT_INIT,
+    ST_RESIZE_HELD,
+    ST_CONFIRM,
+    ST_RELEASE,
+    ST_HELD_OTHER,
+    ST_BROKEN,
+    ST_PIN_LIMIT
+};
 
 enum {
     SC_INIT,
@@ -60,6 +69,12 @@ enum {
     SC_CHECK,
     SC_NS_CREATE,
     SC_RANK_COUNT,
+    SC_PIN,
+    SC_UNPIN,
+    SC_PINNED,
+    SC_HASHES,
+    SC_PINS_READ,
+    SC_PINS_MERGE,
     SC_COUNT
 };
 
@@ -74,6 +89,12 @@ static const char *const script_body[SC_COUNT] = {
     [SC_STATS] = KVP_LUA_STATS,
     [SC_CHECK] = KVP_LUA_CHECK,
     [SC_NS_CREATE] = KVP_LUA_NS_CREATE,
+    [SC_PIN] = KVP_LUA_PIN,
+    [SC_UNPIN] = KVP_LUA_UNPIN,
+    [SC_PINNED] = KVP_LUA_PINNED,
+    [SC_HASHES] = KVP_LUA_HASHES,
+    [SC_PINS_READ] = KVP_LUA_PINS_READ,
+    [SC_PINS_MERGE] = KVP_LUA_PINS_MERGE,
     /* KEYS: a namespace's rank list. ARGV: rank. {listed, ranks listed}. */
     [SC_RANK_COUNT] = "#!lua flags=no-writes\n"
                       "return {redis.call('HEXISTS', KEYS[1], ARGV[1]), "
@@ -373,12 +394,12 @@ fail:
 /* ---------------------------------------------------------------- keys and scripts */
 
 #define KEY_MAX 520 /* PREFIX:{DEP/HEXPOOL/RANK}:field */
-#define NRKEYS 8
-#define NRKEYS_TEXT "8"
+#define NRKEYS 11
+#define NRKEYS_TEXT "11"
 #define K2P_FIELD 5 /* rank_fields[K2P_FIELD]: key -> page */
 
-static const char *const rank_fields[NRKEYS] = {"m",     "free", "res", "lru",
-                                                "grace", "k2p",  "p2k", "rb"};
+static const char *const rank_fields[NRKEYS] = {"m",   "free", "res", "lru",  "grace", "k2p",
+                                                "p2k", "rb",   "pin", "pinc", "hx"};
 
 struct rkeys {
     char k[NRKEYS][KEY_MAX];
@@ -795,6 +816,51 @@ static int parse_ranks(struct rmeta *m, redisReply *r, uint32_t **ranks, uint32_
 
 /* ---------------------------------------------------------------- operations */
 
+/*
+ * A rank new to the namespace's list takes the namespace's pins from
+ * another rank (pins are the namespace's, kept on every rank: see rd_pin):
+ * two more round trips, for a rank's first initialize only.
+ */
+static int pins_inherit(struct rns *ns, uint32_t rank, struct kvp_error *err)
+{
+    uint32_t *ranks;
+    size_t nr;
+    int rc = list_ranks(ns->m, ns->ranks_key, &ranks, NULL, &nr, err);
+    if (rc)
+        return rc;
+    size_t from = 0;
+    while (from < nr && ranks[from] == rank)
+        from++;
+    redisReply *r = NULL;
+    if (from < nr)
+        rc = run_rank(ns, ranks[from], SC_PINS_READ, 1, 0, NULL, NULL, 1, &r, err);
+    free(ranks);
+    if (rc || !r || r->element[0]->integer != ST_OK || r->elements < 4) {
+        if (r)
+            kvp__rreply_free(r);
+        return rc;
+    }
+    size_t n = r->elements - 1;
+    const char **v = malloc(n * sizeof *v);
+    size_t *l = malloc(n * sizeof *l);
+    if (!v || !l) {
+        rc = kvp__err_oom(err, -ENOMEM);
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            const redisReply *e = r->element[1 + i];
+            v[i] = e->type == REDIS_REPLY_STRING ? e->str : "1";
+            l[i] = e->type == REDIS_REPLY_STRING ? e->len : 1;
+        }
+        redisReply *w;
+        if ((rc = run_rank(ns, rank, SC_PINS_MERGE, 1, n, v, l, 1, &w, err)) == 0)
+            kvp__rreply_free(w);
+    }
+    free(v);
+    free(l);
+    kvp__rreply_free(r);
+    return rc;
+}
+
 static int rd_init_rank(struct kvp_ns *pub, uint32_t rank, uint32_t num_pages, uint64_t *ticket,
                         struct kvp_error *err)
 {
@@ -842,6 +908,8 @@ static int rd_init_rank(struct kvp_ns *pub, uint32_t rank, uint32_t num_pages, u
     if ((rc = kvp__rconn_cmd(m->c, key_slot(ns->ranks_key), NULL, 1, 4, argv, lens, &r, err)))
         return rc;
     kvp__rreply_free(r);
+    if (!listed && count > 0 && (rc = pins_inherit(ns, rank, err)) != 0)
+        return rc;
     if ((rc = ns_register(m, ns, err)) == 0)
         __atomic_store_n(&ns->dropped, 0, __ATOMIC_RELEASE);
     return rc;
@@ -1063,7 +1131,7 @@ static int ranks_batch_pre(struct rns *ns, const uint32_t *ranks, size_t nr, int
             } else {
                 v[o] = "EVALSHA", l[o++] = 7;
                 v[o] = "", l[o++] = 0;
-                v[o] = NRKEYS_TEXT, l[o++] = 1;
+                v[o] = NRKEYS_TEXT, l[o++] = sizeof NRKEYS_TEXT - 1;
                 for (int f = 0; f < NRKEYS; f++)
                     v[o] = kb + f * klen,
                     l[o++] = (size_t)snprintf(kb + f * klen, klen, "%s:{%s}:%s", m->prefix, tag,
@@ -1440,6 +1508,232 @@ static int rd_drop(struct kvp_meta *front, const char *dep, size_t dlen, const c
         kvp__rreply_free(r);
         __atomic_store_n(&ns->dropped, 1, __ATOMIC_RELEASE);
     }
+    return rc;
+}
+
+/* ---------------------------------------------------------------- pins */
+
+/*
+ * Pins (kvp_meta_pin) belong to the namespace, but no script may touch two
+ * slots: every rank keeps the namespace's pins (pin, pinc; redis_lua.h),
+ * and eviction on a rank passes over the pages of the keys it has pinned.
+ * A pin runs first on the smallest rank, whose script checks the limit
+ * atomically (the limit is the smallest rank's share, as in-process), so a
+ * refused pin changes nothing; then on the other ranks in one round trip.
+ * Deadlines are Redis's TIME: pins survive any kvpage restart. A rank's
+ * first initialize copies them from another rank (pins_inherit).
+ */
+
+struct pin_arg {
+    const uint32_t *ranks;
+    int refused;
+    uint32_t rank, np;
+    uint64_t total, limit, news, most[2];
+};
+
+/* The refusal of a pin script's reply r on rank (ST_PIN_LIMIT). */
+static int pin_refused(const redisReply *r, uint32_t rank, double ratio, uint64_t *total,
+                       uint64_t *limit, struct kvp_error *err)
+{
+    uint64_t after = (uint64_t)rint_at(r, 1), news = (uint64_t)rint_at(r, 4);
+    *total = after - news;
+    *limit = (uint64_t)rint_at(r, 2);
+    return kvp__err_pin_limit(err, news, after, *limit, ratio, rank, (uint32_t)rint_at(r, 3));
+}
+
+static int pin_reply(void *arg, size_t j, redisReply *r, struct kvp_error *err)
+{
+    struct pin_arg *p = arg;
+    (void)err;
+    if (r->element[0]->integer == ST_PIN_LIMIT && !p->refused) {
+        p->refused = 1;
+        p->rank = p->ranks[j];
+        p->total = (uint64_t)rint_at(r, 1);
+        p->news = (uint64_t)rint_at(r, 4);
+        p->limit = (uint64_t)rint_at(r, 2);
+        p->np = (uint32_t)rint_at(r, 3);
+    }
+    return 0;
+}
+
+static int rd_pin(struct kvp_ns *pub, const struct kvp_str *keys, size_t n, uint64_t ttl_ms,
+                  double max_ratio, uint64_t *total, uint64_t *limit, struct kvp_error *err)
+{
+    struct rns *ns = (struct rns *)pub;
+    uint32_t *ranks, *np, *others = NULL;
+    size_t nr, k = 0;
+    int rc = list_ranks(ns->m, ns->ranks_key, &ranks, &np, &nr, err);
+    if (rc)
+        return rc;
+    struct args a = {0};
+    if (!nr) {
+        rc = -ENOENT;
+        set_err(err, rc, KVP_RULE_RANK_NOT_INIT, -1, 0, 0,
+                "the namespace has no initialized rank: nothing to pin");
+        goto out;
+    }
+    size_t s = 0; /* the smallest rank, the lowest of those */
+    for (size_t i = 1; i < nr; i++)
+        if (np[i] < np[s])
+            s = i;
+    char ratio[32];
+    int rl = snprintf(ratio, sizeof ratio, "%.17g", max_ratio);
+    if ((rc = args_init(&a, n + 2, 1, err)) != 0)
+        goto out;
+    arg_int(&a, (long long)ttl_ms);
+    arg_str(&a, ratio, (size_t)rl);
+    arg_keys(&a, keys, n);
+    redisReply *r;
+    if ((rc = run_rank(ns, ranks[s], SC_PIN, 0, a.n, a.v, a.len, 4, &r, err)) != 0)
+        goto out;
+    int64_t st = r->element[0]->integer;
+    if (st == ST_NOT_INIT)
+        rc = not_init(ranks[s], err);
+    else if (st == ST_PIN_LIMIT)
+        rc = pin_refused(r, ranks[s], max_ratio, total, limit, err);
+    else if (st != ST_OK)
+        rc = unexpected(ns->m, "the pin script", err);
+    *total = rc ? *total : (uint64_t)rint_at(r, 1);
+    *limit = rc ? *limit : (uint64_t)rint_at(r, 2);
+    kvp__rreply_free(r);
+    if (rc || nr == 1)
+        goto out;
+    if (!(others = ranks_but(ranks, nr, ranks[s], &k, err))) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    struct pin_arg p = {.ranks = others};
+    rc = ranks_batch(ns, others, k, SC_PIN, a.n, a.v, a.len, 4, pin_reply, &p, err);
+    if (!rc &&
+        p.refused) /* only when the ranks' pins differ (a pin racing a rank's first initialize) */
+        rc = kvp__err_pin_limit(err, p.news, p.total, p.limit, max_ratio, p.rank, p.np);
+out:
+    args_free(&a);
+    free(others);
+    free(ranks);
+    free(np);
+    return rc;
+}
+
+/* The most of the reply's elements 1 and 2 over the ranks (unpin: released
+ * and pinned keys; pinned: keys and references): every rank holds the
+ * namespace's pins, a rank initialized after a pin lacks it. */
+static int most_reply(void *arg, size_t j, redisReply *r, struct kvp_error *err)
+{
+    struct pin_arg *p = arg;
+    (void)j;
+    (void)err;
+    if (r->element[0]->integer == ST_OK) {
+        uint64_t x = (uint64_t)rint_at(r, 1), y = (uint64_t)rint_at(r, 2);
+        p->most[0] = x > p->most[0] ? x : p->most[0];
+        p->most[1] = y > p->most[1] ? y : p->most[1];
+    }
+    return 0;
+}
+
+static int rd_unpin(struct kvp_ns *pub, const struct kvp_str *keys, size_t n, uint64_t *released,
+                    struct kvp_error *err)
+{
+    struct rns *ns = (struct rns *)pub;
+    uint32_t *ranks;
+    size_t nr;
+    struct pin_arg p = {0};
+    int rc = list_ranks(ns->m, ns->ranks_key, &ranks, NULL, &nr, err);
+    if (rc)
+        return rc;
+    struct args a;
+    if (nr && (rc = args_init(&a, n, 0, err)) == 0) {
+        arg_keys(&a, keys, n);
+        rc = ranks_batch(ns, ranks, nr, SC_UNPIN, a.n, a.v, a.len, 3, most_reply, &p, err);
+        args_free(&a);
+    }
+    free(ranks);
+    *released = p.most[0];
+    return rc;
+}
+
+static int rd_pinned(struct kvp_ns *pub, int64_t rank, uint64_t *keys, uint64_t *refs,
+                     struct kvp_error *err)
+{
+    struct rns *ns = (struct rns *)pub;
+    struct pin_arg p = {0};
+    int rc;
+    if (rank >= 0) { /* the pins of the keys the rank holds */
+        uint32_t one = (uint32_t)rank;
+        const char *arg = "1";
+        size_t len = 1;
+        redisReply *r;
+        if ((rc = run_rank(ns, one, SC_PINNED, 1, 1, &arg, &len, 3, &r, err)) != 0)
+            return rc;
+        if (r->element[0]->integer == ST_NOT_INIT)
+            rc = not_init(one, err);
+        else
+            most_reply(&p, 0, r, err);
+        kvp__rreply_free(r);
+    } else { /* every rank holds the namespace's pins: the most any holds */
+        uint32_t *ranks;
+        size_t nr;
+        if ((rc = list_ranks(ns->m, ns->ranks_key, &ranks, NULL, &nr, err)) != 0)
+            return rc;
+        const char *arg = "0";
+        size_t len = 1;
+        rc = ranks_batch(ns, ranks, nr, SC_PINNED, 1, &arg, &len, 3, most_reply, &p, err);
+        free(ranks);
+    }
+    if (keys)
+        *keys = p.most[0];
+    if (refs)
+        *refs = p.most[1];
+    return rc;
+}
+
+/* ---------------------------------------------------------------- the query by block hashes */
+
+struct hashes_arg {
+    struct rmeta *m;
+    const uint32_t *ranks;
+    size_t n, nranks;
+    uint8_t *out;
+};
+
+static int hashes_reply(void *arg, size_t j, redisReply *r, struct kvp_error *err)
+{
+    struct hashes_arg *h = arg;
+    if (r->element[0]->integer == ST_NOT_INIT)
+        return not_init(h->ranks[j], err);
+    const redisReply *s = r->element[1];
+    if (r->element[0]->integer != ST_OK || s->type != REDIS_REPLY_STRING || s->len != h->n)
+        return unexpected(h->m, "the block hash script", err);
+    for (size_t i = 0; i < h->n; i++)
+        h->out[i * h->nranks + j] = s->str[i] == '1';
+    return 0;
+}
+
+/* Each rank's hx (redis_lua.h) maps the block hashes of the keys it holds to
+ * them, kept by confirm, delete, eviction and clear: one HMGET per rank,
+ * every rank in one round trip. */
+static int rd_exists_hashes(struct kvp_ns *pub, const uint64_t *hashes, size_t n, int form,
+                            const uint32_t *ranks, size_t nranks, uint8_t *out,
+                            struct kvp_error *err)
+{
+    struct rns *ns = (struct rns *)pub;
+    char(*fields)[18] = malloc((n ? n : 1) * sizeof *fields);
+    struct args a;
+    int rc = fields ? args_init(&a, n, 0, err) : kvp__err_oom(err, -ENOMEM);
+    if (rc) {
+        free(fields);
+        return rc;
+    }
+    for (size_t i = 0; i < n; i++) {
+        snprintf(fields[i], sizeof fields[i], "%c%016llx", form == KVP_HASH_VLLM ? 'v' : 's',
+                 (unsigned long long)hashes[i]);
+        arg_str(&a, fields[i], 17);
+    }
+    memset(out, 0, n * nranks);
+    struct hashes_arg h = {ns->m, ranks, n, nranks, out};
+    rc = ranks_batch(ns, ranks, nranks, SC_HASHES, a.n, a.v, a.len, 2, hashes_reply, &h, err);
+    args_free(&a);
+    free(fields);
     return rc;
 }
 
@@ -2024,7 +2318,8 @@ static const struct kvp__meta_scheme rd_sentinel_schemes[] = {
     .nranks = rd_nranks, .stats = rd_stats, .check = rd_check, .wait = rd_wait,                    \
     .when_durable = rd_when_durable, .values = rd_values, .health = rd_health,                     \
     .snapshot = rd_snapshot, .describe = rd_describe, .identity = rd_identity, .remote = 1,        \
-    .holder = "Redis", .values_section = "redis", .info = rd_info
+    .holder = "Redis", .values_section = "redis", .info = rd_info, .pin = rd_pin,                  \
+    .unpin = rd_unpin, .pinned = rd_pinned, .exists_hashes = rd_exists_hashes
 
 /* The same backend, its master named by sentinels. */
 const struct kvp__meta_ops kvp__redis_sentinel_ops = {

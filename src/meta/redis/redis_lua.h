@@ -2,7 +2,7 @@
  * The Lua scripts of the redis:// backend (src/meta/redis/redis.c). Every
  * operation on one rank is one script, so Redis runs it atomically, however
  * many kvpage processes share the store. Each rank script gets the same
- * eight keys, all with the rank's hash tag (one cluster slot):
+ * eleven keys, all with the rank's hash tag (one cluster slot):
  *
  *   KEYS[1] m      STRING the rank's fields, in decimal separated by
  *                         spaces: num_pages, hwm (pages >= hwm were never
@@ -35,6 +35,12 @@
  *                         still are. A reservation goes when that reaches 0
  *                         or its deadline passes: its pages still RESERVED
  *                         by it then expire, by deadline, then rseq
+ *   KEYS[9] pin    ZSET   pinned key -> the pin's deadline (ms, Redis TIME)
+ *   KEYS[10] pinc  HASH   pinned key -> its count of pins (the pins of the
+ *                         namespace, kept on every rank: protocol.md §5)
+ *   KEYS[11] hx    HASH   's' and a HELD key's first 16 hex digits, 'v' and
+ *                         its last 16 (lower case), where they are hex ->
+ *                         its page: the query by the engines' block hashes
  *
  * A page is HELD when p2k has it with a key, RESERVED when p2k has it with
  * a reservation (which res and rb have), else FREE. A rank of 2^31 pages
@@ -60,6 +66,7 @@
     "local M, FREE, RES, LRU, GRACE, K2P, P2K, RB = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], " \
     "KEYS[6],\n"                                                                                   \
     "  KEYS[7], KEYS[8]\n"                                                                         \
+    "local PIN, PINC, HX = KEYS[9], KEYS[10], KEYS[11]\n"                                          \
     "local call, fmt, byte = redis.call, string.format, string.byte\n"                             \
     "-- integers go to Redis as text made here: a Lua number would be formatted\n"                 \
     "-- with %.17g\n"                                                                              \
@@ -165,8 +172,43 @@
     "  bulk('HDEL', P2K, pd); bulk('ZADD', FREE, fadd)\n"                                          \
     "  st.expired = st.expired + #it; st.nres = st.nres - #it\n"                                   \
     "end\n"                                                                                        \
+    "-- the fields of HX for key: 's' and its first 16 hex digits (SGLang's block\n"               \
+    "-- hash), 'v' and its last 16 (vLLM's), in lower case, where they are hex;\n"                 \
+    "-- appended to out, each followed by val (the key's page) when given\n"                       \
+    "local function hx_one(out, tag, d, val)\n"                                                    \
+    "  if string.find(d, '[^0-9a-f]') then\n"                                                      \
+    "    if string.find(d, '%X') then return end\n"                                                \
+    "    d = string.lower(d)\n"                                                                    \
+    "  end\n"                                                                                      \
+    "  out[#out + 1] = tag .. d; if val then out[#out + 1] = val end\n"                            \
+    "end\n"                                                                                        \
+    "local function hx_fields(key, out, val)\n"                                                    \
+    "  local n = #key\n"                                                                           \
+    "  if n < 16 then return end\n"                                                                \
+    "  hx_one(out, 's', string.sub(key, 1, 16), val)\n"                                            \
+    "  hx_one(out, 'v', string.sub(key, n - 15), val)\n"                                           \
+    "end\n"                                                                                        \
+    "-- keys[i], no longer HELD on pages[i], leave HX where they are its entry (a\n"               \
+    "-- key that shares the digits with another may have replaced it there)\n"                     \
+    "local function unindex(keys, pages)\n"                                                        \
+    "  local f, who = {}, {}\n"                                                                    \
+    "  for i = 1, #keys do\n"                                                                      \
+    "    local k0 = #f\n"                                                                          \
+    "    hx_fields(keys[i], f)\n"                                                                  \
+    "    for j = k0 + 1, #f do who[j] = pages[i] end\n"                                            \
+    "  end\n"                                                                                      \
+    "  if #f == 0 then return end\n"                                                               \
+    "  local v, d = bulk('HMGET', HX, f), {}\n"                                                    \
+    "  for j = 1, #f do if v[j] == who[j] then d[#d + 1] = f[j] end end\n"                         \
+    "  bulk('HDEL', HX, d)\n"                                                                      \
+    "end\n"                                                                                        \
+    "-- pins (PIN: key -> deadline, ms; PINC: key -> count) that ended leave\n"                    \
+    "local function pin_prune(now)\n"                                                              \
+    "  local ex = call('ZRANGEBYSCORE', PIN, '-inf', I(now))\n"                                    \
+    "  if #ex > 0 then bulk('ZREM', PIN, ex); bulk('HDEL', PINC, ex) end\n"                        \
+    "end\n"                                                                                        \
     "local function clear_pages()\n"                                                               \
-    "  call('DEL', FREE, RES, LRU, GRACE, K2P, P2K, RB)\n"                                         \
+    "  call('DEL', FREE, RES, LRU, GRACE, K2P, P2K, RB, HX)\n"                                     \
     "  st.hwm = 0; st.top = 0; st.nres = 0; st.ceil = st.num_pages\n"                              \
     "end\n"
 
@@ -279,15 +321,21 @@
     "end\n"                                                                                        \
     "-- then the least recent HELD pages, not in their read grace nor returned by\n"               \
     "-- this request; at most scan_max skipped for their grace\n"                                  \
-    "local evicted, ekeys = {}, {}\n"                                                              \
+    "local evicted, ekeys, epages, bump = {}, {}, {}, {}\n"                                        \
     "if #got < nw and scan_max > 0 then\n"                                                         \
-    "  local graces = call('EXISTS', GRACE) == 1\n"                                                \
+    "  local graces, pins = call('EXISTS', GRACE) == 1, call('EXISTS', PIN) == 1\n"                \
     "  local off, skip, stop = 0, 0, false\n"                                                      \
     "  while #got < nw and not stop do\n"                                                          \
     "    local b = call('ZRANGE', LRU, off, off + 63)\n"                                           \
     "    if #b == 0 then break end\n"                                                              \
     "    local g = graces and call('HMGET', GRACE, unpack(b)) or {}\n"                             \
     "    local ks = call('HMGET', P2K, unpack(b))\n"                                               \
+    "    local pn = {}\n"                                                                          \
+    "    if pins then\n"                                                                           \
+    "      local kl = {}\n"                                                                        \
+    "      for j = 1, #b do kl[j] = ks[j] or '' end\n"                                             \
+    "      pn = call('ZMSCORE', PIN, unpack(kl))\n"                                                \
+    "    end\n"                                                                                    \
     "    for j = 1, #b do\n"                                                                       \
     "      if #got >= nw then break end\n"                                                         \
     "      local p = b[j]\n"                                                                       \
@@ -296,16 +344,25 @@
     "      if g[j] and tonumber(g[j]) > now then\n"                                                \
     "        skip = skip + 1\n"                                                                    \
     "        if skip >= scan_max then stop = true; break end\n"                                    \
+    "      elseif pn[j] and tonumber(pn[j]) > now then\n"                                          \
+    "        bump[#bump + 1] = p -- pinned: made recent, out of the next scan's way\n"             \
     "      else\n"                                                                                 \
     "        evicted[#evicted + 1] = p; got[#got + 1] = p\n"                                       \
-    "        if ks[j] then ekeys[#ekeys + 1] = ks[j] end\n"                                        \
+    "        if ks[j] then ekeys[#ekeys + 1] = ks[j]; epages[#ekeys] = p end\n"                    \
     "      end\n"                                                                                  \
     "    end\n"                                                                                    \
     "  end\n"                                                                                      \
     "end\n"                                                                                        \
+    "if #bump > 0 then\n"                                                                          \
+    "  local z = {}\n"                                                                             \
+    "  for _, p in ipairs(bump) do st.clock = st.clock + 1; z[#z + 1] = I(st.clock); z[#z + 1] = " \
+    "p end\n"                                                                                      \
+    "  bulk('ZADD', LRU, z)\n"                                                                     \
+    "end\n"                                                                                        \
     "-- (their P2K entries become reservations below)\n"                                           \
     "if #evicted > 0 then\n"                                                                       \
-    "  bulk('HDEL', K2P, ekeys); bulk('ZREM', LRU, evicted); ungrace(evicted)\n"                   \
+    "  bulk('HDEL', K2P, ekeys); bulk('ZREM', LRU, evicted); ungrace(evicted); unindex(ekeys, "    \
+    "epages)\n"                                                                                    \
     "  st.evictions = st.evictions + #evicted\n"                                                   \
     "end\n"                                                                                        \
     "-- one reservation of the pages, numbered by its first rseq: res has it by\n"                 \
@@ -394,7 +451,7 @@
     "  local r = reserved[p]\n"                                                                    \
     "  reserved[p] = nil; unres[#unres + 1] = p; untext[p] = pt; dec[r] = (dec[r] or 0) + 1\n"     \
     "end\n"                                                                                        \
-    "local hp, hk, lru = {}, {}, {}\n"                                                             \
+    "local hp, hk, lru, hx = {}, {}, {}, {}\n"                                                     \
     "local function to_free(p)\n"                                                                  \
     "  if touched(p) then st.fseq = st.fseq + 1; freeop[p] = st.fseq end\n"                        \
     "end\n"                                                                                        \
@@ -409,6 +466,7 @@
     "      held[p] = true; haskey[key] = true\n"                                                   \
     "      local h = #hp\n"                                                                        \
     "      hp[h + 1] = pt; hp[h + 2] = key; hk[h + 1] = key; hk[h + 2] = pt\n"                     \
+    "      hx_fields(key, hx, pt)\n"                                                               \
     "      st.clock = st.clock + 1; lru[h + 1] = I(st.clock); lru[h + 2] = pt\n"                   \
     "      if p >= st.top then st.top = p + 1 end\n"                                               \
     "    end\n"                                                                                    \
@@ -440,7 +498,7 @@
     "end\n"                                                                                        \
     "bulk('ZREM', FREE, frem); bulk('ZADD', FREE, fadd)\n"                                         \
     "-- a page that was not HELD has no read grace (unholding drops it)\n"                         \
-    "bulk('HSET', P2K, hp); bulk('HSET', K2P, hk); bulk('ZADD', LRU, lru)\n"                       \
+    "bulk('HSET', P2K, hp); bulk('HSET', K2P, hk); bulk('ZADD', LRU, lru); bulk('HSET', HX, hx)\n" \
     "st.release_held = st.release_held + rh\n"                                                     \
     "store()\n"                                                                                    \
     "return {0}\n"
@@ -492,6 +550,7 @@
     "  end\n"                                                                                      \
     "end\n"                                                                                        \
     "bulk('HDEL', P2K, dp); bulk('HDEL', K2P, dk); bulk('ZREM', LRU, dp); ungrace(dp)\n"           \
+    "unindex(dk, dp)\n"                                                                            \
     "bulk('ZADD', FREE, fadd)\n"                                                                   \
     "store()\n"                                                                                    \
     "return {0}\n"
@@ -591,6 +650,92 @@
     "ps ..\n"                                                                                      \
     "  ' has a read grace but is not HELD') end end\n"                                             \
     "return {0, np}\n"
+
+/* ARGV: ttl_ms, max_ratio, keys. {0, pinned keys, limit, num_pages} /
+ * {ST_NOT_INIT} / {ST_PIN_LIMIT, pinned keys after, limit, num_pages, new
+ * keys}: the limit is checked here, atomically, and a refused pin changes
+ * nothing. Each key's count grows by one, its deadline to the later. */
+#define KVP_LUA_PIN                                                                                \
+    "#!lua\n" KVP_LUA_PRELUDE "if not load() then return {1} end\n"                                \
+    "local ttl, ratio = tonumber(ARGV[1]), tonumber(ARGV[2])\n"                                    \
+    "local now = now_ms()\n"                                                                       \
+    "pin_prune(now)\n"                                                                             \
+    "local have, lim = call('ZCARD', PIN), math.floor(ratio * st.num_pages)\n"                     \
+    "local sc, seen, new = bulk_argv('ZMSCORE', PIN, 3), {}, 0\n"                                  \
+    "for i = 3, #ARGV do\n"                                                                        \
+    "  local k = ARGV[i]\n"                                                                        \
+    "  if not sc[i - 2] and not seen[k] then seen[k] = true; new = new + 1 end\n"                  \
+    "end\n"                                                                                        \
+    "if have + new > lim then return {7, have + new, lim, st.num_pages, new} end\n"                \
+    "local till = I(now + ttl)\n"                                                                  \
+    "for i = 3, #ARGV do\n"                                                                        \
+    "  call('ZADD', PIN, 'GT', till, ARGV[i]); call('HINCRBY', PINC, ARGV[i], 1)\n"                \
+    "end\n"                                                                                        \
+    "return {0, have + new, lim, st.num_pages}\n"
+
+/* ARGV: keys. {0, references released, pinned keys} / {ST_NOT_INIT}. */
+#define KVP_LUA_UNPIN                                                                              \
+    "#!lua flags=allow-oom\n" KVP_LUA_PRELUDE "if call('EXISTS', M) == 0 then return {1} end\n"    \
+    "pin_prune(now_ms())\n"                                                                        \
+    "local done = 0\n"                                                                             \
+    "for i = 1, #ARGV do\n"                                                                        \
+    "  local c = tonumber(call('HGET', PINC, ARGV[i]))\n"                                          \
+    "  if c then\n"                                                                                \
+    "    done = done + 1\n"                                                                        \
+    "    if c <= 1 then call('HDEL', PINC, ARGV[i]); call('ZREM', PIN, ARGV[i])\n"                 \
+    "    else call('HINCRBY', PINC, ARGV[i], -1) end\n"                                            \
+    "  end\n"                                                                                      \
+    "end\n"                                                                                        \
+    "return {0, done, call('ZCARD', PIN)}\n"
+
+/* ARGV: '1' to count only the keys this rank holds. {0, keys, references}
+ * / {ST_NOT_INIT}. Read only: pins that ended are skipped, not removed. */
+#define KVP_LUA_PINNED                                                                             \
+    "#!lua flags=no-writes\n" KVP_LUA_PRELUDE "if call('EXISTS', M) == 0 then return {1} end\n"    \
+    "local ks = call('ZRANGEBYSCORE', PIN, '(' .. I(now_ms()), '+inf')\n"                          \
+    "local nk, nr = 0, 0\n"                                                                        \
+    "if #ks > 0 then\n"                                                                            \
+    "  local c = bulk('HMGET', PINC, ks)\n"                                                        \
+    "  local h = ARGV[1] == '1' and bulk('HMGET', K2P, ks) or nil\n"                               \
+    "  for i = 1, #ks do\n"                                                                        \
+    "    if not h or h[i] then nk = nk + 1; nr = nr + (tonumber(c[i]) or 0) end\n"                 \
+    "  end\n"                                                                                      \
+    "end\n"                                                                                        \
+    "return {0, nk, nr}\n"
+
+/* ARGV: HX fields ('s' or 'v' and 16 lower-case hex digits). {0, a '0' or
+ * '1' per field} / {ST_NOT_INIT}. Read only. */
+#define KVP_LUA_HASHES                                                                             \
+    "#!lua flags=no-writes\n" KVP_LUA_PRELUDE "if call('EXISTS', M) == 0 then return {1} end\n"    \
+    "local v, r = bulk_argv('HMGET', HX, 1), {}\n"                                                 \
+    "for i = 1, #ARGV do r[i] = v[i] and '1' or '0' end\n"                                         \
+    "return {0, table.concat(r)}\n"
+
+/* {0, key, deadline, count, ...}: the pins that have not ended. Read only. */
+#define KVP_LUA_PINS_READ                                                                          \
+    "#!lua flags=no-writes\n" KVP_LUA_PRELUDE                                                      \
+    "local ks = call('ZRANGEBYSCORE', PIN, '(' .. I(now_ms()), '+inf', 'WITHSCORES')\n"            \
+    "local r = {0}\n"                                                                              \
+    "if #ks == 0 then return r end\n"                                                              \
+    "local names = {}\n"                                                                           \
+    "for i = 1, #ks, 2 do names[#names + 1] = ks[i] end\n"                                         \
+    "local c = bulk('HMGET', PINC, names)\n"                                                       \
+    "for i = 1, #names do\n"                                                                       \
+    "  r[#r + 1] = names[i]; r[#r + 1] = ks[2 * i]; r[#r + 1] = c[i] or '1'\n"                     \
+    "end\n"                                                                                        \
+    "return r\n"
+
+/* ARGV: key, deadline, count, ... (PINS_READ's): merged into this rank's
+ * pins (the later deadline, the larger count). {0}. */
+#define KVP_LUA_PINS_MERGE                                                                         \
+    "#!lua\n" KVP_LUA_PRELUDE "for i = 1, #ARGV - 2, 3 do\n"                                       \
+    "  local k = ARGV[i]\n"                                                                        \
+    "  call('ZADD', PIN, 'GT', ARGV[i + 1], k)\n"                                                  \
+    "  if (tonumber(call('HGET', PINC, k)) or 0) < tonumber(ARGV[i + 2]) then\n"                   \
+    "    call('HSET', PINC, k, ARGV[i + 2])\n"                                                     \
+    "  end\n"                                                                                      \
+    "end\n"                                                                                        \
+    "return {0}\n"
 
 /* KEYS: namespaces (ZSET name -> creation number), their counter, the store's format
  * and its identity (STRINGs, set by the first namespace). ARGV: name, format, a new
