@@ -18,7 +18,9 @@
 #      with --fsync batch, and only allocconfirm64 is run),
 #      EVENTS ("": with 1, the new side runs --kv-events on ipc:// endpoints
 #      with one subscriber, events_sub.py, that receives and decodes every
-#      batch: `EVENTS=1 bench/meta/ab.sh build build` is events off / on).
+#      batch: `EVENTS=1 bench/meta/ab.sh build build` is events off / on;
+#      SUB_DECODE=0: the subscriber receives and checks sequence numbers
+#      only, as a router on another host would cost this one).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

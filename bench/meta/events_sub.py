@@ -4,7 +4,13 @@ as a router would, and prints at SIGINT how many batches and events it got
 and how many sequence numbers it missed (the PUB socket's drops).
 
     python3 events_sub.py ENDPOINT
+
+SUB_DECODE=0 receives every message and checks its sequence number but does
+not decode the batch: the subscriber of a router runs on the router's host,
+and on a 2-core machine its decoding (about half the publishing side's CPU,
+bench/README.md) would be charged to the server.
 """
+import os
 import signal
 import sys
 
@@ -18,6 +24,7 @@ sub.setsockopt(zmq.SUBSCRIBE, b"")
 batches = events = gaps = 0
 last = -1
 stop = False
+decode = os.environ.get("SUB_DECODE", "1") != "0"
 
 
 def on_int(*_):
@@ -34,7 +41,9 @@ while not stop:
     if last >= 0 and seq > last + 1:
         gaps += seq - last - 1
     last = seq
-    ts, evs, rank = msgpack.unpackb(payload, raw=False)
     batches += 1
-    events += len(evs)
-print(f"{batches} batches, {events} events, {gaps} sequence numbers missed")
+    if decode:
+        ts, evs, rank = msgpack.unpackb(payload, raw=False)
+        events += len(evs)
+shown = f"{events} events" if decode else "events not decoded (SUB_DECODE=0)"
+print(f"{batches} batches, {shown}, {gaps} sequence numbers missed")

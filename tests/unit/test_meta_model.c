@@ -183,8 +183,10 @@ static int m_evict(struct mrank *r)
         if (best < 0 || r->pg[best].mark == r->stamp)
             return -1;
         done[best] = true;
-        if (r->pg[best].t > now)
+        if (r->pg[best].t > now) { /* in its read grace: a use, it moves to the head */
+            r->pg[best].seq = ++seqc;
             continue;
+        }
         r->pg[best].state = F; /* unlinked, becomes RESERVED by the caller */
         r->pg[best].owner = -1;
         r->evictions++;

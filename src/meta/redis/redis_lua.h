@@ -320,7 +320,8 @@
     "  end\n"                                                                                      \
     "end\n"                                                                                        \
     "-- then the least recent HELD pages, not in their read grace nor returned by\n"               \
-    "-- this request; at most scan_max skipped for their grace\n"                                  \
+    "-- this request; a page in its grace or pinned is made recent (a use: out of\n"               \
+    "-- the next scan's way, as the in-process engine does), scan_max a request\n"                 \
     "local evicted, ekeys, epages, bump = {}, {}, {}, {}\n"                                        \
     "if #got < nw and scan_max > 0 then\n"                                                         \
     "  local graces, pins = call('EXISTS', GRACE) == 1, call('EXISTS', PIN) == 1\n"                \
@@ -341,11 +342,10 @@
     "      local p = b[j]\n"                                                                       \
     "      if marked[p] then stop = true; break end\n"                                             \
     "      off = off + 1\n"                                                                        \
-    "      if g[j] and tonumber(g[j]) > now then\n"                                                \
+    "      if (g[j] and tonumber(g[j]) > now) or (pn[j] and tonumber(pn[j]) > now) then\n"         \
+    "        bump[#bump + 1] = p\n"                                                                \
     "        skip = skip + 1\n"                                                                    \
     "        if skip >= scan_max then stop = true; break end\n"                                    \
-    "      elseif pn[j] and tonumber(pn[j]) > now then\n"                                          \
-    "        bump[#bump + 1] = p -- pinned: made recent, out of the next scan's way\n"             \
     "      else\n"                                                                                 \
     "        evicted[#evicted + 1] = p; got[#got + 1] = p\n"                                       \
     "        if ks[j] then ekeys[#ekeys + 1] = ks[j]; epages[#ekeys] = p end\n"                    \
