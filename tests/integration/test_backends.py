@@ -119,6 +119,19 @@ def complete(*words):
     return set(p.stdout.split())
 
 
+def test_serve_help_lists_the_remote_backends():
+    """serve --help's --meta and its refusal name the library's remote
+    backends, not a list of its own."""
+    rc, out, _ = kvp("serve", "--help")
+    assert rc == 0
+    flag = out[out.index("  --meta LOCATION"):out.index("  --fsync")]
+    listed = [line.split()[0] for line in flag.splitlines()[3:]]
+    assert listed == names("remote"), flag
+    assert "Redis instead" not in flag
+    rc, _, err = kvp("serve", "--listen", "127.0.0.1:0", "--meta", "mem:")
+    assert rc == 2 and ", ".join(n + "..." for n in names("remote")[:-1]) in err, err
+
+
 def test_completion_asks_kvpage_backends():
     assert complete("bench", "io", "--backend", "") == set(names("io"))
     assert complete("put", "--meta", "re") == {"redis://", "redis-sentinel://"}
