@@ -39,10 +39,10 @@ static void list_io(int names)
         printf("page-I/O backends (--backend):\n");
     for (int b = 0; strcmp(kvp_pagefile_backend_name(b), "?"); b++) {
         const char *name = kvp_pagefile_backend_name(b);
-        if (names || b != KVP_PAGEFILE_BACKEND_AUTO)
-            printf("%s%s\n", names ? "" : "  ", name);
+        if (names)
+            printf("%s\n", name);
         else
-            printf("  %-10s(the default) the best of the others for the file\n", name);
+            printf("  %-10s %s\n", name, kvp_pagefile_backend_description(b));
     }
 }
 

@@ -309,9 +309,23 @@ static const char *backend_names(char *out, size_t len, int from, const char *se
     return out;
 }
 
+/* The library's backends, one line each: "      NAME    DESCRIPTION\n". */
+static const char *backend_lines(char *out, size_t len)
+{
+    size_t used = 0;
+    out[0] = '\0';
+    for (int b = 0; strcmp(kvp_pagefile_backend_name(b), "?") && used < len; b++) {
+        int k = snprintf(out + used, len - used, "      %-7s %s\n", kvp_pagefile_backend_name(b),
+                         kvp_pagefile_backend_description(b));
+        used += k > 0 ? (size_t)k : 0;
+    }
+    return out;
+}
+
 static void usage(FILE *out)
 {
-    char all[256], real[256];
+    char all[256], real[256], each[2048];
+    backend_lines(each, sizeof each);
     backend_names(all, sizeof all, 0, "|", "|");
     backend_names(real, sizeof real, 1, ", ", " or ");
     fprintf(out,
@@ -330,16 +344,16 @@ static void usage(FILE *out)
             "  --page-size SIZE   bytes per page, default 2M\n"
             "  --batch N          pages per batch (the engines' entries), default 8\n"
             "  --pool SIZE        the host buffer pool, default 1G (2 MiB aligned, huge pages\n"
-            "                     asked for, faulted in before timing)\n"
+            "                     asked for, faulted in before timing; a backend's own memory,\n"
+            "                     registered, where it moves pages without a copy)\n"
             "  --threads N        callers sharing one page file, default 1\n"
-            "  --queues N         rings of the uring backend, and of the usrbio backend each\n"
-            "                     way (batches in flight at once); default 4\n"
+            "  --queues N         rings of a backend that has them (batches in flight at\n"
+            "                     once); default 4\n"
             "  --rw read|write|both   default both (buffered writes measure what the page\n"
             "                     cache takes; add --direct for the device's)\n"
             "  --direct           O_DIRECT on both sides (else buffered)\n"
-            "  --backend %s   kvpage's page-I/O backend, default auto\n"
-            "                     (usrbio: 3FS's USRBIO rings, the pool then from\n"
-            "                     kvp_pagefile_alloc, registered: I/O without a copy)\n"
+            "  --backend %s   kvpage's page-I/O backend, default auto:\n"
+            "%s"
             "  --mmap-reads       kvpage's buffered reads copy out of a mapping of PATH\n"
             "                     (KVP_PAGEFILE_MMAP_READS; faster into cold memory, but\n"
             "                     SIGBUS on an I/O error: see kvpage/pagefile.h)\n"
@@ -368,7 +382,7 @@ static void usage(FILE *out)
             "examples:\n"
             "  kvpage bench io --file /mnt/3fs/kvpage-bench.pages --file-size 16G --direct\n"
             "  kvpage bench io --file /tmp/x.pages --page-size 256K --threads 4 --rw read --json\n",
-            all, real);
+            all, each, real);
 }
 
 static int usage_error(const char *fmt, const char *a, const char *b)
@@ -609,11 +623,13 @@ static void json_side(const char *name, const struct phase_result *p, const stru
            p->batches);
 }
 
-/* Whether a direction of r's page file is USRBIO's: the pool is then its memory. */
-static int usrbio_pool(const struct run *r)
+/* Whether a backend of r's page file moves pages in memory of its own
+ * without a copy (kvp_pagefile_info's alloc_zero_copy: USRBIO's): the pool
+ * is then that memory, as an engine handed such a pool has it. */
+static int own_pool(const struct run *r)
 {
-    return kvp_pagefile_backend(r->pf, 0) == KVP_PAGEFILE_BACKEND_USRBIO ||
-           kvp_pagefile_backend(r->pf, 1) == KVP_PAGEFILE_BACKEND_USRBIO;
+    struct kvp_pagefile_info inf = {.info_size = sizeof inf};
+    return kvp_pagefile_info(r->pf, &inf) == 0 && inf.alloc_zero_copy;
 }
 
 /* Opens the page file of r->a and the plain side's descriptor. Returns 0 or
@@ -654,14 +670,15 @@ static int make_pool(struct run *r)
 {
     const struct io_args *a = r->a;
     struct kvp_error err = {0};
-    /* USRBIO: the pool is the backend's shared memory, registered, so pages
-     * move without a copy (what an engine handed such a pool gets). */
-    if (usrbio_pool(r)) {
+    /* The backend's memory, registered, so pages move without a copy (what
+     * an engine handed such a pool gets). */
+    if (own_pool(r)) {
         r->pool = kvp_pagefile_alloc(r->pf, a->pool, &err);
         struct kvp_pagefile_buf reg = {r->pool, a->pool};
         if (!r->pool || kvp_pagefile_register_buffers(r->pf, &reg, 1, &err) != 0) {
-            fprintf(stderr, CMD ": cannot allocate a USRBIO pool of %" PRIu64 " bytes: %s\n",
-                    a->pool, err.msg);
+            fprintf(stderr,
+                    CMD ": cannot allocate a pool of %" PRIu64 " bytes of the %s backend: %s\n",
+                    a->pool, kvp_pagefile_backend_name(kvp_pagefile_backend(r->pf, 0)), err.msg);
             return KVP_EXIT_FAILED;
         }
     } else if (posix_memalign((void **)&r->pool, 2u << 20, a->pool)) {
@@ -879,7 +896,7 @@ int kvp__cli_bench_io(int argc, char **argv)
     rc = bench(&r, tty, made);
     if (r.fd >= 0)
         close(r.fd);
-    if (r.pf && r.pool && usrbio_pool(&r))
+    if (r.pf && r.pool && own_pool(&r))
         kvp_pagefile_free(r.pf, r.pool);
     else
         free(r.pool);

@@ -15,6 +15,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,11 +168,12 @@ static int holds_state(const char *dir)
     return found;
 }
 
-/* The location to open (malloc'd), or NULL after printing why (*rc): a URL
- * or mem:/file: as it is, a plain path as the directory file:PATH. A data
- * directory is opened in this process: one that does not exist holds
- * nothing, and opening it would create it, so it is refused (a HOST:PORT
- * with "did you mean http://HOST:PORT?", as the store refuses it). */
+/* The location to open (malloc'd), or NULL after printing why (*rc): the
+ * library's rules (kvp_meta_location_canonical, as the store and
+ * kvp_meta_open_at follow them): a URL as it is, a plain path or file:DIR
+ * the directory, HOST:PORT refused with "did you mean http://HOST:PORT?".
+ * A data directory is opened in this process: one that does not exist holds
+ * nothing, and opening it would create it, so it is refused. */
 static char *clear_location(const struct kvp__store_flags *f, int *rc)
 {
     *rc = KVP_EXIT_USAGE;
@@ -179,47 +181,40 @@ static char *clear_location(const struct kvp__store_flags *f, int *rc)
         fprintf(stderr, "kvpage clear: --meta DIR|URL is required (the metadata to clear)\n");
         return NULL;
     }
-    const char *m = f->meta;
-    int scheme = m && (strstr(m, "://") || !strncmp(m, "mem:", 4) || !strncmp(m, "file:", 5));
-    size_t n = m ? strlen(m) + 6 : strlen(f->file) + 11;
-    char *loc = malloc(n);
-    if (!loc) {
+    size_t n = f->meta ? strlen(f->meta) + 1 : strlen(f->file) + 11;
+    char *given = malloc(n), canon[PATH_MAX + 16];
+    if (!given) {
         fprintf(stderr, "kvpage clear: out of memory\n");
         *rc = KVP_EXIT_FAILED;
         return NULL;
     }
-    if (!m)
-        snprintf(loc, n, "file:%s.meta", f->file);
-    else
-        snprintf(loc, n, "%s%s", scheme ? "" : "file:", m);
-    if (!strncmp(loc, "file:", 5)) {
-        const char *dir = loc + 5;
-        if (!strncmp(dir, "//", 2))
-            dir += 2;
-        struct stat st;
-        if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-            const char *colon = strrchr(dir, ':');
-            if (!scheme && m && colon && colon[1] >= '0' && colon[1] <= '9' && !strchr(dir, '/'))
-                fprintf(stderr,
-                        "kvpage clear: --meta %s is not a data directory: did you mean "
-                        "http://%s?\n",
-                        m, m);
-            else
-                fprintf(stderr, "kvpage clear: %s is not a data directory: nothing to clear\n",
-                        dir);
-            free(loc);
-            return NULL;
-        }
-        if (!holds_state(dir)) { /* opening it would write a state into it */
-            fprintf(stderr,
-                    "kvpage clear: %s holds no kvpage state (no log, no snapshot): nothing to "
-                    "clear\n",
-                    dir);
-            free(loc);
-            return NULL;
-        }
+    snprintf(given, n, "%s%s%s", f->meta ? "" : "file:", f->meta ? f->meta : f->file,
+             f->meta ? "" : ".meta");
+    struct kvp_error err = {0};
+    int crc = kvp_meta_location_canonical(given, canon, sizeof canon, &err);
+    if (crc) {
+        fprintf(stderr, "kvpage clear: --meta %s: %s\n", f->meta ? f->meta : given, err.msg);
+        *rc = crc == -EINVAL || crc == -ERANGE ? KVP_EXIT_USAGE : KVP_EXIT_FAILED;
+        free(given);
+        return NULL;
     }
-    return loc;
+    /* The canonical form of a directory is "file:" and its absolute path. */
+    if (strncmp(canon, "file:", 5)) /* a URL (its password kept) or mem: */
+        return given;
+    free(given);
+    const char *dir = canon + 5;
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "kvpage clear: %s is not a data directory: nothing to clear\n", dir);
+        return NULL;
+    }
+    if (!holds_state(dir)) { /* opening it would write a state into it */
+        fprintf(stderr,
+                "kvpage clear: %s holds no kvpage state (no log, no snapshot): nothing to clear\n",
+                dir);
+        return NULL;
+    }
+    return strdup(canon);
 }
 
 /* What the flags select, one line per namespace, to stdout or stderr. */

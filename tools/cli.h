@@ -53,6 +53,7 @@ struct kvp__store_flags {
     int mkdir;      /* --mkdir: create the missing directories of a new --file */
     int json;       /* bench: --json */
     int no_tags;    /* --no-tags: no integrity tags (kvp_store_opts.no_tags) */
+    int writable;   /* not a flag: open get's store writable (to drop a rejected key) */
 };
 
 /*

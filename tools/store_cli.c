@@ -95,7 +95,7 @@ static const char *const FLAGS_HELP =
     "  --no-tags          no integrity tags: pages are put untagged and read unverified\n"
     "                     (default: every page carries a tag beside the file, in\n"
     "                     PATH.tags, and a page whose bytes changed since its put is\n"
-    "                     reported as an error, never printed)\n";
+    "                     reported as an error, never printed, and its key dropped)\n";
 
 /* The known flag k (of known[] in kvp__store_flags_parse), named name, set
  * to value in f: 0, or KVP_EXIT_USAGE after saying why value is no good. */
@@ -290,7 +290,8 @@ int kvp__store_flags_open(const char *cmd, const struct kvp__store_flags *f, uin
     o.mkdir = f->mkdir;
     o.no_tags = f->no_tags;
     /* The reads write nothing (no owner record, log or snapshot). */
-    o.readonly = !strcmp(cmd, "get") || !strcmp(cmd, "exists") || !strcmp(cmd, "put?");
+    o.readonly =
+        !f->writable && (!strcmp(cmd, "get") || !strcmp(cmd, "exists") || !strcmp(cmd, "put?"));
     struct kvp_error err = {0};
     int rc = kvp_store_open(&o, out, &err);
     if (rc) {
@@ -509,6 +510,50 @@ static int cmd_put(const struct kvp__store_flags *f, char **pos, int npos)
     return KVP_EXIT_OK;
 }
 
+/* Whether get's lead and res say k's page failed its integrity tag; its
+ * message (the page file's first) into note. */
+static int get_rejected(struct kvp_store *s, int64_t lead, int64_t res, char *note, size_t len)
+{
+    struct kvp_store_stats st = {.stats_size = sizeof st};
+    struct kvp_pagefile_info inf = {.info_size = sizeof inf};
+    if (!(lead == 0 && res == -ENOENT && kvp_store_stats(s, &st, NULL) == 0 && st.rejected > 0 &&
+          kvp_pagefile_info(kvp_store_pagefile(s), &inf) == 0))
+        return 0;
+    snprintf(note, len, "%s",
+             inf.tags_note && inf.tags_note[0] ? inf.tags_note
+                                               : "its bytes differ from what was written");
+    return 1;
+}
+
+/*
+ * A get of k whose page failed its tag, in the read-only store *s: the key
+ * is dropped from the metadata, so that the next lookup is an honest miss.
+ * Remote metadata: the library did it already. Embedded: the one write of a
+ * get (README, "A read writes nothing"): *s is closed and the store opened
+ * writable, and k read again there, which drops it if it is rejected again
+ * (a put may have made it whole meanwhile: then *lead and *res say so).
+ * Returns 1 when the key was dropped, 0 when it could not be (*s NULL, why
+ * printed).
+ */
+static int get_drop(const struct kvp__store_flags *f, struct kvp_store **s, const struct kvp_str *k,
+                    struct kvp_store_buf *b, int64_t *lead, int64_t *res)
+{
+    struct kvp_meta_info mi = {.info_size = sizeof mi};
+    if (kvp_meta_info(kvp_store_meta(*s), &mi) == 0 && mi.remote)
+        return 1;
+    kvp_store_close(*s);
+    *s = NULL;
+    struct kvp__store_flags w = *f;
+    w.writable = 1;
+    if (kvp__store_flags_open("get", &w, 1, 0, s)) {
+        *s = NULL;
+        return 0;
+    }
+    struct kvp_error err = {0};
+    *lead = kvp_store_get(*s, k, b, 1, res, &err);
+    return 1;
+}
+
 static int cmd_get(const struct kvp__store_flags *f, char **pos, int npos)
 {
     if (npos < 1 || npos > 2) {
@@ -534,10 +579,11 @@ static int cmd_get(const struct kvp__store_flags *f, char **pos, int npos)
     int64_t res = 0;
     struct kvp_error err = {0};
     int64_t lead = kvp_store_get(s, &k, &b, 1, &res, &err);
-    struct kvp_store_stats st = {.stats_size = sizeof st};
-    struct kvp_pagefile_info inf = {.info_size = sizeof inf};
-    int rejected = lead == 0 && res == -ENOENT && kvp_store_stats(s, &st, NULL) == 0 &&
-                   st.rejected > 0 && kvp_pagefile_info(kvp_store_pagefile(s), &inf) == 0;
+    char note[1024];
+    int rejected = get_rejected(s, lead, res, note, sizeof note), dropped = 0;
+    if (rejected && (dropped = get_drop(f, &s, &k, &b, &lead, &res)) && s &&
+        !get_rejected(s, lead, res, note, sizeof note) && lead == 1)
+        rejected = 0; /* put again meanwhile: read whole now */
     int status = KVP_EXIT_OK;
     if (rejected) {
         /* Its page is there but its bytes are not what was put: an error,
@@ -545,10 +591,11 @@ static int cmd_get(const struct kvp__store_flags *f, char **pos, int npos)
         fprintf(stderr,
                 "kvpage get: %s: its page failed its integrity check, so it is not printed: "
                 "%s. The file's bytes changed since the put (another program or a second "
-                "store wrote it, a torn write, a disk error); delete the key and put it again\n",
-                key,
-                inf.tags_note && inf.tags_note[0] ? inf.tags_note
-                                                  : "its bytes differ from what was written");
+                "store wrote it, a torn write, a disk error); %s\n",
+                key, note,
+                dropped ? "the key is dropped from the metadata (kvpage exists: missing): put it "
+                          "again"
+                        : "the key stays in the metadata: delete it and put it again");
         status = KVP_EXIT_FAILED;
     } else if (lead < 0 || (lead == 0 && res != -ENOENT)) {
         int code = lead < 0 ? (int)lead : (int)res;

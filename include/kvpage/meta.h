@@ -451,14 +451,19 @@ KVP_API int kvp_meta_when_durable(struct kvp_meta *m, uint64_t ticket, kvp_meta_
  * (0 < max_ratio <= 1) of its smallest rank's pages: a pin over that limit
  * pins nothing and fails. The pins persist with a file: state (the data
  * directory's file PINS), end with a mem: one, and live in Redis with a
- * redis: one (deadlines by Redis's clock).
+ * redis: one (deadlines by Redis's clock); with an http:// one they are the
+ * server's (POST and DELETE /v1/pins, which never repeat a request: a pin
+ * counts; the lower of max_ratio and the server's --max-pinned-ratio
+ * applies; ttl_ms at most a year, the server's bound, else -EINVAL), and
+ * kvp_meta_pinned reads the server's GET /v1/stats.
  *
  * kvp_meta_pin: 0 (*total = pinned keys of the namespace after it, *limit =
  * the most allowed; both may be NULL), -ENOENT (no rank initialized),
  * -ENOSPC (KVP_RULE_TOO_MANY: over the limit; err->value = the keys it
  * would make, err->limit = the limit; *total and *limit set), -EINVAL (bad
  * key, ttl_ms 0, max_ratio outside (0, 1]), -EROFS (opened read-only),
- * -EOPNOTSUPP (a backend without pins: mem:, file: and redis: have them), or
+ * -EOPNOTSUPP (a backend without pins: mem:, file:, redis: and http: have
+ * them; a server older than them), or
  * KVP_RULE_IO when the file cannot be written (the pin holds in memory).
  * kvp_meta_unpin: *released (may be NULL) = the references taken back (keys
  * not pinned are passed over); the same errors but -ENOENT and -ENOSPC.
@@ -484,8 +489,9 @@ enum kvp_hash_form { KVP_HASH_SGLANG = 0, KVP_HASH_VLLM = 1 };
  * Which hashes (of form, enum kvp_hash_form) name a key that holds a page on
  * each of ranks[0..nranks): out[i * nranks + j] = 1 when hashes[i] is the
  * hash of a key held on ranks[j]. Reads every page of those ranks (no index
- * maps hashes to keys). Returns 0, -ENOENT (a rank not initialized), -EINVAL,
- * -EOPNOTSUPP (mem:, file: and redis: have it).
+ * maps hashes to keys; http:// asks the server's POST /v1/query with "held").
+ * Returns 0, -ENOENT (a rank not initialized), -EINVAL, -EOPNOTSUPP (mem:,
+ * file:, redis: and http: have it; a server older than "held").
  */
 KVP_API int kvp_meta_exists_hashes(struct kvp_ns *ns, const uint64_t *hashes, size_t n, int form,
                                    const uint32_t *ranks, size_t nranks, uint8_t *out,

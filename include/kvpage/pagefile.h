@@ -412,6 +412,11 @@ KVP_API int kvp_pagefile_backend(const struct kvp_pagefile *pf, int write);
  *     for (int b = 0; strcmp(kvp_pagefile_backend_name(b), "?"); b++) ...
  */
 KVP_API const char *kvp_pagefile_backend_name(int backend);
+/* One line on a KVP_PAGEFILE_BACKEND_* value's backend for people: how it
+ * moves pages and what it wants ("pread and pwrite from a pool of threads;
+ * ..."); "?" for a value that is not one (as kvp_pagefile_backend_name).
+ * Static string. */
+KVP_API const char *kvp_pagefile_backend_description(int backend);
 /* The name of one KVP_PAGEFILE_* flag without its prefix, in lower case
  * ("create", "direct", ..., "no_tags"); NULL for a value that is not exactly
  * one flag this library knows. Static string. */
@@ -470,6 +475,10 @@ struct kvp_pagefile_info {
     uint64_t tags_unverified; /* reads served without a tag to check (legacy, UNTAGGED) */
     const char *tags_note;    /* the first rejection's message ("" before one): log it once */
     uint64_t tags_slot_size;  /* the sidecar's slot size (a page index = offset / it), 0 without */
+    int32_t alloc_zero_copy;  /* 1: kvp_pagefile_alloc hands out the memory of the backend of
+                                 reads or writes (USRBIO's shared memory), whose pages move
+                                 without a copy once registered (kvp_pagefile_register_buffers);
+                                 0: ordinary aligned memory */
 };
 
 KVP_API int kvp_pagefile_info(const struct kvp_pagefile *pf, struct kvp_pagefile_info *info);

@@ -102,7 +102,9 @@ struct kvp_store_opts {
                          rank); an embedded data directory is recovered
                          in memory under a shared lock (KVP_META_READONLY_SHARED:
                          a missing one is an empty state), so a get's LRU touch is
-                         not kept; put and delete are -EROFS */
+                         not kept, nor the drop of a key whose page failed its tag
+                         (remote metadata: both are the server's, as before); put
+                         and delete are -EROFS */
     int no_tags;      /* 1: no integrity tags (KVP_PAGEFILE_NO_TAGS): pages are written
                          untagged and read unverified. 0 (default): every put tags its
                          page with its bytes and its key, and every get checks them */

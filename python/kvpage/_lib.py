@@ -108,7 +108,7 @@ class PagefileInfo(ctypes.Structure):
                 ("backend_note", c_char_p), ("tags", c_int32), ("tags_path", c_char_p),
                 ("tags_verified", c_uint64), ("tags_rejected", c_uint64),
                 ("tags_unverified", c_uint64), ("tags_note", c_char_p),
-                ("tags_slot_size", c_uint64)]
+                ("tags_slot_size", c_uint64), ("alloc_zero_copy", c_int32)]
 
 
 class Str(ctypes.Structure):
@@ -160,6 +160,7 @@ pagefile_flags = _fn("kvp_pagefile_flags", c_uint32, c_void_p)
 store_pagefile = _fn("kvp_store_pagefile", c_void_p, c_void_p)
 pagefile_backend = _fn("kvp_pagefile_backend", c_int, c_void_p, c_int)
 pagefile_backend_name = _fn("kvp_pagefile_backend_name", c_char_p, c_int)
+pagefile_backend_description = _fn("kvp_pagefile_backend_description", c_char_p, c_int)
 pagefile_backend_note = _fn("kvp_pagefile_backend_note", c_char_p, c_void_p)
 pagefile_threads = _fn("kvp_pagefile_threads", c_uint32, c_void_p)
 pagefile_queues = _fn("kvp_pagefile_queues", c_uint32, c_void_p)

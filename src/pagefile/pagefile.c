@@ -1092,6 +1092,14 @@ KVP_API const char *kvp_pagefile_backend_name(int backend)
     const struct kvp__pf_backend *be = pf_backend_of(backend);
     return be ? be->name : "?";
 }
+KVP_API const char *kvp_pagefile_backend_description(int backend)
+{
+    if (backend == KVP_PAGEFILE_BACKEND_AUTO)
+        return "the best of the others for the file (the default)";
+    const struct kvp__pf_backend *be = pf_backend_of(backend);
+    return be ? be->description : "?";
+}
+
 KVP_API const char *kvp_pagefile_flag_name(uint32_t flag)
 {
     static const struct {
@@ -1163,6 +1171,7 @@ KVP_API int kvp_pagefile_info(const struct kvp_pagefile *pf, struct kvp_pagefile
     full.direct_mem_align = pf->mem_align;
     full.direct_offset_align = pf->off_align;
     full.backend_note = pf->note;
+    full.alloc_zero_copy = pf->be[0]->alloc || pf->be[1]->alloc;
     kvp__pf_tags_info(pf, &full);
     size_t n = info->info_size < sizeof full ? info->info_size : sizeof full;
     full.info_size = n;

@@ -135,6 +135,9 @@ enum {
 struct kvp__pf_backend {
     int id;           /* KVP_PAGEFILE_BACKEND_* (test backends: from 100, tests/backends) */
     const char *name; /* kvp_pagefile_backend_name: "psync", "uring" */
+    /* One line for people (kvp_pagefile_backend_description, kvpage
+     * backends, bench io --help): how it moves pages, and what it wants. */
+    const char *description;
     /* What may be unavailable, for messages ("io_uring"), or NULL when the
      * backend is always there (the default row: the fallback of the others). */
     const char *what;

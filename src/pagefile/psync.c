@@ -488,6 +488,7 @@ static void pf_psync_info(const struct kvp_pagefile *pf, void *state,
 const struct kvp__pf_backend kvp__pf_psync = {
     .id = KVP_PAGEFILE_BACKEND_PSYNC,
     .name = "psync",
+    .description = "pread and pwrite on a pool of threads; the others' fallback",
     .what = NULL, /* always there: the fallback of the others */
     .auto_for = KVP__PF_AUTO_CELL(0, 0) | KVP__PF_AUTO_CELL(0, 1),
     .caps = KVP__PF_CAP_VEC | KVP__PF_CAP_XFER,

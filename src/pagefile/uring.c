@@ -504,6 +504,7 @@ static int pf_uring_start(struct kvp_pagefile *pf, void **state, char *why, size
 const struct kvp__pf_backend kvp__pf_uring = {
     .id = KVP_PAGEFILE_BACKEND_URING,
     .name = "uring",
+    .description = "io_uring, a ring per queue; registered buffers need no copy",
     .what = "io_uring",
     .auto_for = KVP__PF_AUTO_CELL(1, 0) | KVP__PF_AUTO_CELL(1, 1),
     .start = pf_uring_start,

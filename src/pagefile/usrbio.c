@@ -630,6 +630,7 @@ static void pf_usrbio_info(const struct kvp_pagefile *pf, void *state,
 const struct kvp__pf_backend kvp__pf_usrbio = {
     .id = KVP_PAGEFILE_BACKEND_USRBIO,
     .name = "usrbio",
+    .description = "3FS's USRBIO rings, for files on 3FS; its memory needs no copy",
     .what = "USRBIO",
     .claims = pf_usrbio_claims,
     .start = pf_usrbio_start,

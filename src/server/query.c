@@ -295,9 +295,10 @@ static void put_len(struct kvp_buf *b, uint64_t pages, int64_t block_size)
 
 /* The longest prefix of each rank of row into best (nranks entries;
  * UINT64_MAX: the namespace is gone), a rank at a time (its flags in the
- * scratch: n bytes, however many ranks); 0 or a meta error (replied). */
+ * scratch: n bytes, however many ranks), and with held (not NULL) each
+ * rank's flags at held + j * n; 0 or a meta error (replied). */
 static int ns_prefix(struct kvp_ctx *c, const struct sel *s, const struct nsl_row *row,
-                     uint64_t *best)
+                     uint64_t *best, uint8_t *held)
 {
     struct kvp_ns *ns;
     int rc = kvp__find_ns(c, row->pool, strlen(row->pool), 0, &ns);
@@ -327,8 +328,37 @@ static int ns_prefix(struct kvp_ctx *c, const struct sel *s, const struct nsl_ro
         while (!rc && i < s->n && hit[i])
             i++;
         best[j] = i;
+        if (held && rc)
+            memset(held + j * s->n, 0, s->n);
+        else if (held)
+            memcpy(held + j * s->n, hit, s->n);
     }
     return 0;
+}
+
+/* "held": absent or false (0), true (1); -1 after replying. */
+static int body_held(struct kvp_ctx *c)
+{
+    json_t *v = json_object_get(c->body, "held");
+    if (v && !json_is_boolean(v)) {
+        kvp__reply_error(c, 400, "Invalid request: held must be true or false");
+        return -1;
+    }
+    return v && json_is_true(v);
+}
+
+/* A rank's length as put_len writes it, with "held" (one bool per page
+ * asked) when flags is not NULL. */
+static void put_rank(struct kvp_buf *b, uint64_t pages, int64_t block_size, const uint8_t *flags,
+                     size_t n)
+{
+    put_len(b, pages, block_size);
+    if (!flags || b->oom)
+        return;
+    b->len--; /* the closing brace */
+    kvp__jw_lit(b, ", \"held\": [");
+    kvp__jw_bools(b, flags, n);
+    kvp__jw_lit(b, "]}");
 }
 
 static void do_query(struct kvp_ctx *c)
@@ -337,7 +367,10 @@ static void do_query(struct kvp_ctx *c)
     struct nsl l = {.dep = c->dep, .dlen = c->dlen};
     int64_t rank;
     uint64_t *best = NULL;
-    if (kvp__body_pool(c, NULL, &l.pool, &l.plen) || body_rank(c, &rank) || sel_read(c, &s, 1))
+    uint8_t *held = NULL;
+    int want_held;
+    if (kvp__body_pool(c, NULL, &l.pool, &l.plen) || body_rank(c, &rank) ||
+        (want_held = body_held(c)) < 0 || sel_read(c, &s, 1))
         goto out_sel;
     int rc = kvp_meta_stats(c->srv->meta, nsl_fn, &l);
     if (rc) {
@@ -371,13 +404,15 @@ static void do_query(struct kvp_ctx *c)
                 continue;
         }
         free(best);
+        free(held);
         best = malloc((row->nranks ? row->nranks : 1) * sizeof *best);
-        if (!best) {
+        held = want_held ? malloc(row->nranks * s.n + 1) : NULL;
+        if (!best || (want_held && !held)) {
             kvp__buf_free(&out);
             kvp__reply_internal(c, -ENOMEM, "query");
             goto out;
         }
-        if (ns_prefix(c, &s, row, best)) {
+        if (ns_prefix(c, &s, row, best, held)) {
             kvp__buf_free(&out);
             goto out;
         }
@@ -407,7 +442,7 @@ static void do_query(struct kvp_ctx *c)
             if (best[j] == UINT64_MAX)
                 continue;
             kvp__buf_printf(&out, "%s\"%u\": ", w++ ? ", " : "", row->ranks[j]);
-            put_len(&out, best[j], s.block_size);
+            put_rank(&out, best[j], s.block_size, held ? held + j * s.n : NULL, s.n);
         }
         kvp__jw_lit(&out, "}}");
         shown++;
@@ -426,12 +461,26 @@ static void do_query(struct kvp_ctx *c)
     kvp__buf_free(&out);
 out:
     free(best);
+    free(held);
     nsl_free(&l);
 out_sel:
     sel_free(&s);
 }
 
 /* ---------------------------------------------------------------- pins */
+
+/* A pin refused over the limit, to a client that asked for the rule's
+ * fields: also the namespace's pinned keys and the most allowed, as a
+ * pin's answer has them (kvp_meta_pin's *total and *limit). */
+static void pin_refusal_figures(struct kvp_ctx *c, uint64_t total, uint64_t limit)
+{
+    struct kvp_buf *b = &c->rep->body;
+    if (!c->req || !c->req->error_fields || b->oom || !b->len || b->p[b->len - 1] != '}')
+        return;
+    b->len--;
+    kvp__buf_printf(b, ", \"pinned_keys\": %llu, \"max_pinned_keys\": %llu}",
+                    (unsigned long long)total, (unsigned long long)limit);
+}
 
 static void do_pins(struct kvp_ctx *c)
 {
@@ -442,6 +491,8 @@ static void do_pins(struct kvp_ctx *c)
     double ttl = 0;
     if (kvp__body_pool(c, "kv", &pool, &plen))
         return;
+    double ratio = c->srv->cfg.max_pinned_ratio > 0 ? c->srv->cfg.max_pinned_ratio
+                                                    : KVP_DEFAULT_MAX_PINNED_RATIO;
     if (pin) {
         json_t *t = json_object_get(c->body, "ttl_s");
         ttl = json_is_number(t) ? json_number_value(t) : 0;
@@ -451,12 +502,24 @@ static void do_pins(struct kvp_ctx *c)
                              "31536000");
             return;
         }
+        /* A client's own bound (kvp_meta_pin's max_ratio over http://):
+         * the lower of it and the server's applies. */
+        json_t *r = json_object_get(c->body, "max_pinned_ratio");
+        double asked = json_is_number(r) ? json_number_value(r) : 0;
+        if (r && !(asked > 0 && asked <= 1)) {
+            kvp__reply_error(c, 400,
+                             "Invalid request: max_pinned_ratio must be a number in (0, 1]");
+            return;
+        }
+        if (r && asked < ratio)
+            ratio = asked;
     }
     if (sel_read(c, &s, 0))
         goto out;
     struct kvp_ns *ns;
     int rc = kvp__find_ns(c, pool, plen, 0, &ns);
     if (rc == -ENOENT) {
+        kvp__reply_rule(c, KVP_RULE_RANK_NOT_INIT, -1, 0, 0);
         kvp__reply_error(c, 404, "Namespace '%.*s' not found", (int)plen, pool);
         goto out;
     }
@@ -464,8 +527,6 @@ static void do_pins(struct kvp_ctx *c)
         goto out;
     struct kvp_error err = {0};
     uint64_t total = 0, limit = 0, released = 0;
-    double ratio = c->srv->cfg.max_pinned_ratio > 0 ? c->srv->cfg.max_pinned_ratio
-                                                    : KVP_DEFAULT_MAX_PINNED_RATIO;
     if (pin)
         rc = kvp_meta_pin(ns, c->rep->keys, s.n, (uint64_t)(ttl * 1000.0 + 0.5), ratio, &total,
                           &limit, &err);
@@ -475,11 +536,15 @@ static void do_pins(struct kvp_ctx *c)
         kvp__reply_error(c, 501, "Not implemented yet: %s", err.msg);
     } else if (rc == -ENOSPC && err.rule == KVP_RULE_TOO_MANY) {
         atomic_fetch_add_explicit(&c->srv->pins_refused, 1, memory_order_relaxed);
+        kvp__reply_err(c, &err);
         kvp__reply_error(c, 409, "Pin refused: %s", err.msg);
+        pin_refusal_figures(c, total, limit);
     } else if (rc == -ENOENT) {
+        kvp__reply_err(c, &err);
         kvp__reply_error(c, 404, "Pin refused: namespace '%.*s' has no initialized rank", (int)plen,
                          pool);
     } else if (rc == -EROFS) {
+        kvp__reply_err(c, &err);
         kvp__reply_error(c, 409, "Pin refused: %s", err.msg);
     } else if (rc) {
         kvp__meta_error(c, rc, &err, "keys");
@@ -515,7 +580,7 @@ void kvp__query_handle(struct kvp_ctx *c, int route)
  * each namespace with pins, and its per-rank pinned pages. Returns 0, 1 when
  * the backend has no pins, or a negative errno. */
 typedef void (*pins_fn)(void *arg, const struct nsl_row *row, uint64_t keys, uint64_t refs,
-                        const uint64_t *per_rank);
+                        const uint64_t *per_rank, const uint64_t *refs_per_rank);
 
 static int pins_walk(struct kvp_server *srv, pins_fn fn, void *arg)
 {
@@ -535,14 +600,14 @@ static int pins_walk(struct kvp_server *srv, pins_fn fn, void *arg)
         }
         if (prc || !keys)
             continue;
-        uint64_t *per = calloc(row->nranks ? row->nranks : 1, sizeof *per);
+        uint64_t *per = calloc(row->nranks ? 2 * row->nranks : 1, sizeof *per);
         if (!per) {
             rc = -ENOMEM;
             break;
         }
         for (size_t j = 0; j < row->nranks; j++)
-            kvp_meta_pinned(ns, row->ranks[j], &per[j], NULL, NULL);
-        fn(arg, row, keys, refs, per);
+            kvp_meta_pinned(ns, row->ranks[j], &per[j], &per[row->nranks + j], NULL);
+        fn(arg, row, keys, refs, per, per + row->nranks);
         free(per);
     }
     nsl_free(&l);
@@ -562,8 +627,9 @@ static void prom_label(struct kvp_buf *b, const char *s)
 }
 
 static void prom_ns(void *arg, const struct nsl_row *row, uint64_t keys, uint64_t refs,
-                    const uint64_t *per_rank)
+                    const uint64_t *per_rank, const uint64_t *refs_per_rank)
 {
+    (void)refs_per_rank;
     struct kvp_buf *b = arg;
     for (int which = 0; which < 2; which++) {
         kvp__buf_printf(b, "%s{deployment=\"", which ? "kvpage_pin_refs" : "kvpage_pinned_keys");
@@ -601,7 +667,7 @@ int kvp__pins_prometheus(struct kvp_server *srv, struct kvp_buf *b)
 }
 
 static void json_ns(void *arg, const struct nsl_row *row, uint64_t keys, uint64_t refs,
-                    const uint64_t *per_rank)
+                    const uint64_t *per_rank, const uint64_t *refs_per_rank)
 {
     struct kvp_buf *b = arg;
     if (b->len && b->p[b->len - 1] != '[')
@@ -615,6 +681,11 @@ static void json_ns(void *arg, const struct nsl_row *row, uint64_t keys, uint64_
     for (size_t j = 0; j < row->nranks; j++)
         kvp__buf_printf(b, "%s\"%u\": %llu", j ? ", " : "", row->ranks[j],
                         (unsigned long long)per_rank[j]);
+    /* the references of the keys each rank holds (kvp_meta_pinned of the rank) */
+    kvp__jw_lit(b, "}, \"rank_refs\": {");
+    for (size_t j = 0; j < row->nranks; j++)
+        kvp__buf_printf(b, "%s\"%u\": %llu", j ? ", " : "", row->ranks[j],
+                        (unsigned long long)refs_per_rank[j]);
     kvp__jw_lit(b, "}}");
 }
 

@@ -16,6 +16,33 @@
 #include "server/serve_internal.h"
 #include "util/size.h"
 
+/* The n-th remote metadata backend, what --meta takes, as the library
+ * lists them (kvp_meta_backend_info) into *i, its scheme as a location
+ * starts ("redis://" when its form has the slashes) into typed; 0, or -1
+ * past the last. */
+static int remote_backend(size_t n, struct kvp_meta_info *i, char *typed, size_t len)
+{
+    for (size_t k = 0, seen = 0; i->info_size = sizeof *i, kvp_meta_backend_info(k, i) == 0; k++) {
+        if (!i->remote || seen++ < n)
+            continue;
+        size_t sl = strlen(i->scheme);
+        int slashes =
+            !strncmp(i->description, i->scheme, sl) && !strncmp(i->description + sl, "://", 3);
+        snprintf(typed, len, "%s:%s", i->scheme, slashes ? "//" : "");
+        return 0;
+    }
+    return -1;
+}
+
+/* "    SCHEME   the state in HOLDER" for each remote backend. */
+static void meta_lines(FILE *f)
+{
+    struct kvp_meta_info i;
+    char typed[64];
+    for (size_t n = 0; remote_backend(n, &i, typed, sizeof typed) == 0; n++)
+        fprintf(f, "                           %-19s the state in %s\n", typed, i.holder);
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -49,13 +76,11 @@ static void usage(FILE *f)
             "                         raised to its hard limit, less 64); more are closed at once\n"
             "  --data-dir DIR         state directory: write-ahead log and snapshots\n"
             "                         (default ./kvpage-data); 'none' keeps state in memory only\n"
-            "  --meta LOCATION        keep the state in Redis instead, shared by every server\n"
-            "                         given the same LOCATION: redis://[USER[:PASS]@]HOST:PORT\n"
-            "                         [/DB][?prefix=NAME], redis://H1:P1,H2:P2,... for a\n"
-            "                         Redis Cluster, redis-sentinel://S1:P1,S2:P2/MASTER[/DB]\n"
-            "                         for a master that Sentinel fails over; ?wait=N[&wait_ms=T]\n"
-            "                         acknowledges a change once N replicas have it (password\n"
-            "                         also from $KVPAGE_REDIS_PASSWORD)\n"
+            "  --meta LOCATION        keep the state in a remote backend instead of --data-dir,\n"
+            "                         shared by every server given the same LOCATION (its\n"
+            "                         form and options: kvpage backends, man kvpage):\n");
+    meta_lines(f);
+    fprintf(f,
             "  --fsync MODE           always, batch (default: group commit) or never\n"
             "  --snapshot-bytes N     write a snapshot once the log has grown by N bytes, or\n"
             "                         by the last snapshot's size if larger (default 64M)\n"
@@ -189,8 +214,23 @@ static int in_process_scheme(const char *v)
  * (and says which it knows); a data directory goes in --data-dir. */
 static int set_meta(struct serve_cfg *c, const struct flag *f, const char *v)
 {
-    if (v[0] == '/' || v[0] == '.' || !strchr(v, ':') || in_process_scheme(v))
-        return bad_flag(f, v);
+    (void)f;
+    if (v[0] == '/' || v[0] == '.' || !strchr(v, ':') || in_process_scheme(v)) {
+        /* "expected http://..., redis://... or ..." of the library's remote backends */
+        struct kvp_meta_info i;
+        char typed[64], why[512] = "expected the location of a remote backend: ";
+        size_t count = 0, used = strlen(why);
+        while (remote_backend(count, &i, typed, sizeof typed) == 0)
+            count++;
+        for (size_t n = 0; n < count && remote_backend(n, &i, typed, sizeof typed) == 0; n++)
+            used += (size_t)snprintf(why + used, sizeof why - used, "%s%s...",
+                                     n == 0           ? ""
+                                     : n + 1 == count ? " or "
+                                                      : ", ",
+                                     typed);
+        snprintf(why + used, sizeof why - used, " (a data directory goes in --data-dir)");
+        return kvp__serve_bad_value("--meta", v, why);
+    }
     c->meta_loc = v;
     return 0;
 }
@@ -253,9 +293,7 @@ static const struct flag serve_flags[] = {
     {"max-keys", set_num, CFG(max_keys), 0, 1, UINT64_C(1) << 40, "expected a positive integer"},
     {"threads", set_threads, CFG(threads), 0, 1, 1024, "expected an integer from 1 to 1024"},
     {"data-dir", set_data_dir, CFG(data_dir), 0, 0, 0, "expected a directory or 'none'"},
-    {"meta", set_meta, 0, 0, 0, 0,
-     "expected redis://HOST:PORT[/DB], redis://H1:P1,H2:P2,... or "
-     "redis-sentinel://S1:P1,S2:P2,.../MASTER (a data directory goes in --data-dir)"},
+    {"meta", set_meta, 0, 0, 0, 0, NULL /* set_meta words it from the library's backends */},
     {"fsync", set_fsync, 0, 0, 0, 0, "expected always, batch or never"},
     {"snapshot-bytes", set_num, CFG(snapshot_bytes), 1, UINT64_C(64) << 10, UINT64_C(1) << 50,
      "expected a number of bytes of at least 64K (K/M/G suffixes allowed)"},
@@ -330,7 +368,7 @@ int kvp__serve_parse(int argc, char **argv, struct serve_cfg *cfg)
     }
     if (cfg->meta_loc && cfg->data_dir_given) {
         fprintf(stderr, "kvpage serve: --meta and --data-dir exclude each other: the state is "
-                        "either in Redis or in a data directory\n");
+                        "either in a remote backend or in a data directory\n");
         return 2;
     }
     if (cfg->meta_loc && cfg->kvev.spec) {

@@ -1051,8 +1051,10 @@ KVP_API int kvp_store_putv(struct kvp_store *s, const struct kvp_str *keys,
 
 /* Keys keys[idx[0..nrej)] were rejected by their pages' tags: logged (the
  * first of this handle only), dropped from the metadata so that the next
- * lookup is an honest miss (a read-only store changes nothing: its next
- * read is rejected again). why: the page file's message of the first. */
+ * lookup is an honest miss. A read-only store writes no file of its own: it
+ * drops them only from remote metadata (as its reads touch keys there);
+ * embedded, its next read is rejected again (kvpage get then drops the key
+ * through a writable store). why: the page file's message of the first. */
 static void reject(struct kvp_store *s, const struct kvp_str *keys, const int64_t *pages,
                    const size_t *idx, size_t nrej, const char *why)
 {
@@ -1074,7 +1076,8 @@ static void reject(struct kvp_store *s, const struct kvp_str *keys, const int64_
         else
             fprintf(stderr, "%s\n", line);
     }
-    if (s->readonly)
+    struct kvp_meta_info mi = {.info_size = sizeof mi};
+    if (s->readonly && !(kvp_meta_info(s->meta, &mi) == 0 && mi.remote))
         return;
     struct kvp_str *drop = malloc(nrej * sizeof *drop);
     if (!drop)

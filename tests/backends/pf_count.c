@@ -70,6 +70,7 @@ static void pfc_info(const struct kvp_pagefile *pf, void *state, struct kvp_page
 const struct kvp__pf_backend kvp__pf_count = {
     .id = KVP__PF_COUNT_ID,
     .name = "count",
+    .description = "a test backend: counts the batches, psync does them",
     .what = NULL,                               /* there whenever psync is */
     .auto_for = 0,                              /* never AUTO's choice: only when asked for */
     .caps = KVP__PF_CAP_VEC | KVP__PF_CAP_XFER, /* psync's */

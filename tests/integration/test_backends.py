@@ -5,6 +5,7 @@ kvp_meta_info over a real Redis, whose promise follows its AOF settings."""
 import ctypes
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -80,6 +81,22 @@ def lists_what_the_library_has():
     assert rc == 0, err
     for n in names("io") + SCHEMES:
         assert f"  {n}" in out, n
+    # a line for people of each page-I/O backend, from the library, as the
+    # metadata backends have theirs; bench io --help lists the same
+    rc, bench, _ = kvp("bench", "io", "--help")
+    assert rc == 0
+    for b, n in enumerate(names("io")):
+        d = _lib.pagefile_backend_description(b).decode()
+        assert len(d) > 20 and f"  {n:<10} {d}\n" in out, (n, d, out)
+        assert f"      {n:<7} {d}\n" in bench, (n, bench)
+    # and bench io --help names no backend but in what the library gives
+    generated = ("|".join(names("io")), " or ".join([", ".join(names("io")[1:-1]),
+                                                      names("io")[-1]]))
+    for line in bench.splitlines():
+        if any(re.search(rf"\b{n}\b", line.lower()) for n in names("io")[1:]):
+            assert any(g in line for g in generated) or \
+                any(line.endswith(_lib.pagefile_backend_description(b).decode())
+                    for b in range(len(names("io")))), line
     assert "(redis, remote)" in out and "(in-process)" in out, out
     rc, out, err = kvp("backends", "--names", "x")
     assert rc == 2 and "--names takes io, meta or remote" in err, err
@@ -100,6 +117,19 @@ def complete(*words):
                        cwd="/", env=env)
     assert p.returncode == 0, p.stderr
     return set(p.stdout.split())
+
+
+def test_serve_help_lists_the_remote_backends():
+    """serve --help's --meta and its refusal name the library's remote
+    backends, not a list of its own."""
+    rc, out, _ = kvp("serve", "--help")
+    assert rc == 0
+    flag = out[out.index("  --meta LOCATION"):out.index("  --fsync")]
+    listed = [line.split()[0] for line in flag.splitlines()[3:]]
+    assert listed == names("remote"), flag
+    assert "Redis instead" not in flag
+    rc, _, err = kvp("serve", "--listen", "127.0.0.1:0", "--meta", "mem:")
+    assert rc == 2 and ", ".join(n + "..." for n in names("remote")[:-1]) in err, err
 
 
 def test_completion_asks_kvpage_backends():

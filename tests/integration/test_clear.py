@@ -192,6 +192,19 @@ def test_bad_flags_change_nothing(tmp_path):
     assert os.listdir(tmp_path / "empty") == []  # nothing written into it
     rc, _, err = kvp("clear", "--meta", "127.0.0.1:1", "--yes", cwd=tmp_path)
     assert rc == 2 and "did you mean http://127.0.0.1:1?" in err
+    # the library's rule and words, as the store's commands give them
+    rc2, _, err2 = kvp("put", "--file", tmp_path / "f.pages", "--file-size", "1M", "--page-size",
+                       PAGE, "--meta", "127.0.0.1:1", "k", "-", cwd=tmp_path)
+    words = "metadata location '127.0.0.1:1' looks like HOST:PORT, not a directory: did you mean"
+    assert rc2 == 2 and words in err2 and err.endswith(err2[err2.index(words):]), (err, err2)
+    assert not (tmp_path / "f.pages").exists()
+    for same in ("file:127.0.0.1:1", "./127.0.0.1:1"):  # a directory, always
+        rc, _, err = kvp("clear", "--meta", same, "--yes", cwd=tmp_path)
+        assert rc == 2 and err.endswith("127.0.0.1:1 is not a data directory: nothing to "
+                                        "clear\n"), err
+    (tmp_path / "127.0.0.1:1").mkdir()  # an existing directory of that name is one
+    rc, _, err = kvp("clear", "--meta", "127.0.0.1:1", "--yes", cwd=tmp_path)
+    assert rc == 2 and f"{tmp_path}/127.0.0.1:1 holds no kvpage state" in err, err
     assert present(tmp_path, str(d), "k")
     rc, out, _ = kvp("clear", "--help")
     assert rc == 0 and "--drop" in out and "--yes" in out

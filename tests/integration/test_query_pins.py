@@ -143,7 +143,28 @@ def test_query_by_block_hashes(stored):
     assert ranks(ans, "v") == {3: 0}
 
 
+def test_query_says_which_pages_each_rank_holds(stored):
+    """"held": true (kvpage's http:// client asks it for
+    kvp_meta_exists_hashes) adds one bool per page asked to each rank,
+    gaps included; without it the answer is as before."""
+    srv, c, keys = stored
+    body = {"block_hashes": [sglang_hash(k) for k in keys], "hash_format": "sglang",
+            "namespace": "kv"}
+    plain = query(c, body)
+    assert "held" not in plain["namespaces"][0]["ranks"]["0"]
+    ans = query(c, {**body, "held": True})
+    got = ans["namespaces"][0]["ranks"]
+    assert got["0"] == {"pages": 3, "tokens": None, "held": [True, True, True, False, False]}
+    assert got["1"] == {"pages": 1, "tokens": None, "held": [True, False, True, True, False]}
+    ans = query(c, {"keys": keys, "held": True, "rank": 1, "block_size": 4})
+    assert [ns["namespace"] for ns in ans["namespaces"]] == ["kv"]
+    assert ans["namespaces"][0]["ranks"] == {
+        "1": {"pages": 1, "tokens": 4, "held": [True, False, True, True, False]}}
+    assert query(c, {**body, "held": False}) == plain
+
+
 @pytest.mark.parametrize("body, detail", [
+    ({"keys": ["a"], "held": 1}, "Invalid request: held must be true or false"),
     ({}, "Invalid request: give exactly one of keys, token_ids or block_hashes"),
     ({"keys": ["a"], "token_ids": [1]},
      "Invalid request: give exactly one of keys, token_ids or block_hashes"),
@@ -230,7 +251,7 @@ def test_pins_hold_against_eviction(full):
     st = srv.stats()["pins"]
     assert st["supported"] and st["max_pinned_ratio"] == 0.5
     assert st["namespaces"] == [{"deployment": "default", "pool": "kv", "keys": 2, "refs": 2,
-                                 "ranks": {"0": 2, "1": 0}}]
+                                 "ranks": {"0": 2, "1": 0}, "rank_refs": {"0": 2, "1": 0}}]
     # Unpinned, they are evicted again: pages an eviction passed over count as
     # used then (LRU order now f, a, b, g).
     assert pin(c, {"keys": ["a", "b", "zz"]}, method="DELETE") == {"unpinned": 2,
@@ -316,6 +337,59 @@ def test_pins_refuse_bad_requests(server):
             assert r.json()["detail"] == detail, r.text
 
 
+def test_pins_take_the_clients_lower_ratio(full):
+    """"max_pinned_ratio" (kvp_meta_pin's max_ratio over http://): the lower
+    of it and --max-pinned-ratio applies; a refusal to a client that asks
+    for the rule's fields (X-Kvpage-Errors) carries them and the figures."""
+    srv, c = full
+    assert pin(c, {"keys": ["a"], "ttl_s": 60, "max_pinned_ratio": 0.25})["max_pinned_keys"] == 1
+    pin(c, {"keys": ["b"], "ttl_s": 60, "max_pinned_ratio": 0.25}, 409,
+        "Pin refused: pinning 1 more keys would pin 2 keys of the namespace, over the 1 "
+        "allowed (--max-pinned-ratio 0.25 of rank 0's 4 pages)")
+    assert pin(c, {"keys": ["b"], "ttl_s": 60, "max_pinned_ratio": 1})["max_pinned_keys"] == 2
+    r = c.request("POST", "/v1/pins", {"keys": ["c"], "ttl_s": 60},
+                  headers={"X-Kvpage-Errors": "fields"})
+    expect(r, 409)
+    assert r.json() == {
+        "detail": "Pin refused: pinning 1 more keys would pin 3 keys of the namespace, over the 2 "
+                  "allowed (--max-pinned-ratio 0.5 of rank 0's 4 pages)",
+        "rule": "too_many", "index": -1, "value": 3, "limit": 2,
+        "pinned_keys": 2, "max_pinned_keys": 2}
+    for bad in (0, 1.5, "0.5", None):
+        pin(c, {"keys": ["a"], "ttl_s": 60, "max_pinned_ratio": bad}, 400,
+            "Invalid request: max_pinned_ratio must be a number in (0, 1]")
+
+
+def test_pins_and_hashes_through_a_server_over_http(start_server):
+    """A kvpage serve with --meta http://OTHER answers /v1/pins and the
+    query by block_hashes from the other's state (the http:// client's
+    kvp_meta_pin, _unpin, _pinned and _exists_hashes)."""
+    back = start_server("--read-grace-ms", "0")
+    front = start_server("--meta", back.url())
+    b, f = back.client(), front.client()
+    b.s_init(0, 4)
+    fill(b, 0, ["a", "b", "c", "d"])
+    keys = page_keys(TOKENS, 4)
+    b.s_init(1, 8)
+    b.s_write(1, keys[:2])
+    assert pin(f, {"keys": ["a", "b"], "ttl_s": 600}) == {
+        "pinned": 2, "ttl_s": 600.0, "pinned_keys": 2, "max_pinned_keys": 2}
+    pin(f, {"keys": ["c"], "ttl_s": 600}, 409,
+        "Pin refused: POST /v1/pins: 409 Pin refused: pinning 1 more keys would pin 3 keys of "
+        "the namespace, over the 2 allowed (--max-pinned-ratio 0.5 of rank 0's 4 pages)")
+    for srv in (back, front):
+        st = srv.stats()["pins"]
+        assert st["supported"], srv
+        assert st["namespaces"][0]["keys"] == 2 and st["namespaces"][0]["ranks"]["0"] == 2
+    b.s_write(0, ["e", "f"])  # evicts c and d, not the pinned a and b
+    assert b.s_exists(0, ["a", "b", "c", "d"]) == [True, True, False, False]
+    assert pin(f, {"keys": ["a", "b"]}, method="DELETE") == {"unpinned": 2, "pinned_keys": 0}
+    assert back.stats()["pins"]["namespaces"] == []
+    body = {"block_hashes": [sglang_hash(k) for k in keys], "hash_format": "sglang"}
+    assert ranks(query(f, body)) == {0: 0, 1: 2}
+    assert ranks(query(f, {**body, "rank": 1})) == {1: 2}
+
+
 def test_pins_by_token_ids(start_server):
     srv = start_server("--read-grace-ms", "0")
     c = srv.client()
@@ -346,7 +420,7 @@ def test_pins_survive_a_restart(tmp_path):
         c = srv.client()
         ns = srv.stats()["pins"]["namespaces"]
         assert ns == [{"deployment": "default", "pool": "kv", "keys": 1, "refs": 2,
-                       "ranks": {"0": 1}}]
+                       "ranks": {"0": 1}, "rank_refs": {"0": 2}}]
         c.s_write(0, ["e", "f"])
         assert c.s_exists(0, ["a", "b", "c"]) == [True, False, False]
     finally:

@@ -358,7 +358,9 @@ def test_durability_settings_are_checked_at_start(aof, warned, start_server):
 
 @pytest.mark.parametrize("args, message", [
     (["--meta", "redis://127.0.0.1:1", "--data-dir", "x"], "--meta and --data-dir exclude each other"),
-    (["--meta", "file:/tmp/x"], "expected redis://"),
+    (["--meta", "file:/tmp/x"], "expected the location of a remote backend: http://..., "
+                                "redis://... or redis-sentinel://... (a data directory goes in "
+                                "--data-dir)"),
 ])
 def test_bad_meta_flags_are_usage_errors(args, message):
     import subprocess

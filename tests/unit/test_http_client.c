@@ -800,6 +800,144 @@ static void test_fake_drop(void)
     fake_stop(&f);
 }
 
+/* ---------------------------------------------------------------- pins, the query by hashes */
+
+/* allocate + confirm of one key on rank: its page, or -1 */
+static int64_t put1(struct kvp_ns *ns, uint32_t rank, const char *key)
+{
+    struct kvp_str k = S(key);
+    int64_t p = -1;
+    struct kvp_error err = {0};
+    if (kvp_meta_allocate(ns, rank, &k, 1, &p, NULL, &err) || p < 0 ||
+        kvp_meta_confirm(ns, rank, &k, &p, 1, NULL, 0, &err))
+        return -1;
+    return p;
+}
+
+static void check_pinned(struct kvp_ns *ns, int64_t rank, uint64_t keys, uint64_t refs)
+{
+    uint64_t k = 99, r = 99;
+    struct kvp_error err = {0};
+    CHECK_EQ(kvp_meta_pinned(ns, rank, &k, &r, &err), 0);
+    if (k != keys || r != refs)
+        fprintf(stderr, "pinned(rank %lld): %llu keys %llu refs, not %llu and %llu (%s)\n",
+                (long long)rank, (unsigned long long)k, (unsigned long long)r,
+                (unsigned long long)keys, (unsigned long long)refs, err.msg);
+    CHECK(k == keys && r == refs);
+}
+
+/* kvp_meta_pin, _unpin, _pinned over POST/DELETE /v1/pins and /v1/stats:
+ * the in-process engine's rule (test_pins.c), errors and figures. */
+static void test_pins(int port)
+{
+    struct kvp_meta *m;
+    if (http_open("/ns/pinsdep", port, 10000, 3, &m)) {
+        CHECK(0);
+        return;
+    }
+    struct kvp_ns *ns;
+    struct kvp_error err = {0};
+    uint64_t total = 9, limit = 9, released = 9;
+    CHECK_EQ(kvp_meta_ns(m, "pinsdep", 7, "kv", 2, 1, &ns, &err), 0);
+    struct kvp_str a = S("a"), aba[] = {S("a"), S("b"), S("a")}, c = S("c");
+    /* no rank yet: nothing to pin, nothing to unpin, no pins */
+    CHECK_EQ(kvp_meta_pin(ns, &a, 1, 60000, 0.5, &total, &limit, &err), -ENOENT);
+    CHECK_EQ(err.rule, KVP_RULE_RANK_NOT_INIT);
+    CHECK_EQ(kvp_meta_unpin(ns, &a, 1, &released, &err), 0);
+    CHECK_EQ(released, 0);
+    check_pinned(ns, -1, 0, 0);
+    CHECK_EQ(kvp_meta_pinned(ns, 0, NULL, NULL, &err), -ENOENT);
+    CHECK_EQ(err.rule, KVP_RULE_RANK_NOT_INIT);
+
+    CHECK_EQ(kvp_meta_init_rank(ns, 0, 4, &err), 0);
+    CHECK_EQ(kvp_meta_init_rank(ns, 1, 8, &err), 0);
+    const char *keys[] = {"a", "b", "c", "d"};
+    for (int i = 0; i < 4; i++)
+        CHECK(put1(ns, 0, keys[i]) >= 0);
+    /* a twice: two references; the limit is 0.5 of the smallest rank's 4 pages */
+    CHECK_EQ(kvp_meta_pin(ns, aba, 3, 60000, 0.5, &total, &limit, &err), 0);
+    CHECK(total == 2 && limit == 2);
+    memset(&err, 0, sizeof err);
+    CHECK_EQ(kvp_meta_pin(ns, &c, 1, 60000, 0.5, &total, &limit, &err), -ENOSPC);
+    CHECK_EQ(err.code, -ENOSPC);
+    CHECK_EQ(err.rule, KVP_RULE_TOO_MANY);
+    CHECK(err.value == 3 && err.limit == 2);
+    CHECK(total == 2 && limit == 2);
+    CHECK(strstr(err.msg, "POST /ns/pinsdep/v1/pins: 409 Pin refused: pinning 1 more keys") !=
+          NULL);
+    /* the caller's ratio counts when it is the lower (here 1 of 4 pages)... */
+    CHECK_EQ(kvp_meta_pin(ns, &a, 1, 60000, 0.25, &total, &limit, &err), -ENOSPC);
+    CHECK(err.value == 2 && err.limit == 1 && limit == 1);
+    /* ...the server's (--max-pinned-ratio 0.5) when it is */
+    CHECK_EQ(kvp_meta_pin(ns, &c, 1, 60000, 1.0, NULL, NULL, &err), -ENOSPC);
+    CHECK_EQ(err.limit, 2);
+    check_pinned(ns, -1, 2, 3);
+    check_pinned(ns, 0, 2, 3);
+    check_pinned(ns, 1, 0, 0); /* rank 1 holds none of them */
+    CHECK_EQ(kvp_meta_pinned(ns, 5, NULL, NULL, &err), -ENOENT);
+    CHECK_EQ(err.rule, KVP_RULE_RANK_NOT_INIT);
+    /* eviction passes over a and b */
+    CHECK(put1(ns, 0, "e") >= 0);
+    struct kvp_str ab[] = {S("a"), S("b")};
+    uint8_t e2[2] = {0, 0};
+    CHECK_EQ(kvp_meta_exists(ns, 0, ab, 2, e2, &err), 0);
+    CHECK(e2[0] == 1 && e2[1] == 1);
+    /* counted: one unpin of a leaves it pinned; keys not pinned are passed over */
+    CHECK_EQ(kvp_meta_unpin(ns, &a, 1, &released, &err), 0);
+    CHECK_EQ(released, 1);
+    check_pinned(ns, -1, 2, 2);
+    struct kvp_str abz[] = {S("a"), S("b"), S("z")};
+    CHECK_EQ(kvp_meta_unpin(ns, abz, 3, &released, &err), 0);
+    CHECK_EQ(released, 2);
+    check_pinned(ns, -1, 0, 0);
+    /* a pin ends at its deadline (the server's clock) */
+    CHECK_EQ(kvp_meta_pin(ns, &a, 1, 200, 0.5, &total, &limit, &err), 0);
+    CHECK_EQ(total, 1);
+    sleep_ms(1200);
+    check_pinned(ns, -1, 0, 0);
+    /* bad arguments are the interface's, before any request */
+    CHECK_EQ(kvp_meta_pin(ns, &a, 1, 0, 0.5, NULL, NULL, &err), -EINVAL);
+    kvp_meta_close(m);
+}
+
+/* kvp_meta_exists_hashes over POST /v1/query with "held": the same
+ * answers as test_pins.c's in-process ones. */
+static void test_exists_hashes(int port)
+{
+    struct kvp_meta *m;
+    if (http_open("", port, 10000, 3, &m)) {
+        CHECK(0);
+        return;
+    }
+    struct kvp_ns *ns;
+    struct kvp_error err = {0};
+    CHECK_EQ(kvp_meta_ns(m, "default", 7, "hx", 2, 1, &ns, &err), 0);
+    CHECK_EQ(kvp_meta_init_rank(ns, 0, 8, &err), 0);
+    CHECK_EQ(kvp_meta_init_rank(ns, 1, 8, &err), 0);
+    CHECK(put1(ns, 0, "ffeeddccbbaa99887766554433221100") >= 0);
+    CHECK(put1(ns, 1, "m@00112233445566778899aabbccddeeff") >= 0);
+    CHECK(put1(ns, 1, "short") >= 0);
+    uint64_t h[] = {0xffeeddccbbaa9988u, 0x8899aabbccddeeffu, 0x8899aabbccddeeffu, 1};
+    uint32_t ranks[] = {0, 1}, one = 1, bad[] = {1, 5};
+    uint8_t out[8];
+    memset(out, 9, sizeof out);
+    CHECK_EQ(kvp_meta_exists_hashes(ns, h, 4, KVP_HASH_SGLANG, ranks, 2, out, &err), 0);
+    uint8_t sgl[] = {1, 0, 0, 0, 0, 0, 0, 0};
+    CHECK(!memcmp(out, sgl, 8));
+    CHECK_EQ(kvp_meta_exists_hashes(ns, h, 4, KVP_HASH_VLLM, ranks, 2, out, &err), 0);
+    uint8_t vll[] = {0, 0, 0, 1, 0, 1, 0, 0};
+    CHECK(!memcmp(out, vll, 8));
+    CHECK_EQ(kvp_meta_exists_hashes(ns, h, 4, KVP_HASH_VLLM, &one, 1, out, &err), 0);
+    uint8_t r1[] = {0, 1, 1, 0};
+    CHECK(!memcmp(out, r1, 4));
+    CHECK_EQ(kvp_meta_exists_hashes(ns, h, 4, KVP_HASH_VLLM, bad, 2, out, &err), -ENOENT);
+    CHECK_EQ(err.rule, KVP_RULE_RANK_NOT_INIT);
+    CHECK_EQ(err.value, 5);
+    CHECK_EQ(kvp_meta_exists_hashes(ns, h, 4, 7, ranks, 2, out, &err), -EINVAL);
+    CHECK_EQ(kvp_meta_exists_hashes(ns, h, 0, KVP_HASH_SGLANG, ranks, 2, out, &err), 0);
+    kvp_meta_close(m);
+}
+
 /* ---------------------------------------------------------------- 4. threads */
 
 #define NTHREADS 8
@@ -895,6 +1033,8 @@ int main(int argc, char **argv)
     if (pid > 0) {
         test_round_trip(port);
         test_drop(port);
+        test_pins(port);
+        test_exists_hashes(port);
         test_restart(&pid, port, dir);
     }
     if (pid > 0) {

@@ -26,6 +26,14 @@ static void test_backend_names(void)
     CHECK_EQ(KVP_PAGEFILE_BACKEND_AUTO, 0);
     CHECK(is(kvp_pagefile_backend_name(KVP_PAGEFILE_BACKEND_USRBIO), "usrbio"));
     CHECK(is(kvp_pagefile_backend_name(-1), "?"));
+    /* a line for people of each (kvpage backends, bench io --help) */
+    for (int b = 0; b < 4; b++) {
+        const char *d = kvp_pagefile_backend_description(b);
+        CHECK(d && strlen(d) > 20 && !strchr(d, '\n') && !is(d, "?"));
+    }
+    CHECK(strstr(kvp_pagefile_backend_description(KVP_PAGEFILE_BACKEND_USRBIO), "3FS") != NULL);
+    CHECK(is(kvp_pagefile_backend_description(-1), "?"));
+    CHECK(is(kvp_pagefile_backend_description(n), "?"));
 }
 
 static void test_flag_names(void)

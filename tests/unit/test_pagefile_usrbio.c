@@ -90,6 +90,10 @@ static void test_errors_and_auto(void)
                   "auto: usrbio reads, usrbio writes (usrbio wants this file)");
         CHECK_EQ(kvp_pagefile_queues(pf), 8); /* 4 rings (opts.queues 0) each way */
         CHECK_STR(kvp_pagefile_backend_name(KVP_PAGEFILE_BACKEND_USRBIO), "usrbio");
+        /* its memory moves without a copy (what bench io's pool asks) */
+        struct kvp_pagefile_info inf = {.info_size = sizeof inf};
+        CHECK_EQ(kvp_pagefile_info(pf, &inf), 0);
+        CHECK_EQ(inf.alloc_zero_copy, 1);
         kvp_pagefile_close(pf);
     }
     /* KVPAGE_USRBIO=0 turns AUTO's choice off */
@@ -106,6 +110,9 @@ static void test_errors_and_auto(void)
     CHECK_EQ(rc, 0);
     if (pf) {
         CHECK_EQ(kvp_pagefile_backend(pf, 0), KVP_PAGEFILE_BACKEND_PSYNC);
+        struct kvp_pagefile_info inf = {.info_size = sizeof inf};
+        CHECK_EQ(kvp_pagefile_info(pf, &inf), 0);
+        CHECK_EQ(inf.alloc_zero_copy, 0);
         kvp_pagefile_close(pf);
     }
     unlink(out);

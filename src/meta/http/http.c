@@ -54,6 +54,7 @@
 #include <jsmn.h>
 
 #include "meta/backend.h"
+#include "meta/rules.h"
 #include "util/hex.h"
 #include "util/jsonw.h"
 
@@ -390,10 +391,12 @@ static void give(struct hbe *b, CURL *h)
 }
 
 struct req {
-    const char *method; /* "POST" or "GET" */
+    const char *method; /* "POST", "GET", or "DELETE" with a body (run: NULL, by body) */
     char path[KVP_MAX_NAME_LEN + 96];
-    const struct kvp_buf *body; /* POST */
+    const struct kvp_buf *body; /* POST, DELETE */
     int idempotent;
+    int keep;         /* run keeps the reply of an error status (the caller frees it) */
+    const char *once; /* not idempotent: what is never sent again (NULL: "an allocation") */
     /* the answer */
     long status;
     struct kvp_buf reply;
@@ -445,6 +448,8 @@ static int perform(struct hbe *b, struct req *r, struct kvp_error *err)
         up.len = r->body->len;
         up.rewind_ok = r->idempotent;
         curl_easy_setopt(h, CURLOPT_POST, 1L);
+        /* DELETE /v1/pins carries a body as a POST does */
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, strcmp(r->method, "POST") ? r->method : NULL);
         curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)up.len);
         curl_easy_setopt(h, CURLOPT_READDATA, &up);
         curl_easy_setopt(h, CURLOPT_SEEKDATA, &up);
@@ -458,6 +463,7 @@ static int perform(struct hbe *b, struct req *r, struct kvp_error *err)
         atomic_fetch_add(&b->connections, (uint64_t)conns);
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r->status);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, NULL);
     curl_easy_setopt(h, CURLOPT_READDATA, NULL);
     curl_easy_setopt(h, CURLOPT_SEEKDATA, NULL);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, NULL);
@@ -465,9 +471,12 @@ static int perform(struct hbe *b, struct req *r, struct kvp_error *err)
     if (c == CURLE_OK && !r->reply.oom)
         return 0;
     int rc = r->reply.oom ? -ENOMEM : curl_errno(c);
-    kvp__set_err(err, rc, KVP_RULE_IO, -1, 0, 0, "%s %s: %s: %s%s", r->method, r->path, b->root,
-                 ebuf[0] ? ebuf : curl_easy_strerror(c),
-                 r->idempotent ? "" : " (an allocation is never sent again)");
+    kvp__set_err(err, rc, KVP_RULE_IO, -1, 0, 0, "%s %s: %s: %s%s%s%s", r->method, r->path, b->root,
+                 ebuf[0] ? ebuf : curl_easy_strerror(c), r->idempotent ? "" : " (",
+                 r->idempotent ? ""
+                 : r->once     ? r->once
+                               : "an allocation",
+                 r->idempotent ? "" : " is never sent again)");
     return rc;
 }
 
@@ -494,7 +503,8 @@ static int call(struct hbe *b, struct req *r, struct kvp_error *err)
     unsigned max = r->idempotent ? b->m->opts.retries : 0;
     for (unsigned attempt = 0;; attempt++) {
         int rc = perform(b, r, err);
-        int again = rc < 0 ? rc != -ENOMEM : r->status >= 500;
+        /* 501: the server has no such operation; asking again will not give it one */
+        int again = rc < 0 ? rc != -ENOMEM : r->status >= 500 && r->status != 501;
         if (!again || attempt >= max) {
             if (rc < 0)
                 atomic_fetch_add(&b->transport_errors, 1);
@@ -546,7 +556,7 @@ static int detail_of(const struct kvp_buf *reply, char *out, size_t cap, struct 
     return 0;
 }
 
-enum op { OP_INIT, OP_ALLOC, OP_CONFIRM, OP_OTHER };
+enum op { OP_INIT, OP_ALLOC, OP_CONFIRM, OP_PIN, OP_OTHER };
 
 /* The errno of a reply status, and the rule a refusal with that status
  * breaks when the reply does not say. */
@@ -572,6 +582,9 @@ static int status_code(long status, int *rule)
     case 507:
         *rule = KVP_RULE_IO;
         return -ENOSPC;
+    case 501: /* "Not implemented yet: ..." (a server whose backend lacks the operation) */
+        *rule = KVP_RULE_ARG;
+        return -EOPNOTSUPP;
     default:
         *rule = status >= 500 ? KVP_RULE_IO : KVP_RULE_NONE;
         return status >= 500 ? -EIO : -EPROTO;
@@ -623,6 +636,11 @@ static void rule_from_words(long status, const char *detail, enum op op, int64_t
                         break;
                     }
             }
+        } else if (op == OP_PIN && sscanf(detail,
+                                          "Pin refused: pinning %lld more keys would pin %lld "
+                                          "keys of the namespace, over the %lld allowed",
+                                          &x, &y, &z) == 3) {
+            *f = (struct rule_fields){KVP_RULE_TOO_MANY, -1, y, z};
         } else if (op == OP_INIT) {
             f->rule = KVP_RULE_RESIZE_HELD;
             const char *p = strstr(detail, "initialized with ");
@@ -727,7 +745,8 @@ static int run(struct hbe *b, struct req *r, struct kvp_buf *body, long want, en
         return -ENOMEM;
     }
     r->body = body;
-    r->method = body ? "POST" : "GET";
+    if (!r->method)
+        r->method = body ? "POST" : "GET";
     int rc = call(b, r, err);
     if (body)
         kvp__buf_free(body);
@@ -735,7 +754,7 @@ static int run(struct hbe *b, struct req *r, struct kvp_buf *body, long want, en
         return rc;
     if (r->status != want)
         rc = status_error(b, r, op, rank, pages, n, err);
-    if (rc)
+    if (rc && !r->keep)
         kvp__buf_free(&r->reply);
     return rc;
 }
@@ -768,10 +787,12 @@ static int reply_list(struct hbe *b, struct req *r, struct jdoc *d, const char *
  * (vllm: rank in the body when >= 0) or to /{rank}/route, and checks the
  * status is want. r->idempotent is the caller's. */
 /* field: one more string field of the body ("order" of reserve, "reason"
- * of an integrity delete) with its value, or NULL. */
+ * of an integrity delete) with its value, or NULL; extra: more members as
+ * written (", " first: a pin's "ttl_s"), or NULL. r->once marks a pin. */
 static int keys_call_field(struct kvp_ns *ns, int64_t rank, int vllm, const char *route,
-                           const char *field, const char *value, const struct kvp_str *keys,
-                           size_t n, long want, struct req *r, struct kvp_error *err)
+                           const char *field, const char *value, const char *extra,
+                           const struct kvp_str *keys, size_t n, long want, struct req *r,
+                           struct kvp_error *err)
 {
     struct hns *s = hns_of(ns);
     int rc = keys_utf8(keys, n, err);
@@ -793,20 +814,25 @@ static int keys_call_field(struct kvp_ns *ns, int64_t rank, int vllm, const char
         kvp__buf_put(&body, value, strlen(value));
         put_lit(&body, "\"");
     }
+    if (extra)
+        put_lit(&body, extra);
     put_lit(&body, "}");
     if (vllm)
         route_path(r, s, route);
     else
         rank_path(r, s, rank, route);
-    return run(be_of(ns->meta), r, &body, want, r->idempotent ? OP_OTHER : OP_ALLOC, rank, NULL, 0,
-               err);
+    return run(be_of(ns->meta), r, &body, want,
+               r->once         ? OP_PIN
+               : r->idempotent ? OP_OTHER
+                               : OP_ALLOC,
+               rank, NULL, 0, err);
 }
 
 static int keys_call(struct kvp_ns *ns, int64_t rank, int vllm, const char *route,
                      const struct kvp_str *keys, size_t n, long want, struct req *r,
                      struct kvp_error *err)
 {
-    return keys_call_field(ns, rank, vllm, route, NULL, NULL, keys, n, want, r, err);
+    return keys_call_field(ns, rank, vllm, route, NULL, NULL, NULL, keys, n, want, r, err);
 }
 
 static int h_init_rank(struct kvp_ns *ns, uint32_t rank, uint32_t num_pages, uint64_t *ticket,
@@ -840,8 +866,8 @@ static int h_allocate_ordered(struct kvp_ns *ns, uint32_t rank, int order,
     const char *name = order == KVP_ORDER_VLLM     ? "vllm"
                        : order == KVP_ORDER_SGLANG ? NULL /* the route's own */
                                                    : "default";
-    int rc = keys_call_field(ns, rank, 0, "reserve_and_allocate_page_indices", "order", name, keys,
-                             n, 200, &r, err);
+    int rc = keys_call_field(ns, rank, 0, "reserve_and_allocate_page_indices", "order", name, NULL,
+                             keys, n, 200, &r, err);
     if (rc)
         return rc;
     struct jdoc d;
@@ -975,7 +1001,7 @@ static int h_delete_rejected(struct kvp_ns *ns, int64_t rank, const struct kvp_s
 {
     struct req r = {.idempotent = 1};
     int rc = keys_call_field(ns, rank, rank < 0, rank < 0 ? "/keys/delete" : "delete_keys",
-                             "reason", "integrity", keys, n, 204, &r, err);
+                             "reason", "integrity", NULL, keys, n, 204, &r, err);
     kvp__buf_free(&r.reply);
     return rc;
 }
@@ -1056,24 +1082,34 @@ static const char *h_identity(struct kvp_meta *m)
     return m->identity;
 }
 
+/* GET /v1/stats into *r and *d, *a its list "namespaces". 0 (free d->t and
+ * r->reply), or the error (nothing to free). */
+static int get_stats(struct hbe *b, struct req *r, struct jdoc *d, int *a, struct kvp_error *err)
+{
+    *r = (struct req){.idempotent = 1};
+    snprintf(r->path, sizeof r->path, "/v1/stats");
+    int rc = run(b, r, NULL, 200, OP_OTHER, -1, NULL, 0, err);
+    if (rc)
+        return rc;
+    if (jparse(d, r->reply.p ? r->reply.p : "", r->reply.len) ||
+        (*a = jget(d, 0, "namespaces")) < 0 || d->t[*a].type != JSMN_ARRAY) {
+        free(d->t);
+        rc = bad_reply(b, r, "has no list \"namespaces\"", err);
+        kvp__buf_free(&r->reply);
+        return rc;
+    }
+    return 0;
+}
+
 /* Calls fn for each namespace of the server's /v1/stats (of the fixed
  * deployment only, when the location names one). */
 static int walk_stats(struct hbe *b, kvp_meta_stats_fn fn, void *arg, struct kvp_error *err)
 {
-    struct req r = {.idempotent = 1};
-    snprintf(r.path, sizeof r.path, "/v1/stats");
-    int rc = run(b, &r, NULL, 200, OP_OTHER, -1, NULL, 0, err);
+    struct req r;
+    struct jdoc d;
+    int a, rc = get_stats(b, &r, &d, &a, err);
     if (rc)
         return rc;
-    struct jdoc d;
-    int a;
-    if (jparse(&d, r.reply.p ? r.reply.p : "", r.reply.len) ||
-        (a = jget(&d, 0, "namespaces")) < 0 || d.t[a].type != JSMN_ARRAY) {
-        free(d.t);
-        rc = bad_reply(b, &r, "has no list \"namespaces\"", err);
-        kvp__buf_free(&r.reply);
-        return rc;
-    }
     static const char *const fields[] = {"num_pages",
                                          "free",
                                          "reserved",
@@ -1168,6 +1204,247 @@ static size_t h_nranks(struct kvp_ns *ns)
     if (walk_stats(be_of(ns->meta), find_fn, &f, NULL))
         return 0;
     return f.nranks;
+}
+
+/* ---------------------------------------------------------------- pins, the query by hashes */
+
+/* Whether the object at i names s's namespace: "deployment" (when dep) and
+ * pool_field as s has them. */
+static int names_ns(const struct jdoc *d, int i, const struct hns *s, int dep,
+                    const char *pool_field)
+{
+    char v[KVP_MAX_NAME_LEN * 4 + 8];
+    ptrdiff_t l;
+    if (dep && ((l = jstr(d, jget(d, i, "deployment"), v, sizeof v)) < 0 || (size_t)l != s->dlen ||
+                memcmp(v, s->dep, s->dlen)))
+        return 0;
+    l = jstr(d, jget(d, i, pool_field), v, sizeof v);
+    return l >= 0 && (size_t)l == s->plen && !memcmp(v, s->pool, s->plen);
+}
+
+/* A 404 of /v1/pins: the server knows the route but not the namespace, or
+ * it has no rank: -ENOENT (the namespace has no initialized rank, as
+ * in-process); any other 404 is a server older than the route. */
+static int pins_404(struct kvp_error *err)
+{
+    if (err && (strstr(err->msg, "Namespace '") || strstr(err->msg, "no initialized rank"))) {
+        err->rule = KVP_RULE_RANK_NOT_INIT;
+        return -ENOENT;
+    }
+    if (err) {
+        char was[sizeof err->msg];
+        snprintf(was, sizeof was, "%s", err->msg);
+        kvp__set_err(err, -EOPNOTSUPP, KVP_RULE_ARG, -1, 0, 0,
+                     "the server has no pins (older than the route; %s)", was);
+    }
+    return -EOPNOTSUPP;
+}
+
+/* POST /v1/pins (protocol.md §13.2) with the caller's ratio as
+ * "max_pinned_ratio" (the server applies the lower of it and its own
+ * --max-pinned-ratio). A pin adds references: never sent again. */
+static int h_pin(struct kvp_ns *ns, const struct kvp_str *keys, size_t n, uint64_t ttl_ms,
+                 double max_ratio, uint64_t *total, uint64_t *limit, struct kvp_error *err)
+{
+    struct kvp_error mine; /* the refusal's rule decides the errno */
+    if (!err)
+        err = &mine;
+    struct hbe *b = be_of(ns->meta);
+    struct req r = {.keep = 1, .once = "a pin"};
+    char extra[96];
+    snprintf(extra, sizeof extra, ", \"ttl_s\": %llu.%03u, \"max_pinned_ratio\": %.17g",
+             (unsigned long long)(ttl_ms / 1000), (unsigned)(ttl_ms % 1000), max_ratio);
+    int rc = keys_call_field(ns, -1, 1, "/v1/pins", NULL, NULL, extra, keys, n, 200, &r, err);
+    /* the answer's figures; a refusal over the limit carries them too (to a
+     * client that asks for the rule's fields) */
+    struct jdoc d = {0};
+    int64_t t = -1, l = -1;
+    if ((!rc || r.status == 409) && !jparse(&d, r.reply.p ? r.reply.p : "", r.reply.len)) {
+        jint(&d, jget(&d, 0, "pinned_keys"), 0, &t);
+        jint(&d, jget(&d, 0, "max_pinned_keys"), 0, &l);
+        free(d.t);
+    }
+    if (!rc && (t < 0 || l < 0))
+        rc = bad_reply(b, &r, "has no pinned_keys and max_pinned_keys", err);
+    else if (rc && r.status == 409 && err && err->rule == KVP_RULE_TOO_MANY) {
+        rc = err->code = -ENOSPC;
+        l = err->limit;
+    } else if (rc && r.status == 409) { /* the server's state is read-only */
+        rc = -EROFS;
+        if (err)
+            err->code = rc;
+    } else if (rc && r.status == 404) {
+        rc = pins_404(err);
+        if (err)
+            err->code = rc;
+    }
+    *total = t >= 0 ? (uint64_t)t : 0;
+    *limit = l >= 0 ? (uint64_t)l : 0;
+    kvp__buf_free(&r.reply);
+    return rc;
+}
+
+/* DELETE /v1/pins: one reference taken back from each key. Never sent
+ * again (a second would take another). */
+static int h_unpin(struct kvp_ns *ns, const struct kvp_str *keys, size_t n, uint64_t *released,
+                   struct kvp_error *err)
+{
+    struct kvp_error mine; /* the refusal's rule decides the errno */
+    if (!err)
+        err = &mine;
+    struct hbe *b = be_of(ns->meta);
+    struct req r = {.method = "DELETE", .once = "an unpin"};
+    int rc = keys_call_field(ns, -1, 1, "/v1/pins", NULL, NULL, NULL, keys, n, 200, &r, err);
+    *released = 0;
+    struct jdoc d;
+    int64_t v = -1;
+    if (!rc && !jparse(&d, r.reply.p ? r.reply.p : "", r.reply.len)) {
+        jint(&d, jget(&d, 0, "unpinned"), 0, &v);
+        free(d.t);
+    }
+    if (!rc && v < 0)
+        rc = bad_reply(b, &r, "has no unpinned", err);
+    else if (!rc)
+        *released = (uint64_t)v;
+    else if (r.status == 409) { /* read-only */
+        rc = -EROFS;
+        if (err)
+            err->code = rc;
+    } else if (r.status == 404 && (rc = pins_404(err)) == -ENOENT) {
+        rc = 0; /* no rank: nothing was pinned */
+        if (err)
+            memset(err, 0, sizeof *err);
+    } else if (r.status == 404 && err) {
+        err->code = rc;
+    }
+    kvp__buf_free(&r.reply);
+    return rc;
+}
+
+/* The pins of GET /v1/stats ("pins": the namespace's keys and refs, and by
+ * rank "ranks" and "rank_refs"); -ENOENT for a rank the namespace has not
+ * initialized, as in-process. */
+static int h_pinned(struct kvp_ns *ns, int64_t rank, uint64_t *keys, uint64_t *refs,
+                    struct kvp_error *err)
+{
+    struct hns *s = hns_of(ns);
+    struct hbe *b = be_of(ns->meta);
+    struct req r;
+    struct jdoc d;
+    int a, rc = get_stats(b, &r, &d, &a, err);
+    if (rc)
+        return rc;
+    char rk[16];
+    snprintf(rk, sizeof rk, "%lld", (long long)rank);
+    int found = rank < 0, i = a + 1;
+    for (int k = 0; k < d.t[a].size && !found; k++, i = jskip(&d, i)) {
+        int ra = jget(&d, i, "ranks"), j = ra + 1;
+        if (ra < 0 || d.t[ra].type != JSMN_ARRAY || !names_ns(&d, i, s, 1, "pool"))
+            continue;
+        for (int q = 0; q < d.t[ra].size && !found; q++, j = jskip(&d, j)) {
+            int64_t v;
+            found = !jint(&d, jget(&d, j, "rank"), 0, &v) && v == rank;
+        }
+    }
+    int pins = jget(&d, 0, "pins"), list = jget(&d, pins, "namespaces");
+    uint8_t yes = 0;
+    int64_t nk = 0, nr = 0;
+    if (!found) {
+        rc = kvp__err_rank_not_init(err, rank);
+    } else if (list < 0 || d.t[list].type != JSMN_ARRAY ||
+               jbool(&d, jget(&d, pins, "supported"), &yes) || !yes) {
+        kvp__set_err(err, -EOPNOTSUPP, KVP_RULE_ARG, -1, 0, 0,
+                     "pins are not implemented yet by the server at %s (its /v1/stats lists none)",
+                     b->root);
+        rc = -EOPNOTSUPP;
+    } else {
+        i = list + 1;
+        for (int k = 0; k < d.t[list].size; k++, i = jskip(&d, i)) {
+            if (!names_ns(&d, i, s, 1, "pool"))
+                continue;
+            if (rank < 0) {
+                jint(&d, jget(&d, i, "keys"), 0, &nk);
+                jint(&d, jget(&d, i, "refs"), 0, &nr);
+            } else {
+                jint(&d, jget(&d, jget(&d, i, "ranks"), rk), 0, &nk);
+                jint(&d, jget(&d, jget(&d, i, "rank_refs"), rk), 0, &nr);
+            }
+        }
+    }
+    free(d.t);
+    kvp__buf_free(&r.reply);
+    if (keys)
+        *keys = rc ? 0 : (uint64_t)nk;
+    if (refs)
+        *refs = rc ? 0 : (uint64_t)nr;
+    return rc;
+}
+
+/* POST /v1/query by "block_hashes" with "held": true, which adds to each
+ * rank of the answer which of the hashes it holds; "rank" when one is
+ * asked. A rank the answer lacks is not initialized. */
+static int h_exists_hashes(struct kvp_ns *ns, const uint64_t *hashes, size_t n, int form,
+                           const uint32_t *ranks, size_t nranks, uint8_t *out,
+                           struct kvp_error *err)
+{
+    struct hns *s = hns_of(ns);
+    struct hbe *b = be_of(ns->meta);
+    if (!nranks)
+        return 0;
+    struct req r = {.idempotent = 1};
+    struct kvp_buf body = {0};
+    kvp__buf_reserve(&body, n * 22 + 128);
+    put_lit(&body, "{\"block_hashes\": [");
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            put_lit(&body, ", ");
+        kvp__jw_int(&body, (int64_t)hashes[i]); /* the server reads an integer's 64 bits */
+    }
+    put_lit(&body, form == KVP_HASH_VLLM ? "], \"hash_format\": \"vllm\", \"held\": true"
+                                         : "], \"hash_format\": \"sglang\", \"held\": true");
+    if (nranks == 1)
+        kvp__buf_printf(&body, ", \"rank\": %u", ranks[0]);
+    put_pool(&body, s, 0);
+    put_lit(&body, "}");
+    route_path(&r, s, "/v1/query");
+    int rc = run(b, &r, &body, 200, OP_OTHER, -1, NULL, 0, err);
+    if (rc)
+        return rc;
+    struct jdoc d;
+    int a;
+    if (jparse(&d, r.reply.p ? r.reply.p : "", r.reply.len) ||
+        (a = jget(&d, 0, "namespaces")) < 0 || d.t[a].type != JSMN_ARRAY) {
+        free(d.t);
+        rc = bad_reply(b, &r, "has no list \"namespaces\"", err);
+        kvp__buf_free(&r.reply);
+        return rc;
+    }
+    int i = a + 1, rk = -1;
+    for (int k = 0; k < d.t[a].size && rk < 0; k++, i = jskip(&d, i))
+        if (names_ns(&d, i, s, 0, "namespace"))
+            rk = jget(&d, i, "ranks");
+    for (size_t j = 0; j < nranks && !rc; j++) {
+        char name[16];
+        snprintf(name, sizeof name, "%u", ranks[j]);
+        int e = jget(&d, rk, name), h = jget(&d, e, "held");
+        if (e < 0) {
+            rc = kvp__err_rank_not_init(err, ranks[j]);
+        } else if (h < 0) { /* a server before "held" */
+            kvp__set_err(err, -EOPNOTSUPP, KVP_RULE_ARG, -1, 0, 0,
+                         "the query by block hashes is not implemented yet by the server at %s "
+                         "(its /v1/query answers no \"held\")",
+                         b->root);
+            rc = -EOPNOTSUPP;
+        } else if (d.t[h].type != JSMN_ARRAY || (size_t)d.t[h].size != n) {
+            rc = bad_reply(b, &r, "has a \"held\" that is not a list of one bool per hash", err);
+        }
+        for (size_t q = 0; !rc && q < n; q++)
+            if (jbool(&d, h + 1 + (int)q, &out[q * nranks + j]))
+                rc = bad_reply(b, &r, "has a \"held\" element that is not a bool", err);
+    }
+    free(d.t);
+    kvp__buf_free(&r.reply);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- namespaces */
@@ -1467,6 +1744,10 @@ const struct kvp__meta_ops kvp__http_ops = {
     .lookup = h_lookup,
     .del = h_delete,
     .del_rejected = h_delete_rejected,
+    .pin = h_pin,
+    .unpin = h_unpin,
+    .pinned = h_pinned,
+    .exists_hashes = h_exists_hashes,
     .clear = h_clear,
     .drop = h_drop,
     .nranks = h_nranks,
