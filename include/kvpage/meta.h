@@ -544,6 +544,20 @@ KVP_API int kvp_meta_watch(struct kvp_meta *m, kvp_meta_change_fn fn, void *arg)
 KVP_API int kvp_meta_inventory(struct kvp_meta *m, kvp_meta_change_fn fn, void *arg);
 
 /*
+ * A number kept with the state under name (1..KVP_MAX_COUNTER_NAME bytes),
+ * for a process that keeps nothing of its own: kvpage serve --kv-events's
+ * next sequence number when the state is in Redis. Atomically sets it to
+ * value when it is expect or less (a number never set is 0) and *now (may be
+ * NULL) to what it is after: value == expect raises it to at least value,
+ * value 0 and expect 0 read it. Exact up to 2^53. Returns 0, -EINVAL, or
+ * -EOPNOTSUPP for a backend that keeps none (mem:, file:: a data directory
+ * keeps such numbers), or a failure to reach the state (-errno, err).
+ */
+#define KVP_MAX_COUNTER_NAME 256
+KVP_API int kvp_meta_counter(struct kvp_meta *m, const char *name, uint64_t expect, uint64_t value,
+                             uint64_t *now, struct kvp_error *err);
+
+/*
  * A figure of the backend's own (its log, its connection, ...), beyond the
  * per-rank figures every backend has (kvp_meta_stats). kvpage serve prints
  * each in /v1/stats as section.key and in /metrics as metric, without knowing

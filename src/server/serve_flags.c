@@ -333,11 +333,6 @@ int kvp__serve_parse(int argc, char **argv, struct serve_cfg *cfg)
                         "either in Redis or in a data directory\n");
         return 2;
     }
-    if (cfg->meta_loc && cfg->kvev.spec) {
-        fprintf(stderr, "kvpage serve: --kv-events with --meta is not implemented yet: KV events "
-                        "come from a server whose state is in process (--data-dir)\n");
-        return 2;
-    }
     /* Every call to a remote store waits for a round trip: more threads keep
      * the server answering while some wait (a slow or unreachable store must
      * not stall every client behind one request). */

@@ -460,7 +460,8 @@ static void big_rank(int port, const char *loc)
     redisReply *r = c ? redisCommand(c, "INFO memory") : NULL;
     const char *u = r && r->str ? strstr(r->str, "used_memory_dataset:") : NULL;
     long long used = u ? atoll(u + strlen("used_memory_dataset:")) : -1;
-    CHECK(used >= 0 && used < 1000000);
+    /* (the rank's stream of changes, for KV events, is a few KB of it) */
+    CHECK(used >= 0 && used < 1500000);
     if (r)
         freeReplyObject(r);
     if (c)
@@ -827,12 +828,145 @@ static void drop_test(int port)
     CHECK_EQ(kvp_meta_ns(m2, "d1", 2, "kv", 2, 0, &ns, NULL), -ENOENT);
     struct drop_seen seen = drop_seen_of(m2);
     CHECK(!seen.a && seen.b);
-    /* d1's keys are gone: its tag appears in no key of the prefix */
+    /* d1's keys are gone: its tag appears in no key of the prefix but
+     * the ranks' streams of changes, which expire (after the KV events'
+     * readers have read the removals) */
+    char nev[32];
     CHECK_EQ(raw(port, n, sizeof n, "KEYS drop:{d1/*"), 0);
-    CHECK_EQ(strcmp(n, "0"), 0);
+    CHECK_EQ(raw(port, nev, sizeof nev, "KEYS drop:{d1/*:ev"), 0);
+    CHECK_EQ(strcmp(n, nev), 0);
     CHECK_EQ(raw(port, n, sizeof n, "KEYS drop:{d2/*"), 0);
     CHECK(strcmp(n, "0") != 0);
     kvp_meta_close(m2);
+    kvp_meta_close(m);
+}
+
+/* ---------------------------------------------------------------- changes (KV events) */
+
+/* What a watcher was told ("+key@rank", "-key@rank", "|" at the end of an
+ * entry), on the backend's thread. */
+struct told {
+    pthread_mutex_t lock;
+    char s[4096];
+};
+
+static void told_fn(const struct kvp_meta_change *c, void *arg)
+{
+    struct told *t = arg;
+    pthread_mutex_lock(&t->lock);
+    size_t n = strlen(t->s);
+    if (!c)
+        snprintf(t->s + n, sizeof t->s - n, "|");
+    else
+        snprintf(t->s + n, sizeof t->s - n, "%c%.*s@%u", c->kind == KVP_CHANGE_STORED ? '+' : '-',
+                 (int)c->len, c->key, c->rank);
+    pthread_mutex_unlock(&t->lock);
+}
+
+/* Waits (10 s at most) until t has been told want; then forgets it. */
+static void told_wait(struct told *t, const char *want)
+{
+    char got[4096];
+    for (uint64_t t0 = mono_ms();;) {
+        pthread_mutex_lock(&t->lock);
+        snprintf(got, sizeof got, "%s", t->s);
+        pthread_mutex_unlock(&t->lock);
+        if (strlen(got) >= strlen(want) || mono_ms() - t0 > 10000)
+            break;
+        usleep(2000);
+    }
+    if (strcmp(got, want))
+        fprintf(stderr, "told \"%s\", expected \"%s\"\n", got, want);
+    CHECK(!strcmp(got, want));
+    pthread_mutex_lock(&t->lock);
+    t->s[0] = 0;
+    pthread_mutex_unlock(&t->lock);
+}
+
+static void inv_fn(const struct kvp_meta_change *c, void *arg)
+{
+    CHECK_EQ(c->kind, KVP_CHANGE_STORED);
+    size_t n = strlen(arg);
+    snprintf((char *)arg + n, 4096 - n, "%s/%s:%.*s@%u ", c->deployment, c->pool, (int)c->len,
+             c->key, c->rank);
+}
+
+/* kvp_meta_watch over Redis: a handle (another process's) watches the
+ * changes made through another, in order, one entry per script call; a
+ * watcher started later hears only what comes after; the inventory; the
+ * counters of kvp_meta_counter. */
+static void watch_test(int port)
+{
+    char loc[96], out[32];
+    snprintf(loc, sizeof loc, "redis://127.0.0.1:%d?prefix=ev", port);
+    struct kvp_meta *m = diff_open(loc, 60000, 0), *w = diff_open(loc, 60000, 0), *w2 = NULL;
+    CHECK(m && w);
+    if (!m || !w)
+        return;
+    static struct told t = {PTHREAD_MUTEX_INITIALIZER, ""}, t2 = {PTHREAD_MUTEX_INITIALIZER, ""};
+    CHECK_EQ(kvp_meta_watch(w, told_fn, &t), 0); /* before the namespace exists */
+    struct kvp_ns *ns = ns_of(m, "d", "kv");
+    CHECK_EQ(kvp_meta_init_rank(ns, 0, 2, NULL), 0);
+    CHECK_EQ(kvp_meta_init_rank(ns, 2, 4, NULL), 0);
+    CHECK(put(ns, 0, "a") >= 0);
+    CHECK(put(ns, 0, "b") >= 0);
+    CHECK(put(ns, 0, "c") >= 0); /* evicts a */
+    told_wait(&t, "+a@0|+b@0|-a@0|+c@0|");
+    struct kvp_str k = K("c");
+    int64_t p = put(ns, 2, "c");
+    CHECK(p >= 0);
+    CHECK_EQ(kvp_meta_confirm(ns, 2, &k, &p, 1, NULL, 0, NULL), 0); /* held already: nothing */
+    told_wait(&t, "+c@2|");
+    char inv[4096] = "";
+    CHECK_EQ(kvp_meta_inventory(w, inv_fn, inv), 0);
+    CHECK(!strcmp(inv, "d/kv:c@0 d/kv:b@0 d/kv:c@2 ") ||
+          !strcmp(inv, "d/kv:b@0 d/kv:c@0 d/kv:c@2 "));
+    w2 = diff_open(loc, 60000, 0);
+    CHECK(w2 != NULL);
+    if (w2)
+        CHECK_EQ(kvp_meta_watch(w2, told_fn, &t2), 0); /* from now on */
+    CHECK_EQ(kvp_meta_delete(ns, -1, &k, 1, NULL), 0);
+    told_wait(&t, "-c@0|-c@2|");
+    told_wait(&t2, "-c@0|-c@2|");
+    CHECK(put(ns, 2, "e") >= 0);
+    told_wait(&t, "+e@2|");
+    told_wait(&t2, "+e@2|");
+    CHECK_EQ(kvp_meta_clear(ns, 0, NULL), 0); /* (ranks' streams: each in its order) */
+    told_wait(&t, "-b@0|");
+    told_wait(&t2, "-b@0|");
+    CHECK_EQ(kvp_meta_drop(m, "d", 1, "kv", 2, NULL), 0);
+    told_wait(&t, "-e@2|");
+    /* The namespace made again: its ranks' streams are read on. */
+    ns = ns_of(m, "d", "kv");
+    CHECK_EQ(kvp_meta_init_rank(ns, 0, 2, NULL), 0);
+    CHECK(put(ns, 0, "g") >= 0);
+    told_wait(&t, "+g@0|");
+    told_wait(&t2, "-e@2|+g@0|");
+    inv[0] = 0;
+    CHECK_EQ(kvp_meta_inventory(w, inv_fn, inv), 0);
+    CHECK(!strcmp(inv, "d/kv:g@0 "));
+    /* Unwatched: nothing more is told. */
+    CHECK_EQ(kvp_meta_watch(w, NULL, NULL), 0);
+    CHECK(put(ns, 0, "h") >= 0);
+    told_wait(&t2, "+h@0|");
+    told_wait(&t, "");
+    CHECK_EQ(raw(port, out, sizeof out, "XLEN ev:{d/6b76/0}:ev"), 0);
+    CHECK(atoi(out) >= 3);
+
+    uint64_t v = 99;
+    CHECK_EQ(kvp_meta_counter(m, "n", 0, 0, &v, NULL), 0);
+    CHECK_EQ(v, 0);
+    CHECK_EQ(kvp_meta_counter(m, "n", 10, 10, &v, NULL), 0);
+    CHECK_EQ(v, 10);
+    CHECK_EQ(kvp_meta_counter(m, "n", 5, 5, &v, NULL), 0); /* raises only */
+    CHECK_EQ(v, 10);
+    CHECK_EQ(kvp_meta_counter(w, "n", 10, 7, &v, NULL), 0); /* set, as it is 10 */
+    CHECK_EQ(v, 7);
+    CHECK_EQ(kvp_meta_counter(m, "n", 3, 1, &v, NULL), 0); /* it is not 3 or less */
+    CHECK_EQ(v, 7);
+    CHECK_EQ(kvp_meta_counter(m, "", 0, 0, &v, NULL), -EINVAL);
+    kvp_meta_close(w2);
+    kvp_meta_close(w);
     kvp_meta_close(m);
 }
 
@@ -960,6 +1094,7 @@ static void single_server(int steps, uint64_t seed)
     big_rank(port, loc);
     page_orders(port);
     drop_test(port);
+    watch_test(port);
     restart_test(0);
     server_kill(0);
 }
