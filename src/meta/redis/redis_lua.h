@@ -2,7 +2,7 @@
  * The Lua scripts of the redis:// backend (src/meta/redis/redis.c). Every
  * operation on one rank is one script, so Redis runs it atomically, however
  * many kvpage processes share the store. Each rank script gets the same
- * eleven keys, all with the rank's hash tag (one cluster slot):
+ * twelve keys, all with the rank's hash tag (one cluster slot):
  *
  *   KEYS[1] m      STRING the rank's fields, in decimal separated by
  *                         spaces: num_pages, hwm (pages >= hwm were never
