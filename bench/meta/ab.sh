@@ -18,7 +18,10 @@
 #      with --fsync batch, and only allocconfirm64 is run),
 #      EVENTS ("": with 1, the new side runs --kv-events on ipc:// endpoints
 #      with one subscriber, events_sub.py, that receives and decodes every
-#      batch: `EVENTS=1 bench/meta/ab.sh build build` is events off / on).
+#      batch: `EVENTS=1 bench/meta/ab.sh build build` is events off / on),
+#      REDIS ("": with 1, one redis-server (AOF everysec) holds both sides'
+#      state: `--meta redis://...?prefix=old|new` instead of --data-dir;
+#      set THREADS=8 as kvpage serve's default over Redis).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -27,6 +30,7 @@ ROUNDS=${ROUNDS:-5} DUR=${DUR:-3} CONNS=${CONNS:-16} PAGES=${PAGES:-16777216} TH
 OPS=${OPS:-"exists64 locations64 sglexists64 allocconfirm64"}
 FSYNC=${FSYNC:-}
 EVENTS=${EVENTS:-}
+REDIS=${REDIS:-}
 [ $# = 2 ] || { echo "usage: $0 OLD_BUILD_DIR NEW_BUILD_DIR" >&2; exit 2; }
 [ -n "$FSYNC" ] && OPS=allocconfirm64
 
@@ -46,11 +50,20 @@ done
 
 free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
+if [ -n "$REDIS" ]; then
+    RP=$(free_port)
+    redis-server --port "$RP" --bind 127.0.0.1 --save '' --dir "$TMP" --appendonly yes \
+        --appendfsync everysec >"$TMP/redis.log" 2>&1 &
+    PIDS+=($!)
+    for _ in $(seq 100); do redis-cli -p "$RP" ping >/dev/null 2>&1 && break; sleep 0.05; done
+fi
+
 declare -A PORT
 for side in old new; do
     p=$(free_port)
     extra=(--data-dir none)
     [ -n "$FSYNC" ] && extra=(--data-dir "$TMP/data-$side" --fsync "$FSYNC")
+    [ -n "$REDIS" ] && extra=(--meta "redis://127.0.0.1:$RP/0?prefix=$side")
     if [ -n "$EVENTS" ] && [ $side = new ]; then
         extra+=(--kv-events "endpoint=ipc://$TMP/events,replay_endpoint=ipc://$TMP/replay")
     fi
@@ -91,7 +104,7 @@ run() { # run SIDE OP -> requests/s
 
 echo "# date=$(date -u +%FT%TZ) nproc=$(nproc) load=$(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# old=$1 ($(sha256sum "$TMP/old/kvpage" | cut -c1-12)) new=$2 ($(sha256sum "$TMP/new/kvpage" | cut -c1-12))"
-echo "# rounds=$ROUNDS dur=${DUR}s conns=$CONNS threads=$THREADS fsync=${FSYNC:-none} events=${EVENTS:-off}"
+echo "# rounds=$ROUNDS dur=${DUR}s conns=$CONNS threads=$THREADS fsync=${FSYNC:-none} events=${EVENTS:-off} redis=${REDIS:-off}"
 # Handler time per request of one side since the last call (from /v1/stats:
 # every route's time inside the server, HTTP parsing and replies excluded).
 declare -A SRV_BEFORE
