@@ -972,6 +972,70 @@ static void watch_test(const char *loc, int port)
     kvp_meta_close(m);
 }
 
+/* A watcher held up (its fn waits) while a rank's stream of 100 entries
+ * (?events_max=100) is trimmed past it: the gap is counted, the changes
+ * after it still told. */
+static atomic_int gate_open;
+static atomic_int gate_told;
+
+static void gate_fn(const struct kvp_meta_change *c, void *arg)
+{
+    (void)arg;
+    if (c)
+        atomic_fetch_add(&gate_told, 1);
+    while (!atomic_load(&gate_open))
+        usleep(1000);
+}
+
+static int gaps_of(const struct kvp_meta_value *v, void *arg)
+{
+    if (!strcmp(v->key, "event_gaps"))
+        *(uint64_t *)arg = v->value;
+    return 0;
+}
+
+static void watch_gap_test(int port)
+{
+    char loc[96];
+    snprintf(loc, sizeof loc, "redis://127.0.0.1:%d?prefix=gap&events_max=100", port);
+    struct kvp_meta *m = diff_open(loc, 60000, 0), *w = diff_open(loc, 60000, 0);
+    CHECK(m && w);
+    if (!m || !w)
+        return;
+    struct kvp_ns *ns = ns_of(m, "d", "kv");
+    CHECK_EQ(kvp_meta_init_rank(ns, 0, 4096, NULL), 0);
+    CHECK_EQ(kvp_meta_watch(w, gate_fn, NULL), 0);
+    char key[32];
+    CHECK(put(ns, 0, "first") >= 0);
+    for (uint64_t t0 = mono_ms(); !atomic_load(&gate_told) && mono_ms() - t0 < 10000;)
+        usleep(1000); /* the tail is held in its first fn */
+    for (int i = 0; i < 1000; i++) {
+        snprintf(key, sizeof key, "k%d", i);
+        CHECK(put(ns, 0, key) >= 0); /* an entry each */
+    }
+    char out[32];
+    CHECK_EQ(raw(port, out, sizeof out, "XLEN gap:{d/6b76/0}:ev"), 0);
+    CHECK(atoi(out) < 400); /* trimmed to about 100 */
+    atomic_store(&gate_open, 1);
+    uint64_t gaps = 0;
+    for (uint64_t t0 = mono_ms(); mono_ms() - t0 < 10000; usleep(2000)) {
+        kvp_meta_values(w, gaps_of, &gaps);
+        if (gaps && atomic_load(&gate_told) > 1)
+            break;
+    }
+    CHECK_EQ(gaps, 1);
+    CHECK(atomic_load(&gate_told) < 1000); /* the trimmed ones were never told */
+    CHECK(put(ns, 0, "last") >= 0);
+    int told = atomic_load(&gate_told);
+    for (uint64_t t0 = mono_ms(); atomic_load(&gate_told) == told && mono_ms() - t0 < 10000;)
+        usleep(1000);
+    CHECK(atomic_load(&gate_told) > told);
+    kvp_meta_values(w, gaps_of, &gaps);
+    CHECK_EQ(gaps, 1);
+    kvp_meta_close(w);
+    kvp_meta_close(m);
+}
+
 /* ---------------------------------------------------------------- pins and block hashes */
 
 /* The pins and the query by block hashes of issue 38 on m (Redis or
@@ -1099,6 +1163,7 @@ static void single_server(int steps, uint64_t seed)
     char evloc[96];
     snprintf(evloc, sizeof evloc, "redis://127.0.0.1:%d?prefix=ev", port);
     watch_test(evloc, port);
+    watch_gap_test(port);
     restart_test(0);
     server_kill(0);
 }

@@ -143,6 +143,7 @@ struct rmeta {
     pthread_mutex_t lock; /* guards nss */
     struct rns *nss;
     struct evtail *tail;                    /* kvp_meta_watch's thread, or NULL */
+    char *bodies[SC_COUNT];                 /* scripts made for ?events_max= (owned), or NULL */
     atomic_uint_least64_t ev_read, ev_gaps; /* its entries read; streams found trimmed past it */
 };
 
@@ -322,9 +323,9 @@ static int parse_path(const char *slash, const char *end, int sentinel, struct k
 }
 
 /* The parameters after the '?' (p; NULL: none): prefix into prefix, wait
- * and wait_ms into cfg. */
+ * and wait_ms into cfg, events_max into *evmax. */
 static int parse_params(const char *p, int sentinel, struct kvp__rcfg *cfg, char *prefix,
-                        struct kvp_error *err)
+                        long *evmax, struct kvp_error *err)
 {
     char msg[160];
     while (p && *p) {
@@ -345,8 +346,13 @@ static int parse_params(const char *p, int sentinel, struct kvp__rcfg *cfg, char
                 return bad_url(err, sentinel,
                                "wait_ms must be a number of milliseconds in 1..60000");
             cfg->wait_ms = (uint32_t)v;
+        } else if (l > 11 && !strncmp(p, "events_max=", 11)) {
+            if (opt_num(p + 11, l - 11, 100, 100000000, evmax))
+                return bad_url(err, sentinel,
+                               "events_max must be a number of entries in 100..100000000");
         } else {
-            snprintf(msg, sizeof msg, "unknown parameter '%.*s' (known: prefix, wait, wait_ms)",
+            snprintf(msg, sizeof msg,
+                     "unknown parameter '%.*s' (known: prefix, wait, wait_ms, events_max)",
                      (int)(l > 32 ? 32 : l), p);
             return bad_url(err, sentinel, msg);
         }
@@ -360,7 +366,7 @@ static int parse_params(const char *p, int sentinel, struct kvp__rcfg *cfg, char
 }
 
 static int parse_url(const char *where, int sentinel, struct kvp__rcfg *cfg, char *prefix,
-                     struct kvp_error *err)
+                     long *evmax, struct kvp_error *err)
 {
     memset(cfg, 0, sizeof *cfg);
     strcpy(prefix, "kvp");
@@ -381,7 +387,7 @@ static int parse_url(const char *where, int sentinel, struct kvp__rcfg *cfg, cha
     if ((at && (rc = parse_auth(s, (size_t)(at - s), sentinel, cfg, err))) ||
         (rc = parse_hosts(at ? at + 1 : s, auth_end, sentinel, cfg, err)) ||
         (rc = parse_path(slash, end, sentinel, cfg, err)) ||
-        (rc = parse_params(q ? q + 1 : NULL, sentinel, cfg, prefix, err)))
+        (rc = parse_params(q ? q + 1 : NULL, sentinel, cfg, prefix, evmax, err)))
         goto fail;
     /* Credentials from the environment when the location has none. */
     const char *env;
@@ -2032,7 +2038,8 @@ static int rd_values(struct kvp_meta *front, kvp_meta_value_fn fn, void *arg)
          KVP_VALUE_COUNTER, 0, atomic_load(&m->ev_read), NULL, NULL},
         {"redis", "event_gaps", "kvpage_redis_event_gaps_total",
          "Reads of a rank's stream of changes that found it trimmed past the last change read: "
-         "changes lost to the KV events (the stream keeps about " KVP_LUA_EVMAX " entries).",
+         "changes lost to the KV events (the stream keeps about the location's events_max "
+         "entries, 10000 by default).",
          KVP_VALUE_COUNTER, 0, atomic_load(&m->ev_gaps), NULL, NULL},
     };
     for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
@@ -2185,10 +2192,12 @@ static int policy_one(void *arg, const char *node, redisReply *reply, int rc,
  * and each namespace's rank list, every EV_REFRESH_MS; a rank listed when
  * the watch began is read from its stream's end then ("from now on"), a
  * rank listed later from its stream's start (its changes are all after the
- * watch began). Streams are trimmed to about KVP_LUA_EVMAX entries: a tail
- * that fell further behind than that has lost changes; it checks for that
- * (XINFO STREAM's max-deleted-entry-id beyond the last entry it read)
- * whenever a read found it behind, says it once in the log and counts it
+ * watch began); a rank no longer listed (dropped) is let go once its
+ * stream has nothing more to read. Each entry's id is 1-N, N counting the
+ * rank's entries from 0 (XADD 1-*, redis_lua.h), so the tail sees a gap at
+ * once: the streams are trimmed to about events_max entries (10000), and a
+ * tail that fell further behind than that finds its next entry's N beyond
+ * the one after its last; it says so once in the log and counts it
  * (kvpage_redis_event_gaps_total).
  */
 
@@ -2202,7 +2211,7 @@ struct evrank {
     struct rns *ns;
     uint32_t rank;
     int slot;
-    int behind; /* the last read was full: check for a gap before the next */
+    int listed; /* in the last listing */
     char key[KEY_MAX];
     size_t klen;
     char after[EV_ID_MAX + 1]; /* "(" and the last entry's id read, or "-" */
@@ -2230,12 +2239,12 @@ static int ev_id(const char *s, uint64_t *ms, uint64_t *seq)
     return *e == 0;
 }
 
-static int ev_known(const struct evtail *t, const struct rns *ns, uint32_t rank)
+static struct evrank *ev_known(struct evtail *t, const struct rns *ns, uint32_t rank)
 {
     for (size_t i = 0; i < t->n; i++)
         if (t->r[i].ns == ns && t->r[i].rank == rank)
-            return 1;
-    return 0;
+            return &t->r[i];
+    return NULL;
 }
 
 /* Adds a rank's stream, read from its end now (at_end) or its start. */
@@ -2253,6 +2262,7 @@ static void ev_add(struct evtail *t, struct rns *ns, uint32_t rank, int at_end)
     memset(e, 0, sizeof *e);
     e->ns = ns;
     e->rank = rank;
+    e->listed = 1;
     struct rkeys k;
     rank_keys(ns, rank, &k);
     e->slot = k.slot;
@@ -2283,34 +2293,41 @@ struct ev_refresh_arg {
 static int ev_refresh_ns(void *arg, struct rns *ns, const uint32_t *ranks, size_t nr)
 {
     struct ev_refresh_arg *a = arg;
-    for (size_t j = 0; j < nr; j++)
-        if (!ev_known(a->t, ns, ranks[j]))
+    for (size_t j = 0; j < nr; j++) {
+        struct evrank *e = ev_known(a->t, ns, ranks[j]);
+        if (e)
+            e->listed = 1;
+        else
             ev_add(a->t, ns, ranks[j], a->at_start);
+    }
     return atomic_load(&a->t->stop);
 }
 
-/* Reads the namespaces and their ranks; adds the streams not yet read. */
+/* Reads the namespaces and their ranks; adds the streams not yet read and
+ * notes those of ranks no longer listed (ev_poll lets them go). */
 static void ev_refresh(struct evtail *t, int at_start)
 {
     struct ev_refresh_arg a = {t, at_start};
-    each_ns_ranks(t->m, ev_refresh_ns, &a);
+    for (size_t i = 0; i < t->n; i++)
+        t->r[i].listed = 0;
+    if (each_ns_ranks(t->m, ev_refresh_ns, &a) != 0)
+        for (size_t i = 0; i < t->n; i++)
+            t->r[i].listed = 1; /* not known: kept */
 }
 
-/* Whether stream e lost entries it had not read: the largest id trimmed
- * from it is beyond the last one read (trimming takes the oldest first). */
-static int ev_gap(const struct evrank *e, const redisReply *info)
+static void ev_gap(struct evtail *t, const struct evrank *e)
 {
-    uint64_t ms, seq, dms, dseq;
-    if (e->after[0] != '(' || !ev_id(e->after + 1, &ms, &seq) || !info ||
-        info->type != REDIS_REPLY_ARRAY)
-        return 0;
-    for (size_t i = 0; i + 1 < info->elements; i += 2) {
-        const redisReply *k = info->element[i], *v = info->element[i + 1];
-        if (k->type == REDIS_REPLY_STRING && !strcmp(k->str, "max-deleted-entry-id") &&
-            v->type == REDIS_REPLY_STRING && ev_id(v->str, &dms, &dseq))
-            return dms > ms || (dms == ms && dseq > seq);
-    }
-    return 0;
+    atomic_fetch_add(&t->m->ev_gaps, 1);
+    if (t->logged_gap || !t->m->front->opts.log)
+        return;
+    t->logged_gap = 1;
+    char line[KEY_MAX + 200];
+    snprintf(line, sizeof line,
+             "KV events: the stream %s was trimmed past the last change read from it: changes "
+             "are lost (a replay from 0 gives the state); said once, counted in "
+             "kvpage_redis_event_gaps_total",
+             e->key);
+    t->m->front->opts.log(t->m->front->opts.log_arg, 1, line);
 }
 
 /* Tells fn of the entries of one read of stream e; the number of entries. */
@@ -2325,6 +2342,10 @@ static size_t ev_deliver(struct evtail *t, struct evrank *e, const redisReply *r
         if (x->type != REDIS_REPLY_ARRAY || x->elements != 2 ||
             x->element[0]->type != REDIS_REPLY_STRING || x->element[0]->len >= EV_ID_MAX)
             continue;
+        uint64_t ms, seq, lms, lseq;
+        if (i == 0 && e->after[0] == '(' && ev_id(x->element[0]->str, &ms, &seq) &&
+            ev_id(e->after + 1, &lms, &lseq) && ms == 1 && lms == 1 && seq > lseq + 1)
+            ev_gap(t, e); /* entries lseq+1 .. seq-1 were trimmed unread */
         const redisReply *f = x->element[1];
         for (size_t j = 0; f->type == REDIS_REPLY_ARRAY && j + 1 < f->elements; j += 2) {
             const redisReply *k = f->element[j], *v = f->element[j + 1];
@@ -2340,70 +2361,46 @@ static size_t ev_deliver(struct evtail *t, struct evrank *e, const redisReply *r
         snprintf(e->after, sizeof e->after, "(%s", x->element[0]->str);
         n++;
     }
-    e->behind = n == EV_READ_COUNT;
     return n;
 }
 
 /* One read of every stream (pipelined per node): the entries delivered. */
 static size_t ev_poll(struct evtail *t)
 {
-    size_t nb = 0;
-    for (size_t i = 0; i < t->n; i++)
-        nb += t->r[i].behind;
-    size_t ncmd = t->n + nb;
-    struct kvp__rcmd *cmds = calloc(ncmd ? ncmd : 1, sizeof *cmds);
-    const char **argv = malloc((6 * t->n + 3 * nb + 1) * sizeof *argv);
-    size_t *lens = malloc((6 * t->n + 3 * nb + 1) * sizeof *lens);
+    struct kvp__rcmd *cmds = calloc(t->n ? t->n : 1, sizeof *cmds);
+    const char **argv = malloc((6 * t->n + 1) * sizeof *argv);
+    size_t *lens = malloc((6 * t->n + 1) * sizeof *lens);
     size_t got = 0;
     if (!cmds || !argv || !lens)
         goto out;
-    size_t a = 0, c = 0;
     for (size_t i = 0; i < t->n; i++) {
         struct evrank *e = &t->r[i];
-        if (e->behind) { /* first, on the same connection: before the read */
-            cmds[c++] =
-                (struct kvp__rcmd){.slot = e->slot, .argc = 3, .argv = argv + a, .lens = lens + a};
-            argv[a] = "XINFO", lens[a++] = 5;
-            argv[a] = "STREAM", lens[a++] = 6;
-            argv[a] = e->key, lens[a++] = e->klen;
-        }
-        cmds[c++] =
-            (struct kvp__rcmd){.slot = e->slot, .argc = 6, .argv = argv + a, .lens = lens + a};
-        argv[a] = "XRANGE", lens[a++] = 6;
-        argv[a] = e->key, lens[a++] = e->klen;
-        argv[a] = e->after, lens[a++] = strlen(e->after);
-        argv[a] = "+", lens[a++] = 1;
-        argv[a] = "COUNT", lens[a++] = 5;
-        argv[a] = EV_READ_COUNT_TEXT, lens[a++] = strlen(EV_READ_COUNT_TEXT);
+        const char **v = argv + 6 * i;
+        size_t *l = lens + 6 * i;
+        cmds[i] = (struct kvp__rcmd){.slot = e->slot, .argc = 6, .argv = v, .lens = l};
+        v[0] = "XRANGE", l[0] = 6;
+        v[1] = e->key, l[1] = e->klen;
+        v[2] = e->after, l[2] = strlen(e->after);
+        v[3] = "+", l[3] = 1;
+        v[4] = "COUNT", l[4] = 5;
+        v[5] = EV_READ_COUNT_TEXT, l[5] = sizeof EV_READ_COUNT_TEXT - 1;
     }
-    kvp__rconn_multi(t->m->c, cmds, ncmd, NULL);
-    c = 0;
+    kvp__rconn_multi(t->m->c, cmds, t->n, NULL);
+    size_t keep = 0;
     for (size_t i = 0; i < t->n; i++) {
-        struct evrank *e = &t->r[i];
-        if (e->behind) {
-            if (!cmds[c].rc && ev_gap(e, cmds[c].reply)) {
-                atomic_fetch_add(&t->m->ev_gaps, 1);
-                if (!t->logged_gap && t->m->front->opts.log) {
-                    char line[KEY_MAX + 200];
-                    snprintf(line, sizeof line,
-                             "KV events: the stream %s was trimmed past the last change read "
-                             "from it: changes are lost (a replay from 0 gives the state); said "
-                             "once, counted in kvpage_redis_event_gaps_total",
-                             e->key);
-                    t->m->front->opts.log(t->m->front->opts.log_arg, 1, line);
-                }
-                t->logged_gap = 1;
-            }
-            c++;
-        }
-        if (!cmds[c].rc)
-            got += ev_deliver(t, e, cmds[c].reply);
-        c++;
+        size_t k = cmds[i].rc ? 0 : ev_deliver(t, &t->r[i], cmds[i].reply);
+        got += k;
+        /* A rank found unlisted has nothing more once a read after that
+         * finds nothing: a drop writes its removals before it unlists the
+         * rank. Let go (a rank listed again is read from its start). */
+        if (t->r[i].listed || k || cmds[i].rc)
+            t->r[keep++] = t->r[i];
     }
-out:
-    for (size_t i = 0; cmds && i < ncmd; i++)
+    for (size_t i = 0; i < t->n; i++)
         if (cmds[i].reply)
             kvp__rreply_free(cmds[i].reply);
+    t->n = keep;
+out:
     free(cmds);
     free(argv);
     free(lens);
@@ -2579,6 +2576,28 @@ static int rd_counter(struct kvp_meta *front, const char *name, uint64_t expect,
     return rc;
 }
 
+/* A rank script's body with ?events_max='s length of its stream in place of
+ * KVP_LUA_EVMAX (another script: another SHA). 0 or -ENOMEM. */
+static int evmax_body(struct rmeta *m, int sc, long evmax)
+{
+    static const char pat[] = "'~', '" KVP_LUA_EVMAX "'";
+    const char *b = script_body[sc], *at = strstr(b, pat);
+    if (!at)
+        return 0;
+    size_t n = strlen(b) + 32;
+    if (!(m->bodies[sc] = malloc(n)))
+        return -ENOMEM;
+    snprintf(m->bodies[sc], n, "%.*s'~', '%ld'%s", (int)(at - b), b, evmax, at + sizeof pat - 1);
+    m->scripts[sc].body = m->bodies[sc];
+    return 0;
+}
+
+static void rd_free_bodies(struct rmeta *m)
+{
+    for (int i = 0; i < SC_COUNT; i++)
+        free(m->bodies[i]);
+}
+
 static void rd_close(struct kvp_meta *front)
 {
     struct rmeta *m = front->be;
@@ -2591,6 +2610,7 @@ static void rd_close(struct kvp_meta *front)
         ns_free(ns);
     }
     pthread_mutex_destroy(&m->lock);
+    rd_free_bodies(m);
     free(m);
     front->be = NULL;
 }
@@ -2669,7 +2689,8 @@ static int open_either(struct kvp_meta *front, const char *where, int sentinel,
         return -ENOMEM;
     }
     struct kvp__rcfg cfg;
-    int rc = parse_url(where ? where : "", sentinel, &cfg, m->prefix, err);
+    long evmax = 0;
+    int rc = parse_url(where ? where : "", sentinel, &cfg, m->prefix, &evmax, err);
     if (rc) {
         free(m);
         return rc;
@@ -2704,9 +2725,13 @@ static int open_either(struct kvp_meta *front, const char *where, int sentinel,
         free(m);
         return rc;
     }
-    if ((rc = check_format(m, err)) != 0) {
+    for (int i = 0; evmax && !rc && i < SC_COUNT; i++)
+        if ((rc = evmax_body(m, i, evmax)) != 0)
+            kvp__err_oom(err, rc);
+    if (rc || (rc = check_format(m, err)) != 0) {
         kvp__rconn_close(m->c);
         pthread_mutex_destroy(&m->lock);
+        rd_free_bodies(m);
         free(m);
         return rc;
     }

@@ -47,7 +47,8 @@
  *                         confirmed) or 'r' key (it lost it: evicted,
  *                         deleted, cleared, dropped) in the order made (more
  *                         fields may come: a reader skips the ones it does
- *                         not know). Trimmed to about EVMAX entries; always
+ *                         not know); ids 1-0, 1-1, ... Trimmed to about
+ *                         KVP_LUA_EVMAX entries (?events_max=); always
  *                         written, so that every server of the state may
  *                         publish them (src/meta/redis/redis.c, "changes")
  *
@@ -226,7 +227,8 @@
     "  st.hwm = 0; st.top = 0; st.nres = 0; st.ceil = st.num_pages\n"                              \
     "end\n"                                                                                        \
     "-- the changes of this call ('s' or 'r', then the key), appended to EV in one\n"              \
-    "-- entry (pieces of 2000 changes) by ev_flush: atomic with the change itself\n"               \
+    "-- entry (pieces of 2000 changes) by ev_flush: atomic with the change itself;\n"              \
+    "-- entry ids 1-0, 1-1, 1-2, ...: a reader sees entries trimmed unread as a jump\n"            \
     "local evl = {}\n"                                                                             \
     "local function ev(kind, key) local n = #evl; evl[n + 1] = kind; evl[n + 2] = key end\n"       \
     "local function ev_all(kind, keys) for i = 1, #keys do ev(kind, keys[i]) end end\n"            \
@@ -234,7 +236,7 @@
     "  local n = #evl\n"                                                                           \
     "  for i = 1, n, 4000 do\n"                                                                    \
     "    call('XADD', EV, 'MAXLEN', '~', '" KVP_LUA_EVMAX                                          \
-    "', '*', unpack(evl, i, math.min(i + 3999, n)))\n"                                             \
+    "', '1-*', unpack(evl, i, math.min(i + 3999, n)))\n"                                           \
     "  end\n"                                                                                      \
     "  evl = {}\n"                                                                                 \
     "end\n"
