@@ -19,9 +19,12 @@
 #      EVENTS ("": with 1, the new side runs --kv-events on ipc:// endpoints
 #      with one subscriber, events_sub.py, that receives and decodes every
 #      batch: `EVENTS=1 bench/meta/ab.sh build build` is events off / on),
-#      REDIS ("": with 1, one redis-server (AOF everysec) holds both sides'
-#      state: `--meta redis://...?prefix=old|new` instead of --data-dir;
-#      set THREADS=8 as kvpage serve's default over Redis).
+#      REDIS ("": with 1, each side's state is in a redis-server of its own
+#      (AOF everysec): `--meta redis://...` instead of --data-dir, and each
+#      operation's line REDIS gives the time Redis spent in the side's
+#      scripts per request (INFO commandstats, EVALSHA), which other load on
+#      the machine moves less than requests/s; set THREADS=8 as kvpage
+#      serve's default over Redis).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -50,20 +53,26 @@ done
 
 free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
+declare -A RP RUSEC RREQ
 if [ -n "$REDIS" ]; then
-    RP=$(free_port)
-    redis-server --port "$RP" --bind 127.0.0.1 --save '' --dir "$TMP" --appendonly yes \
-        --appendfsync everysec >"$TMP/redis.log" 2>&1 &
-    PIDS+=($!)
-    for _ in $(seq 100); do redis-cli -p "$RP" ping >/dev/null 2>&1 && break; sleep 0.05; done
+    for side in old new; do
+        RP[$side]=$(free_port)
+        mkdir -p "$TMP/redis-$side"
+        redis-server --port "${RP[$side]}" --bind 127.0.0.1 --save '' --dir "$TMP/redis-$side" \
+            --appendonly yes --appendfsync everysec >"$TMP/redis-$side.log" 2>&1 &
+        PIDS+=($!)
+        for _ in $(seq 100); do redis-cli -p "${RP[$side]}" ping >/dev/null 2>&1 && break; sleep 0.05; done
+    done
 fi
+# The microseconds Redis has spent in the side's scripts so far (REDIS=1).
+rusec() { redis-cli -p "${RP[$1]}" info commandstats | sed -n 's/^cmdstat_evalsha:.*,usec=\([0-9]*\),.*/\1/p'; }
 
 declare -A PORT
 for side in old new; do
     p=$(free_port)
     extra=(--data-dir none)
     [ -n "$FSYNC" ] && extra=(--data-dir "$TMP/data-$side" --fsync "$FSYNC")
-    [ -n "$REDIS" ] && extra=(--meta "redis://127.0.0.1:$RP/0?prefix=$side")
+    [ -n "$REDIS" ] && extra=(--meta "redis://127.0.0.1:${RP[$side]}/0")
     if [ -n "$EVENTS" ] && [ $side = new ]; then
         extra+=(--kv-events "endpoint=ipc://$TMP/events,replay_endpoint=ipc://$TMP/replay")
     fi
@@ -128,7 +137,12 @@ for op in $OPS; do
         if [ $((r % 2)) = 1 ]; then order="old new new old"; else order="new old old new"; fi
         o=0 n=0
         for side in $order; do
+            [ -n "$REDIS" ] && u0=$(rusec "$side")
             v=$(run "$side" "$op")
+            if [ -n "$REDIS" ]; then
+                RUSEC[$side]=$(( ${RUSEC[$side]:-0} + $(rusec "$side") - u0 ))
+                RREQ[$side]=$("$PY" -c "print(${RREQ[$side]:-0} + $v * $DUR)")
+            fi
             if [ $side = old ]; then o=$("$PY" -c "print($o+$v)"); else n=$("$PY" -c "print($n+$v)"); fi
         done
         olds+=("$o") news+=("$n")
@@ -142,6 +156,10 @@ print(f"RESULT {op}: old {statistics.median(o)/2:.0f} req/s, new {statistics.med
       f"new/old median {statistics.median(r):.3f} (rounds: {' '.join(f'{x:.3f}' for x in r)})")
 EOF
     echo "HANDLER $op: old $(srvtime old) us/request, new $(srvtime new) us/request (inside the server, all rounds)"
+    if [ -n "$REDIS" ]; then
+        echo "REDIS $op: old $("$PY" -c "print(round(${RUSEC[old]} / ${RREQ[old]}, 1))") us in scripts/request, new $("$PY" -c "print(round(${RUSEC[new]} / ${RREQ[new]}, 1))") us in scripts/request (all rounds)"
+        RUSEC=() RREQ=()
+    fi
 done
 if [ -n "$EVENTS" ]; then
     kill -INT "$SUB_PID" 2>/dev/null || true

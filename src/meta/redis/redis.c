@@ -2353,9 +2353,13 @@ static size_t ev_deliver(struct evtail *t, struct evrank *e, const redisReply *r
                 (k->str[0] != 's' && k->str[0] != 'r'))
                 continue; /* a field of a later version */
             c.kind = k->str[0] == 's' ? KVP_CHANGE_STORED : KVP_CHANGE_REMOVED;
-            c.key = v->str;
-            c.len = v->len;
-            t->fn(&c, t->arg);
+            for (const char *p = v->str, *end = v->str + v->len; p < end;) {
+                const char *nul = memchr(p, 0, (size_t)(end - p));
+                c.key = p;
+                c.len = (size_t)((nul ? nul : end) - p);
+                t->fn(&c, t->arg); /* the keys, separated by NUL bytes */
+                p += c.len + 1;
+            }
         }
         t->fn(NULL, t->arg);
         snprintf(e->after, sizeof e->after, "(%s", x->element[0]->str);

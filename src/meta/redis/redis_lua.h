@@ -42,12 +42,13 @@
  *                         its last 16 (lower case), where they are hex ->
  *                         its page: the query by the engines' block hashes
  *   KEYS[12] ev    STREAM the rank's changes of what it holds (kvpage serve
- *                         --kv-events): one entry per script call that made
- *                         some, its pairs 's' key (the key got a page:
- *                         confirmed) or 'r' key (it lost it: evicted,
- *                         deleted, cleared, dropped) in the order made (more
- *                         fields may come: a reader skips the ones it does
- *                         not know); ids 1-0, 1-1, ... Trimmed to about
+ *                         --kv-events): per script call that made some,
+ *                         an entry per 2000 of them, its field 's' (the
+ *                         keys got pages: confirmed) or 'r' (they lost them:
+ *                         evicted, deleted, cleared, dropped) -> the keys in
+ *                         order, separated by NUL bytes (more fields may
+ *                         come: a reader skips the ones it does not know);
+ *                         ids 1-0, 1-1, ... Trimmed to about
  *                         KVP_LUA_EVMAX entries (?events_max=); always
  *                         written, so that every server of the state may
  *                         publish them (src/meta/redis/redis.c, "changes")
@@ -226,19 +227,16 @@
     "  call('DEL', FREE, RES, LRU, GRACE, K2P, P2K, RB, HX)\n"                                     \
     "  st.hwm = 0; st.top = 0; st.nres = 0; st.ceil = st.num_pages\n"                              \
     "end\n"                                                                                        \
-    "-- the changes of this call ('s' or 'r', then the key), appended to EV in one\n"              \
-    "-- entry (pieces of 2000 changes) by ev_flush: atomic with the change itself;\n"              \
-    "-- entry ids 1-0, 1-1, 1-2, ...: a reader sees entries trimmed unread as a jump\n"            \
-    "local evl = {}\n"                                                                             \
-    "local function ev(kind, key) local n = #evl; evl[n + 1] = kind; evl[n + 2] = key end\n"       \
-    "local function ev_all(kind, keys) for i = 1, #keys do ev(kind, keys[i]) end end\n"            \
-    "local function ev_flush()\n"                                                                  \
-    "  local n = #evl\n"                                                                           \
-    "  for i = 1, n, 4000 do\n"                                                                    \
-    "    call('XADD', EV, 'MAXLEN', '~', '" KVP_LUA_EVMAX                                          \
-    "', '1-*', unpack(evl, i, math.min(i + 3999, n)))\n"                                           \
+    "-- the keys that got ('s') or lost ('r') their pages in this call, appended to\n"             \
+    "-- EV with the change itself (atomic): an entry per 2000 keys, its field kind\n"              \
+    "-- -> the keys separated by NUL bytes (no key has one); entry ids 1-0, 1-1,\n"                \
+    "-- ...: a reader sees entries trimmed unread as a jump\n"                                     \
+    "local function ev_put(kind, keys)\n"                                                          \
+    "  local n = #keys\n"                                                                          \
+    "  for i = 1, n, 2000 do\n"                                                                    \
+    "    call('XADD', EV, 'MAXLEN', '~', '" KVP_LUA_EVMAX "', '1-*', kind,\n"                      \
+    "      table.concat(keys, '\\0', i, math.min(i + 1999, n)))\n"                                 \
     "  end\n"                                                                                      \
-    "  evl = {}\n"                                                                                 \
     "end\n"
 
 /* ARGV: num_pages. {0} / {ST_RESIZE_HELD, old num_pages}. */
@@ -394,7 +392,7 @@
     "  bulk('HDEL', K2P, ekeys); bulk('ZREM', LRU, evicted); ungrace(evicted); unindex(ekeys, "    \
     "epages)\n"                                                                                    \
     "  st.evictions = st.evictions + #evicted\n"                                                   \
-    "  ev_all('r', ekeys); ev_flush()\n"                                                           \
+    "  ev_put('r', ekeys)\n"                                                                       \
     "end\n"                                                                                        \
     "-- one reservation of the pages, numbered by its first rseq: res has it by\n"                 \
     "-- deadline, rb its pages in order and their count ('#' .. its number), and\n"                \
@@ -482,7 +480,7 @@
     "  local r = reserved[p]\n"                                                                    \
     "  reserved[p] = nil; unres[#unres + 1] = p; untext[p] = pt; dec[r] = (dec[r] or 0) + 1\n"     \
     "end\n"                                                                                        \
-    "local hp, hk, lru, hx = {}, {}, {}, {}\n"                                                     \
+    "local hp, hk, lru, hx, evs = {}, {}, {}, {}, {}\n"                                            \
     "local function to_free(p)\n"                                                                  \
     "  if touched(p) then st.fseq = st.fseq + 1; freeop[p] = st.fseq end\n"                        \
     "end\n"                                                                                        \
@@ -497,7 +495,7 @@
     "      held[p] = true; haskey[key] = true\n"                                                   \
     "      local h = #hp\n"                                                                        \
     "      hp[h + 1] = pt; hp[h + 2] = key; hk[h + 1] = key; hk[h + 2] = pt\n"                     \
-    "      hx_fields(key, hx, pt); ev('s', key)\n"                                                 \
+    "      hx_fields(key, hx, pt); evs[#evs + 1] = key\n"                                          \
     "      st.clock = st.clock + 1; lru[h + 1] = I(st.clock); lru[h + 2] = pt\n"                   \
     "      if p >= st.top then st.top = p + 1 end\n"                                               \
     "    end\n"                                                                                    \
@@ -530,7 +528,7 @@
     "bulk('ZREM', FREE, frem); bulk('ZADD', FREE, fadd)\n"                                         \
     "-- a page that was not HELD has no read grace (unholding drops it)\n"                         \
     "bulk('HSET', P2K, hp); bulk('HSET', K2P, hk); bulk('ZADD', LRU, lru); bulk('HSET', HX, hx)\n" \
-    "ev_flush()\n"                                                                                 \
+    "ev_put('s', evs)\n"                                                                           \
     "st.release_held = st.release_held + rh\n"                                                     \
     "store()\n"                                                                                    \
     "return {0}\n"
@@ -584,7 +582,7 @@
     "bulk('HDEL', P2K, dp); bulk('HDEL', K2P, dk); bulk('ZREM', LRU, dp); ungrace(dp)\n"           \
     "unindex(dk, dp)\n"                                                                            \
     "bulk('ZADD', FREE, fadd)\n"                                                                   \
-    "ev_all('r', dk); ev_flush()\n"                                                                \
+    "ev_put('r', dk)\n"                                                                            \
     "store()\n"                                                                                    \
     "return {0}\n"
 
@@ -594,7 +592,7 @@
 #define KVP_LUA_CLEAR                                                                              \
     "#!lua flags=allow-oom\n" KVP_LUA_PRELUDE "local drop = ARGV[1] == '1'\n"                      \
     "if not load() and not drop then return {1} end\n"                                             \
-    "ev_all('r', call('HKEYS', K2P)); ev_flush()\n"                                                \
+    "ev_put('r', call('HKEYS', K2P))\n"                                                            \
     "if drop then\n"                                                                               \
     "  call('DEL', M, FREE, RES, LRU, GRACE, K2P, P2K, RB, PIN, PINC, HX)\n"                       \
     "  call('PEXPIRE', EV, '600000')\n"                                                            \
