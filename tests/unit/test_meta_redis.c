@@ -948,7 +948,7 @@ static void watch_test(const char *loc, int port)
     CHECK_EQ(kvp_meta_init_rank(ns, 0, 2, NULL), 0);
     CHECK(put(ns, 0, "g") >= 0);
     told_wait(&t, "+g@0|");
-    told_wait(&t2, "-e@2|+g@0|");
+    told_wait2(&t2, "-e@2|+g@0|", "+g@0|-e@2|");
     inv[0] = 0;
     CHECK_EQ(kvp_meta_inventory(w, inv_fn, inv), 0);
     CHECK(!strcmp(inv, "d/kv:g@0 "));
