@@ -561,6 +561,44 @@ def test_redis_sequence_survives_restart(tmp_path, consumers):
     assert min(s3) > max(s2) and min(s4) > max(s3), (s2, s3, s4)
 
 
+@pytest.mark.parametrize("where", ["sentinel", "cluster"])
+def test_events_over_sentinel_and_cluster(start_server, consumers, where):
+    """The streams are read through the connection layer: a master named by
+    Redis Sentinel, and ranks on the shards of a Redis Cluster."""
+    if where == "sentinel" and not os.path.exists(redisfix.REDIS_SENTINEL):
+        pytest.skip("redis-sentinel is not installed")
+    fix = (redisfix.Sentinels(name="kvev", replicas=0) if where == "sentinel"
+           else redisfix.Cluster(masters=3))
+    fix.start()
+    try:
+        loc = fix.url("prefix=ev") if where == "sentinel" else fix.url(prefix="ev")
+        p1, p2 = ports()
+        ep, rep = f"tcp://127.0.0.1:{p1}", f"tcp://127.0.0.1:{p2}"
+        cons = Consumer(ep, rep, bind=True)
+        consumers.append(cons)
+        srv = redis_server(None, loc, f"endpoint={ep},replay_endpoint={rep}", start_server)
+        cons.replay(0)
+        sync(srv, cons)
+        c = srv.client()
+        keys = [hexkey(0x5e0000 + i) for i in range(8)]
+        for r in range(4):  # ranks on several shards of a cluster
+            c.v_init(r, 16)
+            c.v_write(r, keys[2 * r:2 * r + 2])
+        want = {r: {vllm_hash(k) for k in keys[2 * r:2 * r + 2]} for r in range(4)}
+        cons.wait_for(want)
+        c.v_delete(keys[::2])
+        want = {r: {vllm_hash(keys[2 * r + 1])} for r in range(4)}
+        cons.wait_for(want)
+        late = Consumer(f"tcp://127.0.0.1:{free_port()}", rep)
+        consumers.append(late)
+        late.replay(0)
+        assert {r: h for r, h in late.held.items() if h} == want
+        c.close()
+        srv.stop()
+    finally:
+        fix.close()
+
+
 @pytest.mark.parametrize("spec, why", [
     ("endpoint", "expected name=value"),
     ("colour=red", "unknown field 'colour'"),
