@@ -20,7 +20,13 @@
 #      with one subscriber, events_sub.py, that receives and decodes every
 #      batch: `EVENTS=1 bench/meta/ab.sh build build` is events off / on;
 #      SUB_DECODE=0: the subscriber receives and checks sequence numbers
-#      only, as a router on another host would cost this one).
+#      only, as a router on another host would cost this one),
+#      REDIS ("": with 1, each side's state is in a redis-server of its own
+#      (AOF everysec): `--meta redis://...` instead of --data-dir, and each
+#      operation's line REDIS gives the time Redis spent in the side's
+#      scripts per request (INFO commandstats, EVALSHA), which other load on
+#      the machine moves less than requests/s; set THREADS=8 as kvpage
+#      serve's default over Redis).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -29,6 +35,7 @@ ROUNDS=${ROUNDS:-5} DUR=${DUR:-3} CONNS=${CONNS:-16} PAGES=${PAGES:-16777216} TH
 OPS=${OPS:-"exists64 locations64 sglexists64 allocconfirm64"}
 FSYNC=${FSYNC:-}
 EVENTS=${EVENTS:-}
+REDIS=${REDIS:-}
 [ $# = 2 ] || { echo "usage: $0 OLD_BUILD_DIR NEW_BUILD_DIR" >&2; exit 2; }
 [ -n "$FSYNC" ] && OPS=allocconfirm64
 
@@ -48,11 +55,26 @@ done
 
 free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
+declare -A RP RUSEC RREQ
+if [ -n "$REDIS" ]; then
+    for side in old new; do
+        RP[$side]=$(free_port)
+        mkdir -p "$TMP/redis-$side"
+        redis-server --port "${RP[$side]}" --bind 127.0.0.1 --save '' --dir "$TMP/redis-$side" \
+            --appendonly yes --appendfsync everysec >"$TMP/redis-$side.log" 2>&1 &
+        PIDS+=($!)
+        for _ in $(seq 100); do redis-cli -p "${RP[$side]}" ping >/dev/null 2>&1 && break; sleep 0.05; done
+    done
+fi
+# The microseconds Redis has spent in the side's scripts so far (REDIS=1).
+rusec() { redis-cli -p "${RP[$1]}" info commandstats | sed -n 's/^cmdstat_evalsha:.*,usec=\([0-9]*\),.*/\1/p'; }
+
 declare -A PORT
 for side in old new; do
     p=$(free_port)
     extra=(--data-dir none)
     [ -n "$FSYNC" ] && extra=(--data-dir "$TMP/data-$side" --fsync "$FSYNC")
+    [ -n "$REDIS" ] && extra=(--meta "redis://127.0.0.1:${RP[$side]}/0")
     if [ -n "$EVENTS" ] && [ $side = new ]; then
         extra+=(--kv-events "endpoint=ipc://$TMP/events,replay_endpoint=ipc://$TMP/replay")
     fi
@@ -93,7 +115,7 @@ run() { # run SIDE OP -> requests/s
 
 echo "# date=$(date -u +%FT%TZ) nproc=$(nproc) load=$(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# old=$1 ($(sha256sum "$TMP/old/kvpage" | cut -c1-12)) new=$2 ($(sha256sum "$TMP/new/kvpage" | cut -c1-12))"
-echo "# rounds=$ROUNDS dur=${DUR}s conns=$CONNS threads=$THREADS fsync=${FSYNC:-none} events=${EVENTS:-off}"
+echo "# rounds=$ROUNDS dur=${DUR}s conns=$CONNS threads=$THREADS fsync=${FSYNC:-none} events=${EVENTS:-off} redis=${REDIS:-off}"
 # Handler time per request of one side since the last call (from /v1/stats:
 # every route's time inside the server, HTTP parsing and replies excluded).
 declare -A SRV_BEFORE
@@ -117,7 +139,12 @@ for op in $OPS; do
         if [ $((r % 2)) = 1 ]; then order="old new new old"; else order="new old old new"; fi
         o=0 n=0
         for side in $order; do
+            [ -n "$REDIS" ] && u0=$(rusec "$side")
             v=$(run "$side" "$op")
+            if [ -n "$REDIS" ]; then
+                RUSEC[$side]=$(( ${RUSEC[$side]:-0} + $(rusec "$side") - u0 ))
+                RREQ[$side]=$("$PY" -c "print(${RREQ[$side]:-0} + $v * $DUR)")
+            fi
             if [ $side = old ]; then o=$("$PY" -c "print($o+$v)"); else n=$("$PY" -c "print($n+$v)"); fi
         done
         olds+=("$o") news+=("$n")
@@ -131,6 +158,10 @@ print(f"RESULT {op}: old {statistics.median(o)/2:.0f} req/s, new {statistics.med
       f"new/old median {statistics.median(r):.3f} (rounds: {' '.join(f'{x:.3f}' for x in r)})")
 EOF
     echo "HANDLER $op: old $(srvtime old) us/request, new $(srvtime new) us/request (inside the server, all rounds)"
+    if [ -n "$REDIS" ]; then
+        echo "REDIS $op: old $("$PY" -c "print(round(${RUSEC[old]} / ${RREQ[old]}, 1))") us in scripts/request, new $("$PY" -c "print(round(${RUSEC[new]} / ${RREQ[new]}, 1))") us in scripts/request (all rounds)"
+        RUSEC=() RREQ=()
+    fi
 done
 if [ -n "$EVENTS" ]; then
     kill -INT "$SUB_PID" 2>/dev/null || true

@@ -536,18 +536,39 @@ typedef void (*kvp_meta_change_fn)(const struct kvp_meta_change *c, void *arg);
  * end of each operation that may change pages, still under the lock, fn is
  * called with c NULL (it may hand on what it was told in one piece). fn NULL
  * stops watching; one watcher at a time (a second replaces the first). Set it
- * while no other thread uses m. Returns 0, -EINVAL (m NULL), or -EOPNOTSUPP
- * for a backend other than the in-process engine (mem:, file:).
+ * while no other thread uses m. Over Redis (redis://, redis-sentinel://) fn
+ * hears the changes every process makes to the state, on a thread of the
+ * backend's, in the order of each rank's changes (ranks between them in no
+ * set order), c NULL after each operation's changes of one rank, within
+ * about 20 ms. Returns 0, -EINVAL (m NULL), -ENOMEM, or -EOPNOTSUPP for a
+ * backend that cannot be watched (http://).
  */
 KVP_API int kvp_meta_watch(struct kvp_meta *m, kvp_meta_change_fn fn, void *arg);
 
 /*
  * Calls fn with KVP_CHANGE_STORED for every held page of every namespace,
  * one namespace at a time with its lock held (the same rules as
- * kvp_meta_watch's fn): each namespace as it is at one moment. Returns 0,
- * -EINVAL, or -EOPNOTSUPP (as kvp_meta_watch).
+ * kvp_meta_watch's fn): each namespace as it is at one moment. Over Redis,
+ * rank by rank as a scan finds them: every page held throughout is told,
+ * and every change after the call began is told to a watcher after that.
+ * Returns 0, -EINVAL, -EOPNOTSUPP (as kvp_meta_watch), or a failure to
+ * reach the state.
  */
 KVP_API int kvp_meta_inventory(struct kvp_meta *m, kvp_meta_change_fn fn, void *arg);
+
+/*
+ * A number kept with the state under name (1..KVP_MAX_COUNTER_NAME bytes),
+ * for a process that keeps nothing of its own: kvpage serve --kv-events's
+ * next sequence number when the state is in Redis. Atomically sets it to
+ * value when it is expect or less (a number never set is 0) and *now (may be
+ * NULL) to what it is after: value == expect raises it to at least value,
+ * value 0 and expect 0 read it. Exact up to 2^53. Returns 0, -EINVAL, or
+ * -EOPNOTSUPP for a backend that keeps none (mem:, file:: a data directory
+ * keeps such numbers), or a failure to reach the state (-errno, err).
+ */
+#define KVP_MAX_COUNTER_NAME 256
+KVP_API int kvp_meta_counter(struct kvp_meta *m, const char *name, uint64_t expect, uint64_t value,
+                             uint64_t *now, struct kvp_error *err);
 
 /*
  * A figure of the backend's own (its log, its connection, ...), beyond the

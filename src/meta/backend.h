@@ -158,6 +158,9 @@ struct kvp__meta_ops {
      * server, which counts them). */
     int (*del_rejected)(struct kvp_ns *ns, int64_t rank, const struct kvp_str *keys, size_t n,
                         uint64_t *ticket, struct kvp_error *err);
+    /* kvp_meta_counter, name checked. May be NULL: -EOPNOTSUPP. */
+    int (*counter)(struct kvp_meta *m, const char *name, uint64_t expect, uint64_t value,
+                   uint64_t *now, struct kvp_error *err);
 };
 
 /* The backends are the rows of src/meta/backends.h; kvp__meta_backends

@@ -802,6 +802,24 @@ KVP_API int kvp_meta_inventory(struct kvp_meta *m, kvp_meta_change_fn fn, void *
     return m->ops->inventory ? m->ops->inventory(m, fn, arg) : -EOPNOTSUPP;
 }
 
+KVP_API int kvp_meta_counter(struct kvp_meta *m, const char *name, uint64_t expect, uint64_t value,
+                             uint64_t *now, struct kvp_error *err)
+{
+    if (!m || !name || !*name || strlen(name) > KVP_MAX_COUNTER_NAME) {
+        kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, 0, 0,
+                     "kvp_meta_counter: a handle and a name of 1..%d bytes are needed",
+                     KVP_MAX_COUNTER_NAME);
+        return -EINVAL;
+    }
+    if (!m->ops->counter) {
+        kvp__set_err(err, -EOPNOTSUPP, KVP_RULE_ARG, -1, 0, 0,
+                     "the %s backend keeps no counters (a data directory keeps them)",
+                     m->ops->name);
+        return -EOPNOTSUPP;
+    }
+    return m->ops->counter(m, name, expect, value, now, err);
+}
+
 KVP_API int kvp_meta_health_scope(struct kvp_meta *m, int *scope, char *why, size_t len)
 {
     int sc = 0;

@@ -302,6 +302,7 @@ struct kvp_kvev {
     struct kvp_meta *meta;
     unsigned gen;   /* this publisher's number in the process (a thread's stage notes it) */
     char *seq_path; /* NULL: --data-dir none */
+    char *seq_name; /* the state's counter of the number, with no data directory (Redis) */
     void *zctx, *pub, *replay;
     const char *topic; /* the topic, or its template when per_ns */
     size_t topic_len;
@@ -338,9 +339,13 @@ struct kvp_kvev {
 };
 
 /* Records the next sequence number (or the limit) in the data directory,
- * durably: written aside, synced, renamed. 0 or -errno. */
-static int seq_write(const struct kvp_kvev *ev, uint64_t v)
+ * durably: written aside, synced, renamed; or in the state's counter, when
+ * it is at most expect (the limit this process recorded: a server sharing
+ * the name may have raised it). 0 or -errno. */
+static int seq_write(const struct kvp_kvev *ev, uint64_t expect, uint64_t v)
 {
+    if (ev->seq_name)
+        return kvp_meta_counter(ev->meta, ev->seq_name, expect, v, NULL, NULL);
     if (!ev->seq_path)
         return 0;
     char tmp[4200], text[32];
@@ -662,10 +667,10 @@ static void publish(struct kvp_kvev *ev, void *arg)
     uint64_t seq = ev->next_seq++;
     if (ev->next_seq > ev->seq_limit) {
         ev->seq_limit = ev->next_seq + SEQ_STEP;
-        int rc = seq_write(ev, ev->seq_limit);
+        int rc = seq_write(ev, ev->seq_limit, ev->seq_limit);
         if (rc)
-            KVP_LOGW("--kv-events: cannot record the sequence number in %s: %s", ev->seq_path,
-                     strerror(-rc));
+            KVP_LOGW("--kv-events: cannot record the sequence number in %s: %s",
+                     ev->seq_path ? ev->seq_path : ev->seq_name, strerror(-rc));
     }
     unsigned char sq[8];
     be64(seq, sq);
@@ -973,6 +978,7 @@ static void kvev_free(struct kvp_kvev *ev)
     free(ev->q);
     free(ev->work.v);
     free(ev->seq_path);
+    free(ev->seq_name);
     while (ev->topics) {
         struct ns_topic *t = ev->topics;
         ev->topics = t->next;
@@ -1051,6 +1057,24 @@ int kvp__kvev_start(const struct kvp_kvev_cfg *cfg, struct kvp_meta *meta, const
             snprintf(why, len, "cannot read %s: %s", ev->seq_path, strerror(errno));
             goto fail;
         }
+    } else {
+        /* No data directory: the state keeps the number when it can (Redis),
+         * one per endpoint (a server sharing it only raises it). */
+        struct kvp_error e = {0};
+        size_t n = strlen(cfg->endpoint) + 16;
+        if (!(ev->seq_name = malloc(n))) {
+            snprintf(why, len, "out of memory");
+            goto fail;
+        }
+        snprintf(ev->seq_name, n, "kv-events.seq:%s", cfg->endpoint);
+        rc = kvp_meta_counter(meta, ev->seq_name, 0, 0, &ev->next_seq, &e);
+        if (rc == -EOPNOTSUPP) {
+            free(ev->seq_name); /* mem: and --data-dir none: from 0 each time */
+            ev->seq_name = NULL;
+        } else if (rc) {
+            snprintf(why, len, "cannot read the sequence number: %s", e.msg);
+            goto fail;
+        }
     }
     ev->seq_limit = ev->next_seq; /* the first batch records the next limit */
     if ((ev->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
@@ -1116,9 +1140,9 @@ void kvp__kvev_stop(struct kvp_kvev *ev)
     poke(ev);
     pthread_join(ev->thread, NULL);
     /* A clean stop records the exact next number: no gap after a restart. */
-    int rc = seq_write(ev, ev->next_seq);
+    int rc = seq_write(ev, ev->seq_limit, ev->next_seq);
     if (rc)
-        KVP_LOGW("--kv-events: cannot record the sequence number in %s: %s", ev->seq_path,
-                 strerror(-rc));
+        KVP_LOGW("--kv-events: cannot record the sequence number in %s: %s",
+                 ev->seq_path ? ev->seq_path : ev->seq_name, strerror(-rc));
     kvev_free(ev);
 }

@@ -90,7 +90,8 @@ static void usage(FILE *f)
             "                         a topic per namespace), buffer_steps=10000, hwm=100000,\n"
             "                         max_queue_size=100000, medium=STORAGE|EXTERNAL|DISK,\n"
             "                         format=map|array, block_size=16,\n"
-            "                         hash=auto|sglang|vllm|xxh3 (not with --meta yet)\n"
+            "                         hash=auto|sglang|vllm|xxh3 (with --meta: every server\n"
+            "                         of the Redis state publishes every change of it)\n"
             "  --log-level LEVEL      error, warn, info (default) or debug\n"
             "  --log-format FORMAT    text (default) or json: one JSON object per line\n"
             "  --help                 show this help\n"
@@ -369,11 +370,6 @@ int kvp__serve_parse(int argc, char **argv, struct serve_cfg *cfg)
     if (cfg->meta_loc && cfg->data_dir_given) {
         fprintf(stderr, "kvpage serve: --meta and --data-dir exclude each other: the state is "
                         "either in a remote backend or in a data directory\n");
-        return 2;
-    }
-    if (cfg->meta_loc && cfg->kvev.spec) {
-        fprintf(stderr, "kvpage serve: --kv-events with --meta is not implemented yet: KV events "
-                        "come from a server whose state is in process (--data-dir)\n");
         return 2;
     }
     /* Every call to a remote store waits for a round trip: more threads keep

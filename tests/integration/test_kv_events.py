@@ -21,10 +21,6 @@ import redisfix
 from kvpserver import BIN, free_port, launch
 from kvptest import sglang_hash, vllm_hash
 
-IN_PROCESS_ONLY = pytest.mark.skipif(
-    redisfix.BACKEND == "redis",
-    reason="--kv-events with --meta is not implemented yet (refused: test_refused_with_meta)")
-
 END = (-1).to_bytes(8, "big", signed=True)
 
 
@@ -180,7 +176,6 @@ def consumers():
         c.close()
 
 
-@IN_PROCESS_ONLY
 def test_confirm_and_delete(start_server, consumers):
     srv, cons, c = start_events(start_server, consumers)
     c.v_init(0, 8)
@@ -214,7 +209,6 @@ def test_confirm_and_delete(start_server, consumers):
     assert cons.topics == {b"kv@kvpage@test"}
 
 
-@IN_PROCESS_ONLY
 def test_eviction_and_clear(start_server, consumers):
     srv, cons, c = start_events(start_server, consumers)
     c.v_init(0, 4)
@@ -239,7 +233,6 @@ def test_eviction_and_clear(start_server, consumers):
     assert kinds == {"BlockStored", "BlockRemoved"}  # never AllBlocksCleared
 
 
-@IN_PROCESS_ONLY
 def test_sglang_keys_array_format(start_server, consumers):
     srv, cons, c = start_events(start_server, consumers, "format=array", "medium=EXTERNAL",
                                 "block_size=64")
@@ -260,7 +253,6 @@ def test_sglang_keys_array_format(start_server, consumers):
 
 
 @pytest.mark.parametrize("mode", ["auto", "vllm"])
-@IN_PROCESS_ONLY
 def test_block_hash_rules(start_server, consumers, mode):
     srv, cons, c = start_events(start_server, consumers, f"hash={mode}")
     c.v_init(0, 16)
@@ -284,7 +276,6 @@ def test_block_hash_rules(start_server, consumers, mode):
     assert late.held[0] == got
 
 
-@IN_PROCESS_ONLY
 def test_replay_from_zero_is_the_inventory(start_server, consumers):
     srv, cons, c = start_events(start_server, consumers, "buffer_steps=2")
     c.v_init(0, 64)
@@ -312,7 +303,6 @@ def test_replay_from_zero_is_the_inventory(start_server, consumers):
     assert [s for s, _, _, _ in tail.events] and all(s == last for s, _, _, _ in tail.events)
 
 
-@IN_PROCESS_ONLY
 def test_sequence_survives_restart(tmp_path, consumers):
     data = tmp_path / "state"
     p1, p2 = ports()
@@ -356,7 +346,6 @@ def test_sequence_survives_restart(tmp_path, consumers):
     assert (data / "kv-events.seq").read_text().strip() == str(max(s4) + 1)
 
 
-@IN_PROCESS_ONLY
 def test_slow_subscriber_does_not_block(start_server, consumers):
     # hwm=4: a subscriber that reads nothing fills its queue at once, and
     # the PUB socket drops the rest for it; the publisher's queue is small
@@ -384,7 +373,6 @@ def test_slow_subscriber_does_not_block(start_server, consumers):
     assert srv.stats()["server"] is not None
 
 
-@IN_PROCESS_ONLY
 def test_absent_subscriber_and_bind_rule(tmp_path, start_server, consumers):
     # ipc://: bound by the server (vLLM's rule), with nobody reading.
     ep = f"ipc://{tmp_path}/events"
@@ -404,7 +392,6 @@ def test_absent_subscriber_and_bind_rule(tmp_path, start_server, consumers):
     cons.wait_for({0: {vllm_hash(k) for k in keys[1:]}})
 
 
-@IN_PROCESS_ONLY
 def test_topic_per_namespace(tmp_path, start_server, consumers):
     # topic= naming {deployment} and {pool}: each namespace's batches go out
     # under its own topic (llm-d reads kv@POD@MODEL, and routers subscribe
@@ -472,12 +459,144 @@ def test_topic_per_namespace(tmp_path, start_server, consumers):
         ctx.term()
 
 
-def test_refused_with_meta(tmp_path):
-    r = subprocess.run([BIN, "serve", "--listen", f"127.0.0.1:{free_port()}", "--meta",
-                        "redis://127.0.0.1:1/0", "--kv-events", "endpoint=tcp://*:5557"],
-                       capture_output=True, text=True, timeout=30, cwd=str(tmp_path))
-    assert r.returncode == 2, r
-    assert "--kv-events with --meta is not implemented yet" in r.stderr, r.stderr
+# ---------------------------------------------------------------- over Redis
+# (whatever KVPAGE_TEST_BACKEND says: these start servers with --meta on the
+# session's Redis themselves)
+
+def redis_server(tmp_path, loc, spec, start_server=None):
+    flags = ["--meta", loc, "--kv-events", spec]
+    return start_server(*flags) if start_server else launch(tmp_path, flags)
+
+
+def test_two_servers_over_one_redis(tmp_path, start_server, consumers):
+    """Every server of one state publishes every change of it once, whichever
+    server made it: a router subscribed to any of them sees the same pages."""
+    loc = redisfix.fresh_location()
+    servers, conss = [], []
+    for _ in range(2):
+        p1, p2 = ports()
+        ep, rep = f"tcp://127.0.0.1:{p1}", f"tcp://127.0.0.1:{p2}"
+        cons = Consumer(ep, rep, bind=True)
+        consumers.append(cons)
+        servers.append(redis_server(tmp_path, loc, f"endpoint={ep},replay_endpoint={rep}",
+                                    start_server))
+        cons.replay(0)
+        conss.append(cons)
+    for srv, cons in zip(servers, conss):
+        sync(srv, cons)
+    a, b = servers[0].client(), servers[1].client()
+    a.v_init(0, 4)
+    a.v_init(1, 8)
+    keys = [hexkey(0xab0000 + i) for i in range(6)]
+    a.v_write(0, keys[:4])
+    b.v_write(1, keys[4:])  # through the other server
+    want = {0: {vllm_hash(k) for k in keys[:4]}, 1: {vllm_hash(k) for k in keys[4:]}}
+    for cons in conss:
+        cons.wait_for(want)
+    a.v_write(0, keys[4:])  # evicts two on rank 0
+    a.v_delete(keys[2:3])  # every rank
+    assert a.v_exists(keys)[:3] == [False] * 3  # the least recent two evicted, one deleted
+    want = {0: {vllm_hash(k) for k in keys[3:]}, 1: {vllm_hash(k) for k in keys[4:]}}
+    for cons in conss:
+        cons.wait_for(want)
+    b.v_clear()  # every rank of the namespace
+    for cons in conss:
+        cons.wait_for({})
+    mine = {vllm_hash(k) for k in keys}
+    for cons in conss:
+        # Once each: every page stored was stored once and removed once (a
+        # rank's changes in their order), none told twice.
+        told = [(e["type"], h, rank) for _, _, e, rank in cons.events
+                for h in e["block_hashes"] if h in mine]
+        assert len(told) == len(set(told)), told
+        stored = sorted((h, r) for t, h, r in told if t == "BlockStored")
+        removed = sorted((h, r) for t, h, r in told if t == "BlockRemoved")
+        assert stored == removed and len(stored) == 8, told
+        assert cons.replays == 1  # no gap in the numbers
+    # A replay from 0 on either is the inventory (here: nothing but the probe's namespace).
+    b.v_write(1, keys[:2])
+    for cons in conss:
+        cons.wait_for({1: {vllm_hash(k) for k in keys[:2]}})
+    late = Consumer(f"tcp://127.0.0.1:{free_port()}", conss[1].replay_endpoint)
+    consumers.append(late)
+    late.replay(0)
+    assert {r: h for r, h in late.held.items() if h} == {1: {vllm_hash(k) for k in keys[:2]}}
+    a.close()
+    b.close()
+
+
+def test_redis_sequence_survives_restart(tmp_path, consumers):
+    """With no data directory the next number is kept in Redis: a restarted
+    server (clean stop or killed) numbers on above the numbers it used."""
+    loc = redisfix.fresh_location()
+    p1, p2 = ports()
+    ep, rep = f"tcp://127.0.0.1:{p1}", f"tcp://127.0.0.1:{p2}"
+    keys = [hexkey(0xc1de00 + i) for i in range(8)]
+
+    def run(i, stop_sig):
+        cons = Consumer(ep, rep, bind=True)
+        consumers.append(cons)
+        srv = redis_server(tmp_path, loc, f"endpoint={ep},replay_endpoint={rep}")
+        cons.replay(0)
+        sync(srv, cons)
+        c = srv.client()
+        c.v_init(0, 16)
+        c.v_write(0, keys[2 * i:2 * i + 2])
+        cons.wait_for({0: {vllm_hash(k) for k in keys[:2 * i + 2]}})
+        c.close()
+        rc = srv.stop(stop_sig)
+        if stop_sig == signal.SIGTERM:
+            srv.assert_clean_exit(rc)
+        else:
+            srv.assert_no_sanitizer_report()
+        cons.close()
+        consumers.remove(cons)
+        return cons.seqs
+
+    s1 = run(0, signal.SIGTERM)
+    s2 = run(1, signal.SIGTERM)
+    assert min(s2) == max(s1) + 1, (s1, s2)  # a clean stop: no gap
+    s3 = run(2, signal.SIGKILL)
+    s4 = run(3, signal.SIGTERM)  # after a crash: later, never reused
+    assert min(s3) > max(s2) and min(s4) > max(s3), (s2, s3, s4)
+
+
+@pytest.mark.parametrize("where", ["sentinel", "cluster"])
+def test_events_over_sentinel_and_cluster(start_server, consumers, where):
+    """The streams are read through the connection layer: a master named by
+    Redis Sentinel, and ranks on the shards of a Redis Cluster."""
+    if where == "sentinel" and not os.path.exists(redisfix.REDIS_SENTINEL):
+        pytest.skip("redis-sentinel is not installed")
+    fix = (redisfix.Sentinels(name="kvev", replicas=0) if where == "sentinel"
+           else redisfix.Cluster(masters=3))
+    fix.start()
+    try:
+        loc = fix.url("prefix=ev") if where == "sentinel" else fix.url(prefix="ev")
+        p1, p2 = ports()
+        ep, rep = f"tcp://127.0.0.1:{p1}", f"tcp://127.0.0.1:{p2}"
+        cons = Consumer(ep, rep, bind=True)
+        consumers.append(cons)
+        srv = redis_server(None, loc, f"endpoint={ep},replay_endpoint={rep}", start_server)
+        cons.replay(0)
+        sync(srv, cons)
+        c = srv.client()
+        keys = [hexkey(0x5e0000 + i) for i in range(8)]
+        for r in range(4):  # ranks on several shards of a cluster
+            c.v_init(r, 16)
+            c.v_write(r, keys[2 * r:2 * r + 2])
+        want = {r: {vllm_hash(k) for k in keys[2 * r:2 * r + 2]} for r in range(4)}
+        cons.wait_for(want)
+        c.v_delete(keys[::2])
+        want = {r: {vllm_hash(keys[2 * r + 1])} for r in range(4)}
+        cons.wait_for(want)
+        late = Consumer(f"tcp://127.0.0.1:{free_port()}", rep)
+        consumers.append(late)
+        late.replay(0)
+        assert {r: h for r, h in late.held.items() if h} == want
+        c.close()
+        srv.stop()
+    finally:
+        fix.close()
 
 
 @pytest.mark.parametrize("spec, why", [
@@ -499,7 +618,6 @@ def test_bad_option(tmp_path, spec, why):
     assert "--kv-events" in r.stderr and why in r.stderr, r.stderr
 
 
-@IN_PROCESS_ONLY
 def test_endpoint_in_use_fails_to_start(tmp_path):
     p = free_port()
     ctx = zmq.Context()

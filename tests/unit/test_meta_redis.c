@@ -460,7 +460,8 @@ static void big_rank(int port, const char *loc)
     redisReply *r = c ? redisCommand(c, "INFO memory") : NULL;
     const char *u = r && r->str ? strstr(r->str, "used_memory_dataset:") : NULL;
     long long used = u ? atoll(u + strlen("used_memory_dataset:")) : -1;
-    CHECK(used >= 0 && used < 1000000);
+    /* (the rank's stream of changes, for KV events, is a few KB of it) */
+    CHECK(used >= 0 && used < 1500000);
     if (r)
         freeReplyObject(r);
     if (c)
@@ -827,12 +828,218 @@ static void drop_test(int port)
     CHECK_EQ(kvp_meta_ns(m2, "d1", 2, "kv", 2, 0, &ns, NULL), -ENOENT);
     struct drop_seen seen = drop_seen_of(m2);
     CHECK(!seen.a && seen.b);
-    /* d1's keys are gone: its tag appears in no key of the prefix */
+    /* d1's keys are gone: its tag appears in no key of the prefix but
+     * the ranks' streams of changes, which expire (after the KV events'
+     * readers have read the removals) */
+    char nev[32];
     CHECK_EQ(raw(port, n, sizeof n, "KEYS drop:{d1/*"), 0);
-    CHECK_EQ(strcmp(n, "0"), 0);
+    CHECK_EQ(raw(port, nev, sizeof nev, "KEYS drop:{d1/*:ev"), 0);
+    CHECK_EQ(strcmp(n, nev), 0);
     CHECK_EQ(raw(port, n, sizeof n, "KEYS drop:{d2/*"), 0);
     CHECK(strcmp(n, "0") != 0);
     kvp_meta_close(m2);
+    kvp_meta_close(m);
+}
+
+/* ---------------------------------------------------------------- changes (KV events) */
+
+/* What a watcher was told ("+key@rank", "-key@rank", "|" at the end of an
+ * entry), on the backend's thread. */
+struct told {
+    pthread_mutex_t lock;
+    char s[4096];
+};
+
+static void told_fn(const struct kvp_meta_change *c, void *arg)
+{
+    struct told *t = arg;
+    pthread_mutex_lock(&t->lock);
+    size_t n = strlen(t->s);
+    if (!c)
+        snprintf(t->s + n, sizeof t->s - n, "|");
+    else
+        snprintf(t->s + n, sizeof t->s - n, "%c%.*s@%u", c->kind == KVP_CHANGE_STORED ? '+' : '-',
+                 (int)c->len, c->key, c->rank);
+    pthread_mutex_unlock(&t->lock);
+}
+
+/* Waits (10 s at most) until t has been told want (or, when or is not
+ * NULL, that: two ranks' changes come in either order); then forgets it. */
+static void told_wait2(struct told *t, const char *want, const char * or)
+{
+    char got[4096];
+    for (uint64_t t0 = mono_ms();;) {
+        pthread_mutex_lock(&t->lock);
+        snprintf(got, sizeof got, "%s", t->s);
+        pthread_mutex_unlock(&t->lock);
+        if (strlen(got) >= strlen(want) || mono_ms() - t0 > 10000)
+            break;
+        usleep(2000);
+    }
+    int ok = !strcmp(got, want) || (or &&!strcmp(got, or));
+    if (!ok)
+        fprintf(stderr, "told \"%s\", expected \"%s\"\n", got, want);
+    CHECK(ok);
+    pthread_mutex_lock(&t->lock);
+    t->s[0] = 0;
+    pthread_mutex_unlock(&t->lock);
+}
+
+static void told_wait(struct told *t, const char *want)
+{
+    told_wait2(t, want, NULL);
+}
+
+static void inv_fn(const struct kvp_meta_change *c, void *arg)
+{
+    CHECK_EQ(c->kind, KVP_CHANGE_STORED);
+    size_t n = strlen(arg);
+    snprintf((char *)arg + n, 4096 - n, "%s/%s:%.*s@%u ", c->deployment, c->pool, (int)c->len,
+             c->key, c->rank);
+}
+
+/* kvp_meta_watch over Redis: a handle (another process's) watches the
+ * changes made through another, in order, one entry per script call; a
+ * watcher started later hears only what comes after; the inventory; the
+ * counters of kvp_meta_counter. */
+static void watch_test(const char *loc, int port)
+{
+    char out[32];
+    struct kvp_meta *m = diff_open(loc, 60000, 0), *w = diff_open(loc, 60000, 0), *w2 = NULL;
+    CHECK(m && w);
+    if (!m || !w)
+        return;
+    static struct told t = {PTHREAD_MUTEX_INITIALIZER, ""}, t2 = {PTHREAD_MUTEX_INITIALIZER, ""};
+    t.s[0] = t2.s[0] = 0;
+    CHECK_EQ(kvp_meta_watch(w, told_fn, &t), 0); /* before the namespace exists */
+    struct kvp_ns *ns = ns_of(m, "d", "kv");
+    CHECK_EQ(kvp_meta_init_rank(ns, 0, 2, NULL), 0);
+    CHECK_EQ(kvp_meta_init_rank(ns, 2, 4, NULL), 0);
+    CHECK(put(ns, 0, "a") >= 0);
+    CHECK(put(ns, 0, "b") >= 0);
+    CHECK(put(ns, 0, "c") >= 0); /* evicts a */
+    told_wait(&t, "+a@0|+b@0|-a@0|+c@0|");
+    struct kvp_str k = K("c");
+    int64_t p = put(ns, 2, "c");
+    CHECK(p >= 0);
+    CHECK_EQ(kvp_meta_confirm(ns, 2, &k, &p, 1, NULL, 0, NULL), 0); /* held already: nothing */
+    told_wait(&t, "+c@2|");
+    char inv[4096] = "";
+    CHECK_EQ(kvp_meta_inventory(w, inv_fn, inv), 0);
+    CHECK(!strcmp(inv, "d/kv:c@0 d/kv:b@0 d/kv:c@2 ") ||
+          !strcmp(inv, "d/kv:b@0 d/kv:c@0 d/kv:c@2 "));
+    w2 = diff_open(loc, 60000, 0);
+    CHECK(w2 != NULL);
+    if (w2)
+        CHECK_EQ(kvp_meta_watch(w2, told_fn, &t2), 0); /* from now on */
+    CHECK_EQ(kvp_meta_delete(ns, -1, &k, 1, NULL), 0);
+    told_wait2(&t, "-c@0|-c@2|", "-c@2|-c@0|");
+    told_wait2(&t2, "-c@0|-c@2|", "-c@2|-c@0|");
+    CHECK(put(ns, 2, "e") >= 0);
+    told_wait(&t, "+e@2|");
+    told_wait(&t2, "+e@2|");
+    CHECK_EQ(kvp_meta_clear(ns, 0, NULL), 0); /* (ranks' streams: each in its order) */
+    told_wait(&t, "-b@0|");
+    told_wait(&t2, "-b@0|");
+    CHECK_EQ(kvp_meta_drop(m, "d", 1, "kv", 2, NULL), 0);
+    told_wait(&t, "-e@2|");
+    /* The namespace made again: its ranks' streams are read on. */
+    ns = ns_of(m, "d", "kv");
+    CHECK_EQ(kvp_meta_init_rank(ns, 0, 2, NULL), 0);
+    CHECK(put(ns, 0, "g") >= 0);
+    told_wait(&t, "+g@0|");
+    told_wait2(&t2, "-e@2|+g@0|", "+g@0|-e@2|");
+    inv[0] = 0;
+    CHECK_EQ(kvp_meta_inventory(w, inv_fn, inv), 0);
+    CHECK(!strcmp(inv, "d/kv:g@0 "));
+    /* Unwatched: nothing more is told. */
+    CHECK_EQ(kvp_meta_watch(w, NULL, NULL), 0);
+    CHECK(put(ns, 0, "h") >= 0);
+    told_wait(&t2, "+h@0|");
+    told_wait(&t, "");
+    if (port) { /* (one server: its keys are all on it) */
+        CHECK_EQ(raw(port, out, sizeof out, "XLEN ev:{d/6b76/0}:ev"), 0);
+        CHECK(atoi(out) >= 3);
+    }
+
+    uint64_t v = 99;
+    CHECK_EQ(kvp_meta_counter(m, "n", 0, 0, &v, NULL), 0);
+    CHECK_EQ(v, 0);
+    CHECK_EQ(kvp_meta_counter(m, "n", 10, 10, &v, NULL), 0);
+    CHECK_EQ(v, 10);
+    CHECK_EQ(kvp_meta_counter(m, "n", 5, 5, &v, NULL), 0); /* raises only */
+    CHECK_EQ(v, 10);
+    CHECK_EQ(kvp_meta_counter(w, "n", 10, 7, &v, NULL), 0); /* set, as it is 10 */
+    CHECK_EQ(v, 7);
+    CHECK_EQ(kvp_meta_counter(m, "n", 3, 1, &v, NULL), 0); /* it is not 3 or less */
+    CHECK_EQ(v, 7);
+    CHECK_EQ(kvp_meta_counter(m, "", 0, 0, &v, NULL), -EINVAL);
+    kvp_meta_close(w2);
+    kvp_meta_close(w);
+    kvp_meta_close(m);
+}
+
+/* A watcher held up (its fn waits) while a rank's stream of 100 entries
+ * (?events_max=100) is trimmed past it: the gap is counted, the changes
+ * after it still told. */
+static atomic_int gate_open;
+static atomic_int gate_told;
+
+static void gate_fn(const struct kvp_meta_change *c, void *arg)
+{
+    (void)arg;
+    if (c)
+        atomic_fetch_add(&gate_told, 1);
+    while (!atomic_load(&gate_open))
+        usleep(1000);
+}
+
+static int gaps_of(const struct kvp_meta_value *v, void *arg)
+{
+    if (!strcmp(v->key, "event_gaps"))
+        *(uint64_t *)arg = v->value;
+    return 0;
+}
+
+static void watch_gap_test(int port)
+{
+    char loc[96];
+    snprintf(loc, sizeof loc, "redis://127.0.0.1:%d?prefix=gap&events_max=100", port);
+    struct kvp_meta *m = diff_open(loc, 60000, 0), *w = diff_open(loc, 60000, 0);
+    CHECK(m && w);
+    if (!m || !w)
+        return;
+    struct kvp_ns *ns = ns_of(m, "d", "kv");
+    CHECK_EQ(kvp_meta_init_rank(ns, 0, 4096, NULL), 0);
+    CHECK_EQ(kvp_meta_watch(w, gate_fn, NULL), 0);
+    char key[32];
+    CHECK(put(ns, 0, "first") >= 0);
+    for (uint64_t t0 = mono_ms(); !atomic_load(&gate_told) && mono_ms() - t0 < 10000;)
+        usleep(1000); /* the tail is held in its first fn */
+    for (int i = 0; i < 1000; i++) {
+        snprintf(key, sizeof key, "k%d", i);
+        CHECK(put(ns, 0, key) >= 0); /* an entry each */
+    }
+    char out[32];
+    CHECK_EQ(raw(port, out, sizeof out, "XLEN gap:{d/6b76/0}:ev"), 0);
+    CHECK(atoi(out) < 400); /* trimmed to about 100 */
+    atomic_store(&gate_open, 1);
+    uint64_t gaps = 0;
+    for (uint64_t t0 = mono_ms(); mono_ms() - t0 < 10000; usleep(2000)) {
+        kvp_meta_values(w, gaps_of, &gaps);
+        if (gaps && atomic_load(&gate_told) > 1)
+            break;
+    }
+    CHECK_EQ(gaps, 1);
+    CHECK(atomic_load(&gate_told) < 1000); /* the trimmed ones were never told */
+    CHECK(put(ns, 0, "last") >= 0);
+    int told = atomic_load(&gate_told);
+    for (uint64_t t0 = mono_ms(); atomic_load(&gate_told) == told && mono_ms() - t0 < 10000;)
+        usleep(1000);
+    CHECK(atomic_load(&gate_told) > told);
+    kvp_meta_values(w, gaps_of, &gaps);
+    CHECK_EQ(gaps, 1);
+    kvp_meta_close(w);
     kvp_meta_close(m);
 }
 
@@ -960,6 +1167,10 @@ static void single_server(int steps, uint64_t seed)
     big_rank(port, loc);
     page_orders(port);
     drop_test(port);
+    char evloc[96];
+    snprintf(evloc, sizeof evloc, "redis://127.0.0.1:%d?prefix=ev", port);
+    watch_test(evloc, port);
+    watch_gap_test(port);
     restart_test(0);
     server_kill(0);
 }
@@ -1124,6 +1335,9 @@ static void cluster(int steps, uint64_t seed)
     struct kvp_ns *dns = dm ? ns_of(dm, "d", "p0") : NULL; /* of the differential run */
     CHECK(dns && kvp_meta_nranks(dns) > 0);
     kvp_meta_close(dm);
+    snprintf(loc, sizeof loc, "redis://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d?prefix=ev", ports[0],
+             ports[1], ports[2]);
+    watch_test(loc, 0); /* KV events from ranks on different shards */
     snprintf(loc, sizeof loc, "redis://127.0.0.1:%d,127.0.0.1:%d", ports[0], ports[1]);
     two_handles(loc);
     threads_test(loc);

@@ -26,9 +26,11 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "meta/backend.h"
 #include "meta/redis/redis_conn.h"
@@ -75,6 +77,7 @@ enum {
     SC_HASHES,
     SC_PINS_READ,
     SC_PINS_MERGE,
+    SC_COUNTER,
     SC_COUNT
 };
 
@@ -99,6 +102,13 @@ static const char *const script_body[SC_COUNT] = {
     [SC_RANK_COUNT] = "#!lua flags=no-writes\n"
                       "return {redis.call('HEXISTS', KEYS[1], ARGV[1]), "
                       "redis.call('HLEN', KEYS[1])}\n",
+    /* KEYS: a counter. ARGV: expect, value. Sets it to value when it is
+     * expect or less (none: 0); its value after, as text. */
+    [SC_COUNTER] = "#!lua\n"
+                   "local c = redis.call('GET', KEYS[1]) or '0'\n"
+                   "if tonumber(c) > tonumber(ARGV[1]) then return c end\n"
+                   "if c ~= ARGV[2] then redis.call('SET', KEYS[1], ARGV[2]) end\n"
+                   "return ARGV[2]\n",
 };
 
 struct rns {
@@ -132,6 +142,9 @@ struct rmeta {
     struct kvp__rscript scripts[SC_COUNT];
     pthread_mutex_t lock; /* guards nss */
     struct rns *nss;
+    struct evtail *tail;                    /* kvp_meta_watch's thread, or NULL */
+    char *bodies[SC_COUNT];                 /* scripts made for ?events_max= (owned), or NULL */
+    atomic_uint_least64_t ev_read, ev_gaps; /* its entries read; streams found trimmed past it */
 };
 
 /* ---------------------------------------------------------------- the location */
@@ -310,9 +323,9 @@ static int parse_path(const char *slash, const char *end, int sentinel, struct k
 }
 
 /* The parameters after the '?' (p; NULL: none): prefix into prefix, wait
- * and wait_ms into cfg. */
+ * and wait_ms into cfg, events_max into *evmax. */
 static int parse_params(const char *p, int sentinel, struct kvp__rcfg *cfg, char *prefix,
-                        struct kvp_error *err)
+                        long *evmax, struct kvp_error *err)
 {
     char msg[160];
     while (p && *p) {
@@ -333,8 +346,13 @@ static int parse_params(const char *p, int sentinel, struct kvp__rcfg *cfg, char
                 return bad_url(err, sentinel,
                                "wait_ms must be a number of milliseconds in 1..60000");
             cfg->wait_ms = (uint32_t)v;
+        } else if (l > 11 && !strncmp(p, "events_max=", 11)) {
+            if (opt_num(p + 11, l - 11, 100, 100000000, evmax))
+                return bad_url(err, sentinel,
+                               "events_max must be a number of entries in 100..100000000");
         } else {
-            snprintf(msg, sizeof msg, "unknown parameter '%.*s' (known: prefix, wait, wait_ms)",
+            snprintf(msg, sizeof msg,
+                     "unknown parameter '%.*s' (known: prefix, wait, wait_ms, events_max)",
                      (int)(l > 32 ? 32 : l), p);
             return bad_url(err, sentinel, msg);
         }
@@ -348,7 +366,7 @@ static int parse_params(const char *p, int sentinel, struct kvp__rcfg *cfg, char
 }
 
 static int parse_url(const char *where, int sentinel, struct kvp__rcfg *cfg, char *prefix,
-                     struct kvp_error *err)
+                     long *evmax, struct kvp_error *err)
 {
     memset(cfg, 0, sizeof *cfg);
     strcpy(prefix, "kvp");
@@ -369,7 +387,7 @@ static int parse_url(const char *where, int sentinel, struct kvp__rcfg *cfg, cha
     if ((at && (rc = parse_auth(s, (size_t)(at - s), sentinel, cfg, err))) ||
         (rc = parse_hosts(at ? at + 1 : s, auth_end, sentinel, cfg, err)) ||
         (rc = parse_path(slash, end, sentinel, cfg, err)) ||
-        (rc = parse_params(q ? q + 1 : NULL, sentinel, cfg, prefix, err)))
+        (rc = parse_params(q ? q + 1 : NULL, sentinel, cfg, prefix, evmax, err)))
         goto fail;
     /* Credentials from the environment when the location has none. */
     const char *env;
@@ -394,12 +412,12 @@ fail:
 /* ---------------------------------------------------------------- keys and scripts */
 
 #define KEY_MAX 520 /* PREFIX:{DEP/HEXPOOL/RANK}:field */
-#define NRKEYS 11
-#define NRKEYS_TEXT "11"
+#define NRKEYS 12
+#define NRKEYS_TEXT "12"
 #define K2P_FIELD 5 /* rank_fields[K2P_FIELD]: key -> page */
 
 static const char *const rank_fields[NRKEYS] = {"m",   "free", "res", "lru",  "grace", "k2p",
-                                                "p2k", "rb",   "pin", "pinc", "hx"};
+                                                "p2k", "rb",   "pin", "pinc", "hx",    "ev"};
 
 struct rkeys {
     char k[NRKEYS][KEY_MAX];
@@ -1490,13 +1508,13 @@ static int rd_drop(struct kvp_meta *front, const char *dep, size_t dlen, const c
     size_t nr;
     if ((rc = list_ranks(m, ns->ranks_key, &ranks, NULL, &nr, err)) != 0)
         return rc;
+    /* Each rank by the clear script in its drop form: the removals of its
+     * held keys go to its stream of changes (KV events) with the deletion. */
+    const char *one[1] = {"1"};
+    size_t onel[1] = {1};
     for (size_t i = 0; i < nr && !rc; i++) {
-        struct rkeys k;
-        rank_keys(ns, ranks[i], &k);
-        const char *kp[NRKEYS];
-        for (int j = 0; j < NRKEYS; j++)
-            kp[j] = k.k[j];
-        rc = del_keys(m, k.slot, NRKEYS, kp, k.len, err);
+        if ((rc = run_rank(ns, ranks[i], SC_CLEAR, 1, 1, one, onel, 1, &r, err)) == 0)
+            kvp__rreply_free(r);
     }
     free(ranks);
     const char *rk[1] = {ns->ranks_key};
@@ -1828,11 +1846,13 @@ static int stats_reply(void *arg, size_t j, redisReply *r, struct kvp_error *err
     return 0;
 }
 
-/* Each rank's figures are one script's (consistent); a namespace's ranks are
- * asked together, not atomically. */
-static int rd_stats(struct kvp_meta *front, kvp_meta_stats_fn fn, void *arg)
+/* Calls fn with each listed namespace (names that are not one skipped) and
+ * its ranks, ascending; stops at a failure to list them or at fn's non-zero
+ * return, which it returns. */
+typedef int (*ns_ranks_fn)(void *arg, struct rns *ns, const uint32_t *ranks, size_t nr);
+
+static int each_ns_ranks(struct rmeta *m, ns_ranks_fn fn, void *arg)
 {
-    struct rmeta *m = front->be;
     redisReply *names;
     int rc = list_namespaces(m, &names, NULL);
     if (rc)
@@ -1846,18 +1866,39 @@ static int rd_stats(struct kvp_meta *front, kvp_meta_stats_fn fn, void *arg)
         size_t nr;
         if ((rc = list_ranks(m, ns->ranks_key, &ranks, NULL, &nr, NULL)) != 0)
             break;
-        struct stats_arg a = {ranks, calloc(nr ? nr : 1, sizeof *a.st), 0};
-        if (!a.st)
-            rc = -ENOMEM;
-        else if (nr)
-            rc = ranks_batch(ns, ranks, nr, SC_STATS, 0, NULL, NULL, 11, stats_reply, &a, NULL);
+        rc = fn(arg, ns, ranks, nr);
         free(ranks);
-        if (!rc)
-            rc = fn(ns->dep, ns->pool, a.st, a.k, arg);
-        free(a.st);
     }
     kvp__rreply_free(names);
     return rc;
+}
+
+struct stats_each {
+    kvp_meta_stats_fn fn;
+    void *arg;
+};
+
+static int stats_ns(void *arg, struct rns *ns, const uint32_t *ranks, size_t nr)
+{
+    struct stats_each *e = arg;
+    struct stats_arg a = {ranks, calloc(nr ? nr : 1, sizeof *a.st), 0};
+    int rc = 0;
+    if (!a.st)
+        rc = -ENOMEM;
+    else if (nr)
+        rc = ranks_batch(ns, ranks, nr, SC_STATS, 0, NULL, NULL, 11, stats_reply, &a, NULL);
+    if (!rc)
+        rc = e->fn(ns->dep, ns->pool, a.st, a.k, e->arg);
+    free(a.st);
+    return rc;
+}
+
+/* Each rank's figures are one script's (consistent); a namespace's ranks are
+ * asked together, not atomically. */
+static int rd_stats(struct kvp_meta *front, kvp_meta_stats_fn fn, void *arg)
+{
+    struct stats_each e = {fn, arg};
+    return each_ns_ranks(front->be, stats_ns, &e);
 }
 
 struct check_arg {
@@ -1991,6 +2032,15 @@ static int rd_values(struct kvp_meta *front, kvp_meta_value_fn fn, void *arg)
          "them: 3 appendfsync always (survives a restart), 2 everysec (up to about a second "
          "lost), 1 no AOF (everything since the last snapshot lost), 0 unknown.",
          KVP_VALUE_GAUGE, 0, (uint64_t)(level + 1), "settings", how},
+        {"redis", "event_entries", "kvpage_redis_event_entries_total",
+         "Entries read from the ranks' streams of changes (kvp_meta_watch: kvpage serve "
+         "--kv-events).",
+         KVP_VALUE_COUNTER, 0, atomic_load(&m->ev_read), NULL, NULL},
+        {"redis", "event_gaps", "kvpage_redis_event_gaps_total",
+         "Reads of a rank's stream of changes that found it trimmed past the last change read: "
+         "changes lost to the KV events (the stream keeps about the location's events_max "
+         "entries, 10000 by default).",
+         KVP_VALUE_COUNTER, 0, atomic_load(&m->ev_gaps), NULL, NULL},
     };
     for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
         int rc = fn(&v[i], arg);
@@ -2123,17 +2173,448 @@ static int policy_one(void *arg, const char *node, redisReply *reply, int rc,
     return 0;
 }
 
+/* ---------------------------------------------------------------- changes (KV events) */
+
+/*
+ * kvp_meta_watch and kvp_meta_inventory over Redis (kvpage serve
+ * --kv-events). Every rank script that changes what a rank holds appends
+ * its changes to the rank's stream, PREFIX:{DEP/HEXPOOL/RANK}:ev, in the
+ * same script (redis_lua.h): the change and its record are one atomic step,
+ * whichever process made it. A watcher is a thread of its own (the tail)
+ * that reads every rank's stream from where it left, through the
+ * connection layer (so a Cluster's slots and a Sentinel's master are
+ * followed), and tells fn of each change, then fn(NULL) after each entry
+ * (one script call's changes). So every process that watches one state is
+ * told of every change of it, once, in each rank's order. fn is called on
+ * the tail's thread, never with a lock of a caller's.
+ *
+ * The tail learns the namespaces and their ranks from the namespace list
+ * and each namespace's rank list, every EV_REFRESH_MS; a rank listed when
+ * the watch began is read from its stream's end then ("from now on"), a
+ * rank listed later from its stream's start (its changes are all after the
+ * watch began); a rank no longer listed (dropped) is let go once its
+ * stream has nothing more to read. Each entry's id is 1-N, N counting the
+ * rank's entries from 0 (XADD 1-*, redis_lua.h), so the tail sees a gap at
+ * once: the streams are trimmed to about events_max entries (10000), and a
+ * tail that fell further behind than that finds its next entry's N beyond
+ * the one after its last; it says so once in the log and counts it
+ * (kvpage_redis_event_gaps_total).
+ */
+
+#define EV_READ_COUNT 512 /* entries per read of one stream */
+#define EV_READ_COUNT_TEXT "512"
+#define EV_REFRESH_MS 200 /* the namespaces and ranks read again */
+#define EV_IDLE_MS 20     /* the longest pause between reads when nothing came */
+#define EV_ID_MAX 48
+
+struct evrank {
+    struct rns *ns;
+    uint32_t rank;
+    int slot;
+    int listed; /* in the last listing */
+    char key[KEY_MAX];
+    size_t klen;
+    char after[EV_ID_MAX + 1]; /* "(" and the last entry's id read, or "-" */
+};
+
+struct evtail {
+    struct rmeta *m;
+    kvp_meta_change_fn fn;
+    void *arg;
+    pthread_t thread;
+    atomic_int stop;
+    struct evrank *r;
+    size_t n, cap;
+    int logged_gap;
+};
+
+/* An entry id "MS-SEQ" as two numbers; 0 when it is not one. */
+static int ev_id(const char *s, uint64_t *ms, uint64_t *seq)
+{
+    char *e;
+    *ms = strtoull(s, &e, 10);
+    if (*e != '-')
+        return 0;
+    *seq = strtoull(e + 1, &e, 10);
+    return *e == 0;
+}
+
+static struct evrank *ev_known(struct evtail *t, const struct rns *ns, uint32_t rank)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (t->r[i].ns == ns && t->r[i].rank == rank)
+            return &t->r[i];
+    return NULL;
+}
+
+/* Adds a rank's stream, read from its end now (at_end) or its start. */
+static void ev_add(struct evtail *t, struct rns *ns, uint32_t rank, int at_end)
+{
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? 2 * t->cap : 16;
+        struct evrank *v = realloc(t->r, cap * sizeof *v);
+        if (!v)
+            return; /* read again at the next refresh */
+        t->r = v;
+        t->cap = cap;
+    }
+    struct evrank *e = &t->r[t->n];
+    memset(e, 0, sizeof *e);
+    e->ns = ns;
+    e->rank = rank;
+    e->listed = 1;
+    struct rkeys k;
+    rank_keys(ns, rank, &k);
+    e->slot = k.slot;
+    memcpy(e->key, k.k[NRKEYS - 1], k.len[NRKEYS - 1] + 1);
+    e->klen = k.len[NRKEYS - 1];
+    strcpy(e->after, "-");
+    if (at_end) {
+        const char *argv[6] = {"XREVRANGE", e->key, "+", "-", "COUNT", "1"};
+        size_t lens[6] = {9, e->klen, 1, 1, 5, 1};
+        redisReply *r;
+        if (kvp__rconn_cmd(t->m->c, e->slot, NULL, 1, 6, argv, lens, &r, NULL))
+            return; /* unreachable now: the next refresh tries again */
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
+            r->element[0]->type == REDIS_REPLY_ARRAY && r->element[0]->elements == 2 &&
+            r->element[0]->element[0]->type == REDIS_REPLY_STRING &&
+            r->element[0]->element[0]->len < EV_ID_MAX)
+            snprintf(e->after, sizeof e->after, "(%s", r->element[0]->element[0]->str);
+        kvp__rreply_free(r);
+    }
+    t->n++;
+}
+
+struct ev_refresh_arg {
+    struct evtail *t;
+    int at_start;
+};
+
+static int ev_refresh_ns(void *arg, struct rns *ns, const uint32_t *ranks, size_t nr)
+{
+    struct ev_refresh_arg *a = arg;
+    for (size_t j = 0; j < nr; j++) {
+        struct evrank *e = ev_known(a->t, ns, ranks[j]);
+        if (e)
+            e->listed = 1;
+        else
+            ev_add(a->t, ns, ranks[j], a->at_start);
+    }
+    return atomic_load(&a->t->stop);
+}
+
+/* Reads the namespaces and their ranks; adds the streams not yet read and
+ * notes those of ranks no longer listed (ev_poll lets them go). */
+static void ev_refresh(struct evtail *t, int at_start)
+{
+    struct ev_refresh_arg a = {t, at_start};
+    for (size_t i = 0; i < t->n; i++)
+        t->r[i].listed = 0;
+    if (each_ns_ranks(t->m, ev_refresh_ns, &a) != 0)
+        for (size_t i = 0; i < t->n; i++)
+            t->r[i].listed = 1; /* not known: kept */
+}
+
+static void ev_gap(struct evtail *t, const struct evrank *e)
+{
+    atomic_fetch_add(&t->m->ev_gaps, 1);
+    if (t->logged_gap || !t->m->front->opts.log)
+        return;
+    t->logged_gap = 1;
+    char line[KEY_MAX + 200];
+    snprintf(line, sizeof line,
+             "KV events: the stream %s was trimmed past the last change read from it: changes "
+             "are lost (a replay from 0 gives the state); said once, counted in "
+             "kvpage_redis_event_gaps_total",
+             e->key);
+    t->m->front->opts.log(t->m->front->opts.log_arg, 1, line);
+}
+
+/* Tells fn of the entries of one read of stream e; the number of entries. */
+static size_t ev_deliver(struct evtail *t, struct evrank *e, const redisReply *r)
+{
+    if (!r || r->type != REDIS_REPLY_ARRAY)
+        return 0;
+    struct kvp_meta_change c = {0, &e->ns->pub, e->ns->dep, e->ns->pool, e->rank, NULL, 0};
+    size_t n = 0;
+    for (size_t i = 0; i < r->elements; i++) {
+        const redisReply *x = r->element[i];
+        if (x->type != REDIS_REPLY_ARRAY || x->elements != 2 ||
+            x->element[0]->type != REDIS_REPLY_STRING || x->element[0]->len >= EV_ID_MAX)
+            continue;
+        uint64_t ms, seq, lms, lseq;
+        if (i == 0 && e->after[0] == '(' && ev_id(x->element[0]->str, &ms, &seq) &&
+            ev_id(e->after + 1, &lms, &lseq) && ms == 1 && lms == 1 && seq > lseq + 1)
+            ev_gap(t, e); /* entries lseq+1 .. seq-1 were trimmed unread */
+        const redisReply *f = x->element[1];
+        for (size_t j = 0; f->type == REDIS_REPLY_ARRAY && j + 1 < f->elements; j += 2) {
+            const redisReply *k = f->element[j], *v = f->element[j + 1];
+            if (k->type != REDIS_REPLY_STRING || k->len != 1 || v->type != REDIS_REPLY_STRING ||
+                (k->str[0] != 's' && k->str[0] != 'r'))
+                continue; /* a field of a later version */
+            c.kind = k->str[0] == 's' ? KVP_CHANGE_STORED : KVP_CHANGE_REMOVED;
+            for (const char *p = v->str, *end = v->str + v->len; p < end;) {
+                const char *nul = memchr(p, 0, (size_t)(end - p));
+                c.key = p;
+                c.len = (size_t)((nul ? nul : end) - p);
+                t->fn(&c, t->arg); /* the keys, separated by NUL bytes */
+                p += c.len + 1;
+            }
+        }
+        t->fn(NULL, t->arg);
+        snprintf(e->after, sizeof e->after, "(%s", x->element[0]->str);
+        n++;
+    }
+    return n;
+}
+
+/* One read of every stream (pipelined per node): the entries delivered. */
+static size_t ev_poll(struct evtail *t)
+{
+    struct kvp__rcmd *cmds = calloc(t->n ? t->n : 1, sizeof *cmds);
+    const char **argv = malloc((6 * t->n + 1) * sizeof *argv);
+    size_t *lens = malloc((6 * t->n + 1) * sizeof *lens);
+    size_t got = 0;
+    if (!cmds || !argv || !lens)
+        goto out;
+    for (size_t i = 0; i < t->n; i++) {
+        struct evrank *e = &t->r[i];
+        const char **v = argv + 6 * i;
+        size_t *l = lens + 6 * i;
+        cmds[i] = (struct kvp__rcmd){.slot = e->slot, .argc = 6, .argv = v, .lens = l};
+        v[0] = "XRANGE", l[0] = 6;
+        v[1] = e->key, l[1] = e->klen;
+        v[2] = e->after, l[2] = strlen(e->after);
+        v[3] = "+", l[3] = 1;
+        v[4] = "COUNT", l[4] = 5;
+        v[5] = EV_READ_COUNT_TEXT, l[5] = sizeof EV_READ_COUNT_TEXT - 1;
+    }
+    kvp__rconn_multi(t->m->c, cmds, t->n, NULL);
+    size_t keep = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        size_t k = cmds[i].rc ? 0 : ev_deliver(t, &t->r[i], cmds[i].reply);
+        got += k;
+        /* A rank found unlisted has nothing more once a read after that
+         * finds nothing: a drop writes its removals before it unlists the
+         * rank. Let go (a rank listed again is read from its start). */
+        if (t->r[i].listed || k || cmds[i].rc)
+            t->r[keep++] = t->r[i];
+    }
+    for (size_t i = 0; i < t->n; i++)
+        if (cmds[i].reply)
+            kvp__rreply_free(cmds[i].reply);
+    t->n = keep;
+out:
+    free(cmds);
+    free(argv);
+    free(lens);
+    atomic_fetch_add(&t->m->ev_read, got);
+    return got;
+}
+
+static uint64_t ev_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void *ev_main(void *arg)
+{
+    struct evtail *t = arg;
+    uint64_t refreshed = ev_now_ms(); /* rd_watch read them */
+    unsigned pause = 1;
+    while (!atomic_load(&t->stop)) {
+        uint64_t now = ev_now_ms();
+        if (now - refreshed >= EV_REFRESH_MS) {
+            size_t before = t->n;
+            ev_refresh(t, 0);
+            refreshed = now;
+            if (t->n != before)
+                pause = 1;
+        }
+        if (ev_poll(t)) {
+            pause = 1;
+            continue;
+        }
+        /* Nothing new: wait a little longer each time, up to EV_IDLE_MS. */
+        struct timespec ts = {0, (long)pause * 1000000L};
+        nanosleep(&ts, NULL);
+        pause = pause * 2 > EV_IDLE_MS ? EV_IDLE_MS : pause * 2;
+    }
+    return NULL;
+}
+
+static void ev_stop(struct rmeta *m)
+{
+    struct evtail *t = m->tail;
+    if (!t)
+        return;
+    atomic_store(&t->stop, 1);
+    pthread_join(t->thread, NULL);
+    free(t->r);
+    free(t);
+    m->tail = NULL;
+}
+
+static int rd_watch(struct kvp_meta *front, kvp_meta_change_fn fn, void *arg)
+{
+    struct rmeta *m = front->be;
+    ev_stop(m);
+    if (!fn)
+        return 0;
+    struct evtail *t = calloc(1, sizeof *t);
+    if (!t)
+        return -ENOMEM;
+    t->m = m;
+    t->fn = fn;
+    t->arg = arg;
+    /* The streams' ends are noted before this returns: changes made after
+     * it are told, as by the in-process engine. */
+    ev_refresh(t, 1);
+    int rc = pthread_create(&t->thread, NULL, ev_main, t);
+    if (rc) {
+        free(t->r);
+        free(t);
+        return -rc;
+    }
+    m->tail = t;
+    return 0;
+}
+
+/*
+ * kvp_meta_inventory: every rank's key -> page map, read by HSCAN (a few
+ * thousand keys per round trip, never one long script that would stall
+ * Redis). Unlike in-process it is not each namespace at one moment, and
+ * need not be: kvpage serve numbers an inventory with the last batch it
+ * published before the inventory began, and
+ *   - a key whose page stays while its rank is scanned is in it (HSCAN
+ *     returns every field present from its start to its end);
+ *   - every change made after the inventory began is in an entry of its
+ *     rank's stream that the tail reads after that (it cannot read an entry
+ *     before the entry is written), so it is published in a later batch; so
+ *     is a change made before it that a tail behind reads after it began;
+ *   - the tail tells each rank's changes in their order, so the last one of
+ *     a key changed meanwhile is its state.
+ * So the inventory and every batch after its number give the state, as the
+ * in-process one does (src/server/kvevents.c, serve_replay).
+ */
+struct inv_arg {
+    struct rmeta *m;
+    kvp_meta_change_fn fn;
+    void *arg;
+};
+
+static int inv_ns(void *arg, struct rns *ns, const uint32_t *ranks, size_t nr)
+{
+    struct inv_arg *a = arg;
+    int rc = 0;
+    for (size_t j = 0; j < nr && !rc; j++) {
+        struct rkeys k;
+        rank_keys(ns, ranks[j], &k);
+        struct kvp_meta_change c = {KVP_CHANGE_STORED, &ns->pub, ns->dep, ns->pool,
+                                    ranks[j],          NULL,     0};
+        char cursor[32] = "0";
+        do {
+            const char *argv[5] = {"HSCAN", k.k[K2P_FIELD], cursor, "COUNT", "2000"};
+            size_t lens[5] = {5, k.len[K2P_FIELD], strlen(cursor), 5, 4};
+            redisReply *r;
+            if ((rc = kvp__rconn_cmd(a->m->c, k.slot, NULL, 1, 5, argv, lens, &r, NULL)) != 0)
+                break;
+            if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+                r->element[0]->type != REDIS_REPLY_STRING || r->element[0]->len >= 32 ||
+                r->element[1]->type != REDIS_REPLY_ARRAY) {
+                kvp__rreply_free(r);
+                rc = -EIO;
+                break;
+            }
+            memcpy(cursor, r->element[0]->str, r->element[0]->len + 1);
+            const redisReply *kv = r->element[1];
+            for (size_t f = 0; f + 1 < kv->elements; f += 2) {
+                if (kv->element[f]->type != REDIS_REPLY_STRING)
+                    continue;
+                c.key = kv->element[f]->str;
+                c.len = kv->element[f]->len;
+                a->fn(&c, a->arg);
+            }
+            kvp__rreply_free(r);
+        } while (strcmp(cursor, "0"));
+    }
+    return rc;
+}
+
+static int rd_inventory(struct kvp_meta *front, kvp_meta_change_fn fn, void *arg)
+{
+    struct inv_arg a = {front->be, fn, arg};
+    return each_ns_ranks(front->be, inv_ns, &a);
+}
+
+/* kvp_meta_counter: PREFIX:{PREFIX}:counter:NAME, set by a script (a compare
+ * and set: two servers may share the name). */
+static int rd_counter(struct kvp_meta *front, const char *name, uint64_t expect, uint64_t value,
+                      uint64_t *now, struct kvp_error *err)
+{
+    struct rmeta *m = front->be;
+    size_t kl = strlen(m->prefix) * 2 + strlen(name) + 16;
+    char *key = malloc(kl), e[24], v[24];
+    if (!key) {
+        kvp__err_oom(err, -ENOMEM);
+        return -ENOMEM;
+    }
+    snprintf(key, kl, "%s:{%s}:counter:%s", m->prefix, m->prefix, name);
+    snprintf(e, sizeof e, "%llu", (unsigned long long)expect);
+    snprintf(v, sizeof v, "%llu", (unsigned long long)value);
+    const char *argv[6] = {"EVALSHA", "", "1", key, e, v};
+    size_t lens[6] = {7, 0, 1, strlen(key), strlen(e), strlen(v)};
+    redisReply *r;
+    int rc =
+        kvp__rconn_cmd(m->c, key_slot(key), &m->scripts[SC_COUNTER], 0, 6, argv, lens, &r, err);
+    free(key);
+    if (rc)
+        return rc;
+    if (r->type != REDIS_REPLY_STRING)
+        rc = unexpected(m, "the counter script", err);
+    else if (now)
+        *now = strtoull(r->str, NULL, 10);
+    kvp__rreply_free(r);
+    return rc;
+}
+
+/* A rank script's body with ?events_max='s length of its stream in place of
+ * KVP_LUA_EVMAX (another script: another SHA). 0 or -ENOMEM. */
+static int evmax_body(struct rmeta *m, int sc, long evmax)
+{
+    static const char pat[] = "'~', '" KVP_LUA_EVMAX "'";
+    const char *b = script_body[sc], *at = strstr(b, pat);
+    if (!at)
+        return 0;
+    size_t n = strlen(b) + 32;
+    if (!(m->bodies[sc] = malloc(n)))
+        return -ENOMEM;
+    snprintf(m->bodies[sc], n, "%.*s'~', '%ld'%s", (int)(at - b), b, evmax, at + sizeof pat - 1);
+    m->scripts[sc].body = m->bodies[sc];
+    return 0;
+}
+
+static void rd_free_bodies(struct rmeta *m)
+{
+    for (int i = 0; i < SC_COUNT; i++)
+        free(m->bodies[i]);
+}
+
 static void rd_close(struct kvp_meta *front)
 {
     struct rmeta *m = front->be;
     if (!m)
         return;
+    ev_stop(m);
     kvp__rconn_close(m->c);
     for (struct rns *ns = m->nss, *nx; ns; ns = nx) {
         nx = ns->next;
         ns_free(ns);
     }
     pthread_mutex_destroy(&m->lock);
+    rd_free_bodies(m);
     free(m);
     front->be = NULL;
 }
@@ -2212,7 +2693,8 @@ static int open_either(struct kvp_meta *front, const char *where, int sentinel,
         return -ENOMEM;
     }
     struct kvp__rcfg cfg;
-    int rc = parse_url(where ? where : "", sentinel, &cfg, m->prefix, err);
+    long evmax = 0;
+    int rc = parse_url(where ? where : "", sentinel, &cfg, m->prefix, &evmax, err);
     if (rc) {
         free(m);
         return rc;
@@ -2238,7 +2720,8 @@ static int open_either(struct kvp_meta *front, const char *where, int sentinel,
     for (int i = 0; i < SC_COUNT; i++) {
         m->scripts[i].body = script_body[i];
         m->scripts[i].change = i == SC_INIT || i == SC_ALLOCATE || i == SC_CONFIRM ||
-                               i == SC_DELETE || i == SC_CLEAR || i == SC_NS_CREATE;
+                               i == SC_DELETE || i == SC_CLEAR || i == SC_NS_CREATE ||
+                               i == SC_COUNTER;
     }
     pthread_mutex_init(&m->lock, NULL);
     if ((rc = kvp__rconn_open(&m->c, &cfg, err)) != 0) {
@@ -2246,9 +2729,13 @@ static int open_either(struct kvp_meta *front, const char *where, int sentinel,
         free(m);
         return rc;
     }
-    if ((rc = check_format(m, err)) != 0) {
+    for (int i = 0; evmax && !rc && i < SC_COUNT; i++)
+        if ((rc = evmax_body(m, i, evmax)) != 0)
+            kvp__err_oom(err, rc);
+    if (rc || (rc = check_format(m, err)) != 0) {
         kvp__rconn_close(m->c);
         pthread_mutex_destroy(&m->lock);
+        rd_free_bodies(m);
         free(m);
         return rc;
     }
@@ -2319,7 +2806,8 @@ static const struct kvp__meta_scheme rd_sentinel_schemes[] = {
     .when_durable = rd_when_durable, .values = rd_values, .health = rd_health,                     \
     .snapshot = rd_snapshot, .describe = rd_describe, .identity = rd_identity, .remote = 1,        \
     .holder = "Redis", .values_section = "redis", .info = rd_info, .pin = rd_pin,                  \
-    .unpin = rd_unpin, .pinned = rd_pinned, .exists_hashes = rd_exists_hashes
+    .unpin = rd_unpin, .pinned = rd_pinned, .exists_hashes = rd_exists_hashes, .watch = rd_watch,  \
+    .inventory = rd_inventory, .counter = rd_counter
 
 /* The same backend, its master named by sentinels. */
 const struct kvp__meta_ops kvp__redis_sentinel_ops = {

@@ -814,8 +814,9 @@ static int follow_master(struct kvp__rconn *c, struct rnode *n, uint64_t since)
 /* Whether a command is a change (then ?wait= waits for it). */
 static int cmd_writes(const struct kvp__rscript *s, int argc, const char **argv)
 {
-    static const char *const reads[] = {"ZSCORE", "ZRANGE", "ZCARD", "HLEN",   "HGET", "HGETALL",
-                                        "HMGET",  "HKEYS",  "PING",  "EXISTS", "GET",  "ROLE"};
+    static const char *const reads[] = {"ZSCORE", "ZRANGE", "ZCARD",  "HLEN",     "HGET", "HGETALL",
+                                        "HMGET",  "HKEYS",  "PING",   "EXISTS",   "GET",  "ROLE",
+                                        "HSCAN",  "XINFO",  "XRANGE", "XREVRANGE"};
     if (s)
         return s->change;
     for (size_t i = 0; argc > 0 && i < sizeof reads / sizeof *reads; i++)

@@ -2,7 +2,7 @@
  * The Lua scripts of the redis:// backend (src/meta/redis/redis.c). Every
  * operation on one rank is one script, so Redis runs it atomically, however
  * many kvpage processes share the store. Each rank script gets the same
- * eleven keys, all with the rank's hash tag (one cluster slot):
+ * twelve keys, all with the rank's hash tag (one cluster slot):
  *
  *   KEYS[1] m      STRING the rank's fields, in decimal separated by
  *                         spaces: num_pages, hwm (pages >= hwm were never
@@ -41,6 +41,17 @@
  *   KEYS[11] hx    HASH   's' and a HELD key's first 16 hex digits, 'v' and
  *                         its last 16 (lower case), where they are hex ->
  *                         its page: the query by the engines' block hashes
+ *   KEYS[12] ev    STREAM the rank's changes of what it holds (kvpage serve
+ *                         --kv-events): per script call that made some,
+ *                         an entry per 2000 of them, its field 's' (the
+ *                         keys got pages: confirmed) or 'r' (they lost them:
+ *                         evicted, deleted, cleared, dropped) -> the keys in
+ *                         order, separated by NUL bytes (more fields may
+ *                         come: a reader skips the ones it does not know);
+ *                         ids 1-0, 1-1, ... Trimmed to about
+ *                         KVP_LUA_EVMAX entries (?events_max=); always
+ *                         written, so that every server of the state may
+ *                         publish them (src/meta/redis/redis.c, "changes")
  *
  * A page is HELD when p2k has it with a key, RESERVED when p2k has it with
  * a reservation (which res and rb have), else FREE. A rank of 2^31 pages
@@ -62,11 +73,16 @@
 #ifndef KVP_META_REDIS_LUA_H
 #define KVP_META_REDIS_LUA_H
 
+/* The entries a rank's stream of changes keeps (about: trimmed with "~"):
+ * the readers (every kvpage serve --kv-events of the state) read them within
+ * milliseconds; this covers a reader that lags by many seconds. */
+#define KVP_LUA_EVMAX "10000"
+
 #define KVP_LUA_PRELUDE                                                                            \
     "local M, FREE, RES, LRU, GRACE, K2P, P2K, RB = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], " \
     "KEYS[6],\n"                                                                                   \
     "  KEYS[7], KEYS[8]\n"                                                                         \
-    "local PIN, PINC, HX = KEYS[9], KEYS[10], KEYS[11]\n"                                          \
+    "local PIN, PINC, HX, EV = KEYS[9], KEYS[10], KEYS[11], KEYS[12]\n"                            \
     "local call, fmt, byte = redis.call, string.format, string.byte\n"                             \
     "-- integers go to Redis as text made here: a Lua number would be formatted\n"                 \
     "-- with %.17g\n"                                                                              \
@@ -210,6 +226,17 @@
     "local function clear_pages()\n"                                                               \
     "  call('DEL', FREE, RES, LRU, GRACE, K2P, P2K, RB, HX)\n"                                     \
     "  st.hwm = 0; st.top = 0; st.nres = 0; st.ceil = st.num_pages\n"                              \
+    "end\n"                                                                                        \
+    "-- the keys that got ('s') or lost ('r') their pages in this call, appended to\n"             \
+    "-- EV with the change itself (atomic): an entry per 2000 keys, its field kind\n"              \
+    "-- -> the keys separated by NUL bytes (no key has one); entry ids 1-0, 1-1,\n"                \
+    "-- ...: a reader sees entries trimmed unread as a jump\n"                                     \
+    "local function ev_put(kind, keys)\n"                                                          \
+    "  local n = #keys\n"                                                                          \
+    "  for i = 1, n, 2000 do\n"                                                                    \
+    "    call('XADD', EV, 'MAXLEN', '~', '" KVP_LUA_EVMAX "', '1-*', kind,\n"                      \
+    "      table.concat(keys, '\\0', i, math.min(i + 1999, n)))\n"                                 \
+    "  end\n"                                                                                      \
     "end\n"
 
 /* ARGV: num_pages. {0} / {ST_RESIZE_HELD, old num_pages}. */
@@ -217,6 +244,7 @@
     "#!lua\n" KVP_LUA_PRELUDE "local np = tonumber(ARGV[1])\n"                                     \
     "if not load() then\n"                                                                         \
     "  call('SET', M, fmt('%d 0 0 0 0 0 0 0 0 0 0 0 0', np))\n"                                    \
+    "  call('PERSIST', EV) -- a drop let it expire: the rank is back\n"                            \
     "  return {0}\n"                                                                               \
     "end\n"                                                                                        \
     "if st.num_pages == np then return {0} end\n"                                                  \
@@ -364,6 +392,7 @@
     "  bulk('HDEL', K2P, ekeys); bulk('ZREM', LRU, evicted); ungrace(evicted); unindex(ekeys, "    \
     "epages)\n"                                                                                    \
     "  st.evictions = st.evictions + #evicted\n"                                                   \
+    "  ev_put('r', ekeys)\n"                                                                       \
     "end\n"                                                                                        \
     "-- one reservation of the pages, numbered by its first rseq: res has it by\n"                 \
     "-- deadline, rb its pages in order and their count ('#' .. its number), and\n"                \
@@ -451,7 +480,7 @@
     "  local r = reserved[p]\n"                                                                    \
     "  reserved[p] = nil; unres[#unres + 1] = p; untext[p] = pt; dec[r] = (dec[r] or 0) + 1\n"     \
     "end\n"                                                                                        \
-    "local hp, hk, lru, hx = {}, {}, {}, {}\n"                                                     \
+    "local hp, hk, lru, hx, evs = {}, {}, {}, {}, {}\n"                                            \
     "local function to_free(p)\n"                                                                  \
     "  if touched(p) then st.fseq = st.fseq + 1; freeop[p] = st.fseq end\n"                        \
     "end\n"                                                                                        \
@@ -466,7 +495,7 @@
     "      held[p] = true; haskey[key] = true\n"                                                   \
     "      local h = #hp\n"                                                                        \
     "      hp[h + 1] = pt; hp[h + 2] = key; hk[h + 1] = key; hk[h + 2] = pt\n"                     \
-    "      hx_fields(key, hx, pt)\n"                                                               \
+    "      hx_fields(key, hx, pt); evs[#evs + 1] = key\n"                                          \
     "      st.clock = st.clock + 1; lru[h + 1] = I(st.clock); lru[h + 2] = pt\n"                   \
     "      if p >= st.top then st.top = p + 1 end\n"                                               \
     "    end\n"                                                                                    \
@@ -499,6 +528,7 @@
     "bulk('ZREM', FREE, frem); bulk('ZADD', FREE, fadd)\n"                                         \
     "-- a page that was not HELD has no read grace (unholding drops it)\n"                         \
     "bulk('HSET', P2K, hp); bulk('HSET', K2P, hk); bulk('ZADD', LRU, lru); bulk('HSET', HX, hx)\n" \
+    "ev_put('s', evs)\n"                                                                           \
     "st.release_held = st.release_held + rh\n"                                                     \
     "store()\n"                                                                                    \
     "return {0}\n"
@@ -552,12 +582,22 @@
     "bulk('HDEL', P2K, dp); bulk('HDEL', K2P, dk); bulk('ZREM', LRU, dp); ungrace(dp)\n"           \
     "unindex(dk, dp)\n"                                                                            \
     "bulk('ZADD', FREE, fadd)\n"                                                                   \
+    "ev_put('r', dk)\n"                                                                            \
     "store()\n"                                                                                    \
     "return {0}\n"
 
-/* {0} / {ST_NOT_INIT}. */
+/* ARGV: '1' to drop the rank (kvp_meta_drop: every key of the rank goes; its
+ * stream of changes expires in DROP_EV_MS, time for the readers to read the
+ * removals), else nothing. {0} / {ST_NOT_INIT}. */
 #define KVP_LUA_CLEAR                                                                              \
-    "#!lua flags=allow-oom\n" KVP_LUA_PRELUDE "if not load() then return {1} end\n"                \
+    "#!lua flags=allow-oom\n" KVP_LUA_PRELUDE "local drop = ARGV[1] == '1'\n"                      \
+    "if not load() and not drop then return {1} end\n"                                             \
+    "ev_put('r', call('HKEYS', K2P))\n"                                                            \
+    "if drop then\n"                                                                               \
+    "  call('DEL', M, FREE, RES, LRU, GRACE, K2P, P2K, RB, PIN, PINC, HX)\n"                       \
+    "  call('PEXPIRE', EV, '600000')\n"                                                            \
+    "  return {0}\n"                                                                               \
+    "end\n"                                                                                        \
     "clear_pages(); store()\n"                                                                     \
     "return {0}\n"
 
