@@ -2039,7 +2039,7 @@ static int rd_values(struct kvp_meta *front, kvp_meta_value_fn fn, void *arg)
         {"redis", "event_gaps", "kvpage_redis_event_gaps_total",
          "Reads of a rank's stream of changes that found it trimmed past the last change read: "
          "changes lost to the KV events (the stream keeps about the location's events_max "
-         "entries, 10000 by default).",
+         "entries, 2000 by default).",
          KVP_VALUE_COUNTER, 0, atomic_load(&m->ev_gaps), NULL, NULL},
     };
     for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
@@ -2195,7 +2195,7 @@ static int policy_one(void *arg, const char *node, redisReply *reply, int rc,
  * watch began); a rank no longer listed (dropped) is let go once its
  * stream has nothing more to read. Each entry's id is 1-N, N counting the
  * rank's entries from 0 (XADD 1-*, redis_lua.h), so the tail sees a gap at
- * once: the streams are trimmed to about events_max entries (10000), and a
+ * once: the streams are trimmed to about events_max entries (2000), and a
  * tail that fell further behind than that finds its next entry's N beyond
  * the one after its last; it says so once in the log and counts it
  * (kvpage_redis_event_gaps_total).

@@ -75,8 +75,12 @@
 
 /* The entries a rank's stream of changes keeps (about: trimmed with "~"):
  * the readers (every kvpage serve --kv-events of the state) read them within
- * milliseconds; this covers a reader that lags by many seconds. */
-#define KVP_LUA_EVMAX "10000"
+ * milliseconds; this covers a reader that lags by about a second of a rank
+ * written at Redis's full speed (~2000 scripts/s here). Not more by default:
+ * the streams are written whether or not a server publishes, and an entry
+ * of 64 keys of 32 hex digits takes ~2.8 KB of Redis memory (5.6 MB a rank
+ * at 2000; 28 MB at 10000). */
+#define KVP_LUA_EVMAX "2000"
 
 #define KVP_LUA_PRELUDE                                                                            \
     "local M, FREE, RES, LRU, GRACE, K2P, P2K, RB = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], " \
