@@ -158,6 +158,11 @@ struct kvp__meta_ops {
      * server, which counts them). */
     int (*del_rejected)(struct kvp_ns *ns, int64_t rank, const struct kvp_str *keys, size_t n,
                         uint64_t *ticket, struct kvp_error *err);
+    /* kvp_meta_confirm_ex, opts checked and not NULL (opts_size the
+     * library's). May be NULL: confirm, the opts passed over. */
+    int (*confirm_ex)(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys,
+                      const int64_t *pages, size_t n, const int64_t *release, size_t nrel,
+                      const struct kvp_confirm_opts *opts, uint64_t *ticket, struct kvp_error *err);
 };
 
 /* The backends are the rows of src/meta/backends.h; kvp__meta_backends

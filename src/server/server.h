@@ -294,6 +294,26 @@ ptrdiff_t kvp__parse_alloc_keys(struct kvp_ctx *c, json_t *arr);
  */
 int kvp__parse_confirm(struct kvp_ctx *c, json_t *conf, const char *field, size_t *n, size_t *nrel,
                        int sglang_types);
+/*
+ * The optional fields of a confirmation that name each page's parent and
+ * tokens (protocol.md, "Parents and tokens"): "parent_keys" (a key or null
+ * per confirmation), or "prefix_key" (a key or null: the first
+ * confirmation's parent, each next one's the confirmation before it), and
+ * "token_ids" (a list of tokens, or null, per confirmation). Read after
+ * kvp__parse_confirm (its n keys in the scratch). Returns 0 (x->used 0 when
+ * the body has none of them) or -1 after replying 400; x is freed by
+ * kvp__confirm_extra_free either way.
+ */
+struct kvp_confirm_extra {
+    int used;
+    struct kvp_confirm_opts opts;
+    struct kvp_str *parents;
+    const uint32_t **tok;
+    uint32_t *ntok, *flat;
+};
+int kvp__parse_confirm_extra(struct kvp_ctx *c, const char *field, size_t n,
+                             struct kvp_confirm_extra *x);
+void kvp__confirm_extra_free(struct kvp_confirm_extra *x);
 /* Maps a confirm error of meta other than -ENOENT (rc, err) to the documented
  * replies; field names the confirmations list. */
 void kvp__confirm_error(struct kvp_ctx *c, int rc, const struct kvp_error *err, const char *field,
