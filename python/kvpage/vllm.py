@@ -49,6 +49,12 @@ pipeline stages never share pages:
                           the TP rank plus pp_rank * tp_size (the TP rank
                           alone with one stage), so that stages, which hold
                           different layers, never share a file or a page.
+Its metadata client's confirmations say that their keys are a chain
+("prefix_key": null, protocol.md "Parents and tokens"): a save task's
+blocks are consecutive full blocks of one request, each key chained on the
+one before it, so kvpage serve's KV events carry each block's parent (not
+the first's: the client does not know it). No token ids: the worker's save
+path has the keys, not the tokens.
 reset_cache() clears the connector's metadata namespace (POST /clear on its
 metadata URL: every key of every rank of the namespace is forgotten, the ranks
 stay initialized), which vLLM calls from reset_prefix_cache.
@@ -135,6 +141,18 @@ def _with_url(cls, url):
             results = super().allocate_pages_for_keys(rank, keys)
             _note_pages(rank, results)
             return results
+
+        def confirm_write_for_keys(self, rank, key_confirmations, pages_to_release=None):
+            # A save task's keys are consecutive full blocks of one request
+            # (vLLM's chained block keys, one chunk of them): each block's
+            # parent is the block before it ("prefix_key": the first's is not
+            # known here). kvpage serve's KV events then carry the chain.
+            post = getattr(self, "_post", None)
+            if not key_confirmations or post is None:
+                return super().confirm_write_for_keys(rank, key_confirmations, pages_to_release)
+            post("keys/confirm_write", {"rank": rank, "confirmations": key_confirmations,
+                                        "pages_to_release": pages_to_release or [],
+                                        "prefix_key": None})
 
     _Client.__name__ = _Client.__qualname__ = cls.__name__
     return _Client

@@ -591,41 +591,6 @@ KVP_API int kvp_meta_confirm_async(struct kvp_ns *ns, uint32_t rank, const struc
     return ns->meta->ops->confirm(ns, rank, keys, pages, n, release, nrel, ticket, err);
 }
 
-/* opts of kvp_meta_confirm_ex, for n confirmations, into *o (the caller's
- * struct at the library's size, fields it lacks NULL). */
-static int check_confirm_opts(const struct kvp_confirm_opts *opts, size_t n,
-                              struct kvp_confirm_opts *o, struct kvp_error *err)
-{
-    if (opts->opts_size == 0 || opts->opts_size > sizeof *o) {
-        kvp__set_err(err, -EINVAL, KVP_RULE_ARG, -1, (int64_t)opts->opts_size, sizeof *o,
-                     "opts_size %zu is not a size of struct kvp_confirm_opts", opts->opts_size);
-        return -EINVAL;
-    }
-    memset(o, 0, sizeof *o);
-    memcpy(o, opts, opts->opts_size);
-    o->opts_size = sizeof *o;
-    if (!o->token_ids != !o->ntokens)
-        return bad_arg(err, "token_ids and ntokens: give both or neither");
-    for (size_t i = 0; i < n; i++) {
-        if (o->parents && o->parents[i].len) {
-            const char *why = kvp_key_problem(o->parents[i].ptr, o->parents[i].len);
-            if (why) {
-                kvp__set_err(err, -EINVAL, KVP_RULE_KEY, (int64_t)i, (int64_t)o->parents[i].len,
-                             KVP_MAX_KEY_LEN, "parent %zu %s", i, why);
-                return -EINVAL;
-            }
-        }
-        if (o->ntokens && o->ntokens[i] > KVP_MAX_PAGE_TOKENS) {
-            kvp__set_err(err, -EINVAL, KVP_RULE_ARG, (int64_t)i, o->ntokens[i], KVP_MAX_PAGE_TOKENS,
-                         "token_ids %zu: more than %d tokens", i, KVP_MAX_PAGE_TOKENS);
-            return -EINVAL;
-        }
-        if (o->ntokens && o->ntokens[i] && !o->token_ids[i])
-            return bad_arg(err, "token_ids[i] is NULL with ntokens[i] > 0");
-    }
-    return 0;
-}
-
 KVP_API int kvp_meta_confirm_ex_async(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys,
                                       const int64_t *pages, size_t n, const int64_t *release,
                                       size_t nrel, const struct kvp_confirm_opts *opts,
@@ -636,7 +601,7 @@ KVP_API int kvp_meta_confirm_ex_async(struct kvp_ns *ns, uint32_t rank, const st
     struct kvp_confirm_opts o;
     int rc;
     if ((rc = check_confirm(ns, rank, keys, pages, n, release, nrel, ticket, err)) ||
-        (rc = check_confirm_opts(opts, n, &o, err)))
+        (rc = kvp__check_confirm_opts(opts, n, &o, err)))
         return rc;
     if (!ns->meta->ops->confirm_ex)
         return ns->meta->ops->confirm(ns, rank, keys, pages, n, release, nrel, ticket, err);
