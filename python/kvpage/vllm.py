@@ -147,12 +147,12 @@ def _with_url(cls, url):
             # (vLLM's chained block keys, one chunk of them): each block's
             # parent is the block before it ("prefix_key": the first's is not
             # known here). kvpage serve's KV events then carry the chain.
-            post = getattr(self, "_post", None)
-            if not key_confirmations or post is None:
+            base = getattr(self, "base_url", None)
+            if not key_confirmations or not isinstance(base, str):
                 return super().confirm_write_for_keys(rank, key_confirmations, pages_to_release)
-            post("keys/confirm_write", {"rank": rank, "confirmations": key_confirmations,
-                                        "pages_to_release": pages_to_release or [],
-                                        "prefix_key": None})
+            body = {"rank": rank, "confirmations": [list(c) for c in key_confirmations],
+                    "pages_to_release": list(pages_to_release or []), "prefix_key": None}
+            _post_json(base, "/keys/confirm_write", body, getattr(self, "_session", None))
 
     _Client.__name__ = _Client.__qualname__ = cls.__name__
     return _Client
@@ -354,13 +354,26 @@ def install(module, metadata_url=None):
     return module
 
 
+def _post_json(url, path, body, session=None):
+    """POST body (JSON) to url + path through session (a requests.Session:
+    vLLM's metadata client's, with its retries) or urllib; True on 2xx,
+    else raises (as vLLM's client does)."""
+    data = json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"}
+    if session is not None:
+        r = session.post(url.rstrip("/") + path, data=data, headers=headers, timeout=30)
+        r.raise_for_status()
+        return True
+    req = urllib.request.Request(url.rstrip("/") + path, data=data, headers=headers,
+                                 method="POST")
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return 200 <= r.status < 300
+
+
 def _clear(url):
     """POST /clear on a metadata URL (vLLM's metadata client has no call for
     it): every key of the namespace is forgotten, its ranks stay."""
-    req = urllib.request.Request(url.rstrip("/") + "/clear", data=json.dumps({}).encode(),
-                                 headers={"Content-Type": "application/json"}, method="POST")
-    with urllib.request.urlopen(req, timeout=30) as r:
-        return 200 <= r.status < 300
+    return _post_json(url, "/clear", {})
 
 
 class KvpageHF3FSConnector(_Base):
