@@ -350,6 +350,7 @@ struct kvp_kvev {
     struct sent *ring; /* the last buffer_steps batches, oldest at ring_head */
     size_t ring_head, ring_n;
     struct recs work;
+    struct run *runs; /* a batch's events (pack_batch): BATCH_MAX + STAGE records at most */
     msgpack_sbuffer sb;
 };
 
@@ -642,28 +643,34 @@ static struct chg chg_at(const struct rec *v, size_t k, size_t j)
     return c;
 }
 
-/* The end of the run of changes from v[k] that makes one event: changes of
- * one kind. A run of stored pages is one BlockStored, as an engine sends the
- * pages of one request: a confirmation's pages are a request's, in its
- * order (one event per page cost the publisher and a Python subscriber twice
- * the server's CPU: bench/README.md, "KV events"). Where parents were told,
- * the run must be a chain, as the consumers read it: each page's parent is
- * the page before it (the first's is the event's parent_block_hash); a page
- * without a parent joins only a run that has none. Where tokens were told,
- * every page of the run has as many (the event's block_size). */
-static size_t run_end(const struct rec *v, size_t k, size_t j)
+/* A run of changes that makes one event: records [k, end), n changes. */
+struct run {
+    size_t end, n;
+};
+
+/* The run of changes from v[k] (of records before j) that makes one event:
+ * changes of one kind. A run of stored pages is one BlockStored, as an
+ * engine sends the pages of one request: a confirmation's pages are a
+ * request's, in its order (one event per page cost the publisher and a
+ * Python subscriber twice the server's CPU: bench/README.md, "KV events").
+ * Where parents were told, the run must be a chain, as the consumers read
+ * it: each page's parent is the page before it (the first's is the event's
+ * parent_block_hash); a page without a parent joins only a run that has
+ * none. Where tokens were told, every page of the run has as many (the
+ * event's block_size). */
+static struct run run_at(const struct rec *v, size_t k, size_t j)
 {
     struct chg a = chg_at(v, k, j);
-    if (v[k].kind != KVP_CHANGE_STORED) {
-        size_t e = a.end;
-        while (e < j && v[e].kind == v[k].kind)
-            e++;
-        return e;
+    struct run r = {a.end, 1};
+    if (v[k].kind != KVP_CHANGE_STORED) { /* removals have no records of their own */
+        while (r.end < j && v[r.end].kind == v[k].kind)
+            r.end++, r.n++;
+        return r;
     }
     int plain = !a.parent;
-    size_t prev = k, e = a.end;
-    while (e < j && v[e].kind == KVP_CHANGE_STORED) {
-        struct chg b = chg_at(v, e, j);
+    size_t prev = k;
+    while (r.end < j && v[r.end].kind == KVP_CHANGE_STORED) {
+        struct chg b = chg_at(v, r.end, j);
         if (b.ntok != a.ntok)
             break;
         if (b.parent
@@ -671,26 +678,17 @@ static size_t run_end(const struct rec *v, size_t k, size_t j)
                 : !plain)
             break;
         plain &= !b.parent;
-        prev = e;
-        e = b.end;
+        prev = r.end;
+        r.end = b.end;
+        r.n++;
     }
-    return e;
+    return r;
 }
 
-static size_t count_events(const struct rec *v, size_t i, size_t j)
+/* The hashes of the n changes in v[k, e) (their own records, not those
+ * after them). */
+static void pack_hashes(msgpack_packer *pk, const struct rec *v, size_t k, size_t e, size_t n)
 {
-    size_t n = 0;
-    for (size_t k = i; k < j; k = run_end(v, k, j))
-        n++;
-    return n;
-}
-
-/* The hashes of the changes in v[k, e) (their own records, not those after). */
-static void pack_hashes(msgpack_packer *pk, const struct rec *v, size_t k, size_t e)
-{
-    size_t n = 0;
-    for (size_t x = k; x < e; x++)
-        n += !rec_more(&v[x]);
     msgpack_pack_array(pk, n);
     for (size_t x = k; x < e; x++)
         if (!rec_more(&v[x]))
@@ -699,20 +697,24 @@ static void pack_hashes(msgpack_packer *pk, const struct rec *v, size_t k, size_
 
 static void pack_batch(struct kvp_kvev *ev, const struct rec *v, size_t i, size_t j)
 {
+    /* The events' runs first: the batch's array says how many. */
+    size_t nev = 0;
+    for (size_t k = i; k < j; k = ev->runs[nev++].end)
+        ev->runs[nev] = run_at(v, k, j);
     msgpack_packer pk;
     msgpack_sbuffer_clear(&ev->sb);
     msgpack_packer_init(&pk, &ev->sb, msgpack_sbuffer_write);
     msgpack_pack_array(&pk, 3);
     msgpack_pack_double(&pk, now_s());
-    msgpack_pack_array(&pk, count_events(v, i, j));
+    msgpack_pack_array(&pk, nev);
     int arr = ev->cfg.array;
-    for (size_t k = i; k < j;) {
-        size_t e = run_end(v, k, j);
+    for (size_t r = 0, k = i; r < nev; k = ev->runs[r++].end) {
+        size_t e = ev->runs[r].end;
         if (v[k].kind == KVP_CHANGE_STORED) {
             struct chg a = chg_at(v, k, j);
             event_head(&pk, arr, 8, "BlockStored");
             field(&pk, arr, "block_hashes");
-            pack_hashes(&pk, v, k, e);
+            pack_hashes(&pk, v, k, e, ev->runs[r].n);
             field(&pk, arr, "parent_block_hash");
             if (a.parent)
                 pack_hash(&pk, a.parent);
@@ -720,11 +722,8 @@ static void pack_batch(struct kvp_kvev *ev, const struct rec *v, size_t i, size_
                 msgpack_pack_nil(&pk);
             /* The pages' tokens one after the other, as vLLM sends them. */
             field(&pk, arr, "token_ids");
-            size_t ntok = 0;
-            for (size_t x = k; x < e; x++)
-                ntok += v[x].kind == REC_TOKENS ? v[x].len : 0;
-            msgpack_pack_array(&pk, ntok);
-            for (size_t x = k; x < e; x++)
+            msgpack_pack_array(&pk, a.ntok * ev->runs[r].n);
+            for (size_t x = k; a.ntok && x < e; x++)
                 for (size_t t = 0; v[x].kind == REC_TOKENS && t < v[x].len; t++)
                     msgpack_pack_uint32(&pk, v[x].u.tok[t]);
             field(&pk, arr, "block_size");
@@ -738,11 +737,10 @@ static void pack_batch(struct kvp_kvev *ev, const struct rec *v, size_t i, size_
         } else {
             event_head(&pk, arr, 3, "BlockRemoved");
             field(&pk, arr, "block_hashes");
-            pack_hashes(&pk, v, k, e);
+            pack_hashes(&pk, v, k, e, ev->runs[r].n);
             field(&pk, arr, "medium");
             pack_str(&pk, ev->cfg.medium);
         }
-        k = e;
     }
     msgpack_pack_uint32(&pk, v[i].rank); /* data_parallel_rank: kvpage's rank */
 }
@@ -1097,6 +1095,7 @@ static void kvev_free(struct kvp_kvev *ev)
     free(ev->ring);
     free(ev->q);
     free(ev->work.v);
+    free(ev->runs);
     free(ev->seq_path);
     while (ev->topics) {
         struct ns_topic *t = ev->topics;
@@ -1146,8 +1145,9 @@ int kvp__kvev_start(const struct kvp_kvev_cfg *cfg, struct kvp_meta *meta, const
     ev->ring = calloc(cfg->buffer_steps, sizeof *ev->ring);
     ev->work.cap = ev->qcap; /* drain swaps it with q */
     ev->work.v = malloc(ev->qcap * sizeof *ev->work.v);
+    ev->runs = malloc((BATCH_MAX + STAGE) * sizeof *ev->runs);
     int rc = -ENOMEM;
-    if (!ev->q || !ev->ring || !ev->work.v) {
+    if (!ev->q || !ev->ring || !ev->work.v || !ev->runs) {
         snprintf(why, len, "out of memory");
         goto fail;
     }
