@@ -36,7 +36,11 @@ Its own keys in extra_config:
   parents           tell each page's parent with its confirmation (default
                     true): the key before it in the batch, and for the first
                     extra_info.prefix_keys[-1] when SGLang passes prefix keys
-                    ("hicache_storage_pass_prefix_keys": true). kvpage serve's
+                    ("hicache_storage_pass_prefix_keys": true; SGLang's
+                    hybrid_cache_controller.py @ 00343773 passes
+                    HiCacheStorageExtraInfo(prefix_keys) per 128-page
+                    batch of one prefix, and appends to the list after the
+                    call: it is read during the call). kvpage serve's
                     KV events (--kv-events) then carry parent_block_hash, and
                     a batch's pages make one chained BlockStored. Such a
                     confirmation is read by the server's general JSON path,

@@ -54,7 +54,10 @@ Its metadata client's confirmations say that their keys are a chain
 blocks are consecutive full blocks of one request, each key chained on the
 one before it, so kvpage serve's KV events carry each block's parent (not
 the first's: the client does not know it). No token ids: the worker's save
-path has the keys, not the tokens.
+path has the keys, not the tokens. (Read in vLLM's
+kv_connector/v1/hf3fs/hf3fs_connector.py @ 04db319915b0b83919a1dd90512f49b0359655b2,
+wait_for_save and the save task; its metadata client, base_url and
+_session, in hf3fs_metadata_server.py @ f2f5f881568445dd54f2e8fb5ee8fc4cbc73c509.)
 reset_cache() clears the connector's metadata namespace (POST /clear on its
 metadata URL: every key of every rank of the namespace is forgotten, the ranks
 stay initialized), which vLLM calls from reset_prefix_cache.

@@ -10,6 +10,12 @@
  * an 8-byte start with (seq, payload) pairs and (-1, "")); the batch as
  * NVIDIA Dynamo's vLLM wire types decode it (an array [ts, [events],
  * data_parallel_rank]; events maps tagged "type", or tagged arrays).
+ * parent_block_hash and token_ids as vLLM's engine fills them
+ * (vllm/v1/core/block_pool.py @ c59cb7941357443da7c5eef75cfa8697d683d228,
+ * BlockPool.cache_full_blocks: one BlockStored per run of new full blocks
+ * of a request, parent_block_hash the block before the first, token_ids
+ * the run's tokens one after the other, block_size tokens a block): the
+ * parents and tokens a confirmation names (kvp_meta_confirm_ex).
  *
  * The metadata layer tells on_change (with a namespace's lock held) of each
  * change; on_change turns it into a small record on a bounded queue and
