@@ -42,10 +42,9 @@ Its own keys in extra_config:
                     batch of one prefix, and appends to the list after the
                     call: it is read during the call). kvpage serve's
                     KV events (--kv-events) then carry parent_block_hash, and
-                    a batch's pages make one chained BlockStored. Such a
-                    confirmation is read by the server's general JSON path,
-                    not its fast one: false saves that where no router reads
-                    the events.
+                    a batch's pages make one chained BlockStored (sent as
+                    the chain's "prefix_key": the server's fast path still
+                    reads it).
 
 Ranks. Each TP rank is one process with one kvpage.Store: its own file and
 its own metadata rank (tp_rank; with pipeline parallelism

@@ -496,25 +496,38 @@ int kvp__parse_confirm_extra(struct kvp_ctx *c, const char *field, size_t n,
             field);
         return -1;
     }
-    if (pk || pre) {
+    if (pre) {
+        struct kvp_str first;
+        if (parent_value(c, pre, &first, "prefix_key", SIZE_MAX) ||
+            kvp__confirm_chain(c, n, &first, x))
+            return -1;
+    } else if (pk) {
         if (!(x->parents = calloc(n ? n : 1, sizeof *x->parents))) {
             kvp__reply_internal(c, -ENOMEM, "parent_keys");
             return -1;
         }
         x->opts.parents = x->parents;
-        for (size_t i = 0; pk && i < n; i++)
+        for (size_t i = 0; i < n; i++)
             if (parent_value(c, json_array_get(pk, i), &x->parents[i], "parent_keys", i))
                 return -1;
-        if (pre) {
-            struct kvp_str first;
-            if (parent_value(c, pre, &first, "prefix_key", SIZE_MAX))
-                return -1;
-            /* A chain: each page's parent is the page confirmed before it. */
-            for (size_t i = 0; i < n; i++)
-                x->parents[i] = i ? c->rep->keys[i - 1] : first;
-        }
     }
     return tl ? parse_tokens(c, tl, field, n, x) : 0;
+}
+
+int kvp__confirm_chain(struct kvp_ctx *c, size_t n, const struct kvp_str *first,
+                       struct kvp_confirm_extra *x)
+{
+    x->used = 1;
+    x->opts.opts_size = sizeof x->opts;
+    if (!(x->parents = calloc(n ? n : 1, sizeof *x->parents))) {
+        kvp__reply_internal(c, -ENOMEM, "prefix_key");
+        return -1;
+    }
+    x->opts.parents = x->parents;
+    /* A chain: each page's parent is the page confirmed before it. */
+    for (size_t i = 0; i < n; i++)
+        x->parents[i] = i ? c->rep->keys[i - 1] : *first;
+    return 0;
 }
 
 void kvp__confirm_extra_free(struct kvp_confirm_extra *x)

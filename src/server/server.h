@@ -255,7 +255,12 @@ int kvp__check_count(struct kvp_ctx *c, size_t n);
  * replied 500.
  */
 int kvp__fast_allocate(struct kvp_ctx *c, uint32_t *rank, size_t *n);
-int kvp__fast_confirm(struct kvp_ctx *c, uint32_t *rank, size_t *n, size_t *nrel);
+/* confirm_write's bodies also take kvpage's "prefix_key" (protocol.md 14.1):
+ * prefix->ptr NULL when absent, KVP_FAST_NULL (len 0) for null, else the key;
+ * prefix NULL declines a body that has it. */
+extern const char KVP_FAST_NULL[1];
+int kvp__fast_confirm(struct kvp_ctx *c, uint32_t *rank, struct kvp_str *prefix, size_t *n,
+                      size_t *nrel);
 /* {"keys": [K, ...]} (rank NULL) or {"rank": R, "keys": [K, ...]}; with pool
  * != NULL also an optional "namespace" (pool->ptr NULL when absent). */
 int kvp__fast_keys(struct kvp_ctx *c, uint32_t *rank, struct kvp_str *pool, size_t *n);
@@ -266,7 +271,8 @@ int kvp__fast_sgl_allocate(struct kvp_ctx *c, struct kvp_str *pool, size_t *n);
 /* The same, also taking kvpage's optional "order" field (protocol-notes, "The
  * order of free pages"): *order is set when the body has it. */
 int kvp__fast_sgl_reserve(struct kvp_ctx *c, struct kvp_str *pool, int *order, size_t *n);
-int kvp__fast_sgl_confirm(struct kvp_ctx *c, struct kvp_str *pool, size_t *n, size_t *nrel);
+int kvp__fast_sgl_confirm(struct kvp_ctx *c, struct kvp_str *pool, struct kvp_str *prefix,
+                          size_t *n, size_t *nrel);
 int kvp__fast_sgl_keys(struct kvp_ctx *c, struct kvp_str *pool, size_t *n);
 
 /* A body list field: missing → *out = NULL and returns 0 (reads as []);
@@ -313,6 +319,10 @@ struct kvp_confirm_extra {
 };
 int kvp__parse_confirm_extra(struct kvp_ctx *c, const char *field, size_t n,
                              struct kvp_confirm_extra *x);
+/* x for n confirmations (keys in the scratch) that are a chain from first
+ * (len 0: none known), as "prefix_key" says; 0, or -1 after replying 500. */
+int kvp__confirm_chain(struct kvp_ctx *c, size_t n, const struct kvp_str *first,
+                       struct kvp_confirm_extra *x);
 void kvp__confirm_extra_free(struct kvp_confirm_extra *x);
 /* Maps a confirm error of meta other than -ENOENT (rc, err) to the documented
  * replies; field names the confirmations list. */

@@ -280,13 +280,13 @@ int kvp__sglang_fast(struct kvp_ctx *c, int route)
 {
     struct sgl s = {
         .c = c, .rank = c->path_rank, .pool = "kv", .plen = 2, .order = KVP_ORDER_SGLANG};
-    struct kvp_str pool;
+    struct kvp_str pool, prefix = {NULL, 0};
     size_t n, nrel = 0;
     int rc;
     if (route == KVP_ROUTE_SGL_RESERVE)
         rc = kvp__fast_sgl_reserve(c, &pool, &s.order, &n);
     else if (route == KVP_ROUTE_SGL_CONFIRM)
-        rc = kvp__fast_sgl_confirm(c, &pool, &n, &nrel);
+        rc = kvp__fast_sgl_confirm(c, &pool, &prefix, &n, &nrel);
     else if (route == KVP_ROUTE_SGL_EXISTS || route == KVP_ROUTE_SGL_GET)
         rc = kvp__fast_sgl_keys(c, &pool, &n);
     else
@@ -301,9 +301,13 @@ int kvp__sglang_fast(struct kvp_ctx *c, int route)
     case KVP_ROUTE_SGL_RESERVE:
         reserve_run(&s, n);
         break;
-    case KVP_ROUTE_SGL_CONFIRM:
-        confirm_run(&s, n, nrel, NULL);
+    case KVP_ROUTE_SGL_CONFIRM: {
+        struct kvp_confirm_extra x = {0};
+        if (!prefix.ptr || kvp__confirm_chain(c, n, &prefix, &x) == 0)
+            confirm_run(&s, n, nrel, &x);
+        kvp__confirm_extra_free(&x);
         break;
+    }
     case KVP_ROUTE_SGL_EXISTS:
         exists_run(&s, n);
         break;

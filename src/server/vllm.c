@@ -321,8 +321,13 @@ int kvp__vllm_fast(struct kvp_ctx *c, int route)
         if ((rc = kvp__fast_allocate(c, &rank, &n)) == 1)
             allocate_run(c, rank, n);
     } else if (route == KVP_ROUTE_VLLM_CONFIRM) {
-        if ((rc = kvp__fast_confirm(c, &rank, &n, &nrel)) == 1)
-            confirm_run(c, rank, n, nrel, NULL);
+        struct kvp_str prefix;
+        if ((rc = kvp__fast_confirm(c, &rank, &prefix, &n, &nrel)) == 1) {
+            struct kvp_confirm_extra x = {0};
+            if (!prefix.ptr || kvp__confirm_chain(c, n, &prefix, &x) == 0)
+                confirm_run(c, rank, n, nrel, &x);
+            kvp__confirm_extra_free(&x);
+        }
     } else if (route == KVP_ROUTE_VLLM_EXISTS) {
         if ((rc = kvp__fast_keys(c, NULL, &pool, &n)) == 1)
             exists_run(c, pool.ptr ? pool.ptr : POOL, pool.ptr ? pool.len : POOL_LEN, n);

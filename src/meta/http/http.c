@@ -873,21 +873,42 @@ static int h_allocate(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *ke
     return h_allocate_ordered(ns, rank, KVP_ORDER_DEFAULT, keys, n, pages, existed, ticket, err);
 }
 
-/* A confirmation's "parent_keys" and "token_ids" (protocol.md, "Parents and
- * tokens"), each only when o has it. A parent that is not UTF-8 cannot be
- * sent as a JSON string: it goes as null (not known). */
-static void put_confirm_opts(struct kvp_buf *body, const struct kvp_confirm_opts *o, size_t n)
+/* Whether each parent after the first is the key confirmed before it. */
+static int is_chain(const struct kvp_str *keys, const struct kvp_str *parents, size_t n)
 {
-    if (o->parents) {
+    for (size_t i = 1; i < n; i++)
+        if (parents[i].len != keys[i - 1].len ||
+            memcmp(parents[i].ptr, keys[i - 1].ptr, keys[i - 1].len))
+            return 0;
+    return 1;
+}
+
+/* A parent as JSON: a key, or null (not known; also a parent that is not
+ * UTF-8, which a JSON string cannot carry). */
+static void put_parent(struct kvp_buf *body, const struct kvp_str *p)
+{
+    if (p->len && kvp__utf8_valid(p->ptr, p->len))
+        kvp__jw_str(body, p->ptr, p->len);
+    else
+        put_lit(body, "null");
+}
+
+/* A confirmation's parents and tokens (protocol.md 14.1), each only when o
+ * has them: parents that are a chain as "prefix_key" (which the server
+ * reads on its fast path, as kvpage.vllm and kvpage.sglang send them), else
+ * "parent_keys"; "token_ids". */
+static void put_confirm_opts(struct kvp_buf *body, const struct kvp_str *keys,
+                             const struct kvp_confirm_opts *o, size_t n)
+{
+    if (o->parents && n && is_chain(keys, o->parents, n)) {
+        put_lit(body, ", \"prefix_key\": ");
+        put_parent(body, &o->parents[0]);
+    } else if (o->parents) {
         put_lit(body, ", \"parent_keys\": [");
         for (size_t i = 0; i < n; i++) {
-            const struct kvp_str *p = &o->parents[i];
             if (i)
                 put_lit(body, ", ");
-            if (p->len && kvp__utf8_valid(p->ptr, p->len))
-                kvp__jw_str(body, p->ptr, p->len);
-            else
-                put_lit(body, "null");
+            put_parent(body, &o->parents[i]);
         }
         put_lit(body, "]");
     }
@@ -941,7 +962,7 @@ static int h_confirm_ex(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *
     }
     put_lit(&body, "]");
     if (opts)
-        put_confirm_opts(&body, opts, n);
+        put_confirm_opts(&body, keys, opts, n);
     put_pool(&body, s, 0);
     put_lit(&body, "}");
     rank_path(&r, s, rank, "confirm_write");
