@@ -190,12 +190,16 @@ static void test_state_and_shapes(void)
     READ(last_prefix.ptr == KVP_FAST_NULL && last_prefix.len == 0);
     T(CF, "/0/confirm_write", "{\"written_keys_to_confirm\": [[\"s1\", 0]]}", 1, 0, NULL);
     READ(!last_prefix.ptr);
-    N(CF, "/0/confirm_write", "{\"written_keys_to_confirm\": [], \"prefix_key\": \"\"}");
-    N(CF, "/0/confirm_write", "{\"written_keys_to_confirm\": [], \"prefix_key\": 3}");
-    N(CF, "/0/confirm_write", "{\"written_keys_to_confirm\": [], \"prefix_key\": nul}");
-    N(CF, "/0/confirm_write",
-      "{\"written_keys_to_confirm\": [], \"prefix_key\": \"a\", \"prefix_key\": \"b\"}");
-    N(CF, "/0/confirm_write", "{\"written_keys_to_confirm\": [], \"parent_keys\": []}");
+    /* ... and leaves to the general path an empty key, another type, a bad
+     * literal, the field twice, and parent_keys (and token_ids) */
+    static const char *const other_parents[] = {
+        "\"prefix_key\": \"\"", "\"prefix_key\": 3", "\"prefix_key\": nul",
+        "\"prefix_key\": \"a\", \"prefix_key\": \"b\"", "\"parent_keys\": []"};
+    for (size_t i = 0; i < sizeof other_parents / sizeof *other_parents; i++) {
+        char body[128];
+        snprintf(body, sizeof body, "{\"written_keys_to_confirm\": [], %s}", other_parents[i]);
+        N(CF, "/0/confirm_write", body);
+    }
     N(CF, "/0/confirm_write", "{\"pages_to_release\": [3]}"); /* the list it needs is missing */
     N(CF, "/0/confirm_write", "{\"confirmations\": [[\"a\", 0]]}");
     N(CF, "/0/confirm_write", "{\"written_keys_to_confirm\": [[\"s1\", 1.0]]}");
