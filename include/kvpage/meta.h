@@ -334,10 +334,10 @@ KVP_API int kvp_meta_confirm(struct kvp_ns *ns, uint32_t rank, const struct kvp_
  * the page's KVP_CHANGE_STORED, as the engines' own events carry it
  * (parent_block_hash, token_ids). It is not kept: a page confirmed again, the
  * inventory (kvp_meta_inventory) and a restart know no parent and no tokens.
- * The http:// backend sends them to its kvpage serve ("parent_keys" and
- * "token_ids", protocol.md "Parents and tokens"; a parent that is not UTF-8
- * goes as not known); redis:// confirms as kvp_meta_confirm and passes them
- * over (for now).
+ * The http:// backend sends them to its kvpage serve (protocol.md 14.1:
+ * "prefix_key" when the parents are a chain, each the key before it, else
+ * "parent_keys"; "token_ids"; a parent that is not UTF-8 goes as not known);
+ * redis:// confirms as kvp_meta_confirm and passes them over (for now).
  */
 struct kvp_confirm_opts {
     size_t opts_size; /* sizeof(struct kvp_confirm_opts) */
