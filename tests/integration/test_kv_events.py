@@ -678,3 +678,21 @@ def test_parents_accepted_by_every_backend(start_server):
     assert r.status_code == 204, r.text
     assert c.v_exists(keys) == [True, True]
     c.close()
+
+
+@IN_PROCESS_ONLY
+def test_parents_in_a_small_queue(start_server, consumers):
+    """A change's records are queued whole: with max_queue_size 2 a page's
+    parent still fits beside it (a chain), its 40 tokens (3 more records)
+    do not and are left out; nothing waits forever."""
+    srv, cons, c = start_events(start_server, consumers, "max_queue_size=2")
+    c.v_init(0, 16)
+    keys = [hexkey(0x7a00 + i) for i in range(3)]
+    pages = c.v_alloc(0, keys)
+    r = c.post("/keys/confirm_write", {"rank": 0, "confirmations": list(map(list, zip(keys, pages))),
+                                       "prefix_key": None, "token_ids": [list(range(40))] * 3})
+    assert r.status_code == 204, r.text
+    hashes = [vllm_hash(k) for k in keys]
+    cons.wait_for({0: set(hashes)})
+    assert chains(stored_events(cons)) == {
+        h: (p, None) for h, p in zip(hashes, [None] + hashes[:-1])}

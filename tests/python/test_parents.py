@@ -78,6 +78,14 @@ def test_store_put_parents_and_tokens(tmp_path, start_server, consumers):
     cons.wait_for({0: set(hashes + [vllm_hash(k) for k in more + bad])})
     assert [(e["parent_block_hash"], e["token_ids"]) for e in stored_events(cons)] == [
         (None, [])]
+    # Parents that are no chain (sent as parent_keys, not prefix_key): an
+    # event each.
+    cons.events.clear()
+    last = [hexkey(0x800), hexkey(0x801)]
+    assert s.put(last, bufs[:2], parents=[keys[0], keys[1]]) == [kvpage.STORED] * 2
+    cons.wait_for({0: set(hashes + [vllm_hash(k) for k in more + bad + last])})
+    assert [(e["block_hashes"], e["parent_block_hash"]) for e in stored_events(cons)] == [
+        ([vllm_hash(last[0])], vllm_hash(keys[0])), ([vllm_hash(last[1])], vllm_hash(keys[1]))]
     s.close()
 
 
