@@ -328,6 +328,43 @@ KVP_API int kvp_meta_confirm(struct kvp_ns *ns, uint32_t rank, const struct kvp_
                              struct kvp_error *err);
 
 /*
+ * What a confirmation may say beyond its keys and pages: where each page
+ * stands in its prefix, and the tokens it holds. Nothing of it changes the
+ * state; a watcher (kvp_meta_watch, kvpage serve's KV events) hears it with
+ * the page's KVP_CHANGE_STORED, as the engines' own events carry it
+ * (parent_block_hash, token_ids). It is not kept: a page confirmed again, the
+ * inventory (kvp_meta_inventory) and a restart know no parent and no tokens.
+ * The http:// backend sends them to its kvpage serve (protocol.md 14.1:
+ * "prefix_key" when the parents are a chain, each the key before it, else
+ * "parent_keys"; "token_ids"; a parent that is not UTF-8 goes as not known);
+ * redis:// confirms as kvp_meta_confirm and passes them over (for now).
+ */
+struct kvp_confirm_opts {
+    size_t opts_size; /* sizeof(struct kvp_confirm_opts) */
+    /* parents[i]: the key of the page before keys[i] in its sequence of
+     * tokens (the engine's parent block); len 0: not known (the first page
+     * of a sequence has none). NULL: no parent known. */
+    const struct kvp_str *parents;
+    /* token_ids[i]: the ntokens[i] tokens of keys[i]'s page (at most
+     * KVP_MAX_PAGE_TOKENS); ntokens[i] 0: not known. Both NULL: none known. */
+    const uint32_t *const *token_ids;
+    const uint32_t *ntokens;
+};
+#define KVP_MAX_PAGE_TOKENS 65536
+
+/*
+ * kvp_meta_confirm with opts (NULL: as kvp_meta_confirm). opts is checked
+ * with the rest before anything changes: -EINVAL (KVP_RULE_ARG: opts_size not
+ * a size of struct kvp_confirm_opts, token_ids[i] NULL with ntokens[i] > 0,
+ * only one of token_ids and ntokens, more than KVP_MAX_PAGE_TOKENS tokens;
+ * KVP_RULE_KEY: a parent that is not a valid key, index i). Otherwise the
+ * same returns as kvp_meta_confirm.
+ */
+KVP_API int kvp_meta_confirm_ex(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys,
+                                const int64_t *pages, size_t n, const int64_t *release, size_t nrel,
+                                const struct kvp_confirm_opts *opts, struct kvp_error *err);
+
+/*
  * Existence without recency change. rank < 0: true where the key is complete
  * (holds a page on every initialized rank of the namespace: vLLM). rank >= 0:
  * true where the key holds a page on that rank (SGLang).
@@ -413,6 +450,10 @@ KVP_API int kvp_meta_allocate_ordered_async(struct kvp_ns *ns, uint32_t rank, in
 KVP_API int kvp_meta_confirm_async(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys,
                                    const int64_t *pages, size_t n, const int64_t *release,
                                    size_t nrel, uint64_t *ticket, struct kvp_error *err);
+KVP_API int kvp_meta_confirm_ex_async(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys,
+                                      const int64_t *pages, size_t n, const int64_t *release,
+                                      size_t nrel, const struct kvp_confirm_opts *opts,
+                                      uint64_t *ticket, struct kvp_error *err);
 KVP_API int kvp_meta_delete_async(struct kvp_ns *ns, int64_t rank, const struct kvp_str *keys,
                                   size_t n, uint64_t *ticket, struct kvp_error *err);
 KVP_API int kvp_meta_clear_async(struct kvp_ns *ns, int64_t rank, uint64_t *ticket,
@@ -515,8 +556,13 @@ KVP_API int kvp_meta_stats(struct kvp_meta *m, kvp_meta_stats_fn fn, void *arg);
  * from the inventory (kvp_meta_inventory): a key got its page on a rank
  * (KVP_CHANGE_STORED: a confirmation, or a held page of the inventory) or
  * lost it (KVP_CHANGE_REMOVED: an eviction, a delete, a clear, a drop). The
- * strings live until the callback returns; deployment and pool end in NUL,
- * key does not.
+ * strings and arrays live until the callback returns; deployment and pool
+ * end in NUL, key and parent do not.
+ *
+ * The struct grows at its end; size says how much of it the library filled:
+ * a field exists when KVP_CHANGE_HAS(c, field) (a library older than size
+ * filled none of it; a program that may run with one must not read past
+ * len).
  */
 enum kvp_change_kind { KVP_CHANGE_STORED = 1, KVP_CHANGE_REMOVED = 2 };
 struct kvp_meta_change {
@@ -526,7 +572,17 @@ struct kvp_meta_change {
     uint32_t rank;
     const char *key;
     size_t len;
+    size_t size; /* sizeof(struct kvp_meta_change) as the library knows it */
+    /* KVP_CHANGE_STORED by kvp_meta_confirm_ex, as its opts said (else NULL
+     * and 0): the key of the page before this one in its sequence
+     * (parent_len bytes), and the page's ntokens tokens. */
+    const char *parent;
+    size_t parent_len;
+    const uint32_t *token_ids;
+    size_t ntokens;
 };
+#define KVP_CHANGE_HAS(c, field)                                                                   \
+    ((c)->size >= offsetof(struct kvp_meta_change, field) + sizeof((c)->field))
 typedef void (*kvp_meta_change_fn)(const struct kvp_meta_change *c, void *arg);
 
 /*

@@ -265,6 +265,18 @@ struct kvp_store_bufv {
 KVP_API int kvp_store_putv(struct kvp_store *s, const struct kvp_str *keys,
                            const struct kvp_store_bufv *bufv, size_t n, int64_t *results,
                            struct kvp_error *err);
+/*
+ * kvp_store_putv telling, with each key it confirms, the key's parent and
+ * tokens (opts aligned with keys: parents[i] and token_ids[i] are keys[i]'s;
+ * see struct kvp_confirm_opts in kvpage/meta.h): what kvpage serve's KV
+ * events then carry. opts NULL: kvp_store_putv. opts is checked with the
+ * rest, before anything changes (-EINVAL, as kvp_meta_confirm_ex). A key
+ * already held is not confirmed again: its opts are not told.
+ */
+KVP_API int kvp_store_putv_ex(struct kvp_store *s, const struct kvp_str *keys,
+                              const struct kvp_store_bufv *bufv, size_t n,
+                              const struct kvp_confirm_opts *opts, int64_t *results,
+                              struct kvp_error *err);
 KVP_API int64_t kvp_store_getv(struct kvp_store *s, const struct kvp_str *keys,
                                const struct kvp_store_bufv *bufv, size_t n, int64_t *results,
                                struct kvp_error *err);

@@ -115,6 +115,12 @@ class Str(ctypes.Structure):
     _fields_ = [("ptr", c_void_p), ("len", c_size_t)]
 
 
+class ConfirmOpts(ctypes.Structure):
+    """struct kvp_confirm_opts: the arrays as addresses."""
+    _fields_ = [("opts_size", c_size_t), ("parents", c_void_p), ("token_ids", c_void_p),
+                ("ntokens", c_void_p)]
+
+
 class StoreBuf(ctypes.Structure):
     _fields_ = [("base", c_void_p), ("len", c_uint64)]
 
@@ -186,6 +192,8 @@ store_put = _fn("kvp_store_put", c_int, c_void_p, P(Str), P(StoreBuf), c_size_t,
 store_get = _fn("kvp_store_get", c_int64, c_void_p, P(Str), P(StoreBuf), c_size_t, P(c_int64), E)
 # bufv: struct kvp_store_bufv {const struct kvp_store_buf *bufs; size_t n;}[] as two words each
 store_putv = _fn("kvp_store_putv", c_int, c_void_p, P(Str), c_void_p, c_size_t, P(c_int64), E)
+store_putv_ex = _fn("kvp_store_putv_ex", c_int, c_void_p, P(Str), c_void_p, c_size_t,
+                    P(ConfirmOpts), P(c_int64), E)
 store_getv = _fn("kvp_store_getv", c_int64, c_void_p, P(Str), c_void_p, c_size_t, P(c_int64), E)
 store_exists = _fn("kvp_store_exists", c_int64, c_void_p, P(Str), c_size_t,
                    P(ctypes.c_uint8), E)

@@ -33,6 +33,18 @@ Its own keys in extra_config:
                     flip) is a miss, never the bytes (kvpage.Store's tags)
   anchor_pages      marker pages of a KV pool without bytes (DeepSeek-V4's
                     logical anchor: one 4 KiB page per key; default 1048576)
+  parents           tell each page's parent with its confirmation (default
+                    true): the key before it in the batch, and for the first
+                    extra_info.prefix_keys[-1] when SGLang passes prefix keys
+                    ("hicache_storage_pass_prefix_keys": true; SGLang's
+                    hybrid_cache_controller.py @ 00343773 passes
+                    HiCacheStorageExtraInfo(prefix_keys) per 128-page
+                    batch of one prefix, and appends to the list after the
+                    call: it is read during the call). kvpage serve's
+                    KV events (--kv-events) then carry parent_block_hash, and
+                    a batch's pages make one chained BlockStored (sent as
+                    the chain's "prefix_key": the server's fast path still
+                    reads it).
 
 Ranks. Each TP rank is one process with one kvpage.Store: its own file and
 its own metadata rank (tp_rank; with pipeline parallelism
@@ -67,8 +79,10 @@ batch_get_v2, batch_set_v2. Each pool besides KV is one more store named as
 SGLang's hf3fs backend names it: file f"{rank file}.{pool}", metadata
 namespace (kvpage pool) the pool's name, keys f"{key}_{pool}". How its pages
 move, and MLA's ranks for it: kvpage/_sglang_pools.py. extra_info is
-accepted everywhere and its prefix_keys not needed (SGLang's page hashes
-chain the whole prefix already); nothing keeps a reference to them.
+accepted everywhere; its prefix_keys serve only the first page's parent
+(parents, above; the pages' hashes chain the whole prefix already), read
+during the call (SGLang appends to the list after it); nothing keeps a
+reference to them.
 
 What differs from SGLang's hf3fs backend: batch_set_v1 returns one result
 per page for MHA (SGLang's returns 2N); a page read lands in its own buffer
@@ -158,6 +172,7 @@ class KvpageHiCacheStorage(_Base):
         # SGLang's own hf3fs backend creates the prefix's missing directories
         self.mkdir = _flag(cfg.get("mkdir"), True)
         self.tags = _flag(cfg.get("tags"), True)
+        self.parents = _flag(cfg.get("parents"), True)
         if self.metadata_url is not None and "://" not in str(self.metadata_url):
             raise ValueError(f"kvpage.sglang: metadata_url {self.metadata_url!r} is not "
                              "http://HOST:PORT[/ns/NAME]")
@@ -231,6 +246,19 @@ class KvpageHiCacheStorage(_Base):
             return [f"{k}{s}" for k in keys for s in ("-k", "-v")]
         return list(keys)
 
+    def _parents(self, keys, extra_info):
+        """Each stored key's parent (None: not known), as put takes them:
+        the pages of one batch are consecutive pages of one prefix; the
+        first's parent is the last of the prefix keys SGLang passed."""
+        if not self.parents:
+            return None
+        prefix = getattr(extra_info, "prefix_keys", None)
+        first = prefix[-1] if prefix else None
+        parents = [first] + list(keys[:-1])
+        if self.split_kv:  # "{key}-k" after "{parent}-k", "{key}-v" after "{parent}-v"
+            return [None if p is None else f"{p}{s}" for p in parents for s in ("-k", "-v")]
+        return parents
+
     def _page_starts(self, keys, host_indices):
         n = len(host_indices) // self.page_size
         if n != len(keys):
@@ -297,12 +325,13 @@ class KvpageHiCacheStorage(_Base):
         if self.logical:
             return _pools.put_markers(st, keys)
         pool = self.mem_pool_host
+        parents = self._parents(keys, extra_info)
         if self.zero_copy:
             bufs = [b for s in starts for b in self._parts(pool.get_data_page(s, flat=False))]
-            res = st.put(self._keys(keys), bufs)
+            res = st.put(self._keys(keys), bufs, parents=parents)
         else:
             bufs = [pool.get_data_page(s, flat=True).reshape(-1) for s in starts]
-            res = st.put(list(keys), bufs)
+            res = st.put(list(keys), bufs, parents=parents)
         ok = [r >= 0 for r in res]
         if self.split_kv:
             return [ok[2 * i] and ok[2 * i + 1] for i in range(len(keys))]

@@ -67,6 +67,45 @@ def _addr_of_bytes(b):
     return ctypes.cast(ctypes.c_char_p(b), ctypes.c_void_p).value or 0
 
 
+def _one_per_key(op, buffers, n):
+    if len(buffers) != n:
+        raise KvpageValueError(op, -errno.EINVAL,
+                               f"{n} keys but {len(buffers)} buffers: one buffer per key",
+                               "arg", -1, len(buffers), n)
+
+
+def _confirm_opts(op, n, parents, token_ids):
+    """struct kvp_confirm_opts of put's parents and token_ids (each None, or
+    one entry per key, None where not known): (opts, keepalive)."""
+    o = _lib.ConfirmOpts(ctypes.sizeof(_lib.ConfirmOpts))
+    keep = []
+    for name, v in (("parents", parents), ("token_ids", token_ids)):
+        if v is not None and len(v) != n:
+            raise KvpageValueError(op, -errno.EINVAL, f"{n} keys but {len(v)} {name}", "arg",
+                                   -1, len(v), n)
+    if parents is not None:
+        parr, _, kb = _keys(op, ["" if p is None else p for p in parents])  # "": not known
+        o.parents = ctypes.cast(parr, ctypes.c_void_p)
+        keep.append((parr, kb))
+    if token_ids is not None:
+        counts = array("I", [0 if t is None else len(t) for t in token_ids])
+        try:
+            flat = array("I", [x for t in token_ids if t is not None for x in t])
+        except (OverflowError, TypeError) as e:
+            raise KvpageValueError(op, -errno.EINVAL,
+                                   f"token_ids: a token id is an integer from 0 to 2**32-1 ({e})",
+                                   "arg", -1, 0, 0) from None
+        if not flat:
+            flat.append(0)
+        base = flat.buffer_info()[0]
+        ptrs = array("Q", [base + 4 * s for s in accumulate(counts[:-1], initial=0)]) \
+            if n else array("Q", [0])
+        o.token_ids = ptrs.buffer_info()[0]
+        o.ntokens = counts.buffer_info()[0] if n else 0
+        keep.append((counts, flat, ptrs))
+    return o, keep
+
+
 def _bufv_array(words, counts):
     """struct kvp_store_bufv[] over words (array("Q") of every segment's
     address and length, the keys' one after the other): (pointer, keepalive)."""
@@ -213,10 +252,7 @@ class Store(Handle):
         """(the C array of the buffers, what keeps it alive, vectored): one
         struct kvp_store_buf per key, or, when a key has a list or tuple of
         buffers, one struct kvp_store_bufv per key (_bufv)."""
-        if len(buffers) != n:
-            raise KvpageValueError(op, -errno.EINVAL,
-                                   f"{n} keys but {len(buffers)} buffers: one buffer per key",
-                                   "arg", -1, len(buffers), n)
+        _one_per_key(op, buffers, n)
         if not n:
             return ctypes.cast((ctypes.c_uint64 * 2)(), ctypes.POINTER(_lib.StoreBuf)), None, False
         flat, keep = fast_words("Q", buffers)
@@ -258,18 +294,35 @@ class Store(Handle):
         rc = self._call(op, fn, keys, barr, n, res, ctypes.byref(err))
         return rc, res, err
 
-    def put(self, keys, buffers):
+    def put(self, keys, buffers, parents=None, token_ids=None):
         """Stores buffers[i] under keys[i]. A key's buffer may be a list or
         tuple of buffers: its page is those bytes back to back, moved without
         joining them first (kvp_store_putv). Returns a result per key:
         kvpage.STORED (1), kvpage.ALREADY (0: the key was there, not
         rewritten) or a negative errno (-ENOSPC: no page could be had; the
         write's error). Bad arguments raise KvpageValueError and change
-        nothing; a failure of the whole call (the metadata) raises KvpageError."""
+        nothing; a failure of the whole call (the metadata) raises KvpageError.
+
+        parents[i] (the key of the page before keys[i] in its sequence) and
+        token_ids[i] (its page's tokens), None where not known, are told with
+        each key stored (kvp_store_putv_ex): kvpage serve's KV events carry
+        them as parent_block_hash and token_ids."""
         karr, n, kb = _keys("Store.put", keys)
-        barr, keep, vec = self._bufs("Store.put", buffers, n, False)
-        rc, res, err = self._transfer("Store.put", karr, barr, vec, n, True)
-        del keep, kb
+        if parents is None and token_ids is None:
+            barr, keep, vec = self._bufs("Store.put", buffers, n, False)
+            rc, res, err = self._transfer("Store.put", karr, barr, vec, n, True)
+            del keep, kb
+            return self._put_results(rc, res, err, n)
+        _one_per_key("Store.put", buffers, n)
+        if not n:
+            return []
+        opts, okeep = _confirm_opts("Store.put", n, parents, token_ids)
+        barr, keep, _ = self._bufv("Store.put", buffers, False)
+        res = (ctypes.c_int64 * max(n, 1))()
+        err = _lib.Error()
+        rc = self._call("Store.put", _lib.store_putv_ex, karr, barr, n, ctypes.byref(opts), res,
+                        ctypes.byref(err))
+        del keep, kb, okeep
         return self._put_results(rc, res, err, n)
 
     @staticmethod

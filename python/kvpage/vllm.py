@@ -49,6 +49,15 @@ pipeline stages never share pages:
                           the TP rank plus pp_rank * tp_size (the TP rank
                           alone with one stage), so that stages, which hold
                           different layers, never share a file or a page.
+Its metadata client's confirmations say that their keys are a chain
+("prefix_key": null, protocol.md "Parents and tokens"): a save task's
+blocks are consecutive full blocks of one request, each key chained on the
+one before it, so kvpage serve's KV events carry each block's parent (not
+the first's: the client does not know it). No token ids: the worker's save
+path has the keys, not the tokens. (Read in vLLM's
+kv_connector/v1/hf3fs/hf3fs_connector.py @ 04db319915b0b83919a1dd90512f49b0359655b2,
+wait_for_save and the save task; its metadata client, base_url and
+_session, in hf3fs_metadata_server.py @ f2f5f881568445dd54f2e8fb5ee8fc4cbc73c509.)
 reset_cache() clears the connector's metadata namespace (POST /clear on its
 metadata URL: every key of every rank of the namespace is forgotten, the ranks
 stay initialized), which vLLM calls from reset_prefix_cache.
@@ -135,6 +144,18 @@ def _with_url(cls, url):
             results = super().allocate_pages_for_keys(rank, keys)
             _note_pages(rank, results)
             return results
+
+        def confirm_write_for_keys(self, rank, key_confirmations, pages_to_release=None):
+            # A save task's keys are consecutive full blocks of one request
+            # (vLLM's chained block keys, one chunk of them): each block's
+            # parent is the block before it ("prefix_key": the first's is not
+            # known here). kvpage serve's KV events then carry the chain.
+            base = getattr(self, "base_url", None)
+            if not key_confirmations or not isinstance(base, str):
+                return super().confirm_write_for_keys(rank, key_confirmations, pages_to_release)
+            body = {"rank": rank, "confirmations": [list(c) for c in key_confirmations],
+                    "pages_to_release": list(pages_to_release or []), "prefix_key": None}
+            _post_json(base, "/keys/confirm_write", body, getattr(self, "_session", None))
 
     _Client.__name__ = _Client.__qualname__ = cls.__name__
     return _Client
@@ -336,13 +357,26 @@ def install(module, metadata_url=None):
     return module
 
 
+def _post_json(url, path, body, session=None):
+    """POST body (JSON) to url + path through session (a requests.Session:
+    vLLM's metadata client's, with its retries) or urllib; True on 2xx,
+    else raises (as vLLM's client does)."""
+    data = json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"}
+    if session is not None:
+        r = session.post(url.rstrip("/") + path, data=data, headers=headers, timeout=30)
+        r.raise_for_status()
+        return True
+    req = urllib.request.Request(url.rstrip("/") + path, data=data, headers=headers,
+                                 method="POST")
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return 200 <= r.status < 300
+
+
 def _clear(url):
     """POST /clear on a metadata URL (vLLM's metadata client has no call for
     it): every key of the namespace is forgotten, its ranks stay."""
-    req = urllib.request.Request(url.rstrip("/") + "/clear", data=json.dumps({}).encode(),
-                                 headers={"Content-Type": "application/json"}, method="POST")
-    with urllib.request.urlopen(req, timeout=30) as r:
-        return 200 <= r.status < 300
+    return _post_json(url, "/clear", {})
 
 
 class KvpageHF3FSConnector(_Base):

@@ -55,6 +55,12 @@ Keys: the OffloadKey's bytes (block hash + 4-byte group index) in hex after
 the identity: "IDENTITY:HEX". Rows: primary_kv_view's rows (its first
 stride is the block size), moved by zero-copy batched I/O on worker threads.
 
+Parents and tokens (kvpage serve's KV events): none are sent. A store job
+(JobMetadata @ vllm 2ac00577, keys + block_ids + req_context) need not be a
+chain: its keys skip the blocks already stored and may mix KV-cache groups;
+and its ReqContext (vllm/v1/kv_offload/base.py @ 14d6506e: req_id,
+kv_transfer_params) carries no token ids.
+
 Every method vLLM calls on its scheduler thread returns at once; I/O and
 remote lookups run on this tier's threads. Without vLLM installed the
 module imports and the class works on its own (tests, benchmarks), with

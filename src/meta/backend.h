@@ -161,6 +161,11 @@ struct kvp__meta_ops {
     /* kvp_meta_counter, name checked. May be NULL: -EOPNOTSUPP. */
     int (*counter)(struct kvp_meta *m, const char *name, uint64_t expect, uint64_t value,
                    uint64_t *now, struct kvp_error *err);
+    /* kvp_meta_confirm_ex, opts checked and not NULL (opts_size the
+     * library's). May be NULL: confirm, the opts passed over. */
+    int (*confirm_ex)(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys,
+                      const int64_t *pages, size_t n, const int64_t *release, size_t nrel,
+                      const struct kvp_confirm_opts *opts, uint64_t *ticket, struct kvp_error *err);
 };
 
 /* The backends are the rows of src/meta/backends.h; kvp__meta_backends

@@ -562,9 +562,10 @@ KVP_API int kvp_meta_allocate(struct kvp_ns *ns, uint32_t rank, const struct kvp
     return kvp_meta_allocate_ordered(ns, rank, KVP_ORDER_DEFAULT, keys, n, pages, existed, err);
 }
 
-KVP_API int kvp_meta_confirm_async(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys,
-                                   const int64_t *pages, size_t n, const int64_t *release,
-                                   size_t nrel, uint64_t *ticket, struct kvp_error *err)
+/* The arguments of a confirmation but its opts. */
+static int check_confirm(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys,
+                         const int64_t *pages, size_t n, const int64_t *release, size_t nrel,
+                         const uint64_t *ticket, struct kvp_error *err)
 {
     int rc;
     if ((rc = check_ns(ns, err)) || (rc = check_rank(rank, 0, err)) ||
@@ -577,7 +578,43 @@ KVP_API int kvp_meta_confirm_async(struct kvp_ns *ns, uint32_t rank, const struc
                      "too many pages to release");
         return -EINVAL;
     }
+    return 0;
+}
+
+KVP_API int kvp_meta_confirm_async(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys,
+                                   const int64_t *pages, size_t n, const int64_t *release,
+                                   size_t nrel, uint64_t *ticket, struct kvp_error *err)
+{
+    int rc = check_confirm(ns, rank, keys, pages, n, release, nrel, ticket, err);
+    if (rc)
+        return rc;
     return ns->meta->ops->confirm(ns, rank, keys, pages, n, release, nrel, ticket, err);
+}
+
+KVP_API int kvp_meta_confirm_ex_async(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys,
+                                      const int64_t *pages, size_t n, const int64_t *release,
+                                      size_t nrel, const struct kvp_confirm_opts *opts,
+                                      uint64_t *ticket, struct kvp_error *err)
+{
+    if (!opts)
+        return kvp_meta_confirm_async(ns, rank, keys, pages, n, release, nrel, ticket, err);
+    struct kvp_confirm_opts o;
+    int rc;
+    if ((rc = check_confirm(ns, rank, keys, pages, n, release, nrel, ticket, err)) ||
+        (rc = kvp__check_confirm_opts(opts, n, &o, err)))
+        return rc;
+    if (!ns->meta->ops->confirm_ex)
+        return ns->meta->ops->confirm(ns, rank, keys, pages, n, release, nrel, ticket, err);
+    return ns->meta->ops->confirm_ex(ns, rank, keys, pages, n, release, nrel, &o, ticket, err);
+}
+
+KVP_API int kvp_meta_confirm_ex(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys,
+                                const int64_t *pages, size_t n, const int64_t *release, size_t nrel,
+                                const struct kvp_confirm_opts *opts, struct kvp_error *err)
+{
+    uint64_t t = 0;
+    int rc = kvp_meta_confirm_ex_async(ns, rank, keys, pages, n, release, nrel, opts, &t, err);
+    return settle(ns ? ns->meta : NULL, rc, t, err);
 }
 
 KVP_API int kvp_meta_confirm(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys,

@@ -9,6 +9,7 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "kvpage/meta.h"
 #include "meta/rules.h"
@@ -105,4 +106,44 @@ int kvp__err_pin_limit(struct kvp_error *err, uint64_t news, uint64_t total, uin
         " allowed (--max-pinned-ratio %g of rank %" PRIu32 "'s %" PRIu32 " pages)",
         news, total, limit, ratio, rank, num_pages);
     return -ENOSPC;
+}
+
+int kvp__check_confirm_opts(const struct kvp_confirm_opts *opts, size_t n,
+                            struct kvp_confirm_opts *o, struct kvp_error *err)
+{
+    if (opts->opts_size == 0 || opts->opts_size > sizeof *o) {
+        set(err, -EINVAL, KVP_RULE_ARG, -1, (int64_t)opts->opts_size, sizeof *o,
+            "opts_size %zu is not a size of struct kvp_confirm_opts", opts->opts_size);
+        return -EINVAL;
+    }
+    memset(o, 0, sizeof *o);
+    memcpy(o, opts, opts->opts_size);
+    o->opts_size = sizeof *o;
+    if (!o->token_ids != !o->ntokens) {
+        set(err, -EINVAL, KVP_RULE_ARG, -1, 0, 0, "token_ids and ntokens: give both or neither");
+        return -EINVAL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (o->parents && o->parents[i].len) {
+            const char *why = kvp_key_problem(o->parents[i].ptr, o->parents[i].len);
+            if (why) {
+                set(err, -EINVAL, KVP_RULE_KEY, (int64_t)i, (int64_t)o->parents[i].len,
+                    KVP_MAX_KEY_LEN, "parent %zu %s", i, why);
+                return -EINVAL;
+            }
+        }
+        if (!o->ntokens || !o->ntokens[i])
+            continue;
+        if (o->ntokens[i] > KVP_MAX_PAGE_TOKENS) {
+            set(err, -EINVAL, KVP_RULE_ARG, (int64_t)i, o->ntokens[i], KVP_MAX_PAGE_TOKENS,
+                "token_ids %zu: more than %d tokens", i, KVP_MAX_PAGE_TOKENS);
+            return -EINVAL;
+        }
+        if (!o->token_ids[i]) {
+            set(err, -EINVAL, KVP_RULE_ARG, (int64_t)i, 0, 0,
+                "token_ids %zu is NULL with ntokens %u", i, o->ntokens[i]);
+            return -EINVAL;
+        }
+    }
+    return 0;
 }

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "kvpage/error.h"
+#include "kvpage/meta.h"
 
 /* num_pages of a rank: 1 .. KVP_MAX_PAGES. 0, or -EINVAL (KVP_RULE_NUM_PAGES,
  * value num_pages, limit KVP_MAX_PAGES: "num_pages must be a positive
@@ -51,5 +52,12 @@ int kvp__err_pin_limit(struct kvp_error *err, uint64_t news, uint64_t total, uin
 
 /* "out of memory": code, KVP_RULE_NONE. */
 int kvp__err_oom(struct kvp_error *err, int code);
+
+/* The opts of kvp_meta_confirm_ex for n confirmations (see kvpage/meta.h)
+ * into *o: the caller's struct at the library's size, what the caller's
+ * lacks NULL. 0 or -EINVAL (KVP_RULE_ARG; KVP_RULE_KEY for a parent, index
+ * its confirmation). */
+int kvp__check_confirm_opts(const struct kvp_confirm_opts *opts, size_t n,
+                            struct kvp_confirm_opts *o, struct kvp_error *err);
 
 #endif

@@ -3,7 +3,8 @@
  *
  *   batch_allocate    {"rank": R, "keys": [K | [K, P], ...]}
  *   confirm_write     {"rank": R, "confirmations": [[K, page], ...],
- *                      "pages_to_release": [page, ...]}
+ *                      "pages_to_release": [page, ...]} (and kvpage's optional
+ *                      "prefix_key": K | null)
  *   batch_exists      {"keys": [K, ...]}
  *   get_locations     {"rank": R, "keys": [K, ...]}
  *
@@ -15,6 +16,7 @@
  *                               (and kvpage's optional "order": NAME)
  *   /{rank}/confirm_write      {"written_keys_to_confirm": [[K, page], ...],
  *                               "pages_to_release": [page, ...]}
+ *                               (and kvpage's optional "prefix_key": K | null)
  *   /{rank}/exists, /{rank}/get_page_indices   {"keys": [K, ...]}
  *
  * are nearly all of a busy server's requests. A body in their plain form is
@@ -226,18 +228,37 @@ static int order_value(struct scan *s, int *order)
     return 1;
 }
 
+/* The prefix_key field's value (a confirmation's, protocol.md 14.1): a key,
+ * or null (ptr KVP_FAST_NULL, len 0). */
+const char KVP_FAST_NULL[1] = "";
+static int prefix_value(struct scan *s, struct kvp_str *prefix)
+{
+    skip_ws(s);
+    if (s->end - s->p >= 4 && !memcmp(s->p, "null", 4)) {
+        s->p += 4;
+        prefix->ptr = KVP_FAST_NULL;
+        prefix->len = 0;
+        return 1;
+    }
+    return plain_string(s, prefix) && good_key(prefix);
+}
+
 /* Reads an object of the shape's lists, "rank" when rank != NULL (required),
- * "namespace" when pool != NULL (optional, pool->ptr NULL when absent) and
- * "order" when order != NULL (optional, *order unchanged when absent), each
- * field at most once, and nothing after it. */
+ * "namespace" when pool != NULL (optional, pool->ptr NULL when absent),
+ * "order" when order != NULL (optional, *order unchanged when absent) and
+ * "prefix_key" when prefix != NULL (optional, prefix->ptr NULL when absent),
+ * each field at most once, and nothing after it. */
 static int scan_body(struct kvp_ctx *c, const struct shape *sh, uint32_t *rank,
-                     struct kvp_str *pool, int *order, size_t *n1, size_t *n2, int *oom)
+                     struct kvp_str *pool, int *order, struct kvp_str *prefix, size_t *n1,
+                     size_t *n2, int *oom)
 {
     struct scan s = {c->req->body, c->req->body + c->req->body_len};
-    int seen_rank = 0, seen_pool = 0, seen_order = 0, seen1 = 0, seen2 = 0;
+    int seen_rank = 0, seen_pool = 0, seen_order = 0, seen_prefix = 0, seen1 = 0, seen2 = 0;
     *n2 = 0;
     if (pool)
         pool->ptr = NULL, pool->len = 0;
+    if (prefix)
+        prefix->ptr = NULL, prefix->len = 0;
     if (kvp__scratch(c, 1)) { /* the arrays exist even for empty lists */
         *oom = 1;
         return 0;
@@ -256,6 +277,9 @@ static int scan_body(struct kvp_ctx *c, const struct shape *sh, uint32_t *rank,
                 return 0;
         } else if (order && is(&name, "order") && !seen_order++) {
             if (!order_value(&s, order))
+                return 0;
+        } else if (prefix && is(&name, "prefix_key") && !seen_prefix++) {
+            if (!prefix_value(&s, prefix))
                 return 0;
         } else if (is(&name, sh->list1) && !seen1++) {
             if (!list(&s, c, n1, oom, sh->one1))
@@ -278,7 +302,16 @@ static int scan(struct kvp_ctx *c, const struct shape *sh, uint32_t *rank, struc
 {
     int oom = 0;
     size_t unused;
-    int ok = scan_body(c, sh, rank, pool, NULL, n1, n2 ? n2 : &unused, &oom);
+    int ok = scan_body(c, sh, rank, pool, NULL, NULL, n1, n2 ? n2 : &unused, &oom);
+    return oom ? -1 : ok;
+}
+
+/* A confirmation's body, with its optional prefix_key. */
+static int scan_confirm(struct kvp_ctx *c, const struct shape *sh, uint32_t *rank,
+                        struct kvp_str *pool, struct kvp_str *prefix, size_t *n, size_t *nrel)
+{
+    int oom = 0;
+    int ok = scan_body(c, sh, rank, pool, NULL, prefix, n, nrel, &oom);
     return oom ? -1 : ok;
 }
 
@@ -292,10 +325,11 @@ int kvp__fast_keys(struct kvp_ctx *c, uint32_t *rank, struct kvp_str *pool, size
     return scan(c, &KEYS, rank, pool, n, NULL);
 }
 
-int kvp__fast_confirm(struct kvp_ctx *c, uint32_t *rank, size_t *n, size_t *nrel)
+int kvp__fast_confirm(struct kvp_ctx *c, uint32_t *rank, struct kvp_str *prefix, size_t *n,
+                      size_t *nrel)
 {
     /* confirmations and pages_to_release share the scratch arrays' capacity */
-    return scan(c, &CONFIRM, rank, NULL, n, nrel);
+    return scan_confirm(c, &CONFIRM, rank, NULL, prefix, n, nrel);
 }
 
 int kvp__fast_sgl_allocate(struct kvp_ctx *c, struct kvp_str *pool, size_t *n)
@@ -307,7 +341,7 @@ int kvp__fast_sgl_reserve(struct kvp_ctx *c, struct kvp_str *pool, int *order, s
 {
     int oom = 0;
     size_t unused;
-    int ok = scan_body(c, &ALLOCATE, NULL, pool, order, n, &unused, &oom);
+    int ok = scan_body(c, &ALLOCATE, NULL, pool, order, NULL, n, &unused, &oom);
     return oom ? -1 : ok;
 }
 
@@ -316,7 +350,8 @@ int kvp__fast_sgl_keys(struct kvp_ctx *c, struct kvp_str *pool, size_t *n)
     return scan(c, &KEYS, NULL, pool, n, NULL);
 }
 
-int kvp__fast_sgl_confirm(struct kvp_ctx *c, struct kvp_str *pool, size_t *n, size_t *nrel)
+int kvp__fast_sgl_confirm(struct kvp_ctx *c, struct kvp_str *pool, struct kvp_str *prefix,
+                          size_t *n, size_t *nrel)
 {
-    return scan(c, &SGL_CONFIRM, NULL, pool, n, nrel);
+    return scan_confirm(c, &SGL_CONFIRM, NULL, pool, prefix, n, nrel);
 }

@@ -10,6 +10,12 @@
  * an 8-byte start with (seq, payload) pairs and (-1, "")); the batch as
  * NVIDIA Dynamo's vLLM wire types decode it (an array [ts, [events],
  * data_parallel_rank]; events maps tagged "type", or tagged arrays).
+ * parent_block_hash and token_ids as vLLM's engine fills them
+ * (vllm/v1/core/block_pool.py @ c59cb7941357443da7c5eef75cfa8697d683d228,
+ * BlockPool.cache_full_blocks: one BlockStored per run of new full blocks
+ * of a request, parent_block_hash the block before the first, token_ids
+ * the run's tokens one after the other, block_size tokens a block): the
+ * parents and tokens a confirmation names (kvp_meta_confirm_ex).
  *
  * The metadata layer tells on_change (with a namespace's lock held) of each
  * change; on_change turns it into a small record on a bounded queue and
@@ -250,20 +256,36 @@ uint64_t kvp__kvev_block_hash(const char *key, size_t len, int mode, int *is_sig
 
 /* A change. Its key's block hash is computed on the publisher's thread, off
  * the request's: a key of up to KEY_INLINE bytes travels in the record
- * (len), a longer one is hashed at once (len KEY_HASHED). */
+ * (len), a longer one is hashed at once (len KEY_HASHED).
+ *
+ * A stored page whose confirmation named its parent key or its tokens
+ * (kvp_meta_confirm_ex) is followed by records of its own: REC_PARENT (the
+ * parent key, as a change's key) and REC_TOKENS (up to TOK_INLINE tokens
+ * each, len of them). The records of one change are never parted: staged,
+ * queued and batched together. A change without them stays one record. */
 #define KEY_INLINE 72
 #define KEY_HASHED UINT16_MAX
+#define REC_PARENT 3
+#define REC_TOKENS 4
+#define TOK_INLINE (KEY_INLINE / 4)
 struct rec {
     const struct kvp_ns *ns; /* namespaces live as long as the handle */
     uint32_t rank;
-    uint8_t kind; /* KVP_CHANGE_* */
+    uint8_t kind; /* KVP_CHANGE_*, REC_PARENT, REC_TOKENS */
     uint8_t is_signed;
     uint16_t len;
     union {
         uint64_t hash; /* len KEY_HASHED: its block hash */
         char key[KEY_INLINE];
+        uint32_t tok[TOK_INLINE];
     } u;
 };
+
+/* Whether r continues the change before it. */
+static inline int rec_more(const struct rec *r)
+{
+    return r->kind >= REC_PARENT;
+}
 
 struct recs {
     struct rec *v;
@@ -335,6 +357,7 @@ struct kvp_kvev {
     struct sent *ring; /* the last buffer_steps batches, oldest at ring_head */
     size_t ring_head, ring_n;
     struct recs work;
+    struct run *runs; /* a batch's events (pack_batch): BATCH_MAX + STAGE records at most */
     msgpack_sbuffer sb;
 };
 
@@ -472,13 +495,17 @@ static void stage_flush(struct kvp_kvev *ev)
     size_t before = ev->qlen, half = ev->qcap / 2 + 1;
     int wake = before == 0;
     for (size_t i = 0; i < stage.n;) {
-        while (ev->qlen == ev->qcap) {
+        /* Whole changes only (on_change keeps each within the queue). */
+        size_t room = ev->qcap - ev->qlen, k = stage.n - i < room ? stage.n - i : room;
+        while (k && i + k < stage.n && rec_more(&stage.r[i + k]))
+            k--;
+        if (!k) {
             poke(ev);
             ev->waiting++;
             pthread_cond_wait(&ev->room, &ev->qlock);
             ev->waiting--;
+            continue;
         }
-        size_t room = ev->qcap - ev->qlen, k = stage.n - i < room ? stage.n - i : room;
         memcpy(&ev->q[ev->qlen], &stage.r[i], k * sizeof *ev->q);
         ev->qlen += k;
         i += k;
@@ -488,6 +515,53 @@ static void stage_flush(struct kvp_kvev *ev)
     stage.n = 0;
     if (wake)
         poke(ev);
+}
+
+/* A record of c's namespace and rank carrying key (the change's or its
+ * parent's). */
+static void rec_key(const struct kvp_kvev *ev, struct rec *r, const struct kvp_meta_change *c,
+                    int kind, const char *key, size_t len)
+{
+    r->ns = c->ns;
+    r->rank = c->rank;
+    r->kind = (uint8_t)kind;
+    if (len <= KEY_INLINE) {
+        r->len = (uint16_t)len;
+        memcpy(r->u.key, key, len);
+    } else {
+        int sg;
+        r->len = KEY_HASHED;
+        r->u.hash = kvp__kvev_block_hash(key, len, ev->cfg.hash, &sg);
+        r->is_signed = (uint8_t)sg;
+    }
+}
+
+/* The parent and tokens of a stored page, in records after its own (within
+ * the stage and the queue: else they are left out). */
+static void rec_extra(struct kvp_kvev *ev, const struct kvp_meta_change *c)
+{
+    size_t ntok = c->ntokens, need = 1 + !!c->parent + (ntok + TOK_INLINE - 1) / TOK_INLINE;
+    size_t most = STAGE < ev->qcap ? STAGE : ev->qcap;
+    if (need > most) { /* tokens of a huge page: not told */
+        ntok = 0;
+        need = 1 + !!c->parent;
+    }
+    if (need > most)
+        need = 1;
+    if (stage.n + need > STAGE)
+        stage_flush(ev);
+    rec_key(ev, &stage.r[stage.n++], c, KVP_CHANGE_STORED, c->key, c->len);
+    if (need > 1 && c->parent)
+        rec_key(ev, &stage.r[stage.n++], c, REC_PARENT, c->parent, c->parent_len);
+    for (size_t i = 0; need > 1 && i < ntok; i += TOK_INLINE) {
+        struct rec *r = &stage.r[stage.n++];
+        size_t k = ntok - i < TOK_INLINE ? ntok - i : TOK_INLINE;
+        r->ns = c->ns;
+        r->rank = c->rank;
+        r->kind = REC_TOKENS;
+        r->len = (uint16_t)k;
+        memcpy(r->u.tok, c->token_ids + i, k * sizeof *c->token_ids);
+    }
 }
 
 static void on_change(const struct kvp_meta_change *c, void *arg)
@@ -500,26 +574,17 @@ static void on_change(const struct kvp_meta_change *c, void *arg)
     }
     if (ev->per_ns && (c->ns != stage.seen_ns || stage.seen_gen != ev->gen))
         topic_note(ev, c);
-    struct rec *r = &stage.r[stage.n++];
-    r->ns = c->ns;
-    r->rank = c->rank;
-    r->kind = (uint8_t)c->kind;
-    if (c->len <= KEY_INLINE) {
-        r->len = (uint16_t)c->len;
-        memcpy(r->u.key, c->key, c->len);
-    } else {
-        int sg;
-        r->len = KEY_HASHED;
-        r->u.hash = kvp__kvev_block_hash(c->key, c->len, ev->cfg.hash, &sg);
-        r->is_signed = (uint8_t)sg;
-    }
+    if (c->parent || c->ntokens)
+        rec_extra(ev, c);
+    else
+        rec_key(ev, &stage.r[stage.n++], c, c->kind, c->key, c->len);
 }
 
 /* The block hashes of records that still carry their keys. */
 static void hash_recs(const struct kvp_kvev *ev, struct rec *v, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        if (v[i].len == KEY_HASHED)
+        if (v[i].len == KEY_HASHED || v[i].kind == REC_TOKENS)
             continue;
         int sg;
         v[i].u.hash = kvp__kvev_block_hash(v[i].u.key, v[i].len, ev->cfg.hash, &sg);
@@ -571,60 +636,124 @@ static void pack_hash(msgpack_packer *pk, const struct rec *r)
         msgpack_pack_uint64(pk, r->u.hash);
 }
 
-/* Events of recs [i, j) (one namespace and rank): one per run of changes
- * of one kind. A run of stored pages is one BlockStored, as an engine sends
- * the pages of one request: a confirmation's pages are a request's, in its
- * order, and with empty token_ids and no parent a consumer reads nothing
- * more into them (one event per page cost the publisher and a Python
- * subscriber twice the server's CPU: bench/README.md, "KV events"). */
-static size_t count_events(const struct rec *v, size_t i, size_t j)
+/* The change whose first record is v[k] (of records before j): where it
+ * ends, its parent's record (NULL: none told) and its tokens' count. */
+struct chg {
+    size_t end, ntok;
+    const struct rec *parent;
+};
+static struct chg chg_at(const struct rec *v, size_t k, size_t j)
 {
-    size_t n = 0;
-    for (size_t k = i; k < j; k++)
-        n += k == i || v[k - 1].kind != v[k].kind;
-    return n;
+    struct chg c = {k + 1, 0, NULL};
+    for (; c.end < j && rec_more(&v[c.end]); c.end++) {
+        if (v[c.end].kind == REC_PARENT)
+            c.parent = &v[c.end];
+        else
+            c.ntok += v[c.end].len;
+    }
+    return c;
+}
+
+/* A run of changes that makes one event: records [k, end), n changes. */
+struct run {
+    size_t end, n;
+};
+
+/* The run of changes from v[k] (of records before j) that makes one event:
+ * changes of one kind. A run of stored pages is one BlockStored, as an
+ * engine sends the pages of one request: a confirmation's pages are a
+ * request's, in its order (one event per page cost the publisher and a
+ * Python subscriber twice the server's CPU: bench/README.md, "KV events").
+ * Where parents were told, the run must be a chain, as the consumers read
+ * it: each page's parent is the page before it (the first's is the event's
+ * parent_block_hash); a page without a parent joins only a run that has
+ * none. Where tokens were told, every page of the run has as many (the
+ * event's block_size). */
+static struct run run_at(const struct rec *v, size_t k, size_t j)
+{
+    struct chg a = chg_at(v, k, j);
+    struct run r = {a.end, 1};
+    if (v[k].kind != KVP_CHANGE_STORED) { /* removals have no records of their own */
+        while (r.end < j && v[r.end].kind == v[k].kind)
+            r.end++, r.n++;
+        return r;
+    }
+    int plain = !a.parent;
+    size_t prev = k;
+    while (r.end < j && v[r.end].kind == KVP_CHANGE_STORED) {
+        struct chg b = chg_at(v, r.end, j);
+        if (b.ntok != a.ntok)
+            break;
+        if (b.parent
+                ? b.parent->u.hash != v[prev].u.hash || b.parent->is_signed != v[prev].is_signed
+                : !plain)
+            break;
+        plain &= !b.parent;
+        prev = r.end;
+        r.end = b.end;
+        r.n++;
+    }
+    return r;
+}
+
+/* The hashes of the n changes in v[k, e) (their own records, not those
+ * after them). Inlined into pack_batch, where the packer's writer is known
+ * (a call through it per hash cost the publisher 7% more). */
+static inline __attribute__((always_inline)) void
+pack_hashes(msgpack_packer *pk, const struct rec *v, size_t k, size_t e, size_t n)
+{
+    msgpack_pack_array(pk, n);
+    for (size_t x = k; x < e; x++)
+        if (!rec_more(&v[x]))
+            pack_hash(pk, &v[x]);
 }
 
 static void pack_batch(struct kvp_kvev *ev, const struct rec *v, size_t i, size_t j)
 {
+    /* The events' runs first: the batch's array says how many. */
+    size_t nev = 0;
+    for (size_t k = i; k < j; k = ev->runs[nev++].end)
+        ev->runs[nev] = run_at(v, k, j);
     msgpack_packer pk;
     msgpack_sbuffer_clear(&ev->sb);
     msgpack_packer_init(&pk, &ev->sb, msgpack_sbuffer_write);
     msgpack_pack_array(&pk, 3);
     msgpack_pack_double(&pk, now_s());
-    msgpack_pack_array(&pk, count_events(v, i, j));
+    msgpack_pack_array(&pk, nev);
     int arr = ev->cfg.array;
-    for (size_t k = i; k < j;) {
-        size_t e = k;
-        while (e < j && v[e].kind == v[k].kind)
-            e++;
+    for (size_t r = 0, k = i; r < nev; k = ev->runs[r++].end) {
+        size_t e = ev->runs[r].end;
         if (v[k].kind == KVP_CHANGE_STORED) {
+            struct chg a = chg_at(v, k, j);
             event_head(&pk, arr, 8, "BlockStored");
             field(&pk, arr, "block_hashes");
-            msgpack_pack_array(&pk, e - k);
-            for (; k < e; k++)
-                pack_hash(&pk, &v[k]);
+            pack_hashes(&pk, v, k, e, ev->runs[r].n);
             field(&pk, arr, "parent_block_hash");
-            msgpack_pack_nil(&pk); /* the engines send no parent key */
+            if (a.parent)
+                pack_hash(&pk, a.parent);
+            else
+                msgpack_pack_nil(&pk);
+            /* The pages' tokens one after the other, as vLLM sends them. */
             field(&pk, arr, "token_ids");
-            msgpack_pack_array(&pk, 0);
+            msgpack_pack_array(&pk, a.ntok * ev->runs[r].n);
+            for (size_t x = k; a.ntok && x < e; x++)
+                for (size_t t = 0; v[x].kind == REC_TOKENS && t < v[x].len; t++)
+                    msgpack_pack_uint32(&pk, v[x].u.tok[t]);
             field(&pk, arr, "block_size");
-            msgpack_pack_uint64(&pk, ev->cfg.block_size);
+            msgpack_pack_uint64(&pk, a.ntok ? a.ntok : ev->cfg.block_size);
             field(&pk, arr, "lora_id");
             msgpack_pack_nil(&pk);
             field(&pk, arr, "medium");
             pack_str(&pk, ev->cfg.medium);
             field(&pk, arr, "lora_name");
             msgpack_pack_nil(&pk);
-            continue;
+        } else {
+            event_head(&pk, arr, 3, "BlockRemoved");
+            field(&pk, arr, "block_hashes");
+            pack_hashes(&pk, v, k, e, ev->runs[r].n);
+            field(&pk, arr, "medium");
+            pack_str(&pk, ev->cfg.medium);
         }
-        event_head(&pk, arr, 3, "BlockRemoved");
-        field(&pk, arr, "block_hashes");
-        msgpack_pack_array(&pk, e - k);
-        for (; k < e; k++)
-            pack_hash(&pk, &v[k]);
-        field(&pk, arr, "medium");
-        pack_str(&pk, ev->cfg.medium);
     }
     msgpack_pack_uint32(&pk, v[i].rank); /* data_parallel_rank: kvpage's rank */
 }
@@ -642,6 +771,8 @@ static void batches(struct kvp_kvev *ev, const struct rec *v, size_t n,
     for (size_t i = 0; i < n;) {
         size_t j = i + 1;
         while (j < n && j - i < BATCH_MAX && v[j].ns == v[i].ns && v[j].rank == v[i].rank)
+            j++;
+        while (j < n && rec_more(&v[j])) /* a change's records stay together */
             j++;
         pack_batch(ev, v, i, j);
         topic_set(ev, v[i].ns);
@@ -977,6 +1108,7 @@ static void kvev_free(struct kvp_kvev *ev)
     free(ev->ring);
     free(ev->q);
     free(ev->work.v);
+    free(ev->runs);
     free(ev->seq_path);
     free(ev->seq_name);
     while (ev->topics) {
@@ -1027,8 +1159,9 @@ int kvp__kvev_start(const struct kvp_kvev_cfg *cfg, struct kvp_meta *meta, const
     ev->ring = calloc(cfg->buffer_steps, sizeof *ev->ring);
     ev->work.cap = ev->qcap; /* drain swaps it with q */
     ev->work.v = malloc(ev->qcap * sizeof *ev->work.v);
+    ev->runs = malloc((BATCH_MAX + STAGE) * sizeof *ev->runs);
     int rc = -ENOMEM;
-    if (!ev->q || !ev->ring || !ev->work.v) {
+    if (!ev->q || !ev->ring || !ev->work.v || !ev->runs) {
         snprintf(why, len, "out of memory");
         goto fail;
     }

@@ -391,6 +391,154 @@ int kvp__parse_confirm(struct kvp_ctx *c, json_t *conf, const char *field, size_
     return 0;
 }
 
+/* A parent: a valid key, or null (none); 0 or -1 after replying. what
+ * names it in the message. */
+static int parent_value(struct kvp_ctx *c, json_t *v, struct kvp_str *out, const char *what,
+                        size_t i)
+{
+    out->ptr = NULL;
+    out->len = 0;
+    if (json_is_null(v))
+        return 0;
+    char why[64] = "must be a key or null";
+    if (json_is_string(v)) {
+        const char *p = kvp_key_problem(json_string_value(v), json_string_length(v));
+        if (!p) {
+            out->ptr = json_string_value(v);
+            out->len = json_string_length(v);
+            return 0;
+        }
+        snprintf(why, sizeof why, "key %s", p);
+        kvp__reply_rule(c, KVP_RULE_KEY, i == SIZE_MAX ? -1 : (int64_t)i,
+                        (int64_t)json_string_length(v), KVP_MAX_KEY_LEN);
+    }
+    if (i == SIZE_MAX)
+        kvp__reply_error(c, 400, "Confirmation failed: %s %s", what, why);
+    else
+        kvp__reply_error(c, 400, "Confirmation failed: %s[%zu] %s", what, i, why);
+    return -1;
+}
+
+static int parse_tokens(struct kvp_ctx *c, json_t *tl, const char *field, size_t n,
+                        struct kvp_confirm_extra *x)
+{
+    if (!json_is_array(tl) || json_array_size(tl) != n) {
+        kvp__reply_error(c, 400,
+                         "Confirmation failed: token_ids must be a list of %zu token lists (or "
+                         "nulls), one per %s",
+                         n, field);
+        return -1;
+    }
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(tl, i);
+        if (json_is_null(t))
+            continue;
+        if (!json_is_array(t) || json_array_size(t) > KVP_MAX_PAGE_TOKENS) {
+            kvp__reply_error(c, 400,
+                             "Confirmation failed: token_ids[%zu] must be a list of at most %d "
+                             "tokens, or null",
+                             i, KVP_MAX_PAGE_TOKENS);
+            return -1;
+        }
+        for (size_t k = 0; k < json_array_size(t); k++) {
+            json_t *v = json_array_get(t, k);
+            if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+                json_integer_value(v) > (json_int_t)UINT32_MAX) {
+                kvp__reply_error(c, 400,
+                                 "Confirmation failed: token_ids[%zu][%zu] must be a token id "
+                                 "(an integer from 0 to 4294967295)",
+                                 i, k);
+                return -1;
+            }
+        }
+        total += json_array_size(t);
+    }
+    x->tok = calloc(n ? n : 1, sizeof *x->tok);
+    x->ntok = calloc(n ? n : 1, sizeof *x->ntok);
+    x->flat = malloc((total ? total : 1) * sizeof *x->flat);
+    if (!x->tok || !x->ntok || !x->flat) {
+        kvp__reply_internal(c, -ENOMEM, "token_ids");
+        return -1;
+    }
+    uint32_t *f = x->flat;
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(tl, i);
+        x->tok[i] = f;
+        x->ntok[i] = (uint32_t)json_array_size(t); /* 0 for null */
+        for (size_t k = 0; k < x->ntok[i]; k++)
+            *f++ = (uint32_t)json_integer_value(json_array_get(t, k));
+    }
+    x->opts.token_ids = x->tok;
+    x->opts.ntokens = x->ntok;
+    return 0;
+}
+
+int kvp__parse_confirm_extra(struct kvp_ctx *c, const char *field, size_t n,
+                             struct kvp_confirm_extra *x)
+{
+    memset(x, 0, sizeof *x);
+    x->opts.opts_size = sizeof x->opts;
+    json_t *pk = json_object_get(c->body, "parent_keys");
+    json_t *pre = json_object_get(c->body, "prefix_key");
+    json_t *tl = json_object_get(c->body, "token_ids");
+    if (!pk && !pre && !tl)
+        return 0;
+    x->used = 1;
+    if (pk && pre) {
+        kvp__reply_error(c, 400, "Confirmation failed: give parent_keys or prefix_key, not both");
+        return -1;
+    }
+    if (pk && (!json_is_array(pk) || json_array_size(pk) != n)) {
+        kvp__reply_error(
+            c, 400,
+            "Confirmation failed: parent_keys must be a list of %zu keys (or nulls), one per %s", n,
+            field);
+        return -1;
+    }
+    if (pre) {
+        struct kvp_str first;
+        if (parent_value(c, pre, &first, "prefix_key", SIZE_MAX) ||
+            kvp__confirm_chain(c, n, &first, x))
+            return -1;
+    } else if (pk) {
+        if (!(x->parents = calloc(n ? n : 1, sizeof *x->parents))) {
+            kvp__reply_internal(c, -ENOMEM, "parent_keys");
+            return -1;
+        }
+        x->opts.parents = x->parents;
+        for (size_t i = 0; i < n; i++)
+            if (parent_value(c, json_array_get(pk, i), &x->parents[i], "parent_keys", i))
+                return -1;
+    }
+    return tl ? parse_tokens(c, tl, field, n, x) : 0;
+}
+
+int kvp__confirm_chain(struct kvp_ctx *c, size_t n, const struct kvp_str *first,
+                       struct kvp_confirm_extra *x)
+{
+    x->used = 1;
+    x->opts.opts_size = sizeof x->opts;
+    if (!(x->parents = calloc(n ? n : 1, sizeof *x->parents))) {
+        kvp__reply_internal(c, -ENOMEM, "prefix_key");
+        return -1;
+    }
+    x->opts.parents = x->parents;
+    /* A chain: each page's parent is the page confirmed before it. */
+    for (size_t i = 0; i < n; i++)
+        x->parents[i] = i ? c->rep->keys[i - 1] : *first;
+    return 0;
+}
+
+void kvp__confirm_extra_free(struct kvp_confirm_extra *x)
+{
+    free(x->parents);
+    free(x->tok);
+    free(x->ntok);
+    free(x->flat);
+    memset(x, 0, sizeof *x);
+}
+
 void kvp__reply_unavailable(struct kvp_ctx *c, const struct kvp_error *err)
 {
     kvp__reply_error(c, 503, "Service unavailable: %s; retry later",

@@ -255,7 +255,12 @@ int kvp__check_count(struct kvp_ctx *c, size_t n);
  * replied 500.
  */
 int kvp__fast_allocate(struct kvp_ctx *c, uint32_t *rank, size_t *n);
-int kvp__fast_confirm(struct kvp_ctx *c, uint32_t *rank, size_t *n, size_t *nrel);
+/* confirm_write's bodies also take kvpage's "prefix_key" (protocol.md 14.1):
+ * prefix->ptr NULL when absent, KVP_FAST_NULL (len 0) for null, else the key;
+ * prefix NULL declines a body that has it. */
+extern const char KVP_FAST_NULL[1];
+int kvp__fast_confirm(struct kvp_ctx *c, uint32_t *rank, struct kvp_str *prefix, size_t *n,
+                      size_t *nrel);
 /* {"keys": [K, ...]} (rank NULL) or {"rank": R, "keys": [K, ...]}; with pool
  * != NULL also an optional "namespace" (pool->ptr NULL when absent). */
 int kvp__fast_keys(struct kvp_ctx *c, uint32_t *rank, struct kvp_str *pool, size_t *n);
@@ -266,7 +271,8 @@ int kvp__fast_sgl_allocate(struct kvp_ctx *c, struct kvp_str *pool, size_t *n);
 /* The same, also taking kvpage's optional "order" field (protocol-notes, "The
  * order of free pages"): *order is set when the body has it. */
 int kvp__fast_sgl_reserve(struct kvp_ctx *c, struct kvp_str *pool, int *order, size_t *n);
-int kvp__fast_sgl_confirm(struct kvp_ctx *c, struct kvp_str *pool, size_t *n, size_t *nrel);
+int kvp__fast_sgl_confirm(struct kvp_ctx *c, struct kvp_str *pool, struct kvp_str *prefix,
+                          size_t *n, size_t *nrel);
 int kvp__fast_sgl_keys(struct kvp_ctx *c, struct kvp_str *pool, size_t *n);
 
 /* A body list field: missing → *out = NULL and returns 0 (reads as []);
@@ -294,6 +300,30 @@ ptrdiff_t kvp__parse_alloc_keys(struct kvp_ctx *c, json_t *arr);
  */
 int kvp__parse_confirm(struct kvp_ctx *c, json_t *conf, const char *field, size_t *n, size_t *nrel,
                        int sglang_types);
+/*
+ * The optional fields of a confirmation that name each page's parent and
+ * tokens (protocol.md, "Parents and tokens"): "parent_keys" (a key or null
+ * per confirmation), or "prefix_key" (a key or null: the first
+ * confirmation's parent, each next one's the confirmation before it), and
+ * "token_ids" (a list of tokens, or null, per confirmation). Read after
+ * kvp__parse_confirm (its n keys in the scratch). Returns 0 (x->used 0 when
+ * the body has none of them) or -1 after replying 400; x is freed by
+ * kvp__confirm_extra_free either way.
+ */
+struct kvp_confirm_extra {
+    int used;
+    struct kvp_confirm_opts opts;
+    struct kvp_str *parents;
+    const uint32_t **tok;
+    uint32_t *ntok, *flat;
+};
+int kvp__parse_confirm_extra(struct kvp_ctx *c, const char *field, size_t n,
+                             struct kvp_confirm_extra *x);
+/* x for n confirmations (keys in the scratch) that are a chain from first
+ * (len 0: none known), as "prefix_key" says; 0, or -1 after replying 500. */
+int kvp__confirm_chain(struct kvp_ctx *c, size_t n, const struct kvp_str *first,
+                       struct kvp_confirm_extra *x);
+void kvp__confirm_extra_free(struct kvp_confirm_extra *x);
 /* Maps a confirm error of meta other than -ENOENT (rc, err) to the documented
  * replies; field names the confirmations list. */
 void kvp__confirm_error(struct kvp_ctx *c, int rc, const struct kvp_error *err, const char *field,

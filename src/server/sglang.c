@@ -191,14 +191,15 @@ static void do_reserve(struct sgl *s)
 
 static const char CONFIRMED[] = "written_keys_to_confirm";
 
-static void confirm_run(struct sgl *s, size_t n, size_t nrel)
+/* x: the confirmations' parents and tokens (NULL: none). */
+static void confirm_run(struct sgl *s, size_t n, size_t nrel, const struct kvp_confirm_extra *x)
 {
     if (find(s))
         return;
     struct kvp_reply *r = s->c->rep;
     struct kvp_error err = {0};
-    int rc = kvp_meta_confirm_async(s->ns, s->rank, r->keys, r->pages, n, r->pages2, nrel,
-                                    &r->ticket, &err);
+    int rc = kvp_meta_confirm_ex_async(s->ns, s->rank, r->keys, r->pages, n, r->pages2, nrel,
+                                       x && x->used ? &x->opts : NULL, &r->ticket, &err);
     if (rc == -ENOENT) {
         not_init(s);
         return;
@@ -216,8 +217,11 @@ static void do_confirm(struct sgl *s)
     if (list_field(s, CONFIRMED, &conf))
         return;
     size_t n, nrel;
-    if (kvp__parse_confirm(s->c, conf, CONFIRMED, &n, &nrel, 1) == 0)
-        confirm_run(s, n, nrel);
+    struct kvp_confirm_extra x = {0};
+    if (kvp__parse_confirm(s->c, conf, CONFIRMED, &n, &nrel, 1) == 0 &&
+        kvp__parse_confirm_extra(s->c, "confirmation", n, &x) == 0)
+        confirm_run(s, n, nrel, &x);
+    kvp__confirm_extra_free(&x);
 }
 
 static void do_delete(struct sgl *s)
@@ -276,13 +280,13 @@ int kvp__sglang_fast(struct kvp_ctx *c, int route)
 {
     struct sgl s = {
         .c = c, .rank = c->path_rank, .pool = "kv", .plen = 2, .order = KVP_ORDER_SGLANG};
-    struct kvp_str pool;
+    struct kvp_str pool, prefix = {NULL, 0};
     size_t n, nrel = 0;
     int rc;
     if (route == KVP_ROUTE_SGL_RESERVE)
         rc = kvp__fast_sgl_reserve(c, &pool, &s.order, &n);
     else if (route == KVP_ROUTE_SGL_CONFIRM)
-        rc = kvp__fast_sgl_confirm(c, &pool, &n, &nrel);
+        rc = kvp__fast_sgl_confirm(c, &pool, &prefix, &n, &nrel);
     else if (route == KVP_ROUTE_SGL_EXISTS || route == KVP_ROUTE_SGL_GET)
         rc = kvp__fast_sgl_keys(c, &pool, &n);
     else
@@ -297,9 +301,13 @@ int kvp__sglang_fast(struct kvp_ctx *c, int route)
     case KVP_ROUTE_SGL_RESERVE:
         reserve_run(&s, n);
         break;
-    case KVP_ROUTE_SGL_CONFIRM:
-        confirm_run(&s, n, nrel);
+    case KVP_ROUTE_SGL_CONFIRM: {
+        struct kvp_confirm_extra x = {0};
+        if (!prefix.ptr || kvp__confirm_chain(c, n, &prefix, &x) == 0)
+            confirm_run(&s, n, nrel, &x);
+        kvp__confirm_extra_free(&x);
         break;
+    }
     case KVP_ROUTE_SGL_EXISTS:
         exists_run(&s, n);
         break;

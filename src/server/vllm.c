@@ -120,8 +120,10 @@ static void do_allocate(struct kvp_ctx *c)
         allocate_run(c, rank, (size_t)n);
 }
 
-/* confirm_write of the n confirmations and nrel releases in the scratch arrays. */
-static void confirm_run(struct kvp_ctx *c, uint32_t rank, size_t n, size_t nrel)
+/* confirm_write of the n confirmations and nrel releases in the scratch
+ * arrays, with their parents and tokens (x NULL: none). */
+static void confirm_run(struct kvp_ctx *c, uint32_t rank, size_t n, size_t nrel,
+                        const struct kvp_confirm_extra *x)
 {
     struct kvp_ns *ns;
     int rc = kvp__find_ns(c, POOL, POOL_LEN, 0, &ns);
@@ -129,8 +131,8 @@ static void confirm_run(struct kvp_ctx *c, uint32_t rank, size_t n, size_t nrel)
         return;
     struct kvp_error err = {0};
     if (rc == 0)
-        rc = kvp_meta_confirm_async(ns, rank, c->rep->keys, c->rep->pages, n, c->rep->pages2, nrel,
-                                    &c->rep->ticket, &err);
+        rc = kvp_meta_confirm_ex_async(ns, rank, c->rep->keys, c->rep->pages, n, c->rep->pages2,
+                                       nrel, x && x->used ? &x->opts : NULL, &c->rep->ticket, &err);
     if (rc == -ENOENT) {
         kvp__reply_not_init(c, rank, "Confirmation failed: Rank %u not initialized", rank);
         return;
@@ -151,8 +153,11 @@ static void do_confirm(struct kvp_ctx *c)
         return;
     }
     size_t n, nrel;
-    if (kvp__parse_confirm(c, conf, "confirmations", &n, &nrel, 0) == 0)
-        confirm_run(c, rank, n, nrel);
+    struct kvp_confirm_extra x = {0};
+    if (kvp__parse_confirm(c, conf, "confirmations", &n, &nrel, 0) == 0 &&
+        kvp__parse_confirm_extra(c, "confirmation", n, &x) == 0)
+        confirm_run(c, rank, n, nrel, &x);
+    kvp__confirm_extra_free(&x);
 }
 
 static void exists_run(struct kvp_ctx *c, const char *pool, size_t plen, size_t n)
@@ -316,8 +321,13 @@ int kvp__vllm_fast(struct kvp_ctx *c, int route)
         if ((rc = kvp__fast_allocate(c, &rank, &n)) == 1)
             allocate_run(c, rank, n);
     } else if (route == KVP_ROUTE_VLLM_CONFIRM) {
-        if ((rc = kvp__fast_confirm(c, &rank, &n, &nrel)) == 1)
-            confirm_run(c, rank, n, nrel);
+        struct kvp_str prefix;
+        if ((rc = kvp__fast_confirm(c, &rank, &prefix, &n, &nrel)) == 1) {
+            struct kvp_confirm_extra x = {0};
+            if (!prefix.ptr || kvp__confirm_chain(c, n, &prefix, &x) == 0)
+                confirm_run(c, rank, n, nrel, &x);
+            kvp__confirm_extra_free(&x);
+        }
     } else if (route == KVP_ROUTE_VLLM_EXISTS) {
         if ((rc = kvp__fast_keys(c, NULL, &pool, &n)) == 1)
             exists_run(c, pool.ptr ? pool.ptr : POOL, pool.ptr ? pool.len : POOL_LEN, n);

@@ -542,7 +542,8 @@ struct src {
     struct kvp_pagefile_buf *segs;
     size_t *first;
     uint64_t *len;
-    int vec; /* kvp_store_putv / getv */
+    int vec;                           /* kvp_store_putv / getv */
+    const struct kvp_confirm_opts *co; /* kvp_store_putv_ex's, checked; else NULL */
 };
 
 static uint64_t src_len(const struct src *c, size_t i)
@@ -891,6 +892,41 @@ static size_t put_write(struct kvp_store *s, const struct kvp_str *keys, const s
     return nw;
 }
 
+/* Marks confirm_opts's failure. */
+static struct kvp_confirm_opts oom_opts;
+
+/* Room for the opts of up to n confirmations when the caller gave opts
+ * (c->co): NULL when it gave none, &oom_opts without memory, else one
+ * allocation (the caller frees it) that opts_set fills. */
+static struct kvp_confirm_opts *opts_new(const struct src *c, size_t n)
+{
+    if (!c->co)
+        return NULL;
+    struct kvp_confirm_opts *co =
+        malloc(sizeof *co + n * (sizeof(struct kvp_str) + sizeof(uint32_t *) + sizeof(uint32_t)));
+    if (!co)
+        return &oom_opts;
+    struct kvp_str *par = (struct kvp_str *)(co + 1);
+    const uint32_t **tok = (const uint32_t **)(par + n);
+    uint32_t *ntok = (uint32_t *)(tok + n);
+    *co = (struct kvp_confirm_opts){sizeof *co, c->co->parents ? par : NULL,
+                                    c->co->ntokens ? tok : NULL, c->co->ntokens ? ntok : NULL};
+    return co;
+}
+
+/* Confirmation j is the caller's key i. */
+static void opts_set(struct kvp_confirm_opts *co, const struct src *c, size_t j, size_t i)
+{
+    if (!co || co == &oom_opts)
+        return;
+    if (co->parents)
+        ((struct kvp_str *)co->parents)[j] = c->co->parents[i];
+    if (co->ntokens) {
+        ((const uint32_t **)co->token_ids)[j] = c->co->token_ids[i];
+        ((uint32_t *)co->ntokens)[j] = c->co->ntokens[i];
+    }
+}
+
 /* Confirms the nw written pages whose bytes all reached the file (and, for
  * a durable put, were flushed) and gives the others back; their results.
  * *e: why one failed. Returns the bytes stored. */
@@ -900,9 +936,11 @@ static uint64_t put_confirm(struct kvp_store *s, const struct kvp_str *keys, con
 {
     size_t nc = 0, nrel = 0;
     uint64_t bytes_w = 0;
+    struct kvp_confirm_opts *co = opts_new(c, nw);
     for (size_t k = 0; k < nw; k++) {
         size_t i = a->widx[k];
         if (a->wres[k] == (int64_t)src_len(c, i)) {
+            opts_set(co, c, nc, i);
             a->ckeys[nc] = keys[i];
             a->cpages[nc++] = a->pages[i];
             bytes_w += src_len(c, i);
@@ -925,13 +963,19 @@ static uint64_t put_confirm(struct kvp_store *s, const struct kvp_str *keys, con
             a->release[nrel++] = a->pages[a->widx[k]];
         nc = 0;
     }
-    if (!nc && !nrel)
+    if (!nc && !nrel) {
+        if (co != &oom_opts)
+            free(co);
         return bytes_w;
+    }
     struct kvp_error ce = {0};
-    int crc = s->durable
-                  ? kvp_meta_confirm(s->ns, s->rank, a->ckeys, a->cpages, nc, a->release, nrel, &ce)
-                  : kvp_meta_confirm_async(s->ns, s->rank, a->ckeys, a->cpages, nc, a->release,
-                                           nrel, ticket, &ce);
+    int crc = co == &oom_opts ? kvp__err_oom(&ce, -ENOMEM)
+              : s->durable    ? kvp_meta_confirm_ex(s->ns, s->rank, a->ckeys, a->cpages, nc,
+                                                    a->release, nrel, co, &ce)
+                              : kvp_meta_confirm_ex_async(s->ns, s->rank, a->ckeys, a->cpages, nc,
+                                                          a->release, nrel, co, ticket, &ce);
+    if (co != &oom_opts)
+        free(co);
     if (crc) {
         /* All or nothing: nothing was confirmed. Give the pages back
          * (best effort: a lease would reclaim them anyway). */
@@ -1044,6 +1088,21 @@ KVP_API int kvp_store_putv(struct kvp_store *s, const struct kvp_str *keys,
                            struct kvp_error *err)
 {
     struct src c = {.bufv = bufv, .vec = 1};
+    return store_put(s, keys, &c, n, results, err);
+}
+
+KVP_API int kvp_store_putv_ex(struct kvp_store *s, const struct kvp_str *keys,
+                              const struct kvp_store_bufv *bufv, size_t n,
+                              const struct kvp_confirm_opts *opts, int64_t *results,
+                              struct kvp_error *err)
+{
+    struct kvp_confirm_opts o;
+    struct src c = {.bufv = bufv, .vec = 1, .co = opts ? &o : NULL};
+    if (opts) {
+        int rc = kvp__check_confirm_opts(opts, n, &o, err);
+        if (rc)
+            return rc;
+    }
     return store_put(s, keys, &c, n, results, err);
 }
 

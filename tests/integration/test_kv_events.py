@@ -635,3 +635,182 @@ def test_endpoint_in_use_fails_to_start(tmp_path):
     assert r.returncode == 1, r
     assert f"cannot bind replay_endpoint tcp://127.0.0.1:{p}" in r.stderr, r.stderr
     assert not os.path.exists(tmp_path / "d")  # a refused start leaves no state
+
+
+def stored_events(cons):
+    """The BlockStored events received, as maps (the array format's fields
+    named as vLLM's BlockStored has them)."""
+    names = ["type", "block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id",
+             "medium", "lora_name"]
+    out = []
+    for _, _, e, _ in cons.events:
+        e = e if isinstance(e, dict) else dict(zip(names, e))
+        if e["type"] == "BlockStored":
+            out.append(e)
+    return out
+
+
+def chains(events):
+    """Each page's (parent, tokens) as the events say them: the first of an
+    event has the event's parent_block_hash, each next one the page before
+    it; the event's token_ids are its pages' block_size tokens each."""
+    got = {}
+    for e in events:
+        bs, toks = e["block_size"], e["token_ids"]
+        assert toks == [] or len(toks) == bs * len(e["block_hashes"]), e
+        parent = e["parent_block_hash"]
+        for i, h in enumerate(e["block_hashes"]):
+            got[h] = (parent, toks[i * bs:(i + 1) * bs] if toks else None)
+            parent = h
+    return got
+
+
+@IN_PROCESS_ONLY
+def test_parents_and_tokens_vllm(start_server, consumers):
+    """prefix_key: the confirmations are a chain from it; token_ids: each
+    page's tokens. One BlockStored carries the run, as vLLM sends one."""
+    srv, cons, c = start_events(start_server, consumers, "block_size=16")
+    c.v_init(0, 16)
+    prefix = hexkey(0x70)
+    keys = [hexkey(0x7100 + i) for i in range(5)]
+    toks = [list(range(100 * i, 100 * i + 4)) for i in range(5)]
+    pages = c.v_alloc(0, keys)
+    r = c.post("/keys/confirm_write", {"rank": 0, "confirmations": list(map(list, zip(keys, pages))),
+                                       "prefix_key": prefix, "token_ids": toks})
+    assert r.status_code == 204, r.text
+    hashes = [vllm_hash(k) for k in keys]
+    cons.wait_for({0: set(hashes)})
+    ev = stored_events(cons)
+    assert sum((e["block_hashes"] for e in ev), []) == hashes
+    assert ev[0]["parent_block_hash"] == vllm_hash(prefix)
+    assert ev[0]["token_ids"][:8] == toks[0] + toks[1] and ev[0]["block_size"] == 4
+    want = {h: (p, t) for h, p, t in zip(hashes, [vllm_hash(prefix)] + hashes[:-1], toks)}
+    assert chains(ev) == want
+    # Explicit parents: a page whose parent is not the page before it starts
+    # an event of its own; null is no parent; without tokens, the namespace's
+    # block_size and no token_ids.
+    cons.events.clear()
+    more = [hexkey(0x7200 + i) for i in range(4)]
+    other = hexkey(0x7300)
+    pages = c.v_alloc(0, more)
+    r = c.post("/keys/confirm_write", {"rank": 0, "confirmations": list(map(list, zip(more, pages))),
+                                       "parent_keys": [None, more[0], other, more[2]]})
+    assert r.status_code == 204, r.text
+    h2 = [vllm_hash(k) for k in more]
+    cons.wait_for({0: set(hashes + h2)})
+    ev = stored_events(cons)
+    assert [(e["block_hashes"], e["parent_block_hash"]) for e in ev] == [
+        (h2[:2], None), (h2[2:], vllm_hash(other))]
+    assert all(e["token_ids"] == [] and e["block_size"] == 16 for e in ev)
+    # A confirmation without them is as before: one event, no parent.
+    cons.events.clear()
+    plain = [hexkey(0x7400 + i) for i in range(3)]
+    c.v_write(0, plain)
+    cons.wait_for({0: set(hashes + h2 + [vllm_hash(k) for k in plain])})
+    ev = stored_events(cons)
+    assert [(e["block_hashes"], e["parent_block_hash"], e["token_ids"]) for e in ev] == [
+        ([vllm_hash(k) for k in plain], None, [])]
+    # The inventory knows no parents (they are not kept): a late subscriber
+    # gets the pages, with parent_block_hash None.
+    late = Consumer(f"tcp://127.0.0.1:{free_port()}", cons.replay_endpoint)
+    consumers.append(late)
+    late.replay(0)
+    assert late.held[0] == cons.held[0]
+    assert all(e["parent_block_hash"] is None for e in stored_events(late))
+
+
+@IN_PROCESS_ONLY
+def test_parents_sglang_array_format(start_server, consumers):
+    """SGLang's dialect, the positional format: parents hashed as the blocks
+    are (signed int64 of the first 16 hex digits)."""
+    srv, cons, c = start_events(start_server, consumers, "format=array", "block_size=64")
+    c.s_init(1, 8)
+    prefix = "e" * 16 + hexkey(1, 48)
+    keys = ["f" * 16 + hexkey(0x10 + i, 48) for i in range(3)]
+    idx = c.s_reserve(1, keys)
+    toks = [[7] * 2, [8] * 2, [9] * 2]
+    r = c.post("/1/confirm_write", {"written_keys_to_confirm": [[k, p] for k, (_, p) in
+                                                                 zip(keys, idx)],
+                                    "prefix_key": prefix, "token_ids": toks})
+    assert r.status_code == 204, r.text
+    hashes = [sglang_hash(k) for k in keys]
+    cons.wait_for({1: set(hashes)})
+    ev = stored_events(cons)
+    assert all(len(e) == 8 for _, _, e, _ in cons.events)  # arrays, tag first
+    assert ev[0]["parent_block_hash"] == sglang_hash(prefix) < 0
+    assert chains(ev) == {h: (p, t) for h, p, t in zip(hashes, [sglang_hash(prefix)] + hashes[:-1],
+                                                        toks)}
+
+
+BAD_PARENTS = [
+    ({"parent_keys": ["a"]}, "parent_keys must be a list of 2 keys (or nulls), one per confirmation"),
+    ({"parent_keys": "a"}, "parent_keys must be a list of 2 keys"),
+    ({"parent_keys": [None, 5]}, "parent_keys[1] must be a key or null"),
+    ({"parent_keys": ["", None]}, "parent_keys[0] key is empty"),
+    ({"prefix_key": 3}, "prefix_key must be a key or null"),
+    ({"prefix_key": "x" * 1025}, "prefix_key key is longer than 1024 bytes"),
+    ({"prefix_key": "a", "parent_keys": [None, None]}, "give parent_keys or prefix_key, not both"),
+    ({"token_ids": [[1]]}, "token_ids must be a list of 2 token lists (or nulls)"),
+    ({"token_ids": [[1], "x"]}, "token_ids[1] must be a list of at most 65536 tokens, or null"),
+    ({"token_ids": [[1], [2, -1]]}, "token_ids[1][1] must be a token id"),
+    ({"token_ids": [[1], [2**32]]}, "token_ids[1][0] must be a token id"),
+    ({"token_ids": [[1.5], None]}, "token_ids[0][0] must be a token id"),
+]
+
+
+@pytest.mark.parametrize("extra, why", BAD_PARENTS)
+def test_bad_parents_refused(start_server, extra, why):
+    """Bad parent or token fields: 400, and nothing confirmed (both
+    dialects, every backend: the route checks them)."""
+    srv = start_server()
+    c = srv.client()
+    c.v_init(0, 8)
+    keys = [hexkey(0x9900), hexkey(0x9901)]
+    pages = c.v_alloc(0, keys)
+    body = {"rank": 0, "confirmations": [[k, p] for k, p in zip(keys, pages)], **extra}
+    r = c.post("/keys/confirm_write", body)
+    assert r.status_code == 400, r.text
+    assert why in r.json()["detail"], r.json()
+    assert r.json()["detail"].startswith("Confirmation failed: ")
+    assert c.v_exists(keys) == [False, False]
+    c.s_init(3, 8)
+    idx = c.s_reserve(3, keys)
+    r = c.post("/3/confirm_write", {"written_keys_to_confirm": [[k, p] for k, (_, p) in
+                                                                zip(keys, idx)], **extra})
+    assert r.status_code == 400 and why in r.json()["detail"], r.text
+    assert c.s_exists(3, keys) == [False, False]
+    c.close()
+
+
+def test_parents_accepted_by_every_backend(start_server):
+    """Valid parents and tokens confirm as usual (a backend without them
+    passes them over)."""
+    srv = start_server()
+    c = srv.client()
+    c.v_init(0, 8)
+    keys = [hexkey(0x9a00), hexkey(0x9a01)]
+    pages = c.v_alloc(0, keys)
+    r = c.post("/keys/confirm_write", {"rank": 0, "confirmations": [[k, p] for k, p in
+                                                                    zip(keys, pages)],
+                                       "prefix_key": None, "token_ids": [[1, 2], None]})
+    assert r.status_code == 204, r.text
+    assert c.v_exists(keys) == [True, True]
+    c.close()
+
+
+@IN_PROCESS_ONLY
+def test_parents_in_a_small_queue(start_server, consumers):
+    """A change's records are queued whole: with max_queue_size 2 a page's
+    parent still fits beside it (a chain), its 40 tokens (3 more records)
+    do not and are left out; nothing waits forever."""
+    srv, cons, c = start_events(start_server, consumers, "max_queue_size=2")
+    c.v_init(0, 16)
+    keys = [hexkey(0x7a00 + i) for i in range(3)]
+    pages = c.v_alloc(0, keys)
+    r = c.post("/keys/confirm_write", {"rank": 0, "confirmations": list(map(list, zip(keys, pages))),
+                                       "prefix_key": None, "token_ids": [list(range(40))] * 3})
+    assert r.status_code == 204, r.text
+    hashes = [vllm_hash(k) for k in keys]
+    cons.wait_for({0: set(hashes)})
+    assert chains(stored_events(cons)) == {
+        h: (p, None) for h, p in zip(hashes, [None] + hashes[:-1])}

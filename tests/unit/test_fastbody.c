@@ -51,6 +51,18 @@ static int both(int line, const char *path, const char *body)
     return rep_fast.status;
 }
 
+/* The prefix_key the scanner read last (a confirmation's). */
+static struct kvp_str last_prefix;
+
+/* The scanner read what was asserted of it at line. */
+#define READ(cond)                                                                                 \
+    do {                                                                                           \
+        if (cond)                                                                                  \
+            passed++;                                                                              \
+        else                                                                                       \
+            fail(__LINE__, "the scanner's prefix_key: " #cond, "/0/confirm_write", "");            \
+    } while (0)
+
 /* What the scanner itself makes of body on route: 1 read, 0 declined. */
 static int scanned(int route, const char *body, struct kvp_str *pool, size_t *n, size_t *nrel)
 {
@@ -60,7 +72,7 @@ static int scanned(int route, const char *body, struct kvp_str *pool, size_t *n,
     if (route == KVP_ROUTE_SGL_RESERVE)
         return kvp__fast_sgl_allocate(&c, pool, n);
     if (route == KVP_ROUTE_SGL_CONFIRM)
-        return kvp__fast_sgl_confirm(&c, pool, n, nrel);
+        return kvp__fast_sgl_confirm(&c, pool, &last_prefix, n, nrel);
     return kvp__fast_sgl_keys(&c, pool, n);
 }
 
@@ -169,6 +181,25 @@ static void test_state_and_shapes(void)
     T(CF, "/0/confirm_write",
       "{\"written_keys_to_confirm\": [[\"y1\", 5], [\"y2\", 5]], \"pages_to_release\": []}", 2, 0,
       NULL);
+    /* kvpage's prefix_key (a chain of parents, protocol.md 14.1): a key or null */
+    T(CF, "/0/confirm_write", "{\"written_keys_to_confirm\": [[\"s1\", 0]], \"prefix_key\": \"p\"}",
+      1, 0, NULL);
+    READ(last_prefix.len == 1 && last_prefix.ptr[0] == 'p');
+    T(CF, "/0/confirm_write", "{\"prefix_key\": null, \"written_keys_to_confirm\": [[\"s1\", 0]]}",
+      1, 0, NULL);
+    READ(last_prefix.ptr == KVP_FAST_NULL && last_prefix.len == 0);
+    T(CF, "/0/confirm_write", "{\"written_keys_to_confirm\": [[\"s1\", 0]]}", 1, 0, NULL);
+    READ(!last_prefix.ptr);
+    /* ... and leaves to the general path an empty key, another type, a bad
+     * literal, the field twice, and parent_keys (and token_ids) */
+    static const char *const other_parents[] = {
+        "\"prefix_key\": \"\"", "\"prefix_key\": 3", "\"prefix_key\": nul",
+        "\"prefix_key\": \"a\", \"prefix_key\": \"b\"", "\"parent_keys\": []"};
+    for (size_t i = 0; i < sizeof other_parents / sizeof *other_parents; i++) {
+        char body[128];
+        snprintf(body, sizeof body, "{\"written_keys_to_confirm\": [], %s}", other_parents[i]);
+        N(CF, "/0/confirm_write", body);
+    }
     N(CF, "/0/confirm_write", "{\"pages_to_release\": [3]}"); /* the list it needs is missing */
     N(CF, "/0/confirm_write", "{\"confirmations\": [[\"a\", 0]]}");
     N(CF, "/0/confirm_write", "{\"written_keys_to_confirm\": [[\"s1\", 1.0]]}");

@@ -26,6 +26,19 @@ static void watch(const struct kvp_meta_change *c, void *arg)
     CHECK(c->ns != NULL && c->deployment && c->pool);
     snprintf(told + n, sizeof told - n, "%c%.*s@%u", c->kind == KVP_CHANGE_STORED ? '+' : '-',
              (int)c->len, c->key, c->rank);
+    /* What kvp_meta_confirm_ex told of a stored page: "<parent>" and "[t,t]". */
+    CHECK(KVP_CHANGE_HAS(c, ntokens) && c->size == sizeof *c);
+    CHECK(!c->parent == !c->parent_len && !c->token_ids == !c->ntokens);
+    CHECK(c->kind == KVP_CHANGE_STORED || (!c->parent && !c->token_ids));
+    n = strlen(told);
+    if (c->parent)
+        snprintf(told + n, sizeof told - n, "<%.*s>", (int)c->parent_len, c->parent);
+    for (size_t i = 0; i < c->ntokens; i++) {
+        n = strlen(told);
+        snprintf(told + n, sizeof told - n, "%c%u", i ? ',' : '[', c->token_ids[i]);
+    }
+    if (c->ntokens)
+        snprintf(told + strlen(told), sizeof told - strlen(told), "]");
 }
 
 static void inventory(const struct kvp_meta_change *c, void *arg)
@@ -104,6 +117,64 @@ int main(void)
     inv[0] = 0;
     CHECK_EQ(kvp_meta_inventory(m, inventory, inv), 0);
     CHECK(!strcmp(inv, ""));
+
+    /* kvp_meta_confirm_ex: each stored page with its parent and tokens as
+     * opts say them (len 0 / ntokens 0: not known); nothing of it kept. */
+    ns = ns_of(m, "d", "kv");
+    CHECK_EQ(kvp_meta_init_rank(ns, 0, 8, NULL), 0);
+    take();
+    struct kvp_str ks[3] = {K("x"), K("y"), K("z")}, par[3] = {K("w"), K("x"), {"", 0}};
+    int64_t pg[3];
+    CHECK_EQ(kvp_meta_allocate(ns, 0, ks, 3, pg, NULL, NULL), 0);
+    take();
+    static const uint32_t t0[] = {1, 2}, t2[] = {5, 6};
+    const uint32_t *tok[3] = {t0, NULL, t2};
+    uint32_t ntok[3] = {2, 0, 2};
+    struct kvp_confirm_opts co = {sizeof co, par, tok, ntok};
+    struct kvp_error err = {0};
+    /* Bad opts: refused before anything changes. */
+    struct kvp_confirm_opts bad = co;
+    bad.opts_size = sizeof co + 8;
+    CHECK_EQ(kvp_meta_confirm_ex(ns, 0, ks, pg, 3, NULL, 0, &bad, &err), -EINVAL);
+    CHECK_EQ(err.rule, KVP_RULE_ARG);
+    bad = co;
+    struct kvp_str badpar[3] = {K("w"), {"a\0b", 3}, K("y")};
+    bad.parents = badpar;
+    CHECK_EQ(kvp_meta_confirm_ex(ns, 0, ks, pg, 3, NULL, 0, &bad, &err), -EINVAL);
+    CHECK_EQ(err.rule, KVP_RULE_KEY);
+    CHECK_EQ(err.index, 1);
+    bad = co;
+    bad.ntokens = NULL;
+    CHECK_EQ(kvp_meta_confirm_ex(ns, 0, ks, pg, 3, NULL, 0, &bad, &err), -EINVAL);
+    uint32_t many[3] = {2, KVP_MAX_PAGE_TOKENS + 1, 2};
+    bad = co;
+    bad.ntokens = many;
+    CHECK_EQ(kvp_meta_confirm_ex(ns, 0, ks, pg, 3, NULL, 0, &bad, &err), -EINVAL);
+    uint8_t ex[3];
+    CHECK_EQ(kvp_meta_exists(ns, 0, ks, 3, ex, NULL), 0);
+    CHECK(!ex[0] && !ex[1] && !ex[2]);
+    TOLD("");
+    CHECK_EQ(kvp_meta_confirm_ex(ns, 0, ks, pg, 3, NULL, 0, &co, &err), 0);
+    TOLD("+x@0<w>[1,2]+y@0<x>+z@0[5,6]|");
+    /* An older caller's opts (only the parents): the rest not known. */
+    struct kvp_str k2 = K("v");
+    int64_t p2;
+    CHECK_EQ(kvp_meta_allocate(ns, 0, &k2, 1, &p2, NULL, NULL), 0);
+    take();
+    co.opts_size = offsetof(struct kvp_confirm_opts, token_ids);
+    CHECK_EQ(kvp_meta_confirm_ex(ns, 0, &k2, &p2, 1, NULL, 0, &co, NULL), 0);
+    TOLD("+v@0<w>|");
+    /* NULL opts: a plain confirmation; the inventory knows no parents. */
+    struct kvp_str k3 = K("u");
+    int64_t p3;
+    CHECK_EQ(kvp_meta_allocate(ns, 0, &k3, 1, &p3, NULL, NULL), 0);
+    take();
+    CHECK_EQ(kvp_meta_confirm_ex(ns, 0, &k3, &p3, 1, NULL, 0, NULL, NULL), 0);
+    TOLD("+u@0|");
+    CHECK_EQ(kvp_meta_inventory(m, watch, told), 0);
+    TOLD("+x@0+y@0+z@0+v@0+u@0");
+    CHECK_EQ(kvp_meta_drop(m, "d", 1, "kv", 2, NULL), 0);
+    take();
 
     /* Unwatched: nothing more is told. */
     CHECK_EQ(kvp_meta_watch(m, NULL, NULL), 0);

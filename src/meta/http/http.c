@@ -899,9 +899,70 @@ static int h_allocate(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *ke
     return h_allocate_ordered(ns, rank, KVP_ORDER_DEFAULT, keys, n, pages, existed, ticket, err);
 }
 
-static int h_confirm(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys,
-                     const int64_t *pages, size_t n, const int64_t *release, size_t nrel,
-                     uint64_t *ticket, struct kvp_error *err)
+/* Whether each parent after the first is the key confirmed before it. */
+static int is_chain(const struct kvp_str *keys, const struct kvp_str *parents, size_t n)
+{
+    for (size_t i = 1; i < n; i++)
+        if (parents[i].len != keys[i - 1].len ||
+            memcmp(parents[i].ptr, keys[i - 1].ptr, keys[i - 1].len))
+            return 0;
+    return 1;
+}
+
+/* A parent as JSON: a key, or null (not known; also a parent that is not
+ * UTF-8, which a JSON string cannot carry). */
+static void put_parent(struct kvp_buf *body, const struct kvp_str *p)
+{
+    if (p->len && kvp__utf8_valid(p->ptr, p->len))
+        kvp__jw_str(body, p->ptr, p->len);
+    else
+        put_lit(body, "null");
+}
+
+/* A confirmation's parents and tokens (protocol.md 14.1), each only when o
+ * has them: parents that are a chain as "prefix_key" (which the server
+ * reads on its fast path, as kvpage.vllm and kvpage.sglang send them), else
+ * "parent_keys"; "token_ids". */
+static void put_confirm_opts(struct kvp_buf *body, const struct kvp_str *keys,
+                             const struct kvp_confirm_opts *o, size_t n)
+{
+    if (o->parents && n && is_chain(keys, o->parents, n)) {
+        put_lit(body, ", \"prefix_key\": ");
+        put_parent(body, &o->parents[0]);
+    } else if (o->parents) {
+        put_lit(body, ", \"parent_keys\": [");
+        for (size_t i = 0; i < n; i++) {
+            if (i)
+                put_lit(body, ", ");
+            put_parent(body, &o->parents[i]);
+        }
+        put_lit(body, "]");
+    }
+    if (o->ntokens) {
+        put_lit(body, ", \"token_ids\": [");
+        for (size_t i = 0; i < n; i++) {
+            if (i)
+                put_lit(body, ", ");
+            if (!o->ntokens[i]) {
+                put_lit(body, "null");
+                continue;
+            }
+            put_lit(body, "[");
+            for (uint32_t k = 0; k < o->ntokens[i]; k++) {
+                if (k)
+                    put_lit(body, ", ");
+                kvp__jw_int(body, o->token_ids[i][k]);
+            }
+            put_lit(body, "]");
+        }
+        put_lit(body, "]");
+    }
+}
+
+static int h_confirm_ex(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys,
+                        const int64_t *pages, size_t n, const int64_t *release, size_t nrel,
+                        const struct kvp_confirm_opts *opts, uint64_t *ticket,
+                        struct kvp_error *err)
 {
     struct hns *s = hns_of(ns);
     struct hbe *b = be_of(ns->meta);
@@ -926,12 +987,21 @@ static int h_confirm(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *key
         kvp__jw_int(&body, release[i]);
     }
     put_lit(&body, "]");
+    if (opts)
+        put_confirm_opts(&body, keys, opts, n);
     put_pool(&body, s, 0);
     put_lit(&body, "}");
     rank_path(&r, s, rank, "confirm_write");
     rc = run(b, &r, &body, 204, OP_CONFIRM, rank, pages, n, err);
     kvp__buf_free(&r.reply);
     return rc;
+}
+
+static int h_confirm(struct kvp_ns *ns, uint32_t rank, const struct kvp_str *keys,
+                     const int64_t *pages, size_t n, const int64_t *release, size_t nrel,
+                     uint64_t *ticket, struct kvp_error *err)
+{
+    return h_confirm_ex(ns, rank, keys, pages, n, release, nrel, NULL, ticket, err);
 }
 
 static int h_exists(struct kvp_ns *ns, int64_t rank, const struct kvp_str *keys, size_t n,
@@ -1740,6 +1810,7 @@ const struct kvp__meta_ops kvp__http_ops = {
     .allocate = h_allocate,
     .allocate_ordered = h_allocate_ordered,
     .confirm = h_confirm,
+    .confirm_ex = h_confirm_ex,
     .exists = h_exists,
     .lookup = h_lookup,
     .del = h_delete,

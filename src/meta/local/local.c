@@ -650,11 +650,36 @@ static void page_unhold(struct kvp__lns *ns, struct kvp__rank *r, uint32_t p)
 /* Tells the watcher (kvp_meta_watch) that key e gets or loses its page on
  * rank r; under the namespace's lock, in the order of the changes. */
 static void tell_fn(kvp_meta_change_fn fn, void *arg, struct kvp__lns *ns,
-                    const struct kvp__rank *r, const struct kvp__key *e, int kind)
+                    const struct kvp__rank *r, const struct kvp__key *e, int kind,
+                    const struct kvp_confirm_opts *o, size_t i)
 {
-    struct kvp_meta_change c = {kind,  &ns->pub,          ns->deployment, ns->pool,
-                                r->id, kvp__key_bytes(e), e->len};
+    struct kvp_meta_change c = {.kind = kind,
+                                .ns = &ns->pub,
+                                .deployment = ns->deployment,
+                                .pool = ns->pool,
+                                .rank = r->id,
+                                .key = kvp__key_bytes(e),
+                                .len = e->len,
+                                .size = sizeof c};
+    if (o && o->parents && o->parents[i].len) {
+        c.parent = o->parents[i].ptr;
+        c.parent_len = o->parents[i].len;
+    }
+    if (o && o->ntokens && o->ntokens[i]) {
+        c.token_ids = o->token_ids[i];
+        c.ntokens = o->ntokens[i];
+    }
     fn(&c, arg);
+}
+
+/* A confirmation's KVP_CHANGE_STORED with what its opts (may be NULL) say
+ * of confirmation i. */
+static void tell_stored(struct kvp__lns *ns, const struct kvp__rank *r, const struct kvp__key *e,
+                        const struct kvp_confirm_opts *o, size_t i)
+{
+    struct kvp__local *m = ns->meta;
+    if (m->watch)
+        tell_fn(m->watch, m->watch_arg, ns, r, e, KVP_CHANGE_STORED, o, i);
 }
 
 static inline void tell(struct kvp__lns *ns, const struct kvp__rank *r, const struct kvp__key *e,
@@ -662,7 +687,7 @@ static inline void tell(struct kvp__lns *ns, const struct kvp__rank *r, const st
 {
     struct kvp__local *m = ns->meta;
     if (m->watch)
-        tell_fn(m->watch, m->watch_arg, ns, r, e, kind);
+        tell_fn(m->watch, m->watch_arg, ns, r, e, kind, NULL, 0);
 }
 
 /* The end of an operation that may change pages, before the namespace's lock
@@ -683,7 +708,7 @@ static void tell_all(kvp_meta_change_fn fn, void *arg, struct kvp__lns *ns, int 
     for (uint32_t i = 0; i < ns->nranks; i++) {
         const struct kvp__rank *r = ns->by_id[i];
         for (uint32_t p = r->lru.tail; p != KVP_NONE; p = r->pages[p].prev)
-            tell_fn(fn, arg, ns, r, r->pages[p].owner, kind);
+            tell_fn(fn, arg, ns, r, r->pages[p].owner, kind, NULL, 0);
     }
 }
 
@@ -1296,9 +1321,10 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static int lo_confirm(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *keys,
-                      const int64_t *pages, size_t n, const int64_t *release, size_t nrel,
-                      uint64_t *ticket, struct kvp_error *err)
+static int lo_confirm_ex(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *keys,
+                         const int64_t *pages, size_t n, const int64_t *release, size_t nrel,
+                         const struct kvp_confirm_opts *opts, uint64_t *ticket,
+                         struct kvp_error *err)
 {
     struct kvp__lns *ns = (struct kvp__lns *)pub;
     int rc;
@@ -1388,7 +1414,7 @@ static int lo_confirm(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *k
         }
         kvp__jrnl_hold(&ns->jrnl, r->id, p, kvp__key_bytes(e), e->len);
         page_hold(r, p, e);
-        tell(ns, r, e, KVP_CHANGE_STORED);
+        tell_stored(ns, r, e, opts, i);
     }
     for (size_t i = 0; i < nrel; i++) {
         uint32_t p = (uint32_t)release[i];
@@ -1406,6 +1432,13 @@ out:
     free(order);
     kb_free(&kb);
     return rc;
+}
+
+static int lo_confirm(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *keys,
+                      const int64_t *pages, size_t n, const int64_t *release, size_t nrel,
+                      uint64_t *ticket, struct kvp_error *err)
+{
+    return lo_confirm_ex(pub, rank, keys, pages, n, release, nrel, NULL, ticket, err);
 }
 
 static int lo_exists(struct kvp_ns *pub, int64_t rank, const struct kvp_str *keys, size_t n,
@@ -2020,6 +2053,7 @@ const struct kvp__meta_ops kvp__local_ops = {
     .allocate = lo_allocate,
     .allocate_ordered = lo_allocate_ordered,
     .confirm = lo_confirm,
+    .confirm_ex = lo_confirm_ex,
     .exists = lo_exists,
     .lookup = lo_lookup,
     .del = lo_delete,
