@@ -21,6 +21,12 @@ import redisfix
 from kvpserver import BIN, free_port, launch
 from kvptest import sglang_hash, vllm_hash
 
+# Parents and tokens are passed over with the state in Redis (not yet in its
+# streams of changes): the tests that look for them in events run in process.
+IN_PROCESS_ONLY = pytest.mark.skipif(
+    redisfix.BACKEND == "redis",
+    reason="parents and token ids are not carried by the Redis streams of changes yet")
+
 END = (-1).to_bytes(8, "big", signed=True)
 
 

@@ -2335,7 +2335,11 @@ static size_t ev_deliver(struct evtail *t, struct evrank *e, const redisReply *r
 {
     if (!r || r->type != REDIS_REPLY_ARRAY)
         return 0;
-    struct kvp_meta_change c = {0, &e->ns->pub, e->ns->dep, e->ns->pool, e->rank, NULL, 0};
+    struct kvp_meta_change c = {.ns = &e->ns->pub,
+                                .deployment = e->ns->dep,
+                                .pool = e->ns->pool,
+                                .rank = e->rank,
+                                .size = sizeof c};
     size_t n = 0;
     for (size_t i = 0; i < r->elements; i++) {
         const redisReply *x = r->element[i];
@@ -2512,8 +2516,12 @@ static int inv_ns(void *arg, struct rns *ns, const uint32_t *ranks, size_t nr)
     for (size_t j = 0; j < nr && !rc; j++) {
         struct rkeys k;
         rank_keys(ns, ranks[j], &k);
-        struct kvp_meta_change c = {KVP_CHANGE_STORED, &ns->pub, ns->dep, ns->pool,
-                                    ranks[j],          NULL,     0};
+        struct kvp_meta_change c = {.kind = KVP_CHANGE_STORED,
+                                    .ns = &ns->pub,
+                                    .deployment = ns->dep,
+                                    .pool = ns->pool,
+                                    .rank = ranks[j],
+                                    .size = sizeof c};
         char cursor[32] = "0";
         do {
             const char *argv[5] = {"HSCAN", k.k[K2P_FIELD], cursor, "COUNT", "2000"};
