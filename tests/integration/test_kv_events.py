@@ -21,12 +21,6 @@ import redisfix
 from kvpserver import BIN, free_port, launch
 from kvptest import sglang_hash, vllm_hash
 
-# Parents and tokens are passed over with the state in Redis (not yet in its
-# streams of changes): the tests that look for them in events run in process.
-IN_PROCESS_ONLY = pytest.mark.skipif(
-    redisfix.BACKEND == "redis",
-    reason="parents and token ids are not carried by the Redis streams of changes yet")
-
 END = (-1).to_bytes(8, "big", signed=True)
 
 
@@ -671,7 +665,6 @@ def chains(events):
     return got
 
 
-@IN_PROCESS_ONLY
 def test_parents_and_tokens_vllm(start_server, consumers):
     """prefix_key: the confirmations are a chain from it; token_ids: each
     page's tokens. One BlockStored carries the run, as vLLM sends one."""
@@ -725,7 +718,6 @@ def test_parents_and_tokens_vllm(start_server, consumers):
     assert all(e["parent_block_hash"] is None for e in stored_events(late))
 
 
-@IN_PROCESS_ONLY
 def test_parents_sglang_array_format(start_server, consumers):
     """SGLang's dialect, the positional format: parents hashed as the blocks
     are (signed int64 of the first 16 hex digits)."""
@@ -804,7 +796,6 @@ def test_parents_accepted_by_every_backend(start_server):
     c.close()
 
 
-@IN_PROCESS_ONLY
 def test_parents_in_a_small_queue(start_server, consumers):
     """A change's records are queued whole: with max_queue_size 2 a page's
     parent still fits beside it (a chain), its 40 tokens (3 more records)

@@ -16,13 +16,10 @@ from kvpage.errors import KvpageValueError
 pytest.importorskip("zmq")
 pytest.importorskip("msgpack")
 
-import redisfix  # noqa: E402
 from kvptest import sglang_hash, vllm_hash  # noqa: E402
 from test_kv_events import chains, consumers, start_events, stored_events  # noqa: E402,F401
 
 EVENTS = [
-    pytest.mark.skipif(redisfix.BACKEND == "redis",
-                       reason="--kv-events with --meta is not implemented yet"),
     # make python-tsan preloads ThreadSanitizer into this process, where the
     # subscriber's libzmq (Debian's, not built with it) reads as racing with
     # its own I/O thread; the server's side runs under it in

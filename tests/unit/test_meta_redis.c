@@ -844,7 +844,8 @@ static void drop_test(int port)
 /* ---------------------------------------------------------------- changes (KV events) */
 
 /* What a watcher was told ("+key@rank", "-key@rank", "|" at the end of an
- * entry), on the backend's thread. */
+ * entry; a stored key's parent and tokens after it, when it was told them:
+ * "+key@rank<parent>[t,t,...]"), on the backend's thread. */
 struct told {
     pthread_mutex_t lock;
     char s[4096];
@@ -857,9 +858,18 @@ static void told_fn(const struct kvp_meta_change *c, void *arg)
     size_t n = strlen(t->s);
     if (!c)
         snprintf(t->s + n, sizeof t->s - n, "|");
-    else
-        snprintf(t->s + n, sizeof t->s - n, "%c%.*s@%u", c->kind == KVP_CHANGE_STORED ? '+' : '-',
-                 (int)c->len, c->key, c->rank);
+    else {
+        n += (size_t)snprintf(t->s + n, sizeof t->s - n, "%c%.*s@%u",
+                              c->kind == KVP_CHANGE_STORED ? '+' : '-', (int)c->len, c->key,
+                              c->rank);
+        CHECK(KVP_CHANGE_HAS(c, ntokens) && !c->ntokens == !c->token_ids);
+        if (c->parent && n < sizeof t->s)
+            n += (size_t)snprintf(t->s + n, sizeof t->s - n, "<%.*s>", (int)c->parent_len,
+                                  c->parent);
+        for (size_t i = 0; i < c->ntokens && n < sizeof t->s; i++)
+            n += (size_t)snprintf(t->s + n, sizeof t->s - n, "%c%u%s", i ? ',' : '[',
+                                  c->token_ids[i], i + 1 == c->ntokens ? "]" : "");
+    }
     pthread_mutex_unlock(&t->lock);
 }
 
@@ -975,6 +985,91 @@ static void watch_test(const char *loc, int port)
     CHECK_EQ(v, 7);
     CHECK_EQ(kvp_meta_counter(m, "", 0, 0, &v, NULL), -EINVAL);
     kvp_meta_close(w2);
+    kvp_meta_close(w);
+    kvp_meta_close(m);
+}
+
+/* The number of fields of the last entry of a rank's stream, and whether
+ * it has the field name (one server: port). */
+static size_t last_entry_fields(int port, const char *stream, char name, int *has)
+{
+    redisContext *rc = raw_connect(port);
+    size_t nf = 0;
+    *has = 0;
+    redisReply *r = rc ? redisCommand(rc, "XREVRANGE %s + - COUNT 1", stream) : NULL;
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 1 && r->element[0]->elements == 2) {
+        const redisReply *f = r->element[0]->element[1];
+        nf = f->elements / 2;
+        for (size_t j = 0; j + 1 < f->elements; j += 2)
+            *has |= f->element[j]->len == 1 && f->element[j]->str[0] == name;
+    }
+    if (r)
+        freeReplyObject(r);
+    if (rc)
+        redisFree(rc);
+    return nf;
+}
+
+/* kvp_meta_confirm_ex over Redis: a watcher (another handle) is told the
+ * parents and tokens of the keys the confirmation stored, aligned with
+ * them when some are not (held already); a confirmation without them
+ * writes its entry as before (one field). */
+static void watch_parents_test(const char *loc, int port)
+{
+    struct kvp_meta *m = diff_open(loc, 60000, 0), *w = diff_open(loc, 60000, 0);
+    CHECK(m && w);
+    if (!m || !w)
+        return;
+    static struct told t = {PTHREAD_MUTEX_INITIALIZER, ""};
+    t.s[0] = 0;
+    CHECK_EQ(kvp_meta_watch(w, told_fn, &t), 0);
+    struct kvp_ns *ns = ns_of(m, "p", "kv");
+    CHECK_EQ(kvp_meta_init_rank(ns, 0, 8, NULL), 0);
+    int64_t px = put(ns, 0, "x");
+    CHECK(px >= 0);
+    told_wait(&t, "+x@0|");
+    const char *stream = "ev:{p/6b76/0}:ev";
+    int has = 0;
+    if (port)
+        CHECK_EQ(last_entry_fields(port, stream, 's', &has), 1); /* as before */
+    struct kvp_str keys[3] = {K("b"), K("x"), K("c")}, par[3] = {K("a"), K("zz"), {NULL, 0}};
+    int64_t pages[3];
+    uint8_t existed[3];
+    CHECK_EQ(kvp_meta_allocate(ns, 0, keys, 3, pages, existed, NULL), 0);
+    CHECK_EQ(pages[1], px); /* x held already: not stored again */
+    uint32_t tb[2] = {1, 0xdeadbeefu}, tx[1] = {7};
+    const uint32_t *tok[3] = {tb, tx, NULL};
+    uint32_t ntok[3] = {2, 1, 0};
+    struct kvp_confirm_opts o = {.opts_size = sizeof o, .parents = par};
+    CHECK_EQ(kvp_meta_confirm_ex(ns, 0, keys, pages, 3, NULL, 0, &o, NULL), 0);
+    told_wait(&t, "+b@0<a>+c@0|");
+    if (port) {
+        CHECK_EQ(last_entry_fields(port, stream, 't', &has), 2); /* 's', 'p' */
+        CHECK(!has);
+    }
+    struct kvp_str k2[2] = {K("d"), K("e")};
+    int64_t p2[2];
+    CHECK_EQ(kvp_meta_allocate(ns, 0, k2, 2, p2, existed, NULL), 0);
+    o = (struct kvp_confirm_opts){.opts_size = sizeof o, .token_ids = tok, .ntokens = ntok};
+    CHECK_EQ(kvp_meta_confirm_ex(ns, 0, k2, p2, 2, NULL, 0, &o, NULL), 0);
+    told_wait(&t, "+d@0[1,3735928559]+e@0[7]|");
+    o.parents = par;
+    struct kvp_str k3 = K("f");
+    int64_t p3;
+    CHECK_EQ(kvp_meta_allocate(ns, 0, &k3, 1, &p3, existed, NULL), 0);
+    tok[0] = NULL, ntok[0] = 0; /* known parent, tokens not known */
+    CHECK_EQ(kvp_meta_confirm_ex(ns, 0, &k3, &p3, 1, NULL, 0, &o, NULL), 0);
+    told_wait(&t, "+f@0<a>|");
+    if (port) {
+        CHECK_EQ(last_entry_fields(port, stream, 't', &has), 3); /* 's', 'p', 't' */
+        CHECK(has);
+    }
+    CHECK(put(ns, 0, "g") >= 0); /* after them: as before */
+    told_wait(&t, "+g@0|");
+    if (port)
+        CHECK_EQ(last_entry_fields(port, stream, 's', &has), 1);
+    CHECK_EQ(kvp_meta_watch(w, NULL, NULL), 0);
+    CHECK_EQ(kvp_meta_drop(m, "p", 1, "kv", 2, NULL), 0);
     kvp_meta_close(w);
     kvp_meta_close(m);
 }
@@ -1170,6 +1265,7 @@ static void single_server(int steps, uint64_t seed)
     char evloc[96];
     snprintf(evloc, sizeof evloc, "redis://127.0.0.1:%d?prefix=ev", port);
     watch_test(evloc, port);
+    watch_parents_test(evloc, port);
     watch_gap_test(port);
     restart_test(0);
     server_kill(0);
@@ -1338,6 +1434,7 @@ static void cluster(int steps, uint64_t seed)
     snprintf(loc, sizeof loc, "redis://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d?prefix=ev", ports[0],
              ports[1], ports[2]);
     watch_test(loc, 0); /* KV events from ranks on different shards */
+    watch_parents_test(loc, 0);
     snprintf(loc, sizeof loc, "redis://127.0.0.1:%d,127.0.0.1:%d", ports[0], ports[1]);
     two_handles(loc);
     threads_test(loc);

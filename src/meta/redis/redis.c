@@ -1025,22 +1025,62 @@ static long long max_page(const int64_t *pages, size_t n)
     return m;
 }
 
-static int rd_confirm(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *keys,
-                      const int64_t *pages, size_t n, const int64_t *release, size_t nrel,
-                      uint64_t *ticket, struct kvp_error *err)
+static void put_le32(uint8_t *b, uint32_t v)
 {
-    struct rns *ns = (struct rns *)pub;
-    (void)ticket;
+    b[0] = (uint8_t)v, b[1] = (uint8_t)(v >> 8), b[2] = (uint8_t)(v >> 16),
+    b[3] = (uint8_t)(v >> 24);
+}
+
+/* Each key's tokens for the confirm script, one buffer: per key its count,
+ * then the tokens, little-endian u32s (the stream's field 't', as is). */
+static uint8_t *token_bytes(const struct kvp_confirm_opts *o, size_t n, size_t **off)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += 4 + 4 * (size_t)o->ntokens[i];
+    uint8_t *b = malloc(total ? total : 1);
+    *off = malloc((n + 1) * sizeof **off);
+    if (!b || !*off) {
+        free(b);
+        free(*off);
+        *off = NULL;
+        return NULL;
+    }
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        (*off)[i] = at;
+        for (uint32_t j = 0; j <= o->ntokens[i]; j++, at += 4)
+            put_le32(b + at, j ? o->token_ids[i][j - 1] : o->ntokens[i]);
+    }
+    (*off)[n] = at;
+    return b;
+}
+
+/* confirm, and confirm_ex (o not NULL): its parents and tokens go to the
+ * script after the releases, which puts them in the stream with the keys. */
+static int confirm_run(struct rns *ns, uint32_t rank, const struct kvp_str *keys,
+                       const int64_t *pages, size_t n, const int64_t *release, size_t nrel,
+                       const struct kvp_confirm_opts *o, struct kvp_error *err)
+{
     int nomem;
     int64_t dup = dup_confirmation(keys, pages, n, &nomem);
+    int hasp = o && o->parents, hast = o && o->token_ids;
+    uint8_t *tok = NULL;
+    size_t *toff = NULL;
+    if (!nomem && hast && !(tok = token_bytes(o, n, &toff)))
+        nomem = 1;
     if (nomem) {
         kvp__err_oom(err, -ENOMEM);
         return -ENOMEM;
     }
     struct args a;
     int rc;
-    if ((rc = args_init(&a, 5 + 2 * n + nrel, 5 + n + nrel, err)) != 0)
+    if ((rc = args_init(&a, 6 + (2 + (size_t)hasp + (size_t)hast) * n + nrel, 5 + n + nrel, err)) !=
+        0) {
+        free(tok);
+        free(toff);
         return rc;
+    }
     arg_int(&a, (long long)n);
     arg_int(&a, (long long)nrel);
     arg_int(&a, dup);
@@ -1053,9 +1093,17 @@ static int rd_confirm(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *k
         arg_int(&a, pages[i]);
     for (size_t i = 0; i < nrel; i++)
         arg_int(&a, release[i]);
+    if (hasp || hast)
+        arg_str(&a, hasp && hast ? "pt" : hasp ? "p" : "t", (size_t)(hasp + hast));
+    for (size_t i = 0; hasp && i < n; i++) /* len 0: no parent, ptr maybe NULL */
+        arg_str(&a, o->parents[i].len ? o->parents[i].ptr : "", o->parents[i].len);
+    for (size_t i = 0; hast && i < n; i++)
+        arg_str(&a, (const char *)tok + toff[i], toff[i + 1] - toff[i]);
     redisReply *r;
     rc = run_rank(ns, rank, SC_CONFIRM, 1, a.n, a.v, a.len, 1, &r, err);
     args_free(&a);
+    free(tok);
+    free(toff);
     if (rc)
         return rc;
     int64_t st = r->element[0]->integer, i = rint_at(r, 1), np = rint_at(r, 2);
@@ -1081,6 +1129,23 @@ static int rd_confirm(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *k
         return kvp__err_held_by_other(err, i, pages[i], rank);
     }
     return unexpected(ns->m, "the confirm script", err);
+}
+
+static int rd_confirm(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *keys,
+                      const int64_t *pages, size_t n, const int64_t *release, size_t nrel,
+                      uint64_t *ticket, struct kvp_error *err)
+{
+    (void)ticket;
+    return confirm_run((struct rns *)pub, rank, keys, pages, n, release, nrel, NULL, err);
+}
+
+static int rd_confirm_ex(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *keys,
+                         const int64_t *pages, size_t n, const int64_t *release, size_t nrel,
+                         const struct kvp_confirm_opts *opts, uint64_t *ticket,
+                         struct kvp_error *err)
+{
+    (void)ticket;
+    return confirm_run((struct rns *)pub, rank, keys, pages, n, release, nrel, opts, err);
 }
 
 /*
@@ -2226,6 +2291,8 @@ struct evtail {
     struct evrank *r;
     size_t n, cap;
     int logged_gap;
+    uint32_t *tok; /* a change's tokens (ev_tokens) */
+    size_t tokcap;
 };
 
 /* An entry id "MS-SEQ" as two numbers; 0 when it is not one. */
@@ -2330,6 +2397,71 @@ static void ev_gap(struct evtail *t, const struct evrank *e)
     t->m->front->opts.log(t->m->front->opts.log_arg, 1, line);
 }
 
+/* The value of an entry's field named by the one letter name, or NULL. */
+static const redisReply *ev_field(const redisReply *f, char name)
+{
+    for (size_t j = 0; f->type == REDIS_REPLY_ARRAY && j + 1 < f->elements; j += 2) {
+        const redisReply *k = f->element[j], *v = f->element[j + 1];
+        if (k->type == REDIS_REPLY_STRING && k->len == 1 && k->str[0] == name &&
+            v->type == REDIS_REPLY_STRING)
+            return v;
+    }
+    return NULL;
+}
+
+/* The next key's parent from *pp ('p': the parents NUL-separated, aligned
+ * with the keys; empty: none); *pp NULL: none known (or no more). */
+static void ev_parent(struct kvp_meta_change *c, const char **pp, const char *end)
+{
+    c->parent = NULL;
+    c->parent_len = 0;
+    if (!*pp)
+        return;
+    const char *nul = memchr(*pp, 0, (size_t)(end - *pp));
+    size_t len = (size_t)((nul ? nul : end) - *pp);
+    if (len) {
+        c->parent = *pp;
+        c->parent_len = len;
+    }
+    *pp = nul ? nul + 1 : NULL;
+}
+
+static uint32_t le32(const uint8_t *b)
+{
+    return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+}
+
+/* The next key's tokens from tf at *at ('t': per key a count, then the
+ * tokens, little-endian u32s), copied to t->tok (the reply's bytes are not
+ * aligned); none when tf is NULL, malformed or short. */
+static void ev_tokens(struct evtail *t, struct kvp_meta_change *c, const redisReply *tf, size_t *at)
+{
+    c->token_ids = NULL;
+    c->ntokens = 0;
+    if (!tf || *at > tf->len || tf->len - *at < 4)
+        return;
+    const uint8_t *b = (const uint8_t *)tf->str + *at;
+    uint32_t nt = le32(b);
+    if (nt > KVP_MAX_PAGE_TOKENS || (tf->len - *at - 4) / 4 < nt) {
+        *at = tf->len; /* not ours to read: no more */
+        return;
+    }
+    *at += 4 + 4 * (size_t)nt;
+    if (!nt)
+        return;
+    if (nt > t->tokcap) {
+        uint32_t *v = realloc(t->tok, (size_t)nt * sizeof *v);
+        if (!v)
+            return; /* the key goes without its tokens */
+        t->tok = v;
+        t->tokcap = nt;
+    }
+    for (uint32_t j = 0; j < nt; j++)
+        t->tok[j] = le32(b + 4 + 4 * (size_t)j);
+    c->token_ids = t->tok;
+    c->ntokens = nt;
+}
+
 /* Tells fn of the entries of one read of stream e; the number of entries. */
 static size_t ev_deliver(struct evtail *t, struct evrank *e, const redisReply *r)
 {
@@ -2351,16 +2483,24 @@ static size_t ev_deliver(struct evtail *t, struct evrank *e, const redisReply *r
             ev_id(e->after + 1, &lms, &lseq) && ms == 1 && lms == 1 && seq > lseq + 1)
             ev_gap(t, e); /* entries lseq+1 .. seq-1 were trimmed unread */
         const redisReply *f = x->element[1];
+        /* The parents ('p') and tokens ('t') of the keys stored, when the
+         * confirmation had them. */
+        const redisReply *pf = ev_field(f, 'p'), *tf = ev_field(f, 't');
         for (size_t j = 0; f->type == REDIS_REPLY_ARRAY && j + 1 < f->elements; j += 2) {
             const redisReply *k = f->element[j], *v = f->element[j + 1];
             if (k->type != REDIS_REPLY_STRING || k->len != 1 || v->type != REDIS_REPLY_STRING ||
                 (k->str[0] != 's' && k->str[0] != 'r'))
                 continue; /* a field of a later version */
             c.kind = k->str[0] == 's' ? KVP_CHANGE_STORED : KVP_CHANGE_REMOVED;
+            int stored = c.kind == KVP_CHANGE_STORED;
+            const char *pp = stored && pf ? pf->str : NULL, *pend = pf ? pf->str + pf->len : NULL;
+            size_t tat = 0;
             for (const char *p = v->str, *end = v->str + v->len; p < end;) {
                 const char *nul = memchr(p, 0, (size_t)(end - p));
                 c.key = p;
                 c.len = (size_t)((nul ? nul : end) - p);
+                ev_parent(&c, &pp, pend);
+                ev_tokens(t, &c, stored ? tf : NULL, &tat);
                 t->fn(&c, t->arg); /* the keys, separated by NUL bytes */
                 p += c.len + 1;
             }
@@ -2457,6 +2597,7 @@ static void ev_stop(struct rmeta *m)
     atomic_store(&t->stop, 1);
     pthread_join(t->thread, NULL);
     free(t->r);
+    free(t->tok);
     free(t);
     m->tail = NULL;
 }
@@ -2815,7 +2956,7 @@ static const struct kvp__meta_scheme rd_sentinel_schemes[] = {
     .snapshot = rd_snapshot, .describe = rd_describe, .identity = rd_identity, .remote = 1,        \
     .holder = "Redis", .values_section = "redis", .info = rd_info, .pin = rd_pin,                  \
     .unpin = rd_unpin, .pinned = rd_pinned, .exists_hashes = rd_exists_hashes, .watch = rd_watch,  \
-    .inventory = rd_inventory, .counter = rd_counter
+    .inventory = rd_inventory, .counter = rd_counter, .confirm_ex = rd_confirm_ex
 
 /* The same backend, its master named by sentinels. */
 const struct kvp__meta_ops kvp__redis_sentinel_ops = {

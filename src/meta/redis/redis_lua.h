@@ -48,6 +48,10 @@
  *                         evicted, deleted, cleared, dropped) -> the keys in
  *                         order, separated by NUL bytes (more fields may
  *                         come: a reader skips the ones it does not know);
+ *                         a confirmation with parents or tokens adds 'p'
+ *                         (each stored key's parent, '' none, separated by
+ *                         NUL bytes) and/or 't' (per stored key its count
+ *                         of tokens, then they: little-endian u32s);
  *                         ids 1-0, 1-1, ... Trimmed to about
  *                         KVP_LUA_EVMAX entries (?events_max=); always
  *                         written, so that every server of the state may
@@ -234,12 +238,24 @@
     "-- the keys that got ('s') or lost ('r') their pages in this call, appended to\n"             \
     "-- EV with the change itself (atomic): an entry per 2000 keys, its field kind\n"              \
     "-- -> the keys separated by NUL bytes (no key has one); entry ids 1-0, 1-1,\n"                \
-    "-- ...: a reader sees entries trimmed unread as a jump\n"                                     \
-    "local function ev_put(kind, keys)\n"                                                          \
+    "-- ...: a reader sees entries trimmed unread as a jump. extra (confirm's\n"                   \
+    "-- parents and tokens, when it has them): field, list aligned with keys,\n"                   \
+    "-- separator, ...: each entry gets those fields of its keys too\n"                            \
+    "local function ev_put(kind, keys, extra)\n"                                                   \
     "  local n = #keys\n"                                                                          \
     "  for i = 1, n, 2000 do\n"                                                                    \
-    "    call('XADD', EV, 'MAXLEN', '~', '" KVP_LUA_EVMAX "', '1-*', kind,\n"                      \
-    "      table.concat(keys, '\\0', i, math.min(i + 1999, n)))\n"                                 \
+    "    local j = math.min(i + 1999, n)\n"                                                        \
+    "    if not extra then\n"                                                                      \
+    "      call('XADD', EV, 'MAXLEN', '~', '" KVP_LUA_EVMAX "', '1-*', kind,\n"                    \
+    "        table.concat(keys, '\\0', i, j))\n"                                                   \
+    "    else\n"                                                                                   \
+    "      local f = {'XADD', EV, 'MAXLEN', '~', '" KVP_LUA_EVMAX "', '1-*', kind,\n"              \
+    "        table.concat(keys, '\\0', i, j)}\n"                                                   \
+    "      for x = 1, #extra, 3 do\n"                                                              \
+    "        f[#f + 1] = extra[x]; f[#f + 1] = table.concat(extra[x + 1], extra[x + 2], i, j)\n"   \
+    "      end\n"                                                                                  \
+    "      call(unpack(f))\n"                                                                      \
+    "    end\n"                                                                                    \
     "  end\n"                                                                                      \
     "end\n"
 
@@ -436,6 +452,16 @@
     "local np = st.num_pages\n"                                                                    \
     "-- ARGV[5 + i]: key i; ARGV[k0 + i]: its page; ARGV[r0 + i]: release i\n"                     \
     "local k0, r0 = 5 + n, 5 + 2 * n\n"                                                            \
+    "-- after the releases, when the request has parents and/or tokens: 'p', 't'\n"                \
+    "-- or 'pt', then ARGV[xp + i]: key i's parent ('' none), ARGV[xt + i]: its\n"                 \
+    "-- tokens (their count, then they: little-endian u32s)\n"                                     \
+    "local xp, xt\n"                                                                               \
+    "if #ARGV > r0 + nrel then\n"                                                                  \
+    "  local o = r0 + nrel + 1\n"                                                                  \
+    "  local w = ARGV[o]\n"                                                                        \
+    "  if string.find(w, 'p', 1, true) then xp = o; o = o + n end\n"                               \
+    "  if string.find(w, 't', 1, true) then xt = o end\n"                                          \
+    "end\n"                                                                                        \
     "-- the pages come as the C side writes them (%lld): their text is canonical;\n"               \
     "-- maxp (maxr) is the highest of them when all are in [0, 2^31), else -1\n"                   \
     "local function page(s)\n"                                                                     \
@@ -484,7 +510,7 @@
     "  local r = reserved[p]\n"                                                                    \
     "  reserved[p] = nil; unres[#unres + 1] = p; untext[p] = pt; dec[r] = (dec[r] or 0) + 1\n"     \
     "end\n"                                                                                        \
-    "local hp, hk, lru, hx, evs = {}, {}, {}, {}, {}\n"                                            \
+    "local hp, hk, lru, hx, evs, evp, evt = {}, {}, {}, {}, {}, {}, {}\n"                          \
     "local function to_free(p)\n"                                                                  \
     "  if touched(p) then st.fseq = st.fseq + 1; freeop[p] = st.fseq end\n"                        \
     "end\n"                                                                                        \
@@ -500,6 +526,8 @@
     "      local h = #hp\n"                                                                        \
     "      hp[h + 1] = pt; hp[h + 2] = key; hk[h + 1] = key; hk[h + 2] = pt\n"                     \
     "      hx_fields(key, hx, pt); evs[#evs + 1] = key\n"                                          \
+    "      if xp then evp[#evs] = ARGV[xp + i] end\n"                                              \
+    "      if xt then evt[#evs] = ARGV[xt + i] end\n"                                              \
     "      st.clock = st.clock + 1; lru[h + 1] = I(st.clock); lru[h + 2] = pt\n"                   \
     "      if p >= st.top then st.top = p + 1 end\n"                                               \
     "    end\n"                                                                                    \
@@ -532,7 +560,14 @@
     "bulk('ZREM', FREE, frem); bulk('ZADD', FREE, fadd)\n"                                         \
     "-- a page that was not HELD has no read grace (unholding drops it)\n"                         \
     "bulk('HSET', P2K, hp); bulk('HSET', K2P, hk); bulk('ZADD', LRU, lru); bulk('HSET', HX, hx)\n" \
-    "ev_put('s', evs)\n"                                                                           \
+    "-- the parents and tokens of the keys stored, aligned with them\n"                            \
+    "local extra\n"                                                                                \
+    "if xp or xt then\n"                                                                           \
+    "  extra = {}\n"                                                                               \
+    "  if xp then extra[1] = 'p'; extra[2] = evp; extra[3] = '\\0' end\n"                          \
+    "  if xt then extra[#extra + 1] = 't'; extra[#extra + 1] = evt; extra[#extra + 1] = '' end\n"  \
+    "end\n"                                                                                        \
+    "ev_put('s', evs, extra)\n"                                                                    \
     "st.release_held = st.release_held + rh\n"                                                     \
     "store()\n"                                                                                    \
     "return {0}\n"
