@@ -555,16 +555,21 @@ KVP_API int kvp_meta_stats(struct kvp_meta *m, kvp_meta_stats_fn fn, void *arg);
  * A change of what a state holds, seen by a watcher (kvp_meta_watch) or read
  * from the inventory (kvp_meta_inventory): a key got its page on a rank
  * (KVP_CHANGE_STORED: a confirmation, or a held page of the inventory) or
- * lost it (KVP_CHANGE_REMOVED: an eviction, a delete, a clear, a drop). The
- * strings and arrays live until the callback returns; deployment and pool
- * end in NUL, key and parent do not.
+ * lost it (KVP_CHANGE_REMOVED: an eviction, a delete, a clear, a drop); or
+ * the watcher missed changes of that namespace and rank (KVP_CHANGE_LOST,
+ * key NULL: a Redis stream of changes trimmed before the watcher read
+ * them): what it was told no longer adds up to the state, and only the
+ * inventory (kvp_meta_inventory) does. More kinds may come: a callback
+ * passes over a kind it does not know. The strings and arrays live until
+ * the callback returns; deployment and pool end in NUL, key and parent do
+ * not.
  *
  * The struct grows at its end; size says how much of it the library filled:
  * a field exists when KVP_CHANGE_HAS(c, field) (a library older than size
  * filled none of it; a program that may run with one must not read past
  * len).
  */
-enum kvp_change_kind { KVP_CHANGE_STORED = 1, KVP_CHANGE_REMOVED = 2 };
+enum kvp_change_kind { KVP_CHANGE_STORED = 1, KVP_CHANGE_REMOVED = 2, KVP_CHANGE_LOST = 3 };
 struct kvp_meta_change {
     int kind; /* enum kvp_change_kind */
     struct kvp_ns *ns;

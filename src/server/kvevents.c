@@ -335,6 +335,10 @@ struct kvp_kvev {
     int efd; /* wakes the thread: records queued, or stop */
     pthread_t thread;
     atomic_int stop;
+    /* The state lost changes before telling them (KVP_CHANGE_LOST): the
+     * publisher skips a sequence number and forgets its batches, so that
+     * each subscriber sees a gap, asks for a replay and gets the inventory. */
+    atomic_int lost;
 
     pthread_mutex_t qlock; /* guards q, qlen, waiting */
     pthread_cond_t room;   /* the queue has room again */
@@ -567,11 +571,18 @@ static void rec_extra(struct kvp_kvev *ev, const struct kvp_meta_change *c)
 static void on_change(const struct kvp_meta_change *c, void *arg)
 {
     struct kvp_kvev *ev = arg;
-    if (!c || stage.n == STAGE) {
+    if (!c || stage.n == STAGE || c->kind == KVP_CHANGE_LOST) {
         stage_flush(ev);
         if (!c)
             return;
     }
+    if (c->kind == KVP_CHANGE_LOST) {
+        atomic_store(&ev->lost, 1);
+        poke(ev);
+        return;
+    }
+    if (c->kind != KVP_CHANGE_STORED && c->kind != KVP_CHANGE_REMOVED)
+        return; /* a kind of a later library */
     if (ev->per_ns && (c->ns != stage.seen_ns || stage.seen_gen != ev->gen))
         topic_note(ev, c);
     if (c->parent || c->ntokens)
@@ -791,10 +802,9 @@ static void ring_free(struct kvp_kvev *ev)
     ev->ring_head = ev->ring_n = 0;
 }
 
-/* Publishes the batch in ev->sb with the next sequence number and keeps it. */
-static void publish(struct kvp_kvev *ev, void *arg)
+/* The next sequence number, taken: recorded ahead in steps of SEQ_STEP. */
+static uint64_t seq_take(struct kvp_kvev *ev)
 {
-    (void)arg;
     uint64_t seq = ev->next_seq++;
     if (ev->next_seq > ev->seq_limit) {
         ev->seq_limit = ev->next_seq + SEQ_STEP;
@@ -803,6 +813,14 @@ static void publish(struct kvp_kvev *ev, void *arg)
             KVP_LOGW("--kv-events: cannot record the sequence number in %s: %s",
                      ev->seq_path ? ev->seq_path : ev->seq_name, strerror(-rc));
     }
+    return seq;
+}
+
+/* Publishes the batch in ev->sb with the next sequence number and keeps it. */
+static void publish(struct kvp_kvev *ev, void *arg)
+{
+    (void)arg;
+    uint64_t seq = seq_take(ev);
     unsigned char sq[8];
     be64(seq, sq);
     /* Never waits: past the high-water mark PUB drops (the replay fills in). */
@@ -838,6 +856,20 @@ static void publish(struct kvp_kvev *ev, void *arg)
     ev->ring_n++;
 }
 
+/* Publishes a batch of no events. */
+static void publish_empty(struct kvp_kvev *ev)
+{
+    msgpack_packer pk;
+    msgpack_sbuffer_clear(&ev->sb);
+    msgpack_packer_init(&pk, &ev->sb, msgpack_sbuffer_write);
+    msgpack_pack_array(&pk, 3);
+    msgpack_pack_double(&pk, now_s());
+    msgpack_pack_array(&pk, 0);
+    msgpack_pack_uint32(&pk, 0);
+    topic_set(ev, NULL);
+    publish(ev, NULL);
+}
+
 /* Publishes everything queued. The queue is taken whole by swapping it with
  * the thread's own array of the same size: the lock is held for that swap
  * only, not for a copy (a copy under it made the request threads wait). */
@@ -853,6 +885,20 @@ static void drain(struct kvp_kvev *ev)
         if (n && ev->waiting)
             pthread_cond_broadcast(&ev->room);
         pthread_mutex_unlock(&ev->qlock);
+        if (!n && atomic_exchange(&ev->lost, 0)) {
+            /* The state lost changes it never told: a number no batch
+             * will have, then an empty batch, so that every subscriber sees
+             * the gap at once and asks for a replay; and no batch kept
+             * before it, so that the replay answers from the inventory,
+             * the state again (removals lost meanwhile are not in it: a
+             * router's view may keep those pages until it forgets them). */
+            ring_free(ev);
+            uint64_t skipped = seq_take(ev);
+            KVP_LOGW("--kv-events: the state lost changes before telling them: sequence "
+                     "number %" PRIu64 " skipped, a replay gives the inventory",
+                     skipped);
+            publish_empty(ev);
+        }
         if (!n)
             return;
         hash_recs(ev, full, n);
@@ -1010,19 +1056,8 @@ static void serve_replay(struct kvp_kvev *ev)
         uint64_t oldest = ev->ring_n ? ev->ring[ev->ring_head].seq : ev->next_seq;
         struct reply_to to = {.id = &parts[0]};
         if (start == 0 || start < oldest) {
-            if (ev->next_seq == 0) {
-                /* The inventory's number must be below every later batch's:
-                 * number 0 goes to an empty batch. */
-                msgpack_packer pk;
-                msgpack_sbuffer_clear(&ev->sb);
-                msgpack_packer_init(&pk, &ev->sb, msgpack_sbuffer_write);
-                msgpack_pack_array(&pk, 3);
-                msgpack_pack_double(&pk, now_s());
-                msgpack_pack_array(&pk, 0);
-                msgpack_pack_uint32(&pk, 0);
-                topic_set(ev, NULL);
-                publish(ev, NULL);
-            }
+            if (ev->next_seq == 0) /* the inventory's number must be below */
+                publish_empty(ev); /* every later batch's: 0 goes to an empty batch */
             be64(ev->next_seq - 1, to.seq);
             int rc = take_inventory(ev);
             if (rc)

@@ -525,6 +525,39 @@ def test_two_servers_over_one_redis(tmp_path, start_server, consumers):
     b.close()
 
 
+def test_redis_lost_changes_resync_from_the_inventory(tmp_path, start_server, consumers):
+    """A server held up (SIGSTOP) while another stores more than its rank's
+    stream keeps (?events_max=100): the changes trimmed unread are lost to
+    it, so it skips a sequence number at once; its subscriber sees the gap,
+    asks for a replay, and gets the inventory: every page again."""
+    loc = redisfix.fresh_location() + "&events_max=100"
+    p1, p2 = ports()
+    ep, rep = f"tcp://127.0.0.1:{p1}", f"tcp://127.0.0.1:{p2}"
+    cons = Consumer(ep, rep, bind=True)
+    consumers.append(cons)
+    a = redis_server(tmp_path, loc, f"endpoint={ep},replay_endpoint={rep}", start_server)
+    b = start_server("--meta", loc)
+    cons.replay(0)
+    sync(a, cons)
+    cb = b.client()
+    cb.v_init(0, 4096)
+    first = [hexkey(0x1057000 + i) for i in range(2)]
+    cb.v_write(0, first)
+    cons.wait_for({0: {vllm_hash(k) for k in first}})
+    replays = cons.replays
+    keys = [hexkey(0x1058000 + i) for i in range(1200)]
+    a.proc.send_signal(signal.SIGSTOP)
+    try:
+        for k in keys:  # an entry of the rank's stream each
+            cb.v_write(0, [k])
+    finally:
+        a.proc.send_signal(signal.SIGCONT)
+    cons.wait_for({0: {vllm_hash(k) for k in first + keys}})
+    assert cons.replays > replays  # the gap was seen and filled by a replay
+    assert "skipped, a replay gives the inventory" in a.stderr(), a.stderr()
+    cb.close()
+
+
 def test_redis_sequence_survives_restart(tmp_path, consumers):
     """With no data directory the next number is kept in Redis: a restarted
     server (clean stop or killed) numbers on above the numbers it used."""

@@ -1075,15 +1075,18 @@ static void watch_parents_test(const char *loc, int port)
 }
 
 /* A watcher held up (its fn waits) while a rank's stream of 100 entries
- * (?events_max=100) is trimmed past it: the gap is counted, the changes
- * after it still told. */
+ * (?events_max=100) is trimmed past it: the gap is counted and told (one
+ * KVP_CHANGE_LOST of that rank, key NULL), the changes after it still told. */
 static atomic_int gate_open;
 static atomic_int gate_told;
+static atomic_int gate_lost;
 
 static void gate_fn(const struct kvp_meta_change *c, void *arg)
 {
     (void)arg;
-    if (c)
+    if (c && c->kind == KVP_CHANGE_LOST && !c->key && c->rank == 0 && !strcmp(c->pool, "kv"))
+        atomic_fetch_add(&gate_lost, 1);
+    else if (c)
         atomic_fetch_add(&gate_told, 1);
     while (!atomic_load(&gate_open))
         usleep(1000);
@@ -1126,6 +1129,7 @@ static void watch_gap_test(int port)
             break;
     }
     CHECK_EQ(gaps, 1);
+    CHECK_EQ(atomic_load(&gate_lost), 1);
     CHECK(atomic_load(&gate_told) < 1000); /* the trimmed ones were never told */
     CHECK(put(ns, 0, "last") >= 0);
     int told = atomic_load(&gate_told);
@@ -1134,6 +1138,7 @@ static void watch_gap_test(int port)
     CHECK(atomic_load(&gate_told) > told);
     kvp_meta_values(w, gaps_of, &gaps);
     CHECK_EQ(gaps, 1);
+    CHECK_EQ(atomic_load(&gate_lost), 1);
     kvp_meta_close(w);
     kvp_meta_close(m);
 }

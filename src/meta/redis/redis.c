@@ -2388,10 +2388,11 @@ static void ev_gap(struct evtail *t, const struct evrank *e)
     if (t->logged_gap || !t->m->front->opts.log)
         return;
     t->logged_gap = 1;
-    char line[KEY_MAX + 200];
+    char line[KEY_MAX + 320];
     snprintf(line, sizeof line,
              "KV events: the stream %s was trimmed past the last change read from it: changes "
-             "are lost (a replay from 0 gives the state); said once, counted in "
+             "are lost (told as KVP_CHANGE_LOST: kvpage serve skips a sequence number and "
+             "answers the replay from the inventory); said once, counted in "
              "kvpage_redis_event_gaps_total",
              e->key);
     t->m->front->opts.log(t->m->front->opts.log_arg, 1, line);
@@ -2480,8 +2481,12 @@ static size_t ev_deliver(struct evtail *t, struct evrank *e, const redisReply *r
             continue;
         uint64_t ms, seq, lms, lseq;
         if (i == 0 && e->after[0] == '(' && ev_id(x->element[0]->str, &ms, &seq) &&
-            ev_id(e->after + 1, &lms, &lseq) && ms == 1 && lms == 1 && seq > lseq + 1)
+            ev_id(e->after + 1, &lms, &lseq) && ms == 1 && lms == 1 && seq > lseq + 1) {
             ev_gap(t, e); /* entries lseq+1 .. seq-1 were trimmed unread */
+            c.kind = KVP_CHANGE_LOST;
+            t->fn(&c, t->arg);
+            t->fn(NULL, t->arg);
+        }
         const redisReply *f = x->element[1];
         /* The parents ('p') and tokens ('t') of the keys stored, when the
          * confirmation had them. */
