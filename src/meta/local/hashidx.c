@@ -22,7 +22,8 @@
  * is done a lookup also searches the old buckets not yet moved. Duplicates
  * (two keys with the same 16 digits) are separate nodes of one chain.
  * Memory: 8 bytes a bucket plus a 24-byte node per indexed key, about
- * 32-40 bytes a key per form queried.
+ * 32-40 bytes a key per form queried. The engine reports no memory figures
+ * per namespace, so it is counted nowhere (docs/protocol.md §13 says so).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -36,7 +37,7 @@
 
 struct hx_node {
     struct hx_node *next;
-    uint64_t v;           /* the engine hash */
+    uint64_t v;         /* the engine hash */
     struct kvp__key *e; /* the entry whose key reads as v */
 };
 
@@ -48,7 +49,9 @@ struct kvp__hx {
     struct kvp__slab mem; /* the nodes */
 };
 
-int kvp__key_hash_of(const char *k, size_t len, int form, uint64_t *out)
+/* The engine hash of a key in form (kvpage/meta.h, enum kvp_hash_form): 0,
+ * or -1 when the key has no 16 hex digits where the form takes them. */
+static int key_hash_of(const char *k, size_t len, int form, uint64_t *out)
 {
     if (len < 16)
         return -1;
@@ -160,7 +163,7 @@ static void hx_change(struct kvp__lns *ns, int form, struct kvp__key *from, stru
     struct kvp__hx *x = ns->hx[form];
     const struct kvp__key *k = to ? to : from;
     uint64_t v;
-    if (kvp__key_hash_of(kvp__key_bytes(k), k->len, form, &v) != 0)
+    if (key_hash_of(kvp__key_bytes(k), k->len, form, &v) != 0)
         return;
     if (from) { /* unlinked, or grown into to */
         for (struct hx_node **pp = hx_chain(x, v), *p; (p = *pp) != NULL; pp = &p->next)
@@ -209,8 +212,7 @@ static int hx_build(struct kvp__lns *ns, int form)
         for (uint64_t i = from; tb && i < to; i++)
             for (struct kvp__key *e = tb[i].head; e; e = e->next) {
                 uint64_t v;
-                if (kvp__key_hash_of(kvp__key_bytes(e), e->len, form, &v) == 0 &&
-                    hx_add(x, v, e) != 0) {
+                if (key_hash_of(kvp__key_bytes(e), e->len, form, &v) == 0 && hx_add(x, v, e) != 0) {
                     hx_free(x);
                     return -ENOMEM;
                 }
@@ -235,15 +237,4 @@ int kvp__hx_lookup(struct kvp__lns *ns, int form, uint64_t v, const uint32_t *sl
                 if (slots[j] < p->e->cap && p->e->pages[slots[j]] != KVP_NONE)
                     out[j] = 1;
     return 0;
-}
-
-uint64_t kvp__hx_bytes(const struct kvp__lns *ns)
-{
-    uint64_t n = 0;
-    for (int f = 0; f < 2; f++) {
-        const struct kvp__hx *x = ns->hx[f];
-        if (x)
-            n += sizeof *x + (x->nb + x->nold) * sizeof *x->b + x->n * sizeof(struct hx_node);
-    }
-    return n;
 }

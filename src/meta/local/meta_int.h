@@ -1,7 +1,7 @@
 /*
  * Internal structures of the in-process engine, the backend of the mem: and
  * file: locations (src/meta/local/local.c, its side of persistence in
- * src/meta/local/local_persist.c, and pins.c). Nothing else but their tests reads
+ * src/meta/local/local_persist.c, pins.c and hashidx.c). Nothing else but their tests reads
  * it: the log (src/meta/local/persist.c) sees the state only through struct
  * kvp__persist_ops, and each namespace's journal through its struct
  * kvp__jrnl.
@@ -273,18 +273,15 @@ int kvp__lo_exists_hashes(struct kvp_ns *pub, const uint64_t *hashes, size_t n, 
                           const uint32_t *ranks, size_t nranks, uint8_t *out,
                           struct kvp_error *err);
 /* The index of block hashes (src/meta/local/hashidx.c), with ns->lock held.
- * kvp__key_hash_of: a key's engine hash in form (kvpage/meta.h, enum
- * kvp_hash_form): 0, or -1 when the key has no 16 hex digits where the form
- * takes them. kvp__hx_lookup: out[j] = 1 for each slot slots[j] on which a
- * key of engine hash v holds a page (others left as they are), the form's
- * index built first if there is none; 0 or -ENOMEM. kvp__hx_note: the key
+ * kvp__hx_lookup: out[j] = 1 for each slot slots[j] on which a key whose
+ * engine hash in form (kvpage/meta.h, enum kvp_hash_form) is v holds a page
+ * (others left as they are), the form's index built first if there is
+ * none; 0 or -ENOMEM. kvp__hx_note: the key
  * index's one call into it, where entry from becomes to (NULL from: to was
  * created; NULL to: from is unlinked, its bytes still readable); costs a
  * test when nothing was ever queried by hashes. kvp__hx_free: forgets it
- * (every entry dropped at once, or the namespace closed). kvp__hx_bytes:
- * the memory it takes. */
+ * (every entry dropped at once, or the namespace closed). */
 struct kvp__hx;
-int kvp__key_hash_of(const char *k, size_t len, int form, uint64_t *out);
 int kvp__hx_lookup(struct kvp__lns *ns, int form, uint64_t v, const uint32_t *slots, size_t nslots,
                    uint8_t *out);
 void kvp__hx_change(struct kvp__lns *ns, struct kvp__key *from, struct kvp__key *to);
@@ -294,7 +291,6 @@ static inline void kvp__hx_note(struct kvp__lns *ns, struct kvp__key *from, stru
         kvp__hx_change(ns, from, to);
 }
 void kvp__hx_free(struct kvp__lns *ns);
-uint64_t kvp__hx_bytes(const struct kvp__lns *ns);
 /* For pins.c, with ns->lock held: the rank (NULL: not initialized) and the
  * page of key on it (KVP_NONE: none). */
 struct kvp__rank *kvp__rank_of(struct kvp__lns *ns, uint32_t rank);
