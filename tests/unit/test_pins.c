@@ -2,6 +2,7 @@
  * engine's clock (a fake one: expiry without sleeping) and through a
  * restart of a file: state. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -138,6 +139,98 @@ static void test_exists_hashes(void)
     kvp_meta_close(m);
 }
 
+/*
+ * The index of block hashes (src/meta/local/hashidx.c) against a scan: keys
+ * of 32 hex digits whose first and last 16 repeat (several keys per engine
+ * hash), some with no hash in one form, under random confirmations,
+ * evictions, deletes, clears, resizes, ranks added (entries grown) and
+ * drops; the first query comes early, so the index is kept through all of
+ * it and doubles several times. Every so often each hash of both forms is
+ * asked on every rank and compared with what kvp_meta_exists says of the
+ * keys that read as it.
+ */
+#define HX_KEYS 3000
+#define HX_SGL (HX_KEYS / 2)
+#define HX_VLL (HX_KEYS / 3)
+static void hx_compare(struct kvp_ns *ns, char (*keys)[40], uint32_t nr)
+{
+    static struct kvp_str ks[HX_KEYS];
+    static uint8_t held_by[8][HX_KEYS], want[2][HX_SGL * 8], got[HX_SGL * 8];
+    static uint64_t hs[2][HX_SGL];
+    uint32_t ranks[8];
+    for (int i = 0; i < HX_KEYS; i++)
+        ks[i] = K(keys[i]);
+    for (uint32_t r = 0; r < nr; r++) {
+        ranks[r] = r;
+        CHECK_EQ(kvp_meta_exists(ns, r, ks, HX_KEYS, held_by[r], NULL), 0);
+    }
+    memset(want, 0, sizeof want);
+    for (int i = 0; i < HX_SGL; i++)
+        hs[0][i] = 0x1000000000000000ull + (uint64_t)i * 0x10001;
+    for (int i = 0; i < HX_VLL; i++)
+        hs[1][i] = 0xabc0000000000000ull + (uint64_t)i * 0x777;
+    for (int i = 0; i < HX_KEYS; i++)
+        for (uint32_t r = 0; r < nr; r++) {
+            if (i % 7 != 0) /* these have no SGLang hash */
+                want[0][(size_t)(i % HX_SGL) * nr + r] |= held_by[r][i];
+            if (i % 11 != 0) /* and these no vLLM one */
+                want[1][(size_t)(i % HX_VLL) * nr + r] |= held_by[r][i];
+        }
+    CHECK_EQ(kvp_meta_exists_hashes(ns, hs[0], HX_SGL, KVP_HASH_SGLANG, ranks, nr, got, NULL), 0);
+    CHECK(!memcmp(got, want[0], (size_t)HX_SGL * nr));
+    CHECK_EQ(kvp_meta_exists_hashes(ns, hs[1], HX_VLL, KVP_HASH_VLLM, ranks, nr, got, NULL), 0);
+    CHECK(!memcmp(got, want[1], (size_t)HX_VLL * nr));
+}
+
+static void test_hash_index_random(void)
+{
+    static char keys[HX_KEYS][40];
+    for (int i = 0; i < HX_KEYS; i++)
+        snprintf(keys[i], sizeof keys[i], "%s%016llx%016llx%s", i % 7 ? "" : "g",
+                 0x1000000000000000ull + (unsigned long long)(i % HX_SGL) * 0x10001,
+                 0xabc0000000000000ull + (unsigned long long)(i % HX_VLL) * 0x777,
+                 i % 11 ? "" : "-");
+    struct kvp_meta *m;
+    struct kvp_ns *ns = start(&m, NULL);
+    uint32_t nr = 3, size[8];
+    for (uint32_t r = 0; r < nr; r++)
+        CHECK_EQ(kvp_meta_init_rank(ns, r, size[r] = 700, NULL), 0);
+    hx_compare(ns, keys, nr); /* builds the index while it is empty */
+    srand(38);
+    for (int op = 0; op < 20000; op++) {
+        int c = rand() % 1000;
+        uint32_t r = (uint32_t)rand() % nr;
+        struct kvp_str k = K(keys[rand() % HX_KEYS]);
+        if (c < 850) {
+            put(ns, r, k.ptr);
+        } else if (c < 960) {
+            CHECK_EQ(kvp_meta_delete(ns, rand() % 4 ? (int64_t)r : -1, &k, 1, NULL), 0);
+        } else if (c < 975) { /* clear a rank, and resize it now and then */
+            CHECK_EQ(kvp_meta_clear(ns, r, NULL), 0);
+            if (rand() % 2)
+                CHECK_EQ(kvp_meta_init_rank(ns, r, size[r] = 300 + (uint32_t)rand() % 900, NULL),
+                         0);
+        } else if (c < 976) {
+            CHECK_EQ(kvp_meta_clear(ns, -1, NULL), 0);
+        } else if (c < 977) {
+            CHECK_EQ(kvp_meta_drop(m, "default", 7, "kv", 2, NULL), 0);
+            ns = ns_of(m, "default", "kv");
+            for (uint32_t i = 0; i < nr; i++)
+                CHECK_EQ(kvp_meta_init_rank(ns, i, size[i], NULL), 0);
+        }
+        if (op % 2500 == 1000 && nr < 8) { /* the next confirmations grow entries */
+            CHECK_EQ(kvp_meta_init_rank(ns, nr, size[nr] = 1000, NULL), 0);
+            nr++;
+        }
+        if (op % 500 == 499) {
+            hx_compare(ns, keys, nr);
+            invariants(m);
+        }
+    }
+    hx_compare(ns, keys, nr);
+    kvp_meta_close(m);
+}
+
 static void test_pins_survive_reopen(void)
 {
     char dir[64];
@@ -182,6 +275,7 @@ int main(void)
     test_drop_forgets_pins();
     test_pins_hold_and_expire();
     test_exists_hashes();
+    test_hash_index_random();
     test_pins_survive_reopen();
     return check_report();
 }

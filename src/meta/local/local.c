@@ -556,6 +556,7 @@ static struct kvp__key *key_get_h(struct kvp__lns *ns, const struct kvp_str *k, 
         memcpy((char *)(ne->pages + cap), k->ptr, k->len);
         bucket_push(bucket_of(ns->buckets, ns->nbuckets, h), ne);
         ns->nkeys++;
+        kvp__hx_note(ns, NULL, ne);
         return ne;
     }
     /* Grow an existing entry: copy, then repoint the chain and its pages' owners. */
@@ -565,6 +566,7 @@ static struct kvp__key *key_get_h(struct kvp__lns *ns, const struct kvp_str *k, 
         ne->pages[i] = i < e->cap ? e->pages[i] : KVP_NONE;
     memcpy((char *)(ne->pages + cap), kvp__key_bytes(e), e->len);
     *pp = ne;
+    kvp__hx_note(ns, e, ne);
     for (uint32_t i = 0; i < e->cap; i++)
         if (e->pages[i] != KVP_NONE)
             ns->slots[i]->pages[e->pages[i]].owner = ne;
@@ -587,6 +589,7 @@ static void key_unlink(struct kvp__lns *ns, struct kvp__key *e)
     *pp = e->next;
     bucket_unlinked(b, pos);
     ns->nkeys--;
+    kvp__hx_note(ns, e, NULL);
     key_free(ns, e);
 }
 
@@ -1019,6 +1022,7 @@ static int lo_ns(struct kvp_meta *front, const char *deployment, size_t dlen, co
  * to the kept list like any other dropped entry and the slab stays. */
 static void free_all_keys(struct kvp__lns *ns)
 {
+    kvp__hx_free(ns); /* the next query by hashes builds it again */
     migrate(ns, UINT64_MAX);
     for (uint64_t i = 0; i < ns->nbuckets; i++) {
         struct kvp__key *e = ns->buckets[i].head, *nx;

@@ -1,7 +1,7 @@
 /*
  * Internal structures of the in-process engine, the backend of the mem: and
  * file: locations (src/meta/local/local.c, its side of persistence in
- * src/meta/local/local_persist.c, and pins.c). Nothing else but their tests reads
+ * src/meta/local/local_persist.c, pins.c and hashidx.c). Nothing else but their tests reads
  * it: the log (src/meta/local/persist.c) sees the state only through struct
  * kvp__persist_ops, and each namespace's journal through its struct
  * kvp__jrnl.
@@ -159,6 +159,9 @@ struct kvp__lns {
     struct kvp__rank *dead;
     /* Pins (src/meta/local/pins.c): NULL until the first (guarded by lock). */
     struct kvp__pins *pins;
+    /* The index of block hashes per enum kvp_hash_form (hashidx.c): NULL
+     * until the first query by hashes in that form (guarded by lock). */
+    struct kvp__hx *hx[2];
 };
 
 struct kvp__local {
@@ -269,6 +272,25 @@ int kvp__lo_pinned(struct kvp_ns *pub, int64_t rank, uint64_t *keys, uint64_t *r
 int kvp__lo_exists_hashes(struct kvp_ns *pub, const uint64_t *hashes, size_t n, int form,
                           const uint32_t *ranks, size_t nranks, uint8_t *out,
                           struct kvp_error *err);
+/* The index of block hashes (src/meta/local/hashidx.c), with ns->lock held.
+ * kvp__hx_lookup: out[j] = 1 for each slot slots[j] on which a key whose
+ * engine hash in form (kvpage/meta.h, enum kvp_hash_form) is v holds a page
+ * (others left as they are), the form's index built first if there is
+ * none; 0 or -ENOMEM. kvp__hx_note: the key
+ * index's one call into it, where entry from becomes to (NULL from: to was
+ * created; NULL to: from is unlinked, its bytes still readable); costs a
+ * test when nothing was ever queried by hashes. kvp__hx_free: forgets it
+ * (every entry dropped at once, or the namespace closed). */
+struct kvp__hx;
+int kvp__hx_lookup(struct kvp__lns *ns, int form, uint64_t v, const uint32_t *slots, size_t nslots,
+                   uint8_t *out);
+void kvp__hx_change(struct kvp__lns *ns, struct kvp__key *from, struct kvp__key *to);
+static inline void kvp__hx_note(struct kvp__lns *ns, struct kvp__key *from, struct kvp__key *to)
+{
+    if (__builtin_expect(ns->hx[0] != NULL || ns->hx[1] != NULL, 0))
+        kvp__hx_change(ns, from, to);
+}
+void kvp__hx_free(struct kvp__lns *ns);
 /* For pins.c, with ns->lock held: the rank (NULL: not initialized) and the
  * page of key on it (KVP_NONE: none). */
 struct kvp__rank *kvp__rank_of(struct kvp__lns *ns, uint32_t rank);

@@ -484,39 +484,15 @@ int kvp__lo_pinned(struct kvp_ns *pub, int64_t rank, uint64_t *keys, uint64_t *r
     return rc;
 }
 
-/* The engine hash of a key (kvpage/meta.h, enum kvp_hash_form): 0, or -1
- * when the key has no 16 hex digits where the form takes them. */
-static int key_hash_of(const char *k, size_t len, int form, uint64_t *out)
-{
-    if (len < 16)
-        return -1;
-    const char *s = form == KVP_HASH_VLLM ? k + len - 16 : k;
-    uint64_t v = 0;
-    for (int i = 0; i < 16; i++) {
-        int d = kvp__hex_value(s[i]);
-        if (d < 0)
-            return -1;
-        v = v << 4 | (uint64_t)d;
-    }
-    *out = v;
-    return 0;
-}
-
 int kvp__lo_exists_hashes(struct kvp_ns *pub, const uint64_t *hashes, size_t n, int form,
                           const uint32_t *ranks, size_t nranks, uint8_t *out, struct kvp_error *err)
 {
     struct kvp__lns *ns = (struct kvp__lns *)pub;
-    /* The hashes sorted with their index: each stored key is one search. */
-    uint64_t *order = malloc((n ? n : 1) * 2 * sizeof *order);
-    if (!order) {
+    uint32_t lslots[16], *slots = lslots;
+    if (nranks > 16 && !(slots = malloc(nranks * sizeof *slots))) {
         kvp__err_oom(err, -ENOMEM);
         return -ENOMEM;
     }
-    for (size_t i = 0; i < n; i++) {
-        order[2 * i] = hashes[i];
-        order[2 * i + 1] = i;
-    }
-    qsort(order, n, 2 * sizeof *order, cmp_u64);
     memset(out, 0, n * nranks);
     int rc = 0;
     pthread_mutex_lock(&ns->lock);
@@ -525,28 +501,17 @@ int kvp__lo_exists_hashes(struct kvp_ns *pub, const uint64_t *hashes, size_t n, 
         if (!r) {
             rc = -ENOENT;
             kvp__err_rank_not_init(err, ranks[j]);
-            break;
-        }
-        /* Every page the rank holds: no index maps hashes to keys. */
-        for (uint32_t p = r->bot; p < r->top && n; p++) {
-            const struct kvp__page *pg = &r->pages[p];
-            uint64_t v;
-            if (pg->state != KVP_PHELD || !pg->owner ||
-                key_hash_of(kvp__key_bytes(pg->owner), pg->owner->len, form, &v) != 0)
-                continue;
-            size_t lo = 0, hi = n; /* the first entry >= v */
-            while (lo < hi) {
-                size_t mid = lo + (hi - lo) / 2;
-                if (order[2 * mid] < v)
-                    lo = mid + 1;
-                else
-                    hi = mid;
-            }
-            for (; lo < n && order[2 * lo] == v; lo++)
-                out[(size_t)order[2 * lo + 1] * nranks + j] = 1;
+        } else {
+            slots[j] = r->slot;
         }
     }
+    /* Each hash is one lookup in the index of block hashes (hashidx.c),
+     * built on the first query. */
+    for (size_t i = 0; i < n && nranks && !rc; i++)
+        if ((rc = kvp__hx_lookup(ns, form, hashes[i], slots, nranks, out + i * nranks)) != 0)
+            kvp__err_oom(err, rc);
     pthread_mutex_unlock(&ns->lock);
-    free(order);
+    if (slots != lslots)
+        free(slots);
     return rc;
 }
