@@ -303,6 +303,19 @@ def test_replay_from_zero_is_the_inventory(start_server, consumers):
     assert [s for s, _, _, _ in tail.events] and all(s == last for s, _, _, _ in tail.events)
 
 
+def stop_run(srv, stop_sig, cons, consumers):
+    """Stops a restart test's server (SIGTERM: a clean exit; else no
+    sanitizer report) and its subscriber; the sequence numbers it heard."""
+    rc = srv.stop(stop_sig)
+    if stop_sig == signal.SIGTERM:
+        srv.assert_clean_exit(rc)
+    else:
+        srv.assert_no_sanitizer_report()
+    cons.close()
+    consumers.remove(cons)
+    return cons.seqs
+
+
 def test_sequence_survives_restart(tmp_path, consumers):
     data = tmp_path / "state"
     p1, p2 = ports()
@@ -327,14 +340,7 @@ def test_sequence_survives_restart(tmp_path, consumers):
             tail.replay(first)
             assert tail.events and tail.events[0][0] == first, (first, tail.events[:1])
         c.close()
-        rc = srv.stop(stop_sig)
-        if stop_sig == signal.SIGTERM:
-            srv.assert_clean_exit(rc)
-        else:
-            srv.assert_no_sanitizer_report()
-        cons.close()
-        consumers.remove(cons)
-        return cons.seqs
+        return stop_run(srv, stop_sig, cons, consumers)
 
     s1 = run(0, signal.SIGTERM)
     # A clean stop: the numbers go on from the next one.
@@ -577,14 +583,7 @@ def test_redis_sequence_survives_restart(tmp_path, consumers):
         c.v_write(0, keys[2 * i:2 * i + 2])
         cons.wait_for({0: {vllm_hash(k) for k in keys[:2 * i + 2]}})
         c.close()
-        rc = srv.stop(stop_sig)
-        if stop_sig == signal.SIGTERM:
-            srv.assert_clean_exit(rc)
-        else:
-            srv.assert_no_sanitizer_report()
-        cons.close()
-        consumers.remove(cons)
-        return cons.seqs
+        return stop_run(srv, stop_sig, cons, consumers)
 
     s1 = run(0, signal.SIGTERM)
     s2 = run(1, signal.SIGTERM)
