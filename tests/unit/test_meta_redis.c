@@ -1256,6 +1256,23 @@ static void lineage_test(int port)
     CHECK(!strcmp(out, "0"));
     lin_inv_is(m2, "a@1[1,2]");
     invariants(m);
+    /* The invariant check finds an entry of a key that holds no page, and
+     * a malformed one (a count of 2 tokens with one). */
+    struct kvp_error ce = {0};
+    CHECK_EQ(raw(port, NULL, 0, "HSET lin:{l/6b76/1}:lin gone %b", "\0\0\0\0p", (size_t)5), 0);
+    CHECK_EQ(kvp_meta_check(m, &ce), -EUCLEAN);
+    CHECK(strstr(ce.msg, "rank 1: key 'gone' has a parent or tokens kept but holds no page"));
+    CHECK_EQ(raw(port, NULL, 0, "HSET lin:{l/6b76/1}:lin gone %b", "\0\0\0\0", (size_t)4), 0);
+    CHECK_EQ(raw(port, NULL, 0, "HSET lin:{l/6b76/1}:lin a %b", "\2\0\0\0\1\0\0\0", (size_t)8), 0);
+    CHECK_EQ(raw(port, NULL, 0, "HDEL lin:{l/6b76/1}:lin gone"), 0);
+    CHECK_EQ(kvp_meta_check(m, &ce), -EUCLEAN);
+    CHECK(strstr(ce.msg, "rank 1: key 'a' has a malformed parent and tokens entry"));
+    lin_inv_is(m2, "a@1"); /* (told without what it cannot read) */
+    CHECK_EQ(
+        raw(port, NULL, 0, "HSET lin:{l/6b76/1}:lin a %b", "\2\0\0\0\1\0\0\0\2\0\0\0", (size_t)12),
+        0);
+    lin_inv_is(m2, "a@1[1,2]");
+    invariants(m);
     /* More keys than one HMGET of the inventory reads (INV_LIN_CHUNK), in
      * a rank of 600 pages. */
     CHECK_EQ(kvp_meta_init_rank(ns, 2, 600, NULL), 0);
