@@ -332,12 +332,14 @@ KVP_API int kvp_meta_confirm(struct kvp_ns *ns, uint32_t rank, const struct kvp_
  * stands in its prefix, and the tokens it holds. Nothing of it changes the
  * state; a watcher (kvp_meta_watch, kvpage serve's KV events) hears it with
  * the page's KVP_CHANGE_STORED, as the engines' own events carry it
- * (parent_block_hash, token_ids). It is not kept: a page confirmed again, the
- * inventory (kvp_meta_inventory) and a restart know no parent and no tokens.
+ * (parent_block_hash, token_ids). In process it is not kept: a page confirmed
+ * again, the inventory (kvp_meta_inventory) and a restart know no parent and
+ * no tokens.
  * The http:// backend sends them to its kvpage serve (protocol.md 14.1:
  * "prefix_key" when the parents are a chain, each the key before it, else
  * "parent_keys"; "token_ids"; a parent that is not UTF-8 goes as not known);
- * redis:// confirms as kvp_meta_confirm and passes them over (for now).
+ * redis:// keeps them with the keys stored (until they lose their pages), and
+ * its inventory tells them (docs/protocol-notes.md, "Kept in Redis").
  */
 struct kvp_confirm_opts {
     size_t opts_size; /* sizeof(struct kvp_confirm_opts) */
@@ -578,9 +580,10 @@ struct kvp_meta_change {
     const char *key;
     size_t len;
     size_t size; /* sizeof(struct kvp_meta_change) as the library knows it */
-    /* KVP_CHANGE_STORED by kvp_meta_confirm_ex, as its opts said (else NULL
-     * and 0): the key of the page before this one in its sequence
-     * (parent_len bytes), and the page's ntokens tokens. */
+    /* KVP_CHANGE_STORED by kvp_meta_confirm_ex, as its opts said, or from
+     * an inventory that keeps them (redis://) (else NULL and 0): the key of
+     * the page before this one in its sequence (parent_len bytes), and the
+     * page's ntokens tokens. */
     const char *parent;
     size_t parent_len;
     const uint32_t *token_ids;
