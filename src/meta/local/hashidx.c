@@ -29,7 +29,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 #include "meta/local/meta_int.h"
+#include "util/seed.h"
 #include "util/hex.h"
 
 #define HX_MIN_BUCKETS 1024
@@ -68,11 +71,11 @@ static int key_hash_of(const char *k, size_t len, int form, uint64_t *out)
 }
 
 /* The bucket of v in a table of nb: the hashes come from clients, so they
- * are mixed rather than trusted to be uniform in their low bits. */
+ * are hashed with the process's seed (util/seed.h), not trusted to be
+ * uniform, nor mixed by a function a client could invert. */
 static uint64_t hx_index(uint64_t nb, uint64_t v)
 {
-    uint64_t x = v * 0x9e3779b97f4a7c15ull;
-    return (x ^ x >> 32) & (nb - 1);
+    return XXH3_64bits_withSeed(&v, sizeof v, kvp__hash_seed()) & (nb - 1);
 }
 
 static struct hx_node **hx_bucket(struct hx_node **t, uint64_t nb, uint64_t v)

@@ -27,6 +27,7 @@
 
 #include "meta/local/mem.h"
 #include "util/clock.h"
+#include "util/seed.h"
 #include "meta/local/meta_int.h"
 #include "meta/local/persist.h"
 #include "meta/rules.h"
@@ -185,7 +186,7 @@ static int check_key(const struct kvp_str *k)
 
 static uint64_t key_hash(const struct kvp_str *k)
 {
-    return XXH3_64bits(k->ptr, k->len);
+    return XXH3_64bits_withSeed(k->ptr, k->len, kvp__hash_seed()); /* util/seed.h: why */
 }
 
 /*
@@ -929,7 +930,7 @@ static int rank_lookup_err(struct kvp__lns *ns, uint32_t id, struct kvp__rank **
 
 static uint64_t ns_hash(const char *d, size_t dl, const char *p, size_t pl)
 {
-    return XXH3_64bits_withSeed(p, pl, XXH3_64bits(d, dl));
+    return XXH3_64bits_withSeed(p, pl, XXH3_64bits_withSeed(d, dl, kvp__hash_seed()));
 }
 
 static struct kvp__lns *ns_find_locked(struct kvp__local *m, uint64_t h, const char *d, size_t dl,

@@ -29,6 +29,7 @@
 #include "meta/local/meta_int.h"
 #include "meta/rules.h"
 #include "util/hex.h"
+#include "util/seed.h"
 
 #define set_err kvp__set_err
 
@@ -75,7 +76,7 @@ static struct pin *pin_find(struct kvp__pins *t, const char *k, size_t len)
 {
     if (!t || !t->n)
         return NULL;
-    return *pin_slot(t, k, len, XXH3_64bits(k, len));
+    return *pin_slot(t, k, len, XXH3_64bits_withSeed(k, len, kvp__hash_seed()));
 }
 
 /* Removes the pins that ended (deadline passed or count 0). */
@@ -287,7 +288,7 @@ void kvp__pins_load(struct kvp__local *m)
                 continue;
             struct kvp__lns *ns = (struct kvp__lns *)pub;
             pthread_mutex_lock(&ns->lock);
-            uint64_t h = XXH3_64bits(key, (size_t)kl);
+            uint64_t h = XXH3_64bits_withSeed(key, (size_t)kl, kvp__hash_seed());
             struct pin *p;
             if (reserve(ns, (ns->pins ? ns->pins->n : 0) + 1) == 0 &&
                 !pin_find(ns->pins, key, (size_t)kl) && (p = pin_new(key, (size_t)kl, h))) {
@@ -340,7 +341,7 @@ int kvp__lo_pin(struct kvp_ns *pub, const struct kvp_str *keys, size_t n, uint64
         goto done;
     }
     for (size_t i = 0; i < n; i++)
-        h[i] = XXH3_64bits(keys[i].ptr, keys[i].len);
+        h[i] = XXH3_64bits_withSeed(keys[i].ptr, keys[i].len, kvp__hash_seed());
     pthread_mutex_lock(&ns->lock);
     const struct kvp__rank *small = smallest_rank(ns);
     if (!small) {
