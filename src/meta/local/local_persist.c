@@ -75,6 +75,12 @@ static int rp_free(struct kvp__local *m, uint32_t id, uint32_t rank, uint32_t pa
     return rc;
 }
 
+static int rp_lin(struct kvp__local *m, uint32_t id, const struct kvp_str *key, const char *parent,
+                  uint32_t plen, const uint8_t *tok, uint32_t ntokens, char *msg, size_t msglen)
+{
+    return kvp__replay_lin(kvp__meta_ns_by_id(m, id), key, parent, plen, tok, ntokens, msg, msglen);
+}
+
 static void rp_drop(struct kvp__local *m, uint32_t id)
 {
     kvp__replay_drop(kvp__meta_ns_by_id(m, id));
@@ -252,6 +258,12 @@ static void walk(struct kvp__local *m, const struct kvp__frozen *fz,
             for (uint32_t p = r.tail; p != KVP_NONE; p = fz_prev(&r, p)) {
                 const struct kvp__key *k = fz_owner(&r, p);
                 vis->hold(arg, ns->id, r.id, p, kvp__key_bytes(k), k->len);
+                /* The lineage as it is now, which may be newer than the
+                 * copy: the log after the snapshot's LSN sets it so again.
+                 * Told with each rank's page of the key. */
+                const struct kvp__lin *l = __atomic_load_n(&k->lin, __ATOMIC_ACQUIRE);
+                if (l)
+                    vis->lin(arg, ns->id, r.id, kvp__key_bytes(k), k->len, l);
             }
         }
         if (!fz)
@@ -287,6 +299,7 @@ const struct kvp__persist_ops kvp__local_persist_ops = {
     .init = rp_init,
     .hold = rp_hold,
     .free = rp_free,
+    .lin = rp_lin,
     .drop = rp_drop,
     .clear = rp_clear,
     .lock_all = lock_all,

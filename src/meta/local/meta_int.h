@@ -21,18 +21,40 @@
 enum kvp__pstate { KVP_PFREE = 0, KVP_PRESERVED = 1, KVP_PHELD = 2 };
 
 /*
+ * What the last accepted confirmation of a key that named them said of its
+ * lineage (kvp_meta_confirm_ex): its tokens and its parent's key. One
+ * allocation, never changed once a key points at it (a snapshot thread may
+ * read it): a later confirmation naming either puts a new one in its place.
+ */
+struct kvp__lin {
+    struct kvp__lin *next_kept; /* on its namespace's kept list (kept_lin) */
+    uint32_t ntokens;           /* 0..KVP_MAX_PAGE_TOKENS */
+    uint16_t plen;              /* 0: no parent known */
+    uint32_t tok[];             /* ntokens tokens; then the parent's plen bytes */
+};
+
+static inline const char *kvp__lin_parent(const struct kvp__lin *l)
+{
+    return (const char *)(l->tok + l->ntokens);
+}
+
+/*
  * A key of a namespace. One allocation: the header, one page slot per rank
  * slot of the namespace (grown lazily when ranks are added), then the key
- * bytes. Kept small on purpose: the per-key memory budget is 150 bytes.
+ * bytes. Kept small on purpose: the per-key memory budget is 150 bytes (a
+ * key with no lineage pays 8 of them for lin's pointer: README).
  */
 struct kvp__key {
     struct kvp__key *next; /* hash chain */
-    uint32_t hash;         /* low 32 bits of the xxh3 hash: bucket bits and a tag */
-    uint16_t len;          /* key length, 1..1024 */
-    uint16_t cap;          /* number of slots in pages[] */
-    uint16_t nheld;        /* slots with a page */
-    uint16_t tag;          /* bits 48..63 of the hash, made odd (never 0): see kvp__bucket */
-    uint32_t pages[];      /* per rank slot: page or KVP_NONE; key bytes follow */
+    /* NULL, or its lineage (stored with __ATOMIC_RELEASE under the lock, read
+     * with __ATOMIC_ACQUIRE by a snapshot thread). */
+    struct kvp__lin *lin;
+    uint32_t hash;    /* low 32 bits of the xxh3 hash: bucket bits and a tag */
+    uint16_t len;     /* key length, 1..1024 */
+    uint16_t cap;     /* number of slots in pages[] */
+    uint16_t nheld;   /* slots with a page */
+    uint16_t tag;     /* bits 48..63 of the hash, made odd (never 0): see kvp__bucket */
+    uint32_t pages[]; /* per rank slot: page or KVP_NONE; key bytes follow */
 };
 
 /*
@@ -149,6 +171,7 @@ struct kvp__lns {
     int keep_keys;
     struct kvp__key *kept;
     uint64_t nkept;
+    struct kvp__lin *kept_lin; /* the lineages dropped meanwhile, as kept */
     /* Dropped (kvp_meta_drop): no ranks, no keys, left out of the figures
      * and found only to be created again; an entry stays so that the log's
      * namespace numbers keep their meaning. The next rank initialized
@@ -190,6 +213,9 @@ uint64_t kvp__jrnl_ns(struct kvp__jrnl *j, const char *deployment, const char *p
 void kvp__jrnl_init(struct kvp__jrnl *j, uint32_t rank, uint32_t num_pages);
 void kvp__jrnl_hold(struct kvp__jrnl *j, uint32_t rank, uint32_t page, const char *key,
                     uint16_t klen);
+/* The lineage a confirmation on rank gave the key (after its HOLD). */
+void kvp__jrnl_lin(struct kvp__jrnl *j, uint32_t rank, const char *key, uint16_t klen,
+                   const struct kvp__lin *l);
 void kvp__jrnl_free(struct kvp__jrnl *j, uint32_t rank, uint32_t page);
 void kvp__jrnl_clear(struct kvp__jrnl *j, int64_t rank);
 void kvp__jrnl_drop(struct kvp__jrnl *j);
@@ -218,6 +244,8 @@ void kvp__jrnl_unspace(struct kvp__local *m, uint64_t bytes);
 #define KVP_JRNL_NS(dl, pl) (KVP_JRNL_HDR + 7u + (uint64_t)(dl) + (uint64_t)(pl))
 #define KVP_JRNL_INIT (KVP_JRNL_HDR + 13u)
 #define KVP_JRNL_HOLD(klen) (KVP_JRNL_HDR + 15u + (uint64_t)(klen))
+#define KVP_JRNL_LIN(klen, plen, ntok)                                                             \
+    (KVP_JRNL_HDR + 17u + (uint64_t)(klen) + (uint64_t)(plen) + 4u * (uint64_t)(ntok))
 #define KVP_JRNL_FREE (KVP_JRNL_HDR + 13u)
 #define KVP_JRNL_CLEAR (KVP_JRNL_HDR + 9u)
 #define KVP_JRNL_DROP KVP_JRNL_CLEAR /* the same fields: namespace, every rank */
@@ -246,6 +274,10 @@ int kvp__persist_snapshot(struct kvp__local *m);
 int kvp__replay_hold(struct kvp__lns *ns, uint32_t rank, uint32_t page, const struct kvp_str *key,
                      char *msg, size_t msglen);
 int kvp__replay_free(struct kvp__lns *ns, uint32_t rank, uint32_t page, char *msg, size_t msglen);
+/* The lineage of a key that holds a page (tok: ntokens little-endian
+ * uint32s, as the log has them). */
+int kvp__replay_lin(struct kvp__lns *ns, const struct kvp_str *key, const char *parent,
+                    uint32_t plen, const uint8_t *tok, uint32_t ntokens, char *msg, size_t msglen);
 struct kvp__lns *kvp__meta_ns_by_id(struct kvp__local *m, uint32_t id);
 /* Sizes the key index for nkeys at once (recovery knows the count). */
 void kvp__meta_reserve_keys(struct kvp__lns *ns, uint64_t nkeys);
