@@ -121,6 +121,55 @@ static void test_lineage_kept(struct kvp_meta *m, struct kvp_ns *ns)
     CHECK_STR(lineages(m), "y@0 ");
 }
 
+/* Each stored page of the inventory of keys "k<i>": its lineage is
+ * "p<i>" and [i] (arg: how many were told, and how many were wrong). */
+static void check_many(const struct kvp_meta_change *c, void *arg)
+{
+    uint64_t *count = arg;
+    char key[32], par[32];
+    unsigned i = 0;
+    snprintf(key, sizeof key, "%.*s", (int)c->len, c->key);
+    count[0]++;
+    if (sscanf(key, "k%u", &i) != 1) {
+        count[1]++;
+        return;
+    }
+    snprintf(par, sizeof par, "p%u", i);
+    if (!c->parent || c->parent_len != strlen(par) || memcmp(c->parent, par, c->parent_len) ||
+        c->ntokens != 1 || c->token_ids[0] != i)
+        count[1]++;
+}
+
+/* Many lineages: the table grows, keys are deleted from the middle of its
+ * probe runs, and entries grown for a new rank keep theirs. */
+static void test_many_lineages(struct kvp_meta *m)
+{
+    struct kvp_ns *ns = ns_of(m, "d", "many");
+    CHECK_EQ(kvp_meta_init_rank(ns, 0, 4096, NULL), 0);
+    char k[32], p[32];
+    for (uint32_t i = 0; i < 3000; i++) {
+        snprintf(k, sizeof k, "k%u", i);
+        snprintf(p, sizeof p, "p%u", i);
+        CHECK_EQ(put_lin(ns, 0, k, p, &i, 1), 0);
+    }
+    for (uint32_t i = 0; i < 3000; i += 3) {
+        snprintf(k, sizeof k, "k%u", i);
+        struct kvp_str ks = K(k);
+        CHECK_EQ(kvp_meta_delete(ns, -1, &ks, 1, NULL), 0);
+    }
+    CHECK_EQ(kvp_meta_init_rank(ns, 1, 4096, NULL), 0);
+    for (uint32_t i = 1; i < 3000; i += 3) { /* their entries grow a slot */
+        snprintf(k, sizeof k, "k%u", i);
+        CHECK(put(ns, 1, k) >= 0);
+    }
+    uint64_t count[2] = {0, 0};
+    CHECK_EQ(kvp_meta_inventory(m, check_many, count), 0);
+    CHECK_EQ(count[0], 2000 + 1000);
+    CHECK_EQ(count[1], 0);
+    invariants(m);
+    CHECK_EQ(kvp_meta_drop(m, "d", 1, "many", 4, NULL), 0);
+}
+
 int main(void)
 {
     struct kvp_meta_opts o;
@@ -239,6 +288,10 @@ int main(void)
     CHECK_STR(lineages(m), "x@0 ");
     CHECK_EQ(kvp_meta_drop(m, "d", 1, "kv", 2, NULL), 0);
     take();
+
+    CHECK_EQ(kvp_meta_watch(m, NULL, NULL), 0);
+    test_many_lineages(m);
+    CHECK_EQ(kvp_meta_watch(m, watch, told), 0);
 
     /* Unwatched: nothing more is told. */
     CHECK_EQ(kvp_meta_watch(m, NULL, NULL), 0);

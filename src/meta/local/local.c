@@ -427,26 +427,6 @@ static void key_free(struct kvp__lns *ns, struct kvp__key *e)
     kvp__slab_free(&ns->keys_mem, e, key_size(e->cap, e->len));
 }
 
-/* A lineage no key points at any more (NULL: none). Kept like the key
- * entries while a snapshot thread may still read it. */
-static void lin_free(struct kvp__lns *ns, struct kvp__lin *l)
-{
-    if (l && ns->keep_keys) {
-        l->next_kept = ns->kept_lin;
-        ns->kept_lin = l;
-    } else {
-        free(l);
-    }
-}
-
-/* e's lineage becomes l (may be NULL); the old one goes. */
-static void lin_set(struct kvp__lns *ns, struct kvp__key *e, struct kvp__lin *l)
-{
-    struct kvp__lin *old = e->lin;
-    __atomic_store_n(&e->lin, l, __ATOMIC_RELEASE);
-    lin_free(ns, old);
-}
-
 uint64_t kvp__meta_keep_keys(struct kvp__lns *ns, int keep)
 {
     uint64_t n = ns->nkept;
@@ -576,7 +556,6 @@ static struct kvp__key *key_get_h(struct kvp__lns *ns, const struct kvp_str *k, 
         ne->nheld = 0;
         ne->tag = key_tag(h);
         ne->cap = cap;
-        ne->lin = NULL;
         for (uint32_t i = 0; i < cap; i++)
             ne->pages[i] = KVP_NONE;
         memcpy((char *)(ne->pages + cap), k->ptr, k->len);
@@ -593,6 +572,7 @@ static struct kvp__key *key_get_h(struct kvp__lns *ns, const struct kvp_str *k, 
     memcpy((char *)(ne->pages + cap), kvp__key_bytes(e), e->len);
     *pp = ne;
     kvp__hx_note(ns, e, ne);
+    kvp__lin_note(ns, e, ne);
     for (uint32_t i = 0; i < e->cap; i++)
         if (e->pages[i] != KVP_NONE)
             ns->slots[i]->pages[e->pages[i]].owner = ne;
@@ -616,7 +596,7 @@ static void key_unlink(struct kvp__lns *ns, struct kvp__key *e)
     bucket_unlinked(b, pos);
     ns->nkeys--;
     kvp__hx_note(ns, e, NULL);
-    lin_free(ns, e->lin); /* a kept entry may still point at it: kept too */
+    kvp__lin_note(ns, e, NULL);
     key_free(ns, e);
 }
 
@@ -691,7 +671,7 @@ static void tell_fn(kvp_meta_change_fn fn, void *arg, struct kvp__lns *ns,
                                 .key = kvp__key_bytes(e),
                                 .len = e->len,
                                 .size = sizeof c};
-    const struct kvp__lin *l = kind == KVP_CHANGE_STORED ? e->lin : NULL;
+    const struct kvp__lin *l = kind == KVP_CHANGE_STORED ? kvp__lin_get(&ns->lins, e) : NULL;
     if (l && l->plen) {
         c.parent = kvp__lin_parent(l);
         c.parent_len = l->plen;
@@ -1041,12 +1021,12 @@ static int lo_ns(struct kvp_meta *front, const char *deployment, size_t dlen, co
 static void free_all_keys(struct kvp__lns *ns)
 {
     kvp__hx_free(ns); /* the next query by hashes builds it again */
+    kvp__lin_drop_all(ns);
     migrate(ns, UINT64_MAX);
     for (uint64_t i = 0; i < ns->nbuckets; i++) {
         struct kvp__key *e = ns->buckets[i].head, *nx;
         for (; e; e = nx) {
             nx = e->next;
-            lin_free(ns, e->lin);
             key_free(ns, e); /* frees the big ones, kept in no chunk */
         }
         memset(&ns->buckets[i], 0, sizeof ns->buckets[i]);
@@ -1444,11 +1424,18 @@ static int lo_confirm_ex(struct kvp_ns *pub, uint32_t rank, const struct kvp_str
             kvp__err_oom(err, rc);
             goto out;
         }
-        for (size_t i = 0; i < n; i++)
+        uint64_t named = 0;
+        for (size_t i = 0; i < n; i++) {
             if (r->pages[pages[i]].state != KVP_PHELD && (rc = lin_of(opts, i, &lins[i]))) {
                 kvp__err_oom(err, rc);
                 goto out;
             }
+            named += lins[i] != NULL;
+        }
+        if ((rc = kvp__lin_reserve(ns, named)) != 0) {
+            kvp__err_oom(err, rc);
+            goto out;
+        }
     }
     /* Room in the log for a HOLD (and a lineage) per confirmation, before
      * anything changes. */
@@ -1498,7 +1485,7 @@ static int lo_confirm_ex(struct kvp_ns *pub, uint32_t rank, const struct kvp_str
         page_hold(r, p, e);
         if (lins && lins[i]) { /* the latest accepted lineage of the key wins */
             kvp__jrnl_lin(&ns->jrnl, r->id, kvp__key_bytes(e), e->len, lins[i]);
-            lin_set(ns, e, lins[i]);
+            kvp__lin_set(ns, e, lins[i]);
             lins[i] = NULL;
         }
         tell(ns, r, e, KVP_CHANGE_STORED);
@@ -2061,15 +2048,15 @@ int kvp__replay_lin(struct kvp__lns *ns, const struct kvp_str *key, const char *
                     (uint32_t)tok[4 * i + 2] << 16 | (uint32_t)tok[4 * i + 3] << 24;
     pthread_mutex_lock(&ns->lock);
     struct kvp__key *e = key_find(ns, key);
-    if (e)
-        lin_set(ns, e, l);
+    int rc = e ? kvp__lin_reserve(ns, 1) : -EUCLEAN;
+    if (!rc)
+        kvp__lin_set(ns, e, l);
     pthread_mutex_unlock(&ns->lock);
-    if (!e) {
+    if (rc)
         free(l);
+    if (rc == -EUCLEAN)
         snprintf(msg, msglen, "LINEAGE of a key that holds no page");
-        return -EUCLEAN;
-    }
-    return 0;
+    return rc;
 }
 
 void kvp__meta_reserve_keys(struct kvp__lns *ns, uint64_t nkeys)

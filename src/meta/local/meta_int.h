@@ -21,40 +21,19 @@
 enum kvp__pstate { KVP_PFREE = 0, KVP_PRESERVED = 1, KVP_PHELD = 2 };
 
 /*
- * What the last accepted confirmation of a key that named them said of its
- * lineage (kvp_meta_confirm_ex): its tokens and its parent's key. One
- * allocation, never changed once a key points at it (a snapshot thread may
- * read it): a later confirmation naming either puts a new one in its place.
- */
-struct kvp__lin {
-    struct kvp__lin *next_kept; /* on its namespace's kept list (kept_lin) */
-    uint32_t ntokens;           /* 0..KVP_MAX_PAGE_TOKENS */
-    uint16_t plen;              /* 0: no parent known */
-    uint32_t tok[];             /* ntokens tokens; then the parent's plen bytes */
-};
-
-static inline const char *kvp__lin_parent(const struct kvp__lin *l)
-{
-    return (const char *)(l->tok + l->ntokens);
-}
-
-/*
  * A key of a namespace. One allocation: the header, one page slot per rank
  * slot of the namespace (grown lazily when ranks are added), then the key
  * bytes. Kept small on purpose: the per-key memory budget is 150 bytes (a
- * key with no lineage pays 8 of them for lin's pointer: README).
+ * key's lineage is kept beside it, in its namespace's struct kvp__lintab).
  */
 struct kvp__key {
     struct kvp__key *next; /* hash chain */
-    /* NULL, or its lineage (stored with __ATOMIC_RELEASE under the lock, read
-     * with __ATOMIC_ACQUIRE by a snapshot thread). */
-    struct kvp__lin *lin;
-    uint32_t hash;    /* low 32 bits of the xxh3 hash: bucket bits and a tag */
-    uint16_t len;     /* key length, 1..1024 */
-    uint16_t cap;     /* number of slots in pages[] */
-    uint16_t nheld;   /* slots with a page */
-    uint16_t tag;     /* bits 48..63 of the hash, made odd (never 0): see kvp__bucket */
-    uint32_t pages[]; /* per rank slot: page or KVP_NONE; key bytes follow */
+    uint32_t hash;         /* low 32 bits of the xxh3 hash: bucket bits and a tag */
+    uint16_t len;          /* key length, 1..1024 */
+    uint16_t cap;          /* number of slots in pages[] */
+    uint16_t nheld;        /* slots with a page */
+    uint16_t tag;          /* bits 48..63 of the hash, made odd (never 0): see kvp__bucket */
+    uint32_t pages[];      /* per rank slot: page or KVP_NONE; key bytes follow */
 };
 
 /*
@@ -75,6 +54,40 @@ static inline const char *kvp__key_bytes(const struct kvp__key *k)
 {
     return (const char *)(k->pages + k->cap);
 }
+
+/*
+ * What the last accepted confirmation of a key that named them said of its
+ * lineage (kvp_meta_confirm_ex): its tokens and its parent's key. One
+ * allocation, never changed once kept (a snapshot thread may read it): a
+ * later confirmation naming either puts a new one in its place.
+ */
+struct kvp__lin {
+    struct kvp__lin *next_kept; /* on its namespace's kept list (kept_lin) */
+    uint32_t ntokens;           /* 0..KVP_MAX_PAGE_TOKENS */
+    uint16_t plen;              /* 0: no parent known */
+    uint32_t tok[];             /* ntokens tokens; then the parent's plen bytes */
+};
+
+static inline const char *kvp__lin_parent(const struct kvp__lin *l)
+{
+    return (const char *)(l->tok + l->ntokens);
+}
+
+/*
+ * The lineages of a namespace's keys, by key entry (src/meta/local/lineage.c):
+ * beside the entries, not in them, so that keys confirmed without one cost
+ * nothing (a pointer in every entry took 8 bytes a key: 153.8 against 145.4
+ * bytes, past the budget). Open addressing on the entry's address; v NULL
+ * until the first lineage.
+ */
+struct kvp__linent {
+    const struct kvp__key *key; /* NULL: a free slot */
+    struct kvp__lin *lin;
+};
+struct kvp__lintab {
+    struct kvp__linent *v;
+    uint64_t cap, n; /* cap: a power of two, or 0 */
+};
 
 /*
  * One page slot. Its state decides which list prev/next link it into:
@@ -172,6 +185,7 @@ struct kvp__lns {
     struct kvp__key *kept;
     uint64_t nkept;
     struct kvp__lin *kept_lin; /* the lineages dropped meanwhile, as kept */
+    struct kvp__lintab lins;   /* its keys' lineages (lineage.c; guarded by lock) */
     /* Dropped (kvp_meta_drop): no ranks, no keys, left out of the figures
      * and found only to be created again; an entry stays so that the log's
      * namespace numbers keep their meaning. The next rank initialized
@@ -323,6 +337,27 @@ static inline void kvp__hx_note(struct kvp__lns *ns, struct kvp__key *from, stru
         kvp__hx_change(ns, from, to);
 }
 void kvp__hx_free(struct kvp__lns *ns);
+/* Lineages (src/meta/local/lineage.c), with ns->lock held. kvp__lin_get: key
+ * e's in table t (the namespace's, or a snapshot's copy), or NULL.
+ * kvp__lin_reserve: room for more lineages set without failing; 0 or
+ * -ENOMEM. kvp__lin_set: e's becomes l (its old one goes; room reserved).
+ * kvp__lin_note: the key index's call, where entry from becomes to (NULL:
+ * from is unlinked; its lineage goes); a test when none was ever kept.
+ * kvp__lin_free: a lineage no key has (NULL: none), kept while a snapshot
+ * thread may read it (kvp__meta_keep_keys). kvp__lin_drop_all: every one
+ * of the namespace goes. */
+struct kvp__lin *kvp__lin_get(const struct kvp__lintab *t, const struct kvp__key *e);
+int kvp__lin_reserve(struct kvp__lns *ns, uint64_t more);
+void kvp__lin_set(struct kvp__lns *ns, const struct kvp__key *e, struct kvp__lin *l);
+void kvp__lin_change(struct kvp__lns *ns, const struct kvp__key *from, const struct kvp__key *to);
+static inline void kvp__lin_note(struct kvp__lns *ns, const struct kvp__key *from,
+                                 const struct kvp__key *to)
+{
+    if (__builtin_expect(ns->lins.n != 0, 0))
+        kvp__lin_change(ns, from, to);
+}
+void kvp__lin_free(struct kvp__lns *ns, struct kvp__lin *l);
+void kvp__lin_drop_all(struct kvp__lns *ns);
 /* For pins.c, with ns->lock held: the rank (NULL: not initialized) and the
  * page of key on it (KVP_NONE: none). */
 struct kvp__rank *kvp__rank_of(struct kvp__lns *ns, uint32_t rank);
