@@ -962,8 +962,10 @@ static void inv_add_lin(struct kvp_kvev *ev, struct inv_rec *x, const struct kvp
     l->parent_signed = (uint8_t)sg;
     l->tok = r->ntok;
     l->ntok = (uint32_t)ntok;
-    memcpy(r->tok + r->ntok, c->token_ids, ntok * sizeof *r->tok);
-    r->ntok += ntok;
+    if (ntok) {
+        memcpy(r->tok + r->ntok, c->token_ids, ntok * sizeof *r->tok);
+        r->ntok += ntok;
+    }
     x->lin = (uint32_t)r->nlins;
 }
 
