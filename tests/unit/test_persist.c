@@ -687,6 +687,13 @@ static void test_lineage(void)
      * them wrote), and it loads with none. */
     snprintf(dir, sizeof dir, "%s/lin-none", base);
     crash_writer(dir, KVP_FSYNC_BATCH, 3, 1);
+    segment_path(dir, seg, sizeof seg);
+    flen = slurp(seg, &orig);
+    nrec = boundaries(orig, flen, ends, 64);
+    CHECK(nrec >= 3);
+    for (int i = 0; i < nrec; i++) /* the types a binary before LINEAGE wrote */
+        CHECK(orig[(i ? ends[i - 1] : 0) + KVP_WAL_HDR] != 11);
+    free(orig);
     CHECK_EQ(open_dir(dir, KVP_FSYNC_BATCH, &m), 0);
     CHECK_STR(lineages(m), "key-0000@0 key-0001@0 key-0002@0 ");
     kvp_meta_close(m);
