@@ -1938,6 +1938,20 @@ static int check_ns(struct kvp__lns *ns, struct kvp_error *err)
      * at a page held by it: equal totals mean no page is held by two keys. */
     CHECK(slots_total == held_total, "%s: %llu key slots but %llu held pages", ctx,
           (unsigned long long)slots_total, (unsigned long long)held_total);
+    /* Each lineage belongs to a key of the index, and is found where it is. */
+    uint64_t nlin = 0;
+    for (uint64_t i = 0; i < ns->lins.cap; i++) {
+        const struct kvp__key *e = ns->lins.v[i].key;
+        if (!e)
+            continue;
+        nlin++;
+        struct kvp_str k = {kvp__key_bytes(e), e->len};
+        CHECK(key_find(ns, &k) == e && kvp__lin_get(&ns->lins, e) == ns->lins.v[i].lin,
+              "%s: a lineage of key '%.*s', which is not in the index or not found", ctx,
+              (int)(e->len > 64 ? 64 : e->len), kvp__key_bytes(e));
+    }
+    CHECK(nlin == ns->lins.n, "%s: %llu lineages counted, %llu found", ctx,
+          (unsigned long long)ns->lins.n, (unsigned long long)nlin);
     return 0;
 }
 
