@@ -332,6 +332,8 @@ struct inv_rec {
     uint32_t is_signed : 1;
     uint32_t lin : 31; /* 0: none; else its index in lins, plus 1 */
 };
+_Static_assert(sizeof(struct inv_rec) == 24, "an inventory page stays 24 bytes");
+/* 24 bytes and 4 a token, per page that has a lineage. */
 struct inv_lin {
     uint64_t parent; /* the parent's block hash */
     size_t tok;      /* its tokens: tok[tok, tok + ntok) */
