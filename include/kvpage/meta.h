@@ -338,11 +338,12 @@ KVP_API int kvp_meta_confirm(struct kvp_ns *ns, uint32_t rank, const struct kvp_
  * none or losing to the key's held page changes nothing), told with the
  * page by the inventory (kvp_meta_inventory) and by later confirmations of
  * the key, and, with a data directory, kept across a restart; it goes with
- * the key. Other backends keep none.
+ * the key.
  * The http:// backend sends them to its kvpage serve (protocol.md 14.1:
  * "prefix_key" when the parents are a chain, each the key before it, else
  * "parent_keys"; "token_ids"; a parent that is not UTF-8 goes as not known);
- * redis:// confirms as kvp_meta_confirm and passes them over (for now).
+ * redis:// keeps them with the keys stored (until they lose their pages), and
+ * its inventory tells them (docs/protocol-notes.md, "Kept in Redis").
  */
 struct kvp_confirm_opts {
     size_t opts_size; /* sizeof(struct kvp_confirm_opts) */
@@ -583,11 +584,11 @@ struct kvp_meta_change {
     const char *key;
     size_t len;
     size_t size; /* sizeof(struct kvp_meta_change) as the library knows it */
-    /* KVP_CHANGE_STORED by kvp_meta_confirm_ex, as its opts said, or as kept
-     * (the inventory, and mem:/file: after a confirmation naming none; see
-     * struct kvp_confirm_opts); else NULL and 0: the key of the page before
-     * this one in its sequence (parent_len bytes), and the page's ntokens
-     * tokens. */
+    /* KVP_CHANGE_STORED by kvp_meta_confirm_ex, as its opts said, or from
+     * an inventory that keeps them (mem:, file:, redis://; mem:/file: also
+     * tell a key's kept ones with a confirmation naming none; see struct
+     * kvp_confirm_opts) (else NULL and 0): the key of the page before this
+     * one in its sequence (parent_len bytes), and the page's ntokens tokens. */
     const char *parent;
     size_t parent_len;
     const uint32_t *token_ids;

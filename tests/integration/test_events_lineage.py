@@ -4,8 +4,10 @@ confirmations"), so that a replay from 0 (the inventory, which llm-d and
 Dynamo ask for when they connect) and a restarted server's inventory carry
 each page's parent_block_hash and token_ids as the live events did.
 
-In-process backend only (mem: and --data-dir); Redis keeps them on its own
-branch of the work.
+In-process backend only (mem: and --data-dir): there the latest
+confirmation of a key that names a lineage wins on every rank, where Redis
+keeps one per rank, the first (test_kv_events.py checks the inventory over
+both).
 """
 import signal
 
@@ -18,7 +20,7 @@ from test_kv_events import (Consumer, chains, consumers, hexkey, ports, start_ev
                             stored_events)
 
 pytestmark = pytest.mark.skipif(redisfix.BACKEND == "redis",
-                                reason="the Redis backend's inventory keeps no lineage yet")
+                                reason="the in-process backend's rules (Redis keeps them per rank)")
 
 
 def confirm(c, rank, keys, **extra):

@@ -253,8 +253,25 @@ static void meta_differential(const char *loc, int steps, uint64_t seed)
                 keys[nc] = K(dkeys[diff_rnd(DKEYS)]);
                 pages[nc++] = diff_rnd(2) ? INT64_MAX : 2147483647;
             }
-            rc1 = kvp_meta_confirm(a, rank, keys, pages, nc, rel, nr, &e1);
-            rc2 = kvp_meta_confirm(b, rank, keys, pages, nc, rel, nr, &e2);
+            /* Every other confirmation names parents (each key's the one
+             * before it) and some tokens, from the step (the random sequence
+             * stays what it was): over Redis they are kept with the key and
+             * dropped with it, which the invariant check below checks. */
+            struct kvp_str par[8];
+            uint32_t ntok[8], tk[3] = {(uint32_t)step, 1, 7};
+            const uint32_t *tok[8];
+            for (size_t i = 0; i < nc; i++) {
+                par[i] = i ? keys[i - 1] : (struct kvp_str){NULL, 0};
+                ntok[i] = (uint32_t)(i + (size_t)step / 2) % 4 % 3;
+                tok[i] = ntok[i] ? tk : NULL;
+            }
+            struct kvp_confirm_opts co = {.opts_size = sizeof co,
+                                          .parents = step % 4 == 1 ? NULL : par,
+                                          .token_ids = step % 4 == 3 ? NULL : tok,
+                                          .ntokens = step % 4 == 3 ? NULL : ntok};
+            const struct kvp_confirm_opts *cop = step % 2 ? &co : NULL;
+            rc1 = kvp_meta_confirm_ex(a, rank, keys, pages, nc, rel, nr, cop, &e1);
+            rc2 = kvp_meta_confirm_ex(b, rank, keys, pages, nc, rel, nr, cop, &e2);
             diff_same_err(step, "confirm", rc1, &e1, rc2, &e2);
         } else if (op < 72) {
             int64_t r = diff_rnd(3) ? (int64_t)rank : -1;

@@ -1074,6 +1074,231 @@ static void watch_parents_test(const char *loc, int port)
     kvp_meta_close(m);
 }
 
+/* The inventory as text: "key@rank<parent>[t,t,...]" per page (parent and
+ * tokens when told), sorted, separated by spaces. */
+struct lin_inv {
+    char e[32][96];
+    size_t n;
+};
+
+static void lin_inv_fn(const struct kvp_meta_change *c, void *arg)
+{
+    struct lin_inv *v = arg;
+    CHECK_EQ(c->kind, KVP_CHANGE_STORED);
+    CHECK(KVP_CHANGE_HAS(c, ntokens) && !c->ntokens == !c->token_ids);
+    CHECK(!c->parent == !c->parent_len);
+    if (v->n == 32)
+        return;
+    char *s = v->e[v->n++];
+    size_t len = sizeof v->e[0];
+    int n = snprintf(s, len, "%.*s@%u", (int)c->len, c->key, c->rank);
+    if (c->parent)
+        n += snprintf(s + n, len - (size_t)n, "<%.*s>", (int)c->parent_len, c->parent);
+    for (size_t i = 0; i < c->ntokens && (size_t)n < len; i++)
+        n += snprintf(s + n, len - (size_t)n, "%c%u%s", i ? ',' : '[', c->token_ids[i],
+                      i + 1 == c->ntokens ? "]" : "");
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(a, b);
+}
+
+/* m's inventory (of every namespace of its prefix) is want. */
+static void lin_inv_is(struct kvp_meta *m, const char *want)
+{
+    static struct lin_inv v;
+    v.n = 0;
+    CHECK_EQ(kvp_meta_inventory(m, lin_inv_fn, &v), 0);
+    qsort(v.e, v.n, sizeof v.e[0], cmp_str);
+    char got[4096] = "";
+    for (size_t i = 0; i < v.n; i++)
+        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%s", i ? " " : "", v.e[i]);
+    if (strcmp(got, want))
+        fprintf(stderr, "inventory \"%s\", expected \"%s\"\n", got, want);
+    CHECK(!strcmp(got, want));
+}
+
+/* The number of entries of the rank's lin hash (lineage, prefix "lin",
+ * namespace l/kv, rank). */
+static int lin_len(int port, uint32_t rank)
+{
+    char out[32];
+    CHECK_EQ(raw(port, out, sizeof out, "HLEN lin:{l/6b76/%u}:lin", rank), 0);
+    return atoi(out);
+}
+
+/* Confirms keys (allocated first) with parents (NULL, or "" for none) and
+ * tokens (ntok[i] of them, 100 * i + 1, ...; NULL: none). */
+static int confirm_lin(struct kvp_ns *ns, uint32_t rank, const char *const *keys, size_t n,
+                       const char *const *parents, const uint32_t *ntok)
+{
+    struct kvp_str k[8], par[8];
+    int64_t pages[8];
+    uint32_t tv[8][4];
+    const uint32_t *tok[8];
+    for (size_t i = 0; i < n; i++) {
+        k[i] = K(keys[i]);
+        par[i] = parents ? K(parents[i]) : (struct kvp_str){NULL, 0};
+        for (uint32_t j = 0; j < 4; j++)
+            tv[i][j] = 100 * (uint32_t)i + 1 + j;
+        tok[i] = ntok && ntok[i] ? tv[i] : NULL;
+    }
+    int rc = kvp_meta_allocate(ns, rank, k, n, pages, NULL, NULL);
+    if (rc)
+        return rc;
+    struct kvp_confirm_opts o = {.opts_size = sizeof o,
+                                 .parents = parents ? par : NULL,
+                                 .token_ids = ntok ? tok : NULL,
+                                 .ntokens = ntok};
+    return kvp_meta_confirm_ex(ns, rank, k, pages, n, NULL, 0, &o, NULL);
+}
+
+/* Counts the keys "kN" of rank 2 told with their parent, k(N-1), or none
+ * when N is a multiple of 6. */
+static void chain_fn(const struct kvp_meta_change *c, void *arg)
+{
+    char key[16], want[16] = "";
+    if (c->rank != 2 || c->len >= sizeof key || c->ntokens)
+        return;
+    memcpy(key, c->key, c->len);
+    key[c->len] = 0;
+    int n = atoi(key + 1);
+    if (n % 6)
+        snprintf(want, sizeof want, "k%d", n - 1);
+    if (c->parent_len == strlen(want) &&
+        (!c->parent_len || !memcmp(c->parent, want, c->parent_len)))
+        ++*(int *)arg;
+}
+
+/* The parents and tokens a confirmation names are kept with its keys over
+ * Redis (the rank's lin hash): the inventory reports them, through any
+ * handle, until the key loses its page (eviction, delete, clear, drop); a
+ * key confirmed again keeps what its first confirmation said; a rank whose
+ * confirmations name none has no lin hash; every step passes the invariant
+ * check (which checks that lin names only held keys). */
+static void lineage_test(int port)
+{
+    char loc[96], out[32];
+    snprintf(loc, sizeof loc, "redis://127.0.0.1:%d?prefix=lin", port);
+    struct kvp_meta *m = diff_open(loc, 60000, 0), *m2 = diff_open(loc, 60000, 0);
+    CHECK(m && m2);
+    if (!m || !m2) {
+        kvp_meta_close(m);
+        kvp_meta_close(m2);
+        return;
+    }
+    struct kvp_ns *ns = ns_of(m, "l", "kv");
+    CHECK_EQ(kvp_meta_init_rank(ns, 0, 4, NULL), 0);
+    CHECK_EQ(kvp_meta_init_rank(ns, 1, 4, NULL), 0);
+    /* Without parents or tokens: no lin hash (an empty parent and no tokens
+     * are none). */
+    CHECK(put(ns, 0, "x") >= 0);
+    static const char *const k1[2] = {"y", "z"}, *const none[2] = {"", ""};
+    static const uint32_t zero[2] = {0, 0};
+    CHECK_EQ(confirm_lin(ns, 0, k1, 2, none, zero), 0);
+    CHECK_EQ(raw(port, out, sizeof out, "EXISTS lin:{l/6b76/0}:lin"), 0);
+    CHECK(!strcmp(out, "0"));
+    lin_inv_is(m2, "x@0 y@0 z@0");
+    CHECK_EQ(kvp_meta_clear(ns, 0, NULL), 0);
+    /* A chain a <- b <- c with tokens for a and b, on rank 0; rank 1 too. */
+    static const char *const abc[3] = {"a", "b", "c"}, *const pabc[3] = {"", "a", "b"};
+    static const uint32_t tabc[3] = {2, 1, 0};
+    CHECK_EQ(confirm_lin(ns, 0, abc, 3, pabc, tabc), 0);
+    CHECK_EQ(confirm_lin(ns, 1, abc, 1, NULL, tabc), 0);
+    CHECK_EQ(lin_len(port, 0), 3);
+    const char *all = "a@0[1,2] a@1[1,2] b@0<a>[101] c@0<b>";
+    lin_inv_is(m, all);
+    lin_inv_is(m2, all); /* another handle (another server) sees the same */
+    invariants(m);
+    /* A key stored without them has none (an entry left by a kvpage of
+     * before this, which did not drop it, goes). */
+    CHECK_EQ(raw(port, NULL, 0, "HSET lin:{l/6b76/0}:lin d %b", "\1\0\0\0\5\0\0\0p", (size_t)9), 0);
+    CHECK(put(ns, 0, "d") >= 0);
+    CHECK_EQ(lin_len(port, 0), 3);
+    lin_inv_is(m2, "a@0[1,2] a@1[1,2] b@0<a>[101] c@0<b> d@0");
+    /* So too in a confirmation that names them for other keys. */
+    CHECK_EQ(raw(port, NULL, 0, "HSET lin:{l/6b76/1}:lin h %b", "\1\0\0\0\5\0\0\0p", (size_t)9), 0);
+    static const char *const hi[2] = {"h", "i"}, *const phi[2] = {"", "h"};
+    CHECK_EQ(confirm_lin(ns, 1, hi, 2, phi, NULL), 0);
+    CHECK_EQ(lin_len(port, 1), 2);
+    lin_inv_is(m2, "a@0[1,2] a@1[1,2] b@0<a>[101] c@0<b> d@0 h@1 i@1<h>");
+    CHECK_EQ(kvp_meta_delete(ns, 1, (struct kvp_str[]){K("h"), K("i")}, 2, NULL), 0);
+    /* Confirmed again on another page, c keeps its page and its parent. */
+    struct kvp_str kc = K("c"), ke = K("e");
+    int64_t pe;
+    CHECK_EQ(kvp_meta_delete(ns, 0, (struct kvp_str[]){K("d")}, 1, NULL), 0);
+    CHECK_EQ(kvp_meta_allocate(ns, 0, &ke, 1, &pe, NULL, NULL), 0);
+    CHECK(pe >= 0);
+    struct kvp_str pz = K("zz");
+    struct kvp_confirm_opts o = {.opts_size = sizeof o, .parents = &pz};
+    CHECK_EQ(kvp_meta_confirm_ex(ns, 0, &kc, &pe, 1, NULL, 0, &o, NULL), 0);
+    lin_inv_is(m2, all);
+    invariants(m);
+    /* Deleted: gone; stored again without them: none. */
+    struct kvp_str kb = K("b");
+    CHECK_EQ(kvp_meta_delete(ns, 0, &kb, 1, NULL), 0);
+    CHECK_EQ(lin_len(port, 0), 2);
+    lin_inv_is(m2, "a@0[1,2] a@1[1,2] c@0<b>");
+    CHECK(put(ns, 0, "b") >= 0);
+    lin_inv_is(m2, "a@0[1,2] a@1[1,2] b@0 c@0<b>");
+    invariants(m);
+    /* Evicted (rank 0 holds a, c, b and one free page; f and g take it and
+     * a's, the least recent): gone. */
+    static const char *const fg[2] = {"f", "g"}, *const pfg[2] = {"c", "f"};
+    CHECK_EQ(confirm_lin(ns, 0, fg, 2, pfg, NULL), 0);
+    lin_inv_is(m2, "a@1[1,2] b@0 c@0<b> f@0<c> g@0<f>");
+    CHECK_EQ(lin_len(port, 0), 3);
+    invariants(m);
+    /* Cleared: rank 0's hash goes, rank 1's stays. */
+    CHECK_EQ(kvp_meta_clear(ns, 0, NULL), 0);
+    CHECK_EQ(raw(port, out, sizeof out, "EXISTS lin:{l/6b76/0}:lin"), 0);
+    CHECK(!strcmp(out, "0"));
+    lin_inv_is(m2, "a@1[1,2]");
+    invariants(m);
+    /* The invariant check finds an entry of a key that holds no page, and
+     * a malformed one (a count of 2 tokens with one). */
+    struct kvp_error ce = {0};
+    CHECK_EQ(raw(port, NULL, 0, "HSET lin:{l/6b76/1}:lin gone %b", "\0\0\0\0p", (size_t)5), 0);
+    CHECK_EQ(kvp_meta_check(m, &ce), -EUCLEAN);
+    CHECK(strstr(ce.msg, "rank 1: key 'gone' has a parent or tokens kept but holds no page"));
+    CHECK_EQ(raw(port, NULL, 0, "HSET lin:{l/6b76/1}:lin gone %b", "\0\0\0\0", (size_t)4), 0);
+    CHECK_EQ(raw(port, NULL, 0, "HSET lin:{l/6b76/1}:lin a %b", "\2\0\0\0\1\0\0\0", (size_t)8), 0);
+    CHECK_EQ(raw(port, NULL, 0, "HDEL lin:{l/6b76/1}:lin gone"), 0);
+    CHECK_EQ(kvp_meta_check(m, &ce), -EUCLEAN);
+    CHECK(strstr(ce.msg, "rank 1: key 'a' has a malformed parent and tokens entry"));
+    lin_inv_is(m2, "a@1"); /* (told without what it cannot read) */
+    CHECK_EQ(
+        raw(port, NULL, 0, "HSET lin:{l/6b76/1}:lin a %b", "\2\0\0\0\1\0\0\0\2\0\0\0", (size_t)12),
+        0);
+    lin_inv_is(m2, "a@1[1,2]");
+    invariants(m);
+    /* More keys than one HMGET of the inventory reads (INV_LIN_CHUNK), in
+     * a rank of 600 pages. */
+    CHECK_EQ(kvp_meta_init_rank(ns, 2, 600, NULL), 0);
+    for (int b = 0; b < 100; b++) {
+        char names[6][16];
+        const char *ks[6], *ps[6];
+        for (int i = 0; i < 6; i++) {
+            snprintf(names[i], sizeof names[i], "k%d", 6 * b + i);
+            ks[i] = names[i];
+            ps[i] = i ? names[i - 1] : "";
+        }
+        CHECK_EQ(confirm_lin(ns, 2, ks, 6, ps, NULL), 0);
+    }
+    int chained = 0;
+    CHECK_EQ(kvp_meta_inventory(m2, chain_fn, &chained), 0);
+    CHECK_EQ(chained, 600);
+    CHECK_EQ(lin_len(port, 2), 500);
+    invariants(m);
+    /* Dropped: no lin hash is left. */
+    CHECK_EQ(kvp_meta_drop(m, "l", 1, "kv", 2, NULL), 0);
+    CHECK_EQ(raw(port, out, sizeof out, "KEYS lin:*:lin"), 0);
+    CHECK(!strcmp(out, "0"));
+    kvp_meta_close(m2);
+    kvp_meta_close(m);
+}
+
 /* A watcher held up (its fn waits) while a rank's stream of 100 entries
  * (?events_max=100) is trimmed past it: the gap is counted and told (one
  * KVP_CHANGE_LOST of that rank, key NULL), the changes after it still told. */
@@ -1276,6 +1501,7 @@ static void single_server(int steps, uint64_t seed)
     snprintf(evloc, sizeof evloc, "redis://127.0.0.1:%d?prefix=ev", port);
     watch_test(evloc, port);
     watch_parents_test(evloc, port);
+    lineage_test(port);
     watch_gap_test(port);
     restart_test(0);
     server_kill(0);

@@ -412,12 +412,14 @@ fail:
 /* ---------------------------------------------------------------- keys and scripts */
 
 #define KEY_MAX 520 /* PREFIX:{DEP/HEXPOOL/RANK}:field */
-#define NRKEYS 12
-#define NRKEYS_TEXT "12"
-#define K2P_FIELD 5 /* rank_fields[K2P_FIELD]: key -> page */
+#define NRKEYS 13
+#define NRKEYS_TEXT "13"
+#define K2P_FIELD 5  /* rank_fields[K2P_FIELD]: key -> page */
+#define EV_FIELD 11  /* the stream of changes */
+#define LIN_FIELD 12 /* key -> its parent and tokens, when a confirmation named them */
 
-static const char *const rank_fields[NRKEYS] = {"m",   "free", "res", "lru",  "grace", "k2p",
-                                                "p2k", "rb",   "pin", "pinc", "hx",    "ev"};
+static const char *const rank_fields[NRKEYS] = {"m",  "free", "res",  "lru", "grace", "k2p", "p2k",
+                                                "rb", "pin",  "pinc", "hx",  "ev",    "lin"};
 
 struct rkeys {
     char k[NRKEYS][KEY_MAX];
@@ -2282,6 +2284,12 @@ struct evrank {
     char after[EV_ID_MAX + 1]; /* "(" and the last entry's id read, or "-" */
 };
 
+/* A change's tokens, copied out of a reply (whose bytes are not aligned). */
+struct tokbuf {
+    uint32_t *v;
+    size_t cap;
+};
+
 struct evtail {
     struct rmeta *m;
     kvp_meta_change_fn fn;
@@ -2291,8 +2299,7 @@ struct evtail {
     struct evrank *r;
     size_t n, cap;
     int logged_gap;
-    uint32_t *tok; /* a change's tokens (ev_tokens) */
-    size_t tokcap;
+    struct tokbuf tok; /* a change's tokens (tokens_at) */
 };
 
 /* An entry id "MS-SEQ" as two numbers; 0 when it is not one. */
@@ -2333,8 +2340,8 @@ static void ev_add(struct evtail *t, struct rns *ns, uint32_t rank, int at_end)
     struct rkeys k;
     rank_keys(ns, rank, &k);
     e->slot = k.slot;
-    memcpy(e->key, k.k[NRKEYS - 1], k.len[NRKEYS - 1] + 1);
-    e->klen = k.len[NRKEYS - 1];
+    memcpy(e->key, k.k[EV_FIELD], k.len[EV_FIELD] + 1);
+    e->klen = k.len[EV_FIELD];
     strcpy(e->after, "-");
     if (at_end) {
         const char *argv[6] = {"XREVRANGE", e->key, "+", "-", "COUNT", "1"};
@@ -2432,34 +2439,36 @@ static uint32_t le32(const uint8_t *b)
     return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
 }
 
-/* The next key's tokens from tf at *at ('t': per key a count, then the
- * tokens, little-endian u32s), copied to t->tok (the reply's bytes are not
- * aligned); none when tf is NULL, malformed or short. */
-static void ev_tokens(struct evtail *t, struct kvp_meta_change *c, const redisReply *tf, size_t *at)
+/* The next key's tokens from the len bytes at s, from *at (per key a
+ * count, then the tokens, little-endian u32s: the stream's field 't', a
+ * lin entry's start), copied to tb; none when s is NULL, malformed or
+ * short (then *at goes to len: nothing more is read from s). */
+static void tokens_at(struct tokbuf *tb, struct kvp_meta_change *c, const char *s, size_t len,
+                      size_t *at)
 {
     c->token_ids = NULL;
     c->ntokens = 0;
-    if (!tf || *at > tf->len || tf->len - *at < 4)
+    if (!s || *at > len || len - *at < 4)
         return;
-    const uint8_t *b = (const uint8_t *)tf->str + *at;
+    const uint8_t *b = (const uint8_t *)s + *at;
     uint32_t nt = le32(b);
-    if (nt > KVP_MAX_PAGE_TOKENS || (tf->len - *at - 4) / 4 < nt) {
-        *at = tf->len; /* not ours to read: no more */
+    if (nt > KVP_MAX_PAGE_TOKENS || (len - *at - 4) / 4 < nt) {
+        *at = len; /* not ours to read: no more */
         return;
     }
     *at += 4 + 4 * (size_t)nt;
     if (!nt)
         return;
-    if (nt > t->tokcap) {
-        uint32_t *v = realloc(t->tok, (size_t)nt * sizeof *v);
+    if (nt > tb->cap) {
+        uint32_t *v = realloc(tb->v, (size_t)nt * sizeof *v);
         if (!v)
             return; /* the key goes without its tokens */
-        t->tok = v;
-        t->tokcap = nt;
+        tb->v = v;
+        tb->cap = nt;
     }
     for (uint32_t j = 0; j < nt; j++)
-        t->tok[j] = le32(b + 4 + 4 * (size_t)j);
-    c->token_ids = t->tok;
+        tb->v[j] = le32(b + 4 + 4 * (size_t)j);
+    c->token_ids = tb->v;
     c->ntokens = nt;
 }
 
@@ -2505,7 +2514,7 @@ static size_t ev_deliver(struct evtail *t, struct evrank *e, const redisReply *r
                 c.key = p;
                 c.len = (size_t)((nul ? nul : end) - p);
                 ev_parent(&c, &pp, pend);
-                ev_tokens(t, &c, stored ? tf : NULL, &tat);
+                tokens_at(&t->tok, &c, stored && tf ? tf->str : NULL, tf ? tf->len : 0, &tat);
                 t->fn(&c, t->arg); /* the keys, separated by NUL bytes */
                 p += c.len + 1;
             }
@@ -2602,7 +2611,7 @@ static void ev_stop(struct rmeta *m)
     atomic_store(&t->stop, 1);
     pthread_join(t->thread, NULL);
     free(t->r);
-    free(t->tok);
+    free(t->tok.v);
     free(t);
     m->tail = NULL;
 }
@@ -2648,12 +2657,81 @@ static int rd_watch(struct kvp_meta *front, kvp_meta_change_fn fn, void *arg)
  *     a key changed meanwhile is its state.
  * So the inventory and every batch after its number give the state, as the
  * in-process one does (src/server/kvevents.c, serve_replay).
+ *
+ * A held key's parent and tokens, where its confirmation named them, are in
+ * the rank's lin hash (redis_lua.h), read by HMGET of the keys of each HSCAN
+ * batch, INV_LIN_CHUNK at a time (a reply of at most that many pages'
+ * tokens), and only on a rank that has one (one EXISTS a rank). A key
+ * stored again between the two reads is told with its later parent; that
+ * change is in the stream too, so the end state is the same.
  */
+#define INV_LIN_CHUNK 256
+
 struct inv_arg {
     struct rmeta *m;
     kvp_meta_change_fn fn;
     void *arg;
+    struct tokbuf tok;
 };
+
+/* Whether the rank of k keeps parents or tokens (its lin hash exists). */
+static int inv_has_lin(struct inv_arg *a, const struct rkeys *k, int *has)
+{
+    const char *argv[2] = {"EXISTS", k->k[LIN_FIELD]};
+    size_t lens[2] = {6, k->len[LIN_FIELD]};
+    redisReply *r;
+    int rc = kvp__rconn_cmd(a->m->c, k->slot, NULL, 1, 2, argv, lens, &r, NULL);
+    if (rc)
+        return rc;
+    *has = r->type == REDIS_REPLY_INTEGER && r->integer > 0;
+    kvp__rreply_free(r);
+    return 0;
+}
+
+/* Tells fn of the keys of one HSCAN batch (kv: key, page, ...), each with
+ * what the rank's lin hash keeps of it when has_lin. */
+static int inv_tell(struct inv_arg *a, const struct rkeys *k, int has_lin, const redisReply *kv,
+                    struct kvp_meta_change *c)
+{
+    size_t nk = kv->elements / 2;
+    for (size_t base = 0; base < nk; base += INV_LIN_CHUNK) {
+        size_t cn = nk - base < INV_LIN_CHUNK ? nk - base : INV_LIN_CHUNK;
+        redisReply *l = NULL;
+        if (has_lin) {
+            const char *argv[2 + INV_LIN_CHUNK] = {"HMGET", k->k[LIN_FIELD]};
+            size_t lens[2 + INV_LIN_CHUNK] = {5, k->len[LIN_FIELD]};
+            for (size_t j = 0; j < cn; j++) {
+                const redisReply *f = kv->element[2 * (base + j)];
+                int str = f->type == REDIS_REPLY_STRING;
+                argv[2 + j] = str ? f->str : "", lens[2 + j] = str ? f->len : 0;
+            }
+            int rc = kvp__rconn_cmd(a->m->c, k->slot, NULL, 1, (int)(2 + cn), argv, lens, &l, NULL);
+            if (rc)
+                return rc;
+            if (l->type != REDIS_REPLY_ARRAY || l->elements != cn) {
+                kvp__rreply_free(l);
+                return -EIO;
+            }
+        }
+        for (size_t j = 0; j < cn; j++) {
+            const redisReply *f = kv->element[2 * (base + j)], *v = l ? l->element[j] : NULL;
+            if (f->type != REDIS_REPLY_STRING)
+                continue;
+            c->key = f->str;
+            c->len = f->len;
+            /* lin's value: the tokens (a count, then they), then the parent */
+            int has = v && v->type == REDIS_REPLY_STRING;
+            size_t at = 0;
+            tokens_at(&a->tok, c, has ? v->str : NULL, has ? v->len : 0, &at);
+            c->parent = has && at < v->len ? v->str + at : NULL;
+            c->parent_len = c->parent ? v->len - at : 0;
+            a->fn(c, a->arg);
+        }
+        if (l)
+            kvp__rreply_free(l);
+    }
+    return 0;
+}
 
 static int inv_ns(void *arg, struct rns *ns, const uint32_t *ranks, size_t nr)
 {
@@ -2669,6 +2747,9 @@ static int inv_ns(void *arg, struct rns *ns, const uint32_t *ranks, size_t nr)
                                     .rank = ranks[j],
                                     .size = sizeof c};
         char cursor[32] = "0";
+        int has_lin = 0;
+        if ((rc = inv_has_lin(a, &k, &has_lin)) != 0)
+            break;
         do {
             const char *argv[5] = {"HSCAN", k.k[K2P_FIELD], cursor, "COUNT", "2000"};
             size_t lens[5] = {5, k.len[K2P_FIELD], strlen(cursor), 5, 4};
@@ -2683,15 +2764,10 @@ static int inv_ns(void *arg, struct rns *ns, const uint32_t *ranks, size_t nr)
                 break;
             }
             memcpy(cursor, r->element[0]->str, r->element[0]->len + 1);
-            const redisReply *kv = r->element[1];
-            for (size_t f = 0; f + 1 < kv->elements; f += 2) {
-                if (kv->element[f]->type != REDIS_REPLY_STRING)
-                    continue;
-                c.key = kv->element[f]->str;
-                c.len = kv->element[f]->len;
-                a->fn(&c, a->arg);
-            }
+            rc = inv_tell(a, &k, has_lin, r->element[1], &c);
             kvp__rreply_free(r);
+            if (rc)
+                break;
         } while (strcmp(cursor, "0"));
     }
     return rc;
@@ -2699,8 +2775,10 @@ static int inv_ns(void *arg, struct rns *ns, const uint32_t *ranks, size_t nr)
 
 static int rd_inventory(struct kvp_meta *front, kvp_meta_change_fn fn, void *arg)
 {
-    struct inv_arg a = {front->be, fn, arg};
-    return each_ns_ranks(front->be, inv_ns, &a);
+    struct inv_arg a = {front->be, fn, arg, {NULL, 0}};
+    int rc = each_ns_ranks(front->be, inv_ns, &a);
+    free(a.tok.v);
+    return rc;
 }
 
 /* kvp_meta_counter: PREFIX:{PREFIX}:counter:NAME, set by a script (a compare

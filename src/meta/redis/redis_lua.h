@@ -2,7 +2,7 @@
  * The Lua scripts of the redis:// backend (src/meta/redis/redis.c). Every
  * operation on one rank is one script, so Redis runs it atomically, however
  * many kvpage processes share the store. Each rank script gets the same
- * twelve keys, all with the rank's hash tag (one cluster slot):
+ * thirteen keys, all with the rank's hash tag (one cluster slot):
  *
  *   KEYS[1] m      STRING the rank's fields, in decimal separated by
  *                         spaces: num_pages, hwm (pages >= hwm were never
@@ -56,6 +56,17 @@
  *                         KVP_LUA_EVMAX entries (?events_max=); always
  *                         written, so that every server of the state may
  *                         publish them (src/meta/redis/redis.c, "changes")
+ *   KEYS[13] lin   HASH   HELD key -> what the confirmation that stored it
+ *                         said of it, when it said something: its tokens
+ *                         (their count, then they: little-endian u32s; a
+ *                         count 0 when not known), then its parent's key
+ *                         (none when empty). The inventory reads it
+ *                         (kvp_meta_inventory); every script that takes a
+ *                         key's page drops its entry, and only touches lin
+ *                         when it exists (EXISTS), so a rank whose
+ *                         confirmations name no parents or tokens never has
+ *                         one and pays one EXISTS per confirm, eviction or
+ *                         delete
  *
  * A page is HELD when p2k has it with a key, RESERVED when p2k has it with
  * a reservation (which res and rb have), else FREE. A rank of 2^31 pages
@@ -90,7 +101,7 @@
     "local M, FREE, RES, LRU, GRACE, K2P, P2K, RB = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], " \
     "KEYS[6],\n"                                                                                   \
     "  KEYS[7], KEYS[8]\n"                                                                         \
-    "local PIN, PINC, HX, EV = KEYS[9], KEYS[10], KEYS[11], KEYS[12]\n"                            \
+    "local PIN, PINC, HX, EV, LIN = KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]\n"             \
     "local call, fmt, byte = redis.call, string.format, string.byte\n"                             \
     "-- integers go to Redis as text made here: a Lua number would be formatted\n"                 \
     "-- with %.17g\n"                                                                              \
@@ -154,6 +165,11 @@
     "  local l = {}\n"                                                                             \
     "  for i = first, last do l[#l + 1] = ARGV[i] end\n"                                           \
     "  return bulk(cmd, key, l)\n"                                                                 \
+    "end\n"                                                                                        \
+    "-- HDEL of what LIN keeps of keys that no longer hold a page (or hold one\n"                  \
+    "-- without it), when it keeps anything: no cost to a rank without lineage\n"                  \
+    "local function unlin(keys)\n"                                                                 \
+    "  if #keys > 0 and call('EXISTS', LIN) == 1 then bulk('HDEL', LIN, keys) end\n"               \
     "end\n"                                                                                        \
     "-- HDEL of the read graces of pages, when there are any\n"                                    \
     "local function ungrace(list)\n"                                                               \
@@ -232,7 +248,7 @@
     "  if #ex > 0 then bulk('ZREM', PIN, ex); bulk('HDEL', PINC, ex) end\n"                        \
     "end\n"                                                                                        \
     "local function clear_pages()\n"                                                               \
-    "  call('DEL', FREE, RES, LRU, GRACE, K2P, P2K, RB, HX)\n"                                     \
+    "  call('DEL', FREE, RES, LRU, GRACE, K2P, P2K, RB, HX, LIN)\n"                                \
     "  st.hwm = 0; st.top = 0; st.nres = 0; st.ceil = st.num_pages\n"                              \
     "end\n"                                                                                        \
     "-- the keys that got ('s') or lost ('r') their pages in this call, appended to\n"             \
@@ -411,6 +427,7 @@
     "if #evicted > 0 then\n"                                                                       \
     "  bulk('HDEL', K2P, ekeys); bulk('ZREM', LRU, evicted); ungrace(evicted); unindex(ekeys, "    \
     "epages)\n"                                                                                    \
+    "  unlin(ekeys)\n"                                                                             \
     "  st.evictions = st.evictions + #evicted\n"                                                   \
     "  ev_put('r', ekeys)\n"                                                                       \
     "end\n"                                                                                        \
@@ -568,6 +585,19 @@
     "  if xt then extra[#extra + 1] = 't'; extra[#extra + 1] = evt; extra[#extra + 1] = '' end\n"  \
     "end\n"                                                                                        \
     "ev_put('s', evs, extra)\n"                                                                    \
+    "-- LIN keeps the parent and tokens of each key stored with some: its tokens\n"                \
+    "-- as the request has them (their count, then they; a count 0 when none),\n"                  \
+    "-- then its parent; a key stored without them has no entry\n"                                 \
+    "if not extra then unlin(evs) else\n"                                                          \
+    "  local lin, nolin = {}, {}\n"                                                                \
+    "  for j = 1, #evs do\n"                                                                       \
+    "    local par, tok = evp[j] or '', evt[j] or ''\n"                                            \
+    "    if #par > 0 or #tok > 4 then\n"                                                           \
+    "      lin[#lin + 1] = evs[j]; lin[#lin + 1] = (#tok > 4 and tok or '\\0\\0\\0\\0') .. par\n"  \
+    "    else nolin[#nolin + 1] = evs[j] end\n"                                                    \
+    "  end\n"                                                                                      \
+    "  bulk('HSET', LIN, lin); unlin(nolin)\n"                                                     \
+    "end\n"                                                                                        \
     "st.release_held = st.release_held + rh\n"                                                     \
     "store()\n"                                                                                    \
     "return {0}\n"
@@ -619,7 +649,7 @@
     "  end\n"                                                                                      \
     "end\n"                                                                                        \
     "bulk('HDEL', P2K, dp); bulk('HDEL', K2P, dk); bulk('ZREM', LRU, dp); ungrace(dp)\n"           \
-    "unindex(dk, dp)\n"                                                                            \
+    "unindex(dk, dp); unlin(dk)\n"                                                                 \
     "bulk('ZADD', FREE, fadd)\n"                                                                   \
     "ev_put('r', dk)\n"                                                                            \
     "store()\n"                                                                                    \
@@ -633,7 +663,7 @@
     "if not load() and not drop then return {1} end\n"                                             \
     "ev_put('r', call('HKEYS', K2P))\n"                                                            \
     "if drop then\n"                                                                               \
-    "  call('DEL', M, FREE, RES, LRU, GRACE, K2P, P2K, RB, PIN, PINC, HX)\n"                       \
+    "  call('DEL', M, FREE, RES, LRU, GRACE, K2P, P2K, RB, PIN, PINC, HX, LIN)\n"                  \
     "  call('PEXPIRE', EV, '600000')\n"                                                            \
     "  return {0}\n"                                                                               \
     "end\n"                                                                                        \
@@ -724,6 +754,16 @@
     "if #fr ~= hwm + np - ceil - below then return bad(I(hwm + np - ceil - below) ..\n"            \
     "  ' FREE pages outside [hwm, ceil), free set ' ..\n"                                          \
     "  'has ' .. #fr) end\n"                                                                       \
+    "local lk = call('HGETALL', LIN)\n"                                                            \
+    "for i = 1, #lk, 2 do\n"                                                                       \
+    "  local k, v = lk[i], lk[i + 1]\n"                                                            \
+    "  if not call('HGET', K2P, k) then return bad('key \\'' .. string.sub(k, 1, 64) ..\n"         \
+    "    '\\' has a parent or tokens kept but holds no page') end\n"                               \
+    "  local b1, b2, b3, b4 = byte(v, 1, 4)\n"                                                     \
+    "  local nt = #v >= 4 and b1 + 256 * (b2 + 256 * (b3 + 256 * b4)) or -1\n"                     \
+    "  if nt < 0 or 4 + 4 * nt > #v or (nt == 0 and #v == 4) then return bad('key \\'' ..\n"       \
+    "    string.sub(k, 1, 64) .. '\\' has a malformed parent and tokens entry') end\n"             \
+    "end\n"                                                                                        \
     "local g = call('HKEYS', GRACE)\n"                                                             \
     "for _, ps in ipairs(g) do if not is_held(call('HGET', P2K, ps)) then return bad('page ' .. "  \
     "ps ..\n"                                                                                      \
