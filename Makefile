@@ -112,7 +112,7 @@ integration-redis: test-deps build asan
 # worker and the connection counters; bench trace's connections), against
 # the ThreadSanitizer build.
 TSAN_INTEGRATION = tests/integration/test_concurrency.py tests/integration/test_crash.py \
-  tests/integration/test_kv_events.py \
+  tests/integration/test_kv_events.py tests/integration/test_events_lineage.py \
   tests/integration/test_hostile.py::test_probe_while_hostile \
   tests/integration/test_hostile.py::test_big_valid_request_off_the_loop \
   tests/integration/test_hostile.py::test_body_memory_budget \

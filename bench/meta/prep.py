@@ -11,8 +11,11 @@ Debian /usr/bin/python3, standard library only (http.client). Subcommands:
                               4,000,000 free pages and in one with 4,000,
                               alternating, timing each allocate; the pages are
                               released after each call so the free count stays
-  rss PORT PID N              VmRSS growth for N confirmed keys on rank 0
-                              (init with N pages, confirm 1,000 per request)
+  rss PORT PID N [NTOK]       VmRSS growth for N confirmed keys on rank 0
+                              (init with N pages, confirm 1,000 per request);
+                              with NTOK, each confirmation names its parent
+                              (the key before it: "prefix_key") and NTOK
+                              tokens (0: the parent only), which are kept
   srvtime PORT                the server's own per-route request counts and
                               handler seconds (and the log's fsyncs and their
                               seconds, as "wal|fsyncs") from /v1/stats, as one
@@ -141,17 +144,24 @@ def vmrss_kib(pid):
     raise SystemExit("prep.py: no VmRSS")
 
 
-def cmd_rss(port, pid, n):
+def cmd_rss(port, pid, n, ntok=None):
     n = int(n)
     c = Client(port)
     rss_idle = vmrss_kib(pid)
     c.post("/rank/0/initialize", {"num_pages": n, "role": "worker"})
     rss_init = vmrss_kib(pid)
     t0 = time.monotonic()
+    prev = None
     for i in range(0, n, 1000):
         conf = [[hashlib.sha256(f"rss-{j}".encode()).hexdigest(), j]
                 for j in range(i, min(n, i + 1000))]
-        c.post("/keys/confirm_write", {"rank": 0, "confirmations": conf, "pages_to_release": []})
+        body = {"rank": 0, "confirmations": conf, "pages_to_release": []}
+        if ntok is not None:  # a chain from the last key of the request before
+            body["prefix_key"] = prev
+            if int(ntok):
+                body["token_ids"] = [list(range(j, j + int(ntok))) for j in range(len(conf))]
+            prev = conf[-1][0]
+        c.post("/keys/confirm_write", body)
     dt = time.monotonic() - t0
     rss_after = vmrss_kib(pid)
     c.c.request("GET", "/v1/stats")

@@ -332,9 +332,13 @@ KVP_API int kvp_meta_confirm(struct kvp_ns *ns, uint32_t rank, const struct kvp_
  * stands in its prefix, and the tokens it holds. Nothing of it changes the
  * state; a watcher (kvp_meta_watch, kvpage serve's KV events) hears it with
  * the page's KVP_CHANGE_STORED, as the engines' own events carry it
- * (parent_block_hash, token_ids). In process it is not kept: a page confirmed
- * again, the inventory (kvp_meta_inventory) and a restart know no parent and
- * no tokens.
+ * (parent_block_hash, token_ids). The in-process backend (mem:, file:) keeps
+ * it with the key: the lineage of the key's last accepted confirmation that
+ * names one (the parent, the tokens or both replace the whole; one naming
+ * none or losing to the key's held page changes nothing), told with the
+ * page by the inventory (kvp_meta_inventory) and by later confirmations of
+ * the key, and, with a data directory, kept across a restart; it goes with
+ * the key.
  * The http:// backend sends them to its kvpage serve (protocol.md 14.1:
  * "prefix_key" when the parents are a chain, each the key before it, else
  * "parent_keys"; "token_ids"; a parent that is not UTF-8 goes as not known);
@@ -581,9 +585,10 @@ struct kvp_meta_change {
     size_t len;
     size_t size; /* sizeof(struct kvp_meta_change) as the library knows it */
     /* KVP_CHANGE_STORED by kvp_meta_confirm_ex, as its opts said, or from
-     * an inventory that keeps them (redis://) (else NULL and 0): the key of
-     * the page before this one in its sequence (parent_len bytes), and the
-     * page's ntokens tokens. */
+     * an inventory that keeps them (mem:, file:, redis://; mem:/file: also
+     * tell a key's kept ones with a confirmation naming none; see struct
+     * kvp_confirm_opts) (else NULL and 0): the key of the page before this
+     * one in its sequence (parent_len bytes), and the page's ntokens tokens. */
     const char *parent;
     size_t parent_len;
     const uint32_t *token_ids;

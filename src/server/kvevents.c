@@ -322,16 +322,31 @@ struct recs {
 };
 
 /* A page of the inventory: its block hash computed (a third of a struct rec:
- * an inventory may hold millions). */
+ * an inventory may hold millions). A page whose lineage is kept (its parent,
+ * its tokens) points at it in lins, its tokens in tok: a page with none
+ * costs nothing more. */
 struct inv_rec {
     const struct kvp_ns *ns;
     uint64_t hash;
     uint32_t rank;
-    uint8_t is_signed;
+    uint32_t is_signed : 1;
+    uint32_t lin : 31; /* 0: none; else its index in lins, plus 1 */
+};
+_Static_assert(sizeof(struct inv_rec) == 24, "an inventory page stays 24 bytes");
+/* 24 bytes and 4 a token, per page that has a lineage. */
+struct inv_lin {
+    uint64_t parent; /* the parent's block hash */
+    size_t tok;      /* its tokens: tok[tok, tok + ntok) */
+    uint32_t ntok;
+    uint8_t has_parent, parent_signed;
 };
 struct inv_recs {
     struct inv_rec *v;
     size_t n, cap;
+    struct inv_lin *lins;
+    size_t nlins, caplins;
+    uint32_t *tok;
+    size_t ntok, captok;
 };
 
 struct sent {
@@ -570,18 +585,25 @@ static void rec_key(const struct kvp_kvev *ev, struct rec *r, const struct kvp_m
     }
 }
 
+/* The records a stored page with a parent (or not) and ntok tokens takes,
+ * at most most of them: the tokens of a huge page are not told (*ntok 0),
+ * nor, past that, its parent (1). */
+static size_t told_extra(int parent, size_t *ntok, size_t most)
+{
+    size_t need = 1 + !!parent + (*ntok + TOK_INLINE - 1) / TOK_INLINE;
+    if (need > most) {
+        *ntok = 0;
+        need = 1 + !!parent;
+    }
+    return need > most ? 1 : need;
+}
+
 /* The parent and tokens of a stored page, in records after its own (within
  * the stage and the queue: else they are left out). */
 static void rec_extra(struct kvp_kvev *ev, const struct kvp_meta_change *c)
 {
-    size_t ntok = c->ntokens, need = 1 + !!c->parent + (ntok + TOK_INLINE - 1) / TOK_INLINE;
-    size_t most = STAGE < ev->qcap ? STAGE : ev->qcap;
-    if (need > most) { /* tokens of a huge page: not told */
-        ntok = 0;
-        need = 1 + !!c->parent;
-    }
-    if (need > most)
-        need = 1;
+    size_t ntok = c->ntokens;
+    size_t need = told_extra(!!c->parent, &ntok, STAGE < ev->qcap ? STAGE : ev->qcap);
     if (stage.n + need > STAGE)
         stage_flush(ev);
     rec_key(ev, &stage.r[stage.n++], c, KVP_CHANGE_STORED, c->key, c->len);
@@ -947,6 +969,49 @@ static void drain(struct kvp_kvev *ev)
     }
 }
 
+/* Grows *v (of *cap elements of size sz) to hold need; 0 or -ENOMEM. */
+static int grow(void **v, size_t *cap, size_t need, size_t sz)
+{
+    if (need <= *cap)
+        return 0;
+    size_t c = *cap ? *cap : 256;
+    while (c < need)
+        c *= 2;
+    void *p = realloc(*v, c * sz);
+    if (!p)
+        return -ENOMEM;
+    *v = p;
+    *cap = c;
+    return 0;
+}
+
+/* The lineage of inventory page x, as its replay tells it (told_extra). */
+static void inv_add_lin(struct kvp_kvev *ev, struct inv_rec *x, const struct kvp_meta_change *c)
+{
+    struct inv_recs *r = &ev->inv;
+    size_t ntok = c->ntokens;
+    if (told_extra(!!c->parent, &ntok, STAGE) == 1)
+        return;
+    if (r->nlins >= ((size_t)1 << 31) - 1 ||
+        grow((void **)&r->lins, &r->caplins, r->nlins + 1, sizeof *r->lins) ||
+        grow((void **)&r->tok, &r->captok, r->ntok + ntok, sizeof *r->tok)) {
+        ev->inv_short = 1; /* told without it: logged by the publisher */
+        return;
+    }
+    struct inv_lin *l = &r->lins[r->nlins++];
+    int sg = 0;
+    l->has_parent = c->parent != NULL;
+    l->parent = c->parent ? kvp__kvev_block_hash(c->parent, c->parent_len, ev->cfg.hash, &sg) : 0;
+    l->parent_signed = (uint8_t)sg;
+    l->tok = r->ntok;
+    l->ntok = (uint32_t)ntok;
+    if (ntok) {
+        memcpy(r->tok + r->ntok, c->token_ids, ntok * sizeof *r->tok);
+        r->ntok += ntok;
+    }
+    x->lin = (uint32_t)r->nlins;
+}
+
 static void inv_add(const struct kvp_meta_change *c, void *arg)
 {
     struct kvp_kvev *ev = arg;
@@ -966,7 +1031,10 @@ static void inv_add(const struct kvp_meta_change *c, void *arg)
     x->ns = c->ns;
     x->rank = c->rank;
     x->hash = kvp__kvev_block_hash(c->key, c->len, ev->cfg.hash, &sg);
-    x->is_signed = (uint8_t)sg;
+    x->is_signed = sg != 0;
+    x->lin = 0;
+    if (c->parent || c->ntokens)
+        inv_add_lin(ev, x, c);
 }
 
 static void *inventory_main(void *arg)
@@ -984,7 +1052,7 @@ static void *inventory_main(void *arg)
  * 0 or -errno. */
 static int take_inventory(struct kvp_kvev *ev)
 {
-    ev->inv.n = 0;
+    ev->inv.n = ev->inv.nlins = ev->inv.ntok = 0;
     if (!ev->inv.v) {
         ev->inv.cap = INV_FIRST;
         if (!(ev->inv.v = malloc(ev->inv.cap * sizeof *ev->inv.v)))
@@ -1031,26 +1099,50 @@ static void send_inventory_batch(struct kvp_kvev *ev, void *arg)
     send_reply(ev, to->id, to->seq, ev->sb.data, ev->sb.size);
 }
 
-/* The inventory's batches to a replay, BATCH_MAX records at a time. */
+/* Appends inventory page x's records to v: its own, then its parent's and
+ * its tokens' as on_change stages them (at most STAGE: told_extra). */
+static size_t inv_recs_of(const struct inv_recs *inv, const struct inv_rec *x, struct rec *v)
+{
+    size_t n = 0;
+    v[n++] = (struct rec){.ns = x->ns,
+                          .rank = x->rank,
+                          .kind = KVP_CHANGE_STORED,
+                          .is_signed = x->is_signed,
+                          .len = KEY_HASHED,
+                          .u.hash = x->hash};
+    if (!x->lin)
+        return n;
+    const struct inv_lin *l = &inv->lins[x->lin - 1];
+    if (l->has_parent) { /* as its page's record, of the parent's hash */
+        v[n] = v[0];
+        v[n].kind = REC_PARENT;
+        v[n].is_signed = l->parent_signed;
+        v[n++].u.hash = l->parent;
+    }
+    for (size_t i = 0; i < l->ntok; i += TOK_INLINE) {
+        size_t k = l->ntok - i < TOK_INLINE ? l->ntok - i : TOK_INLINE;
+        v[n] = (struct rec){.ns = x->ns, .rank = x->rank, .kind = REC_TOKENS, .len = (uint16_t)k};
+        memcpy(v[n++].u.tok, inv->tok + l->tok + i, k * sizeof *inv->tok);
+    }
+    return n;
+}
+
+/* The inventory's batches to a replay, about BATCH_MAX records at a time
+ * (a page's records never parted: at most STAGE more). */
 static void send_inventory(struct kvp_kvev *ev, struct reply_to *to)
 {
-    struct rec *chunk = malloc(BATCH_MAX * sizeof *chunk);
+    struct rec *chunk = malloc((BATCH_MAX + STAGE) * sizeof *chunk);
     if (!chunk) {
         ev->inv_short = 1;
         return;
     }
-    for (size_t i = 0; i < ev->inv.n; i += BATCH_MAX) {
-        size_t n = ev->inv.n - i < BATCH_MAX ? ev->inv.n - i : BATCH_MAX;
-        for (size_t k = 0; k < n; k++) {
-            const struct inv_rec *x = &ev->inv.v[i + k];
-            chunk[k] = (struct rec){.ns = x->ns,
-                                    .rank = x->rank,
-                                    .kind = KVP_CHANGE_STORED,
-                                    .is_signed = x->is_signed,
-                                    .len = KEY_HASHED,
-                                    .u.hash = x->hash};
+    size_t n = 0;
+    for (size_t i = 0; i < ev->inv.n; i++) {
+        n += inv_recs_of(&ev->inv, &ev->inv.v[i], chunk + n);
+        if (n >= BATCH_MAX || i + 1 == ev->inv.n) {
+            batches(ev, chunk, n, send_inventory_batch, to);
+            n = 0;
         }
-        batches(ev, chunk, n, send_inventory_batch, to);
     }
     free(chunk);
 }
@@ -1109,6 +1201,8 @@ static void serve_replay(struct kvp_kvev *ev)
                 KVP_LOGW("--kv-events: out of memory: a replay's inventory lacks pages");
             ev->inv_short = 0;
             free(ev->inv.v); /* a big inventory's memory goes back */
+            free(ev->inv.lins);
+            free(ev->inv.tok);
             ev->inv = (struct inv_recs){0};
         } else {
             for (size_t i = 0; i < ev->ring_n; i++) {

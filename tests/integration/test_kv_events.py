@@ -758,13 +758,15 @@ def test_parents_and_tokens_vllm(start_server, consumers):
     ev = stored_events(cons)
     assert [(e["block_hashes"], e["parent_block_hash"], e["token_ids"]) for e in ev] == [
         ([vllm_hash(k) for k in plain], None, [])]
-    # The inventory knows no parents (they are not kept): a late subscriber
-    # gets the pages, with parent_block_hash None.
+    # The inventory: a late subscriber gets the pages, and their parents and
+    # tokens as kept, in process and in Redis (test_events_lineage.py has
+    # more of it).
     late = Consumer(f"tcp://127.0.0.1:{free_port()}", cons.replay_endpoint)
     consumers.append(late)
     late.replay(0)
     assert late.held[0] == cons.held[0]
-    assert all(e["parent_block_hash"] is None for e in stored_events(late))
+    got = chains(stored_events(late))
+    assert {h: got[h] for h in want} == want
 
 
 def test_parents_sglang_array_format(start_server, consumers):

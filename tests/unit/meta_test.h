@@ -52,6 +52,48 @@ static inline void invariants(struct kvp_meta *m)
     CHECK_EQ(rc, 0);
 }
 
+/* Appends "key@rank<parent>[t,t] " for a stored page of the inventory
+ * (kvp_meta_inventory with buf as its arg, 4096 bytes): what is kept of
+ * each page's lineage (no <> or []: not known). */
+static inline void inventory_lineage(const struct kvp_meta_change *c, void *buf)
+{
+    char *b = buf;
+    size_t n = strlen(b);
+    CHECK_EQ(c->kind, KVP_CHANGE_STORED);
+    CHECK(!c->parent == !c->parent_len && !c->token_ids == !c->ntokens);
+    n += (size_t)snprintf(b + n, 4096 - n, "%.*s@%u", (int)c->len, c->key, c->rank);
+    if (c->parent && n < 4096)
+        n += (size_t)snprintf(b + n, 4096 - n, "<%.*s>", (int)c->parent_len, c->parent);
+    for (size_t i = 0; i < c->ntokens && i < 8 && n < 4096; i++)
+        n += (size_t)snprintf(b + n, 4096 - n, "%c%u", i ? ',' : '[', c->token_ids[i]);
+    if (c->ntokens > 8 && n < 4096) /* a long one: its count and its last */
+        n +=
+            (size_t)snprintf(b + n, 4096 - n, "..%zu:%u", c->ntokens, c->token_ids[c->ntokens - 1]);
+    if (n < 4096)
+        snprintf(b + n, 4096 - n, "%s ", c->ntokens ? "]" : "");
+}
+
+/* The inventory of m in that form. */
+static inline const char *lineages(struct kvp_meta *m)
+{
+    static char buf[4096];
+    buf[0] = 0;
+    CHECK_EQ(kvp_meta_inventory(m, inventory_lineage, buf), 0);
+    return buf;
+}
+
+/* Confirms key on rank with parent (NULL: none) and tokens t[0..nt). */
+static inline int put_lin(struct kvp_ns *ns, uint32_t rank, const char *key, const char *parent,
+                          const uint32_t *t, uint32_t nt)
+{
+    struct kvp_str k = K(key), par = parent ? K(parent) : (struct kvp_str){"", 0};
+    int64_t p;
+    if (kvp_meta_allocate(ns, rank, &k, 1, &p, NULL, NULL) != 0 || p < 0)
+        return -1;
+    struct kvp_confirm_opts co = {sizeof co, &par, &t, &nt};
+    return kvp_meta_confirm_ex(ns, rank, &k, &p, 1, NULL, 0, &co, NULL);
+}
+
 /* Removes a directory and everything below it. */
 static inline void rmrf(const char *dir)
 {

@@ -559,6 +559,150 @@ static void test_freed_page_reuse_waits(void)
     rmrf(dir);
 }
 
+/* ---------------------------------------------------------------- lineage */
+
+static uint32_t big_tokens[20000]; /* a LINEAGE record bigger than a snapshot's buffer */
+#define LIN_ALL                                                                                    \
+    "a@0[1,2,3] b@0<a>[4,5,6] big@0<b>[0,7,14,21,28,35,42,49..20000:139993] plain@0 "              \
+    "b@1<a>[4,5,6] "
+
+/* The lineages of LIN_ALL, in namespace default/kv (ranks 0 and 1 of 64
+ * pages); snap: a snapshot after a and b. */
+static int write_lineages(struct kvp_meta *m, int snap)
+{
+    static const uint32_t ta[] = {1, 2, 3}, tb[] = {4, 5, 6};
+    for (uint32_t i = 0; i < 20000; i++)
+        big_tokens[i] = 7 * i;
+    struct kvp_ns *ns = ns_of(m, "default", "kv");
+    if (kvp_meta_init_rank(ns, 0, 64, NULL) || kvp_meta_init_rank(ns, 1, 64, NULL) ||
+        put_lin(ns, 0, "a", NULL, ta, 3) || put_lin(ns, 0, "b", "a", tb, 3) ||
+        (snap && kvp_meta_snapshot(m)) || put_lin(ns, 0, "big", "b", big_tokens, 20000) ||
+        put(ns, 0, "plain") < 0 || put_lin(ns, 1, "b", "a", tb, 3))
+        return -1;
+    return 0;
+}
+
+/* While a snapshot thread writes from its copy: a's lineage replaced
+ * (another rank's confirmation) and b deleted, both lineages kept for the
+ * writer. */
+static void change_during_snapshot(void *arg)
+{
+    static const uint32_t t9[] = {9};
+    struct kvp_ns *ns = ns_of(arg, "default", "kv");
+    struct kvp_str kb = K("b");
+    if (put_lin(ns, 1, "a", "z", t9, 1) || kvp_meta_delete(ns, -1, &kb, 1, NULL))
+        _exit(6);
+}
+
+/* A child writes the lineages, makes them durable and dies without closing;
+ * hook: changes during a snapshot after them. */
+static void crash_lineages(const char *dir, int snap, int hook)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct kvp_meta *m;
+        if (open_dir(dir, KVP_FSYNC_BATCH, &m) || write_lineages(m, snap))
+            _exit(3);
+        if (hook) {
+            kvp__snapshot_test_hook = change_during_snapshot;
+            kvp__snapshot_test_hook_arg = m;
+            if (kvp_meta_snapshot(m))
+                _exit(5);
+            struct kvp_str kp = K("plain");
+            if (kvp_meta_delete(ns_of(m, "default", "kv"), -1, &kp, 1, NULL))
+                _exit(7);
+        }
+        _exit(0);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/*
+ * The parent and tokens a confirmation named (kvp_meta_confirm_ex) survive a
+ * restart (from the snapshot a clean close writes), a crash (from the log,
+ * with or without a snapshot before), changes while a snapshot thread
+ * writes, and a torn LINEAGE record at the log's end; a state with none
+ * (all that a binary before them wrote) loads as before.
+ */
+static void test_lineage(void)
+{
+    char dir[300];
+    struct kvp_meta *m;
+    snprintf(dir, sizeof dir, "%s/lin-clean", base);
+    CHECK_EQ(open_dir(dir, KVP_FSYNC_BATCH, &m), 0);
+    CHECK_EQ(write_lineages(m, 0), 0);
+    CHECK_STR(lineages(m), LIN_ALL);
+    kvp_meta_close(m);
+    CHECK_EQ(open_dir(dir, KVP_FSYNC_BATCH, &m), 0);
+    CHECK_STR(lineages(m), LIN_ALL);
+    invariants(m);
+    kvp_meta_close(m);
+    rmrf(dir);
+
+    for (int snap = 0; snap < 2; snap++) {
+        snprintf(dir, sizeof dir, "%s/lin-crash%d", base, snap);
+        crash_lineages(dir, snap, 0);
+        CHECK_EQ(open_dir(dir, KVP_FSYNC_BATCH, &m), 0);
+        CHECK_STR(lineages(m), LIN_ALL);
+        invariants(m);
+        kvp_meta_close(m);
+        rmrf(dir);
+    }
+
+    snprintf(dir, sizeof dir, "%s/lin-hook", base);
+    crash_lineages(dir, 0, 1);
+    CHECK_EQ(open_dir(dir, KVP_FSYNC_BATCH, &m), 0);
+    CHECK_STR(lineages(m), "a@0<z>[9] big@0<b>[0,7,14,21,28,35,42,49..20000:139993] a@1<z>[9] ");
+    kvp_meta_close(m);
+    rmrf(dir);
+
+    /* A torn LINEAGE record (the last of the log: b's on rank 1, after its
+     * HOLD): the key is recovered without it. */
+    char seg[600];
+    snprintf(dir, sizeof dir, "%s/lin-torn", base);
+    crash_lineages(dir, 0, 0);
+    segment_path(dir, seg, sizeof seg);
+    uint8_t *orig;
+    size_t flen = slurp(seg, &orig);
+    size_t ends[64];
+    int nrec = boundaries(orig, flen, ends, 64);
+    CHECK(nrec > 3 && orig[ends[nrec - 2] + KVP_WAL_HDR] == 11); /* REC_LINEAGE */
+    for (size_t cut = ends[nrec - 2] + 1; cut < ends[nrec - 1]; cut += 7) {
+        spit(seg, orig, cut);
+        CHECK_EQ(open_ro(dir, &m), 0);
+        CHECK_STR(lineages(m), "a@0[1,2,3] b@0<a>[4,5,6] big@0<b>[0,7,14,21,28,35,42,49..20000:"
+                               "139993] plain@0 b@1<a>[4,5,6] ");
+        kvp_meta_close(m);
+    }
+    spit(seg, orig, ends[nrec - 2]);
+    CHECK_EQ(open_ro(dir, &m), 0);
+    CHECK_STR(lineages(m), LIN_ALL);
+    kvp_meta_close(m);
+    free(orig);
+    rmrf(dir);
+
+    /* A state with no lineage: no LINEAGE record (the bytes a binary before
+     * them wrote), and it loads with none. */
+    snprintf(dir, sizeof dir, "%s/lin-none", base);
+    crash_writer(dir, KVP_FSYNC_BATCH, 3, 1);
+    segment_path(dir, seg, sizeof seg);
+    flen = slurp(seg, &orig);
+    nrec = boundaries(orig, flen, ends, 64);
+    CHECK(nrec >= 3);
+    for (int i = 0; i < nrec; i++) /* the types a binary before LINEAGE wrote */
+        CHECK(orig[(i ? ends[i - 1] : 0) + KVP_WAL_HDR] != 11);
+    free(orig);
+    CHECK_EQ(open_dir(dir, KVP_FSYNC_BATCH, &m), 0);
+    CHECK_STR(lineages(m), "key-0000@0 key-0001@0 key-0002@0 ");
+    kvp_meta_close(m);
+    CHECK_EQ(open_dir(dir, KVP_FSYNC_BATCH, &m), 0);
+    CHECK_STR(lineages(m), "key-0000@0 key-0001@0 key-0002@0 ");
+    kvp_meta_close(m);
+    rmrf(dir);
+}
+
 int main(void)
 {
     const char *t = getenv("TMPDIR");
@@ -570,6 +714,7 @@ int main(void)
     test_corrupt_snapshot();
     test_lock_and_bad_record();
     test_freed_page_reuse_waits();
+    test_lineage();
     rmrf(base);
     return check_report();
 }

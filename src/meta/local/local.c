@@ -439,6 +439,11 @@ uint64_t kvp__meta_keep_keys(struct kvp__lns *ns, int keep)
         }
         ns->kept = NULL;
         ns->nkept = 0;
+        for (struct kvp__lin *l = ns->kept_lin, *nx; l; l = nx) {
+            nx = l->next_kept;
+            free(l);
+        }
+        ns->kept_lin = NULL;
     }
     return n;
 }
@@ -568,6 +573,7 @@ static struct kvp__key *key_get_h(struct kvp__lns *ns, const struct kvp_str *k, 
     memcpy((char *)(ne->pages + cap), kvp__key_bytes(e), e->len);
     *pp = ne;
     kvp__hx_note(ns, e, ne);
+    kvp__lin_note(ns, e, ne);
     for (uint32_t i = 0; i < e->cap; i++)
         if (e->pages[i] != KVP_NONE)
             ns->slots[i]->pages[e->pages[i]].owner = ne;
@@ -591,6 +597,7 @@ static void key_unlink(struct kvp__lns *ns, struct kvp__key *e)
     bucket_unlinked(b, pos);
     ns->nkeys--;
     kvp__hx_note(ns, e, NULL);
+    kvp__lin_note(ns, e, NULL);
     key_free(ns, e);
 }
 
@@ -652,10 +659,10 @@ static void page_unhold(struct kvp__lns *ns, struct kvp__rank *r, uint32_t p)
 }
 
 /* Tells the watcher (kvp_meta_watch) that key e gets or loses its page on
- * rank r; under the namespace's lock, in the order of the changes. */
+ * rank r; under the namespace's lock, in the order of the changes. A page
+ * stored is told with the key's lineage as kept. */
 static void tell_fn(kvp_meta_change_fn fn, void *arg, struct kvp__lns *ns,
-                    const struct kvp__rank *r, const struct kvp__key *e, int kind,
-                    const struct kvp_confirm_opts *o, size_t i)
+                    const struct kvp__rank *r, const struct kvp__key *e, int kind)
 {
     struct kvp_meta_change c = {.kind = kind,
                                 .ns = &ns->pub,
@@ -665,25 +672,16 @@ static void tell_fn(kvp_meta_change_fn fn, void *arg, struct kvp__lns *ns,
                                 .key = kvp__key_bytes(e),
                                 .len = e->len,
                                 .size = sizeof c};
-    if (o && o->parents && o->parents[i].len) {
-        c.parent = o->parents[i].ptr;
-        c.parent_len = o->parents[i].len;
+    const struct kvp__lin *l = kind == KVP_CHANGE_STORED ? kvp__lin_get(&ns->lins, e) : NULL;
+    if (l && l->plen) {
+        c.parent = kvp__lin_parent(l);
+        c.parent_len = l->plen;
     }
-    if (o && o->ntokens && o->ntokens[i]) {
-        c.token_ids = o->token_ids[i];
-        c.ntokens = o->ntokens[i];
+    if (l && l->ntokens) {
+        c.token_ids = l->tok;
+        c.ntokens = l->ntokens;
     }
     fn(&c, arg);
-}
-
-/* A confirmation's KVP_CHANGE_STORED with what its opts (may be NULL) say
- * of confirmation i. */
-static void tell_stored(struct kvp__lns *ns, const struct kvp__rank *r, const struct kvp__key *e,
-                        const struct kvp_confirm_opts *o, size_t i)
-{
-    struct kvp__local *m = ns->meta;
-    if (m->watch)
-        tell_fn(m->watch, m->watch_arg, ns, r, e, KVP_CHANGE_STORED, o, i);
 }
 
 static inline void tell(struct kvp__lns *ns, const struct kvp__rank *r, const struct kvp__key *e,
@@ -691,7 +689,7 @@ static inline void tell(struct kvp__lns *ns, const struct kvp__rank *r, const st
 {
     struct kvp__local *m = ns->meta;
     if (m->watch)
-        tell_fn(m->watch, m->watch_arg, ns, r, e, kind, NULL, 0);
+        tell_fn(m->watch, m->watch_arg, ns, r, e, kind);
 }
 
 /* The end of an operation that may change pages, before the namespace's lock
@@ -712,7 +710,7 @@ static void tell_all(kvp_meta_change_fn fn, void *arg, struct kvp__lns *ns, int 
     for (uint32_t i = 0; i < ns->nranks; i++) {
         const struct kvp__rank *r = ns->by_id[i];
         for (uint32_t p = r->lru.tail; p != KVP_NONE; p = r->pages[p].prev)
-            tell_fn(fn, arg, ns, r, r->pages[p].owner, kind, NULL, 0);
+            tell_fn(fn, arg, ns, r, r->pages[p].owner, kind);
     }
 }
 
@@ -1024,6 +1022,7 @@ static int lo_ns(struct kvp_meta *front, const char *deployment, size_t dlen, co
 static void free_all_keys(struct kvp__lns *ns)
 {
     kvp__hx_free(ns); /* the next query by hashes builds it again */
+    kvp__lin_drop_all(ns);
     migrate(ns, UINT64_MAX);
     for (uint64_t i = 0; i < ns->nbuckets; i++) {
         struct kvp__key *e = ns->buckets[i].head, *nx;
@@ -1326,6 +1325,44 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* A lineage of plen parent bytes and ntokens tokens, its tokens not yet
+ * filled; NULL when out of memory. */
+static struct kvp__lin *lin_new(const char *parent, size_t plen, uint32_t ntokens)
+{
+    struct kvp__lin *l = malloc(sizeof *l + (size_t)ntokens * sizeof(uint32_t) + plen);
+    if (!l)
+        return NULL;
+    l->next_kept = NULL;
+    l->ntokens = ntokens;
+    l->plen = (uint16_t)plen;
+    if (plen)
+        memcpy((char *)kvp__lin_parent(l), parent, plen);
+    return l;
+}
+
+static void lins_free(struct kvp__lin **lins, size_t n)
+{
+    for (size_t i = 0; lins && i < n; i++)
+        free(lins[i]);
+    free(lins);
+}
+
+/* The lineage confirmation i of o names (*out NULL: none), built before
+ * anything changes. 0 or -ENOMEM. */
+static int lin_of(const struct kvp_confirm_opts *o, size_t i, struct kvp__lin **out)
+{
+    size_t plen = o->parents ? o->parents[i].len : 0;
+    uint32_t nt = o->ntokens ? o->ntokens[i] : 0;
+    *out = NULL;
+    if (!plen && !nt)
+        return 0;
+    if (!(*out = lin_new(plen ? o->parents[i].ptr : NULL, plen, nt)))
+        return -ENOMEM;
+    if (nt)
+        memcpy((*out)->tok, o->token_ids[i], nt * sizeof(uint32_t));
+    return 0;
+}
+
 static int lo_confirm_ex(struct kvp_ns *pub, uint32_t rank, const struct kvp_str *keys,
                          const int64_t *pages, size_t n, const int64_t *release, size_t nrel,
                          const struct kvp_confirm_opts *opts, uint64_t *ticket,
@@ -1337,6 +1374,9 @@ static int lo_confirm_ex(struct kvp_ns *pub, uint32_t rank, const struct kvp_str
      * conflict half-way through; find them before anything changes. Sorting
      * (page << 32 | index) groups the same page together. */
     uint64_t *order = NULL;
+    /* lins[i]: the lineage confirmation i names, kept if it is accepted
+     * (NULL: none named; the array NULL: opts name none). */
+    struct kvp__lin **lins = NULL;
     struct kbatch kb; /* kb.e: each confirmation's entry, looked up once */
     if (kb_init(&kb, keys, n, err) != 0)
         return -ENOMEM;
@@ -1377,10 +1417,35 @@ static int lo_confirm_ex(struct kvp_ns *pub, uint32_t rank, const struct kvp_str
             }
         }
     }
-    /* Room in the log for a HOLD per confirmation, before anything changes. */
+    /* The lineages named, built before anything changes (out of memory:
+     * nothing changed). */
+    if (opts && (opts->parents || opts->ntokens)) {
+        if (!(lins = calloc(n, sizeof *lins))) {
+            rc = -ENOMEM;
+            kvp__err_oom(err, rc);
+            goto out;
+        }
+        uint64_t named = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (r->pages[pages[i]].state != KVP_PHELD && (rc = lin_of(opts, i, &lins[i]))) {
+                kvp__err_oom(err, rc);
+                goto out;
+            }
+            named += lins[i] != NULL;
+        }
+        if ((rc = kvp__lin_reserve(ns, named)) != 0) {
+            kvp__err_oom(err, rc);
+            goto out;
+        }
+    }
+    /* Room in the log for a HOLD (and a lineage) per confirmation, before
+     * anything changes. */
     uint64_t room = 0;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         room += KVP_JRNL_HOLD(keys[i].len);
+        if (lins && lins[i])
+            room += KVP_JRNL_LIN(keys[i].len, lins[i]->plen, lins[i]->ntokens);
+    }
     if ((rc = kvp__jrnl_reserve(&ns->jrnl, room, 0, err)) != 0)
         goto out;
     /* Validation is complete; from here on nothing fails but memory. Allocate
@@ -1419,7 +1484,12 @@ static int lo_confirm_ex(struct kvp_ns *pub, uint32_t rank, const struct kvp_str
         }
         kvp__jrnl_hold(&ns->jrnl, r->id, p, kvp__key_bytes(e), e->len);
         page_hold(r, p, e);
-        tell_stored(ns, r, e, opts, i);
+        if (lins && lins[i]) { /* the latest accepted lineage of the key wins */
+            kvp__jrnl_lin(&ns->jrnl, r->id, kvp__key_bytes(e), e->len, lins[i]);
+            kvp__lin_set(ns, e, lins[i]);
+            lins[i] = NULL;
+        }
+        tell(ns, r, e, KVP_CHANGE_STORED);
     }
     for (size_t i = 0; i < nrel; i++) {
         uint32_t p = (uint32_t)release[i];
@@ -1434,6 +1504,7 @@ static int lo_confirm_ex(struct kvp_ns *pub, uint32_t rank, const struct kvp_str
 out:
     *ticket = later(*ticket, op_done(ns)); /* the op's records reach the log together */
     pthread_mutex_unlock(&ns->lock);
+    lins_free(lins, n); /* those not accepted */
     free(order);
     kb_free(&kb);
     return rc;
@@ -1868,6 +1939,20 @@ static int check_ns(struct kvp__lns *ns, struct kvp_error *err)
      * at a page held by it: equal totals mean no page is held by two keys. */
     CHECK(slots_total == held_total, "%s: %llu key slots but %llu held pages", ctx,
           (unsigned long long)slots_total, (unsigned long long)held_total);
+    /* Each lineage belongs to a key of the index, and is found where it is. */
+    uint64_t nlin = 0;
+    for (uint64_t i = 0; i < ns->lins.cap; i++) {
+        const struct kvp__key *e = ns->lins.v[i].key;
+        if (!e)
+            continue;
+        nlin++;
+        struct kvp_str k = {kvp__key_bytes(e), e->len};
+        CHECK(key_find(ns, &k) == e && kvp__lin_get(&ns->lins, e) == ns->lins.v[i].lin,
+              "%s: a lineage of key '%.*s', which is not in the index or not found", ctx,
+              (int)(e->len > 64 ? 64 : e->len), kvp__key_bytes(e));
+    }
+    CHECK(nlin == ns->lins.n, "%s: %llu lineages counted, %llu found", ctx,
+          (unsigned long long)ns->lins.n, (unsigned long long)nlin);
     return 0;
 }
 
@@ -1960,6 +2045,33 @@ int kvp__replay_free(struct kvp__lns *ns, uint32_t rank, uint32_t page, char *ms
     page_unhold(ns, r, page);
     page_to_free(r, page);
     return 0;
+}
+
+int kvp__replay_lin(struct kvp__lns *ns, const struct kvp_str *key, const char *parent,
+                    uint32_t plen, const uint8_t *tok, uint32_t ntokens, char *msg, size_t msglen)
+{
+    if (check_key(key) || (plen && kvp_key_problem(parent, plen)) ||
+        ntokens > KVP_MAX_PAGE_TOKENS) {
+        snprintf(msg, msglen, "LINEAGE with an invalid key, parent or token count");
+        return -EUCLEAN;
+    }
+    struct kvp__lin *l = lin_new(parent, plen, ntokens);
+    if (!l)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < ntokens; i++)
+        l->tok[i] = (uint32_t)tok[4 * i] | (uint32_t)tok[4 * i + 1] << 8 |
+                    (uint32_t)tok[4 * i + 2] << 16 | (uint32_t)tok[4 * i + 3] << 24;
+    pthread_mutex_lock(&ns->lock);
+    struct kvp__key *e = key_find(ns, key);
+    int rc = e ? kvp__lin_reserve(ns, 1) : -EUCLEAN;
+    if (!rc)
+        kvp__lin_set(ns, e, l);
+    pthread_mutex_unlock(&ns->lock);
+    if (rc)
+        free(l);
+    if (rc == -EUCLEAN)
+        snprintf(msg, msglen, "LINEAGE of a key that holds no page");
+    return rc;
 }
 
 void kvp__meta_reserve_keys(struct kvp__lns *ns, uint64_t nkeys)

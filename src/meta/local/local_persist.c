@@ -75,6 +75,12 @@ static int rp_free(struct kvp__local *m, uint32_t id, uint32_t rank, uint32_t pa
     return rc;
 }
 
+static int rp_lin(struct kvp__local *m, uint32_t id, const struct kvp_str *key, const char *parent,
+                  uint32_t plen, const uint8_t *tok, uint32_t ntokens, char *msg, size_t msglen)
+{
+    return kvp__replay_lin(kvp__meta_ns_by_id(m, id), key, parent, plen, tok, ntokens, msg, msglen);
+}
+
 static void rp_drop(struct kvp__local *m, uint32_t id)
 {
     kvp__replay_drop(kvp__meta_ns_by_id(m, id));
@@ -142,6 +148,7 @@ struct fz_ns {
     uint32_t nranks;
     struct fz_rank *ranks; /* NULL: the namespace's own ranks (no copy) */
     int dropped;
+    struct kvp__lintab lins; /* a copy of its lineages' table (lineage.c) */
 };
 
 static struct fz_rank live_rank(const struct kvp__rank *r)
@@ -167,7 +174,8 @@ static size_t frozen_bytes(struct kvp__local *m, int unlocked)
     for (struct kvp__lns *ns = m->ns_first; ns; ns = ns->next_all) {
         if (unlocked)
             pthread_mutex_lock(&ns->lock);
-        b += sizeof(struct fz_ns) + (size_t)ns->nranks * sizeof(struct fz_rank);
+        b += sizeof(struct fz_ns) + (size_t)ns->nranks * sizeof(struct fz_rank) +
+             (ns->lins.n ? ns->lins.cap * sizeof(struct kvp__linent) : 0);
         for (uint32_t s = 0; s < ns->nranks; s++)
             if (ns->slots[s]->lru.tail != KVP_NONE)
                 b += (size_t)(ns->slots[s]->top - ns->slots[s]->bot) * sizeof(struct fz_page);
@@ -198,6 +206,12 @@ static void freeze(struct kvp__local *m, struct kvp__frozen *fz)
         v->nkeys = ns->nkeys;
         v->nranks = ns->nranks;
         v->dropped = ns->dropped;
+        v->lins = (struct kvp__lintab){0};
+        if (ns->lins.n) { /* as the entries: the lineages it points at are kept */
+            v->lins = ns->lins;
+            v->lins.v = frozen_take(fz, ns->lins.cap * sizeof *v->lins.v);
+            memcpy(v->lins.v, ns->lins.v, ns->lins.cap * sizeof *v->lins.v);
+        }
         v->ranks = frozen_take(fz, (size_t)ns->nranks * sizeof *v->ranks);
         for (uint32_t s = 0; s < ns->nranks; s++) {
             const struct kvp__rank *r = ns->slots[s];
@@ -238,8 +252,8 @@ static void walk(struct kvp__local *m, const struct kvp__frozen *fz,
     const struct fz_ns *all = fz ? fz->root : NULL;
     const struct kvp__lns *live = m->ns_first;
     for (size_t i = 0; fz ? i < fz->n : live != NULL; i++) {
-        struct fz_ns v =
-            fz ? all[i] : (struct fz_ns){live, live->nkeys, live->nranks, NULL, live->dropped};
+        struct fz_ns v = fz ? all[i] : (struct fz_ns){live, live->nkeys,   live->nranks,
+                                                      NULL, live->dropped, live->lins};
         const struct kvp__lns *ns = v.ns;
         vis->ns(arg, ns->id, ns->deployment, ns->pool, v.nkeys, v.dropped);
         for (uint32_t s = 0; s < v.nranks; s++) {
@@ -252,6 +266,10 @@ static void walk(struct kvp__local *m, const struct kvp__frozen *fz,
             for (uint32_t p = r.tail; p != KVP_NONE; p = fz_prev(&r, p)) {
                 const struct kvp__key *k = fz_owner(&r, p);
                 vis->hold(arg, ns->id, r.id, p, kvp__key_bytes(k), k->len);
+                /* Told with each rank's page of the key. */
+                const struct kvp__lin *l = kvp__lin_get(&v.lins, k);
+                if (l)
+                    vis->lin(arg, ns->id, r.id, kvp__key_bytes(k), k->len, l);
             }
         }
         if (!fz)
@@ -287,6 +305,7 @@ const struct kvp__persist_ops kvp__local_persist_ops = {
     .init = rp_init,
     .hold = rp_hold,
     .free = rp_free,
+    .lin = rp_lin,
     .drop = rp_drop,
     .clear = rp_clear,
     .lock_all = lock_all,

@@ -23,7 +23,8 @@ enum kvp__pstate { KVP_PFREE = 0, KVP_PRESERVED = 1, KVP_PHELD = 2 };
 /*
  * A key of a namespace. One allocation: the header, one page slot per rank
  * slot of the namespace (grown lazily when ranks are added), then the key
- * bytes. Kept small on purpose: the per-key memory budget is 150 bytes.
+ * bytes. Kept small on purpose: the per-key memory budget is 150 bytes (a
+ * key's lineage is kept beside it, in its namespace's struct kvp__lintab).
  */
 struct kvp__key {
     struct kvp__key *next; /* hash chain */
@@ -53,6 +54,40 @@ static inline const char *kvp__key_bytes(const struct kvp__key *k)
 {
     return (const char *)(k->pages + k->cap);
 }
+
+/*
+ * What the last accepted confirmation of a key that named them said of its
+ * lineage (kvp_meta_confirm_ex): its tokens and its parent's key. One
+ * allocation, never changed once kept (a snapshot thread may read it): a
+ * later confirmation naming either puts a new one in its place.
+ */
+struct kvp__lin {
+    struct kvp__lin *next_kept; /* on its namespace's kept list (kept_lin) */
+    uint32_t ntokens;           /* 0..KVP_MAX_PAGE_TOKENS */
+    uint16_t plen;              /* 0: no parent known */
+    uint32_t tok[];             /* ntokens tokens; then the parent's plen bytes */
+};
+
+static inline const char *kvp__lin_parent(const struct kvp__lin *l)
+{
+    return (const char *)(l->tok + l->ntokens);
+}
+
+/*
+ * The lineages of a namespace's keys, by key entry (src/meta/local/lineage.c):
+ * beside the entries, not in them, so that keys confirmed without one cost
+ * nothing (a pointer in every entry took 8 bytes a key: 153.8 against 145.4
+ * bytes, past the budget). Open addressing on the entry's address; v NULL
+ * until the first lineage.
+ */
+struct kvp__linent {
+    const struct kvp__key *key; /* NULL: a free slot */
+    struct kvp__lin *lin;
+};
+struct kvp__lintab {
+    struct kvp__linent *v;
+    uint64_t cap, n; /* cap: a power of two, or 0 */
+};
 
 /*
  * One page slot. Its state decides which list prev/next link it into:
@@ -149,6 +184,8 @@ struct kvp__lns {
     int keep_keys;
     struct kvp__key *kept;
     uint64_t nkept;
+    struct kvp__lin *kept_lin; /* the lineages dropped meanwhile, as kept */
+    struct kvp__lintab lins;   /* its keys' lineages (lineage.c; guarded by lock) */
     /* Dropped (kvp_meta_drop): no ranks, no keys, left out of the figures
      * and found only to be created again; an entry stays so that the log's
      * namespace numbers keep their meaning. The next rank initialized
@@ -190,6 +227,9 @@ uint64_t kvp__jrnl_ns(struct kvp__jrnl *j, const char *deployment, const char *p
 void kvp__jrnl_init(struct kvp__jrnl *j, uint32_t rank, uint32_t num_pages);
 void kvp__jrnl_hold(struct kvp__jrnl *j, uint32_t rank, uint32_t page, const char *key,
                     uint16_t klen);
+/* The lineage a confirmation on rank gave the key (after its HOLD). */
+void kvp__jrnl_lin(struct kvp__jrnl *j, uint32_t rank, const char *key, uint16_t klen,
+                   const struct kvp__lin *l);
 void kvp__jrnl_free(struct kvp__jrnl *j, uint32_t rank, uint32_t page);
 void kvp__jrnl_clear(struct kvp__jrnl *j, int64_t rank);
 void kvp__jrnl_drop(struct kvp__jrnl *j);
@@ -218,6 +258,8 @@ void kvp__jrnl_unspace(struct kvp__local *m, uint64_t bytes);
 #define KVP_JRNL_NS(dl, pl) (KVP_JRNL_HDR + 7u + (uint64_t)(dl) + (uint64_t)(pl))
 #define KVP_JRNL_INIT (KVP_JRNL_HDR + 13u)
 #define KVP_JRNL_HOLD(klen) (KVP_JRNL_HDR + 15u + (uint64_t)(klen))
+#define KVP_JRNL_LIN(klen, plen, ntok)                                                             \
+    (KVP_JRNL_HDR + 17u + (uint64_t)(klen) + (uint64_t)(plen) + 4u * (uint64_t)(ntok))
 #define KVP_JRNL_FREE (KVP_JRNL_HDR + 13u)
 #define KVP_JRNL_CLEAR (KVP_JRNL_HDR + 9u)
 #define KVP_JRNL_DROP KVP_JRNL_CLEAR /* the same fields: namespace, every rank */
@@ -246,6 +288,10 @@ int kvp__persist_snapshot(struct kvp__local *m);
 int kvp__replay_hold(struct kvp__lns *ns, uint32_t rank, uint32_t page, const struct kvp_str *key,
                      char *msg, size_t msglen);
 int kvp__replay_free(struct kvp__lns *ns, uint32_t rank, uint32_t page, char *msg, size_t msglen);
+/* The lineage of a key that holds a page (tok: ntokens little-endian
+ * uint32s, as the log has them). */
+int kvp__replay_lin(struct kvp__lns *ns, const struct kvp_str *key, const char *parent,
+                    uint32_t plen, const uint8_t *tok, uint32_t ntokens, char *msg, size_t msglen);
 struct kvp__lns *kvp__meta_ns_by_id(struct kvp__local *m, uint32_t id);
 /* Sizes the key index for nkeys at once (recovery knows the count). */
 void kvp__meta_reserve_keys(struct kvp__lns *ns, uint64_t nkeys);
@@ -291,6 +337,27 @@ static inline void kvp__hx_note(struct kvp__lns *ns, struct kvp__key *from, stru
         kvp__hx_change(ns, from, to);
 }
 void kvp__hx_free(struct kvp__lns *ns);
+/* Lineages (src/meta/local/lineage.c), with ns->lock held. kvp__lin_get: key
+ * e's in table t (the namespace's, or a snapshot's copy), or NULL.
+ * kvp__lin_reserve: room for more lineages set without failing; 0 or
+ * -ENOMEM. kvp__lin_set: e's becomes l (its old one goes; room reserved).
+ * kvp__lin_note: the key index's call, where entry from becomes to (NULL:
+ * from is unlinked; its lineage goes); a test when none was ever kept.
+ * kvp__lin_free: a lineage no key has (NULL: none), kept while a snapshot
+ * thread may read it (kvp__meta_keep_keys). kvp__lin_drop_all: every one
+ * of the namespace goes. */
+struct kvp__lin *kvp__lin_get(const struct kvp__lintab *t, const struct kvp__key *e);
+int kvp__lin_reserve(struct kvp__lns *ns, uint64_t more);
+void kvp__lin_set(struct kvp__lns *ns, const struct kvp__key *e, struct kvp__lin *l);
+void kvp__lin_change(struct kvp__lns *ns, const struct kvp__key *from, const struct kvp__key *to);
+static inline void kvp__lin_note(struct kvp__lns *ns, const struct kvp__key *from,
+                                 const struct kvp__key *to)
+{
+    if (__builtin_expect(ns->lins.n != 0, 0))
+        kvp__lin_change(ns, from, to);
+}
+void kvp__lin_free(struct kvp__lns *ns, struct kvp__lin *l);
+void kvp__lin_drop_all(struct kvp__lns *ns);
 /* For pins.c, with ns->lock held: the rank (NULL: not initialized) and the
  * page of key on it (KVP_NONE: none). */
 struct kvp__rank *kvp__rank_of(struct kvp__lns *ns, uint32_t rank);

@@ -3,7 +3,8 @@
  * snapshots, and recovery. The log mechanics are in src/wal.
  *
  * Logged: namespace creation, rank init/resize, HOLD (a confirmed key takes a
- * page), FREE (a key loses a page: delete or eviction), CLEAR, DROP (the
+ * page), LINEAGE (after a HOLD: the parent key and tokens its confirmation
+ * named), FREE (a key loses a page: delete or eviction), CLEAR, DROP (the
  * namespace and its ranks go; a later INIT brings it back). Reservations
  * are not logged: after a restart they are gone and their writers'
  * confirmations are still accepted while the page is free.
@@ -63,6 +64,12 @@ enum {
     REC_HOLD_HEX = 8,  /* HOLD of a lowercase hex key, stored as its bytes */
     REC_KEYS_HINT = 9, /* snapshot: how many keys the namespace has (sizes its index once) */
     REC_DROP = 10,     /* kvp_meta_drop: as CLEAR's fields (namespace, every rank) */
+    /* A key's lineage, after a HOLD of it (in the log and in a snapshot):
+     * namespace, rank, key length (2) and key, parent length (2, 0: none)
+     * and parent, token count (4) and tokens (4 each). A state written
+     * before it existed has none and loads as it did; a binary older than it
+     * does not read a state that has one. */
+    REC_LINEAGE = 11,
 };
 #define MAX_KEYS_HINT (1ull << 28)
 #define SNAP_VERSION 1
@@ -200,6 +207,33 @@ static void enc_hold(struct enc *e, uint32_t ns, uint32_t rank, uint32_t page, c
     ebytes(e, kb, klen);
 }
 
+/* Encodes a LINEAGE record into b (room for KVP_JRNL_LIN - KVP_WAL_HDR
+ * bytes); returns its length. */
+static uint32_t enc_lin(uint8_t *b, uint32_t ns, uint32_t rank, const char *key, uint16_t klen,
+                        const struct kvp__lin *l)
+{
+    uint8_t *p = b;
+    *p++ = REC_LINEAGE;
+    for (int i = 0; i < 4; i++)
+        *p++ = (uint8_t)(ns >> (8 * i));
+    for (int i = 0; i < 4; i++)
+        *p++ = (uint8_t)(rank >> (8 * i));
+    *p++ = (uint8_t)klen;
+    *p++ = (uint8_t)(klen >> 8);
+    memcpy(p, key, klen);
+    p += klen;
+    *p++ = (uint8_t)l->plen;
+    *p++ = (uint8_t)(l->plen >> 8);
+    memcpy(p, kvp__lin_parent(l), l->plen);
+    p += l->plen;
+    for (int i = 0; i < 4; i++)
+        *p++ = (uint8_t)(l->ntokens >> (8 * i));
+    for (uint32_t t = 0; t < l->ntokens; t++)
+        for (int i = 0; i < 4; i++)
+            *p++ = (uint8_t)(l->tok[t] >> (8 * i));
+    return (uint32_t)(p - b);
+}
+
 /* The log the journal appends to, or NULL: none, or recovery is applying
  * records (they are in the log already). */
 static struct kvp__wal *log_of(const struct kvp__persist *p)
@@ -255,6 +289,31 @@ static void stage(struct kvp__jrnl *j, struct kvp__wal *w, const struct enc *e)
     kvp__wal_frame(j->buf + j->len, e->b, e->n);
     memcpy(j->buf + j->len + KVP_WAL_HDR, e->b, e->n);
     j->len += KVP_WAL_HDR + e->n;
+}
+
+/* A LINEAGE record is too big for struct enc (up to 256 KiB of tokens): it
+ * is encoded in place in the staging buffer. */
+void kvp__jrnl_lin(struct kvp__jrnl *j, uint32_t rank, const char *key, uint16_t klen,
+                   const struct kvp__lin *l)
+{
+    struct kvp__wal *w = jwal(j);
+    if (!w)
+        return;
+    size_t need = j->len + KVP_JRNL_LIN(klen, l->plen, l->ntokens);
+    if (need > j->cap) {
+        size_t cap = j->cap ? j->cap : 4096;
+        while (cap < need)
+            cap *= 2;
+        uint8_t *b = realloc(j->buf, cap);
+        if (!b)
+            return; /* out of memory: a restart will not know this lineage */
+        j->buf = b;
+        j->cap = cap;
+    }
+    uint8_t *rec = j->buf + j->len + KVP_WAL_HDR;
+    uint32_t n = enc_lin(rec, j->ns, rank, key, klen, l);
+    kvp__wal_frame(j->buf + j->len, rec, n);
+    j->len += KVP_WAL_HDR + n;
 }
 
 uint64_t kvp__jrnl_commit(struct kvp__jrnl *j)
@@ -491,6 +550,17 @@ int kvp__persist_apply(struct kvp__local *m, const uint8_t *payload, uint32_t le
         }
         return ops->hold(m, nsid, rank, page, &ks, msg, msglen);
     }
+    case REC_LINEAGE: {
+        uint32_t kl = (uint32_t)dget(&d, 2);
+        const char *k = dbytes(&d, kl);
+        uint32_t pl = (uint32_t)dget(&d, 2);
+        const char *par = dbytes(&d, pl);
+        uint32_t nt = (uint32_t)dget(&d, 4);
+        if (d.bad || nt > KVP_MAX_PAGE_TOKENS || d.n - d.off != 4 * nt)
+            break;
+        struct kvp_str ks = {k, kl};
+        return ops->lin(m, nsid, &ks, par, pl, d.p + d.off, nt, msg, msglen);
+    }
     case REC_FREE: {
         uint32_t page = (uint32_t)dget(&d, 4);
         if (d.bad || d.off != d.n)
@@ -518,6 +588,8 @@ int kvp__persist_apply(struct kvp__local *m, const uint8_t *payload, uint32_t le
 
 struct snapw {
     int fd, err;
+    uint8_t *big; /* a LINEAGE record's encoding (grown as needed), or NULL */
+    size_t bigcap;
     uint8_t buf[1 << 16];
     size_t n;
     uint64_t records;
@@ -634,7 +706,43 @@ static void snap_hold(void *arg, uint32_t ns, uint32_t rank, uint32_t page, cons
     sw_rec(arg, &e);
 }
 
-static const struct kvp__persist_visit snap_visit = {snap_ns, snap_rank, snap_hold};
+/* A record of any size: through buf, a piece at a time. */
+static void sw_big(struct snapw *w, const uint8_t *rec, uint32_t len)
+{
+    uint8_t hdr[KVP_WAL_HDR];
+    kvp__wal_frame(hdr, rec, len);
+    const uint8_t *src[2] = {hdr, rec};
+    size_t n[2] = {KVP_WAL_HDR, len};
+    for (int k = 0; k < 2; k++)
+        for (size_t off = 0; off < n[k];) {
+            if (w->n == sizeof w->buf)
+                sw_flush(w);
+            size_t c = sizeof w->buf - w->n < n[k] - off ? sizeof w->buf - w->n : n[k] - off;
+            memcpy(w->buf + w->n, src[k] + off, c);
+            w->n += c;
+            off += c;
+        }
+    w->records++;
+}
+
+static void snap_lin(void *arg, uint32_t ns, uint32_t rank, const char *key, uint16_t klen,
+                     const struct kvp__lin *l)
+{
+    struct snapw *w = arg;
+    size_t need = KVP_JRNL_LIN(klen, l->plen, l->ntokens);
+    if (need > w->bigcap) {
+        uint8_t *b = realloc(w->big, need);
+        if (!b) { /* the snapshot fails whole: a later one tries again */
+            w->err = -ENOMEM;
+            return;
+        }
+        w->big = b;
+        w->bigcap = need;
+    }
+    sw_big(w, w->big, enc_lin(w->big, ns, rank, key, klen, l));
+}
+
+static const struct kvp__persist_visit snap_visit = {snap_ns, snap_rank, snap_hold, snap_lin};
 
 /*
  * Writes the whole state: with fz == NULL the live one (in a forked child, or
@@ -650,6 +758,8 @@ static int write_snapshot(struct kvp__local *m, struct snapw *w, int fd, uint64_
     w->written = w->synced = 0;
     w->chunk_start = kvp__mono_ns();
     w->pace = pace;
+    w->big = NULL;
+    w->bigcap = 0;
     struct enc e;
     e.n = 0;
     e8(&e, REC_SNAP_BEGIN);
@@ -663,6 +773,8 @@ static int write_snapshot(struct kvp__local *m, struct snapw *w, int fd, uint64_
     e64(&e, w->records + 1);
     sw_rec(w, &e);
     sw_flush(w);
+    free(w->big);
+    w->big = NULL;
     return w->err;
 }
 

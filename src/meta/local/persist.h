@@ -40,6 +40,9 @@ struct kvp__persist_visit {
     void (*rank)(void *arg, uint32_t ns, uint32_t rank, uint32_t num_pages);
     void (*hold)(void *arg, uint32_t ns, uint32_t rank, uint32_t page, const char *key,
                  uint16_t klen);
+    /* After a hold whose key has a lineage: it (struct kvp__lin). */
+    void (*lin)(void *arg, uint32_t ns, uint32_t rank, const char *key, uint16_t klen,
+                const struct kvp__lin *l);
 };
 
 /*
@@ -59,6 +62,9 @@ struct kvp__persist_ops {
                 const struct kvp_str *key, char *msg, size_t msglen);
     int (*free)(struct kvp__local *m, uint32_t ns, uint32_t rank, uint32_t page, char *msg,
                 size_t msglen);
+    /* tok: ntokens little-endian uint32s. */
+    int (*lin)(struct kvp__local *m, uint32_t ns, const struct kvp_str *key, const char *parent,
+               uint32_t plen, const uint8_t *tok, uint32_t ntokens, char *msg, size_t msglen);
     void (*drop)(struct kvp__local *m, uint32_t ns);
     int (*clear)(struct kvp__local *m, uint32_t ns, uint32_t rank_or_all, char *msg, size_t msglen);
     /* Snapshots: every lock of the state, taken and released. */
