@@ -203,6 +203,15 @@ def snapshot_children(pid):
     return out
 
 
+def alive(pid):
+    """Whether process pid runs (a zombie holds no files: not alive)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return "zombie" not in f.read()
+    except FileNotFoundError:
+        return False
+
+
 def test_restart_after_kill_during_snapshot(tmp_path):
     """A SIGKILL while a snapshot child writes: the child dies with the
     server, so the restarted server gets the data directory at once (it
@@ -226,13 +235,21 @@ def test_restart_after_kill_during_snapshot(tmp_path):
     if not child:
         pytest.skip("no snapshot child was seen within 120 s")
     srv.stop(signal.SIGKILL)
+    # The child is killed when its parent dies (PR_SET_PDEATHSIG), but that
+    # signal is delivered and the child torn down after the parent is
+    # reaped: under TSan its exit took long enough that a restart at once
+    # found the directory still locked (failed once in CI). So the restart
+    # waits until the child is gone, within a bound (an orphan used to
+    # write its whole snapshot first).
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(alive(pid) for pid in child):
+        time.sleep(0.02)
+    assert not any(alive(pid) for pid in child), child
     again = launch(tmp_path, flags, tries=1)
     try:
         st = again.stats()
         assert rank_stats(st, 0)["keys"] == n
         assert not [f for f in os.listdir(data) if f.endswith(".tmp")]
-        for pid in child:
-            assert not os.path.exists(f"/proc/{pid}/status") or "zombie" in open(f"/proc/{pid}/status").read()
     finally:
         assert again.stop() == 0, again.stderr()
 
