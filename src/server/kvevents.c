@@ -1016,15 +1016,9 @@ static void inv_add(const struct kvp_meta_change *c, void *arg)
 {
     struct kvp_kvev *ev = arg;
     struct inv_recs *r = &ev->inv;
-    if (r->n == r->cap) {
-        size_t cap = r->cap * 2;
-        struct inv_rec *v = realloc(r->v, cap * sizeof *v);
-        if (!v) {
-            ev->inv_short = 1; /* a partial inventory: logged by the publisher */
-            return;
-        }
-        r->v = v;
-        r->cap = cap;
+    if (grow((void **)&r->v, &r->cap, r->n + 1, sizeof *r->v)) {
+        ev->inv_short = 1; /* a partial inventory: logged by the publisher */
+        return;
     }
     int sg;
     struct inv_rec *x = &r->v[r->n++];

@@ -300,15 +300,25 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/* Two handles of the state at loc (two servers' view of one state): 0, or
+ * -1 with neither open (the failure checked). */
+static int open_two(const char *loc, struct kvp_meta **a, struct kvp_meta **b)
+{
+    *a = diff_open(loc, 60000, 0);
+    *b = diff_open(loc, 60000, 0);
+    CHECK(*a && *b);
+    if (*a && *b)
+        return 0;
+    kvp_meta_close(*a);
+    kvp_meta_close(*b);
+    return -1;
+}
+
 static void threads_test(const char *loc)
 {
-    struct kvp_meta *m1 = diff_open(loc, 60000, 0), *m2 = diff_open(loc, 60000, 0);
-    CHECK(m1 && m2);
-    if (!m1 || !m2) {
-        kvp_meta_close(m1);
-        kvp_meta_close(m2);
+    struct kvp_meta *m1, *m2;
+    if (open_two(loc, &m1, &m2))
         return;
-    }
     struct kvp_ns *n1 = ns_of(m1, "thr", "p"), *n2 = ns_of(m2, "thr", "p");
     CHECK_EQ(kvp_meta_init_rank(n1, 0, 64, NULL), 0);
     CHECK_EQ(kvp_meta_init_rank(n2, 0, 64, NULL), 0);
@@ -1181,13 +1191,9 @@ static void lineage_test(int port)
 {
     char loc[96], out[32];
     snprintf(loc, sizeof loc, "redis://127.0.0.1:%d?prefix=lin", port);
-    struct kvp_meta *m = diff_open(loc, 60000, 0), *m2 = diff_open(loc, 60000, 0);
-    CHECK(m && m2);
-    if (!m || !m2) {
-        kvp_meta_close(m);
-        kvp_meta_close(m2);
+    struct kvp_meta *m, *m2;
+    if (open_two(loc, &m, &m2))
         return;
-    }
     struct kvp_ns *ns = ns_of(m, "l", "kv");
     CHECK_EQ(kvp_meta_init_rank(ns, 0, 4, NULL), 0);
     CHECK_EQ(kvp_meta_init_rank(ns, 1, 4, NULL), 0);
