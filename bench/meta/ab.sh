@@ -20,7 +20,8 @@
 #      with one subscriber, events_sub.py, that receives and decodes every
 #      batch: `EVENTS=1 bench/meta/ab.sh build build` is events off / on;
 #      SUB_DECODE=0: the subscriber receives and checks sequence numbers
-#      only, as a router on another host would cost this one),
+#      only, as a router on another host would cost this one; NOSUB=1: no
+#      subscriber at all, a control: the events are encoded and dropped),
 #      REDIS ("": with 1, each side's state is in a redis-server of its own
 #      (AOF everysec): `--meta redis://...` instead of --data-dir, and each
 #      operation's line REDIS gives the time Redis spent in the side's
@@ -35,6 +36,7 @@ ROUNDS=${ROUNDS:-5} DUR=${DUR:-3} CONNS=${CONNS:-16} PAGES=${PAGES:-16777216} TH
 OPS=${OPS:-"exists64 locations64 sglexists64 allocconfirm64"}
 FSYNC=${FSYNC:-}
 EVENTS=${EVENTS:-}
+NOSUB=${NOSUB:-}
 REDIS=${REDIS:-}
 [ $# = 2 ] || { echo "usage: $0 OLD_BUILD_DIR NEW_BUILD_DIR" >&2; exit 2; }
 [ -n "$FSYNC" ] && OPS=allocconfirm64
@@ -85,7 +87,7 @@ for side in old new; do
     curl -fs "http://127.0.0.1:$p/healthz" >/dev/null || { cat "$TMP/$side.err" >&2; exit 1; }
     PORT[$side]=$p
 done
-if [ -n "$EVENTS" ]; then
+if [ -n "$EVENTS" ] && [ -z "$NOSUB" ]; then
     "$PY" "$HERE/events_sub.py" "ipc://$TMP/events" >"$TMP/sub.out" 2>&1 &
     PIDS+=($!)
     SUB_PID=$!
@@ -163,7 +165,7 @@ EOF
         RUSEC=() RREQ=()
     fi
 done
-if [ -n "$EVENTS" ]; then
+if [ -n "$EVENTS" ] && [ -z "$NOSUB" ]; then
     kill -INT "$SUB_PID" 2>/dev/null || true
     wait "$SUB_PID" 2>/dev/null || true
     echo "SUBSCRIBER: $(cat "$TMP/sub.out")"

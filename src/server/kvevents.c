@@ -283,16 +283,21 @@ uint64_t kvp__kvev_block_hash(const char *key, size_t len, int mode, int *is_sig
 
 /* ---------------------------------------------------------------- the publisher */
 
-/* A change. Its key's block hash is computed on the publisher's thread, off
- * the request's: a key of up to KEY_INLINE bytes travels in the record
- * (len), a longer one is hashed at once (len KEY_HASHED).
+/* A change: 32 bytes. A key of more than KEY_INLINE bytes (every engine's)
+ * is hashed at once, on the request's thread (len KEY_HASHED: 16 hex digits
+ * read, or XXH3); a shorter one travels in the record (len) and the
+ * publisher hashes it. The queue's records are the request thread's biggest
+ * cost: records of 88 bytes, each key's bytes carried for the publisher to
+ * hash, filled a megabyte of the core's cache every tick and slowed the
+ * key index's lookups by 40%; hashed here, a record is a third of that
+ * (bench/README.md, issue 38).
  *
  * A stored page whose confirmation named its parent key or its tokens
  * (kvp_meta_confirm_ex) is followed by records of its own: REC_PARENT (the
  * parent key, as a change's key) and REC_TOKENS (up to TOK_INLINE tokens
  * each, len of them). The records of one change are never parted: staged,
  * queued and batched together. A change without them stays one record. */
-#define KEY_INLINE 72
+#define KEY_INLINE 16
 #define KEY_HASHED UINT16_MAX
 #define REC_PARENT 3
 #define REC_TOKENS 4
@@ -309,6 +314,7 @@ struct rec {
         uint32_t tok[TOK_INLINE];
     } u;
 };
+_Static_assert(sizeof(struct rec) == 32, "a queued change stays 32 bytes");
 
 /* Whether r continues the change before it. */
 static inline int rec_more(const struct rec *r)
@@ -437,7 +443,7 @@ static int seq_write(const struct kvp_kvev *ev, uint64_t expect, uint64_t v)
  * piece at its end (or when full): one lock of the queue per operation, not
  * per page. The operation holds its namespace's lock meanwhile, so the
  * order of each namespace's changes is kept. */
-#define STAGE 128
+#define STAGE 640 /* room for a page of 2,552 tokens (told_extra) */
 /* initial-exec: the executable's own, reached without a call. */
 static _Thread_local __attribute__((tls_model("initial-exec"))) struct {
     size_t n;

@@ -686,6 +686,22 @@ def test_endpoint_in_use_fails_to_start(tmp_path):
     assert not os.path.exists(tmp_path / "d")  # a refused start leaves no state
 
 
+def confirm_ex(c, keys, pages, fields):
+    """vLLM's confirm_write of keys on pages (rank 0) with more fields."""
+    return c.post("/keys/confirm_write",
+                  {"rank": 0, "confirmations": list(map(list, zip(keys, pages))), **fields})
+
+
+def store_told(c, cons, keys, fields):
+    """Allocates and confirms keys on rank 0 with fields, waits until cons
+    holds them; their block hashes and the BlockStored events received."""
+    r = confirm_ex(c, keys, c.v_alloc(0, keys), fields)
+    assert r.status_code == 204, r.text
+    hashes = [vllm_hash(k) for k in keys]
+    cons.wait_for({0: set(hashes)})
+    return hashes, stored_events(cons)
+
+
 def stored_events(cons):
     """The BlockStored events received, as maps (the array format's fields
     named as vLLM's BlockStored has them)."""
@@ -722,13 +738,7 @@ def test_parents_and_tokens_vllm(start_server, consumers):
     prefix = hexkey(0x70)
     keys = [hexkey(0x7100 + i) for i in range(5)]
     toks = [list(range(100 * i, 100 * i + 4)) for i in range(5)]
-    pages = c.v_alloc(0, keys)
-    r = c.post("/keys/confirm_write", {"rank": 0, "confirmations": list(map(list, zip(keys, pages))),
-                                       "prefix_key": prefix, "token_ids": toks})
-    assert r.status_code == 204, r.text
-    hashes = [vllm_hash(k) for k in keys]
-    cons.wait_for({0: set(hashes)})
-    ev = stored_events(cons)
+    hashes, ev = store_told(c, cons, keys, {"prefix_key": prefix, "token_ids": toks})
     assert sum((e["block_hashes"] for e in ev), []) == hashes
     assert ev[0]["parent_block_hash"] == vllm_hash(prefix)
     assert ev[0]["token_ids"][:8] == toks[0] + toks[1] and ev[0]["block_size"] == 4
@@ -741,8 +751,7 @@ def test_parents_and_tokens_vllm(start_server, consumers):
     more = [hexkey(0x7200 + i) for i in range(4)]
     other = hexkey(0x7300)
     pages = c.v_alloc(0, more)
-    r = c.post("/keys/confirm_write", {"rank": 0, "confirmations": list(map(list, zip(more, pages))),
-                                       "parent_keys": [None, more[0], other, more[2]]})
+    r = confirm_ex(c, more, pages, {"parent_keys": [None, more[0], other, more[2]]})
     assert r.status_code == 204, r.text
     h2 = [vllm_hash(k) for k in more]
     cons.wait_for({0: set(hashes + h2)})
@@ -767,6 +776,19 @@ def test_parents_and_tokens_vllm(start_server, consumers):
     assert late.held[0] == cons.held[0]
     got = chains(stored_events(late))
     assert {h: got[h] for h in want} == want
+
+
+def test_tokens_of_a_large_page(start_server, consumers):
+    """A page's tokens are told up to 2,552 of them (the records one
+    operation stages); past that its BlockStored carries none, and the
+    page itself is still told, after the others of its confirmation."""
+    srv, cons, c = start_events(start_server, consumers)
+    c.v_init(0, 8)
+    keys = [hexkey(0x7500 + i) for i in range(3)]
+    toks = [list(range(2552)), list(range(1, 2554)), [5, 6]]
+    hashes, ev = store_told(c, cons, keys, {"prefix_key": None, "token_ids": toks})
+    assert [(e["block_hashes"], e["token_ids"], e["block_size"]) for e in ev] == [
+        ([hashes[0]], toks[0], 2552), ([hashes[1]], [], 16), ([hashes[2]], [5, 6], 2)]
 
 
 def test_parents_sglang_array_format(start_server, consumers):
@@ -849,14 +871,13 @@ def test_parents_accepted_by_every_backend(start_server):
 
 def test_parents_in_a_small_queue(start_server, consumers):
     """A change's records are queued whole: with max_queue_size 2 a page's
-    parent still fits beside it (a chain), its 40 tokens (3 more records)
+    parent still fits beside it (a chain), its 40 tokens (10 more records)
     do not and are left out; nothing waits forever."""
     srv, cons, c = start_events(start_server, consumers, "max_queue_size=2")
     c.v_init(0, 16)
     keys = [hexkey(0x7a00 + i) for i in range(3)]
     pages = c.v_alloc(0, keys)
-    r = c.post("/keys/confirm_write", {"rank": 0, "confirmations": list(map(list, zip(keys, pages))),
-                                       "prefix_key": None, "token_ids": [list(range(40))] * 3})
+    r = confirm_ex(c, keys, pages, {"prefix_key": None, "token_ids": [list(range(40))] * 3})
     assert r.status_code == 204, r.text
     hashes = [vllm_hash(k) for k in keys]
     cons.wait_for({0: set(hashes)})
