@@ -781,7 +781,7 @@ def test_parents_and_tokens_vllm(start_server, consumers):
 def test_tokens_of_a_large_page(start_server, consumers):
     """A page's tokens are told up to 2,552 of them (the records one
     operation stages); past that its BlockStored carries none, and the
-    page itself is still told, after the others of its confirmation."""
+    page itself is still told, in its place among its confirmation's."""
     srv, cons, c = start_events(start_server, consumers)
     c.v_init(0, 8)
     keys = [hexkey(0x7500 + i) for i in range(3)]
