@@ -545,6 +545,59 @@ static void test_index_growth(void)
 }
 
 /*
+ * Evictions while the index moves to a bigger table: an evicted entry is
+ * found by its hash bits and its address, in whichever table holds it
+ * (key_unlink), and the next evictions' entries and buckets are prefetched
+ * from either table (evict_prefetch). Rank 1's 2,000 keys take the
+ * namespace's index near a doubling; rank 0's keys then cross it while
+ * rank 0 (2,100 pages) is full, so its evictions run during the move.
+ */
+static void test_evict_while_index_moves(void)
+{
+    struct kvp_meta *m = open_meta(120000, 0);
+    struct kvp_ns *ns = ns_of(m, "default", "kv");
+    const struct kvp__lns *lns = (const struct kvp__lns *)ns;
+    enum { OTHER = 2000, PAGES = 2100, BATCH = 16, KEYS = 188 * BATCH };
+    CHECK_EQ(kvp_meta_init_rank(ns, 1, OTHER, NULL), 0);
+    CHECK_EQ(kvp_meta_init_rank(ns, 0, PAGES, NULL), 0);
+    static char names[BATCH][24];
+    struct kvp_str keys[BATCH];
+    int64_t pages[BATCH];
+    for (int i = 0; i < OTHER; i++)
+        CHECK(put(ns, 1, (snprintf(names[0], sizeof names[0], "o-%d", i), names[0])) >= 0);
+    int evicted_while_moving = 0;
+    for (int base = 0; base < KEYS; base += BATCH) {
+        for (int j = 0; j < BATCH; j++) {
+            snprintf(names[j], sizeof names[j], "e-%d", base + j);
+            keys[j] = K(names[j]);
+        }
+        int moving = lns->old != NULL;
+        CHECK_EQ(kvp_meta_allocate(ns, 0, keys, BATCH, pages, NULL, NULL), 0);
+        evicted_while_moving += moving && base >= PAGES;
+        for (int j = 0; j < BATCH; j++)
+            CHECK(pages[j] >= 0);
+        CHECK_EQ(kvp_meta_confirm(ns, 0, keys, pages, BATCH, NULL, 0, NULL), 0);
+        invariants(m);
+    }
+    CHECK(evicted_while_moving > 0); /* the case this test is for did happen */
+    int wrong = 0;
+    char n[24];
+    for (int i = 0; i < KEYS; i++) {
+        snprintf(n, sizeof n, "e-%d", i);
+        struct kvp_str k = K(n);
+        int held = kvp__meta_peek(ns, 0, &k) >= 0;
+        wrong += held != (i >= KEYS - PAGES); /* the least recently used went */
+    }
+    for (int i = 0; i < OTHER; i++) {
+        snprintf(n, sizeof n, "o-%d", i);
+        struct kvp_str k = K(n);
+        wrong += kvp__meta_peek(ns, 1, &k) < 0;
+    }
+    CHECK_EQ(wrong, 0);
+    kvp_meta_close(m);
+}
+
+/*
  * Long chains: keys that share a bucket of the smallest table (1,024
  * buckets), so a chain is longer than the tags its bucket keeps. Deleting
  * them one at a time from every place of the chain must keep the tags and
@@ -592,6 +645,7 @@ int main(void)
 {
     test_index_growth();
     test_index_long_chains();
+    test_evict_while_index_moves();
     test_largest_pool();
     test_per_key_allocation();
     test_duplicates_in_batch();

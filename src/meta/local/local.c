@@ -27,6 +27,7 @@
 
 #include "meta/local/mem.h"
 #include "util/clock.h"
+#include "util/prefetch.h"
 #include "util/seed.h"
 #include "meta/local/meta_int.h"
 #include "meta/local/persist.h"
@@ -325,15 +326,15 @@ static struct kvp__key *key_find(struct kvp__lns *ns, const struct kvp_str *k)
 }
 
 /*
- * Batches. A request's keys are hashed once, before the namespace lock, and
- * searched a window at a time: the window's buckets are prefetched, then the
- * first entry of each of their chains, then the window is searched. The
- * cache misses of a window overlap instead of coming one after another (the
- * index is far bigger than the cache, so nearly every bucket and entry is a
- * miss; this halved the cost of a 64-key lookup).
+ * Batches. A request's keys are hashed once, before the namespace lock.
+ * They are not prefetched a window at a time: that code was in the tree
+ * from 2026-11-30 but compiled to nothing (util/prefetch.h), and once it
+ * ran it made 64-key lookups 4% slower at a 4-million-key index, the core
+ * already overlapping the misses of independent lookups (bench/README.md,
+ * "Evictions prefetched"). An eviction's misses depend on one another:
+ * those are prefetched (evict_prefetch).
  */
-#define KB_LOCAL 64  /* keys whose hashes and entries live on the stack */
-#define KB_WINDOW 16 /* keys whose misses are in flight together */
+#define KB_LOCAL 64 /* keys whose hashes and entries live on the stack */
 
 struct kbatch {
     uint64_t *h;         /* hash of each key */
@@ -362,36 +363,11 @@ static int kb_init(struct kbatch *kb, const struct kvp_str *keys, size_t n, stru
     return 0;
 }
 
-/* End of the window of keys that starts at i. */
-static size_t kb_window_end(size_t i, size_t n)
-{
-    return n - i > KB_WINDOW ? i + KB_WINDOW : n;
-}
-
 static void kb_free(struct kbatch *kb)
 {
     if (kb->h != kb->lh) {
         free(kb->h);
         free(kb->e);
-    }
-}
-
-/* Pulls the buckets of keys [i, j), then the first entries of the chains
- * that may hold them, into the cache. */
-static void kb_prefetch(const struct kvp__lns *ns, const uint64_t *h, size_t i, size_t j)
-{
-    for (size_t x = i; x < j; x++) {
-        __builtin_prefetch(bucket_of(ns->buckets, ns->nbuckets, h[x]));
-        if (ns->old)
-            __builtin_prefetch(bucket_of(ns->old, ns->nold, h[x]));
-    }
-    for (size_t x = i; x < j; x++) {
-        uint16_t t = key_tag(h[x]);
-        const struct kvp__bucket *b = bucket_of(ns->buckets, ns->nbuckets, h[x]);
-        if (bucket_search_end(b, t))
-            __builtin_prefetch(b->head);
-        if (ns->old && bucket_search_end(b = bucket_of(ns->old, ns->nold, h[x]), t))
-            __builtin_prefetch(b->head);
     }
 }
 
@@ -402,12 +378,8 @@ static void kb_find(struct kvp__lns *ns, struct kbatch *kb, const struct kvp_str
         memset(kb->e, 0, n * sizeof *kb->e);
         return;
     }
-    for (size_t w = 0; w < n; w += KB_WINDOW) {
-        size_t end = kb_window_end(w, n);
-        kb_prefetch(ns, kb->h, w, end);
-        for (size_t i = w; i < end; i++)
-            kb->e[i] = key_find_h(ns, &keys[i], kb->h[i]);
-    }
+    for (size_t i = 0; i < n; i++)
+        kb->e[i] = key_find_h(ns, &keys[i], kb->h[i]);
 }
 
 /* Bytes of an entry with cap slots and a key of len bytes. */
@@ -586,12 +558,35 @@ static struct kvp__key *key_get(struct kvp__lns *ns, const struct kvp_str *k, ui
     return key_get_h(ns, k, key_hash(k), slot);
 }
 
+/* The link to entry e in bucket b's chain, or NULL; *pos: its place. */
+static struct kvp__key **chain_link(struct kvp__bucket *b, const struct kvp__key *e, unsigned *pos)
+{
+    unsigned i = 0;
+    for (struct kvp__key **pp = &b->head; *pp; pp = &(*pp)->next, i++) {
+        if (*pp == e) {
+            *pos = i;
+            return pp;
+        }
+    }
+    return NULL;
+}
+
+/* Takes entry e out of the index. Its bucket is found from the hash bits it
+ * keeps and it is found by its address: the key is neither hashed again nor
+ * compared (an eviction's cache misses are the entry, its bucket and the
+ * entries before it in the chain). */
 static void key_unlink(struct kvp__lns *ns, struct kvp__key *e)
 {
-    struct kvp_str s = {kvp__key_bytes(e), e->len};
-    struct kvp__bucket *b;
+    struct kvp__bucket *b = NULL;
+    struct kvp__key **pp = NULL;
     unsigned pos = 0;
-    struct kvp__key **pp = key_slot(ns, &s, key_hash(&s), &b, &pos);
+    if (ns->old) {
+        uint64_t ob = e->hash & (ns->nold - 1);
+        if (ob >= ns->mpos)
+            pp = chain_link(b = &ns->old[ob], e, &pos);
+    }
+    if (!pp)
+        pp = chain_link(b = bucket_of(ns->buckets, ns->nbuckets, e->hash), e, &pos);
     assert(pp && *pp == e);
     *pp = e->next;
     bucket_unlinked(b, pos);
@@ -829,6 +824,50 @@ static uint32_t evict(struct kvp__lns *ns, struct kvp__rank *r, uint64_t now)
         return p;
     }
     return KVP_NONE;
+}
+
+/*
+ * Pulls into the cache what the next k evictions (at most EVICT_WINDOW) will
+ * read, a step at a time for all of them: the key entries of the pages at
+ * the LRU tail (their header and the key's last bytes, which a watcher
+ * reads), then the buckets they are chained from, then the first two
+ * entries of those chains (an evicted key is the oldest of its chain, so
+ * key_unlink walks past every newer one). Each eviction's misses depend on
+ * one another; fetched a step at a time, the misses of a window's
+ * evictions overlap (bench/README.md, "Evictions prefetched"). Only reads:
+ * evict() still decides, and a page it skips makes a prefetch useless, not
+ * wrong.
+ */
+#define EVICT_WINDOW 16
+
+static void evict_prefetch(const struct kvp__lns *ns, const struct kvp__rank *r, uint64_t k)
+{
+    const struct kvp__key *e[EVICT_WINDOW];
+    const struct kvp__bucket *b[EVICT_WINDOW];
+    size_t m = 0;
+    for (uint32_t p = r->lru.tail; p != KVP_NONE && m < k && m < EVICT_WINDOW;
+         p = r->pages[p].prev) {
+        e[m] = r->pages[p].owner;
+        __builtin_prefetch(e[m]);
+        m++;
+    }
+    for (size_t i = 0; i < m; i++) {
+        __builtin_prefetch(kvp__key_bytes(e[i]) + e[i]->len - 1);
+        b[i] = bucket_of(ns->buckets, ns->nbuckets, e[i]->hash);
+        if (ns->old && (e[i]->hash & (ns->nold - 1)) >= ns->mpos)
+            b[i] = bucket_of(ns->old, ns->nold, e[i]->hash); /* not moved yet, most likely */
+        __builtin_prefetch(b[i]);
+    }
+    const struct kvp__key *x[EVICT_WINDOW];
+    for (size_t i = 0; i < m; i++) {
+        x[i] = b[i]->head != e[i] ? b[i]->head : NULL;
+        if (x[i])
+            __builtin_prefetch(x[i]);
+    }
+    for (size_t i = 0; i < m; i++)
+        if (x[i] && x[i]->next && x[i]->next != e[i])
+            __builtin_prefetch(x[i]->next);
+    kvp__prefetched();
 }
 
 static void page_reserve(struct kvp__local *m, struct kvp__rank *r, uint32_t p, uint64_t now)
@@ -1264,6 +1303,11 @@ static int lo_allocate_ordered(struct kvp_ns *pub, uint32_t rank, int order,
             r->hits++;
         }
     }
+    /* Evictions to come: one per key without a page, past the free pages. */
+    uint64_t to_evict = 0, prefetched = 0;
+    for (size_t i = 0; i < n; i++)
+        to_evict += pages[i] == -2;
+    to_evict = to_evict > r->nfree ? to_evict - r->nfree : 0;
     for (size_t i = 0; i < n; i++) {
         if (pages[i] != -2) {
             if (n > 1)
@@ -1277,10 +1321,17 @@ static int lo_allocate_ordered(struct kvp_ns *pub, uint32_t rank, int order,
         }
         r->misses++;
         uint32_t p = take_free_page(ns->meta, r, order);
-        if (p != KVP_NONE)
+        if (p != KVP_NONE) {
             reused = 1;
-        else
+        } else {
+            if (!prefetched && to_evict) {
+                prefetched = to_evict < EVICT_WINDOW ? to_evict : EVICT_WINDOW;
+                to_evict -= prefetched;
+                evict_prefetch(ns, r, prefetched);
+            }
             p = evict(ns, r, now);
+            prefetched -= prefetched > 0;
+        }
         if (p == KVP_NONE) {
             pages[i] = -1;
             continue;
@@ -1451,8 +1502,6 @@ static int lo_confirm_ex(struct kvp_ns *pub, uint32_t rank, const struct kvp_str
     /* Validation is complete; from here on nothing fails but memory. Allocate
      * every new key entry first so that running out of memory changes nothing. */
     for (size_t i = 0; i < n; i++) {
-        if (i % KB_WINDOW == 0)
-            kb_prefetch(ns, kb.h, i, kb_window_end(i, n));
         kb.e[i] = NULL;
         if (r->pages[pages[i]].state == KVP_PHELD)
             continue;
