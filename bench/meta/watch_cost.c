@@ -91,7 +91,7 @@ int main(int argc, char **argv)
     static double us[2][MAX_ROUNDS];
     int nu[2] = {0, 0};
     for (int r = 0; r < 2 * rounds + 4; r++) { /* the first 4 warm up */
-        int w = (r & 1) ^ ((r >> 1) & 1);  /* A B B A */
+        int w = (r & 1) ^ ((r >> 1) & 1);      /* A B B A */
         kvp_meta_watch(m, w ? noop : NULL, NULL);
         double t0 = now(), t;
         long n = 0;

@@ -67,7 +67,8 @@ static void test_other_keys(void)
     const char *keys[] = {"top", "g-17", "0123456789abcdeg", "0123456789abcde", "prefix:xyz"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         size_t n = strlen(keys[i]);
-        CHECK_EQ(kvp__kvev_block_hash(keys[i], n, KVP_KVEV_HASH_AUTO, &sg), XXH3_64bits(keys[i], n));
+        CHECK_EQ(kvp__kvev_block_hash(keys[i], n, KVP_KVEV_HASH_AUTO, &sg),
+                 XXH3_64bits(keys[i], n));
         CHECK_EQ(sg, 0);
     }
 }
