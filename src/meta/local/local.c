@@ -271,9 +271,8 @@ static uint64_t bucket_search_end(const struct kvp__bucket *b, uint16_t t)
     return end;
 }
 
-/* The link to key k's entry in bucket b, or NULL when it is not there; *pos: its place. */
-static struct kvp__key **chain_find(struct kvp__bucket *b, const struct kvp_str *k, uint64_t h,
-                                    unsigned *pos)
+/* The link to key k's entry in bucket b, or NULL when it is not there. */
+static struct kvp__key **chain_find(struct kvp__bucket *b, const struct kvp_str *k, uint64_t h)
 {
     uint16_t t = key_tag(h);
     uint64_t end = bucket_search_end(b, t);
@@ -283,40 +282,35 @@ static struct kvp__key **chain_find(struct kvp__bucket *b, const struct kvp_str 
         if ((i < KVP_BUCKET_TAGS ? b->tag[i] : e->tag) != t)
             continue;
         if (e->hash == (uint32_t)h && e->len == k->len &&
-            !memcmp(kvp__key_bytes(e), k->ptr, k->len)) {
-            if (pos)
-                *pos = i < UINT_MAX ? (unsigned)i : UINT_MAX;
+            !memcmp(kvp__key_bytes(e), k->ptr, k->len))
             return pp;
-        }
     }
     return NULL;
 }
 
-/* The link to the key's entry, or NULL when the key is absent; *bo, *pos: where it is. */
-static struct kvp__key **key_slot(struct kvp__lns *ns, const struct kvp_str *k, uint64_t h,
-                                  struct kvp__bucket **bo, unsigned *pos)
+/* While the index moves: the old table's bucket for hash bits h when it has
+ * not been moved yet (an entry of those bits may still be there), else NULL. */
+static struct kvp__bucket *old_bucket(const struct kvp__lns *ns, uint64_t h)
 {
-    struct kvp__bucket *b;
-    struct kvp__key **pp;
-    if (ns->old) {
-        uint64_t ob = (uint32_t)h & (ns->nold - 1);
-        if (ob >= ns->mpos && (pp = chain_find(b = &ns->old[ob], k, h, pos)) != NULL) {
-            if (bo)
-                *bo = b;
-            return pp;
-        }
-    }
-    b = bucket_of(ns->buckets, ns->nbuckets, h);
-    if (bo)
-        *bo = b;
-    return chain_find(b, k, h, pos);
+    if (!ns->old)
+        return NULL;
+    uint64_t ob = (uint32_t)h & (ns->nold - 1);
+    return ob >= ns->mpos ? &ns->old[ob] : NULL;
+}
+
+/* The link to the key's entry, or NULL when the key is absent. */
+static struct kvp__key **key_slot(struct kvp__lns *ns, const struct kvp_str *k, uint64_t h)
+{
+    struct kvp__bucket *ob = old_bucket(ns, h);
+    struct kvp__key **pp = ob ? chain_find(ob, k, h) : NULL;
+    return pp ? pp : chain_find(bucket_of(ns->buckets, ns->nbuckets, h), k, h);
 }
 
 static struct kvp__key *key_find_h(struct kvp__lns *ns, const struct kvp_str *k, uint64_t h)
 {
     if (!ns->nkeys)
         return NULL;
-    struct kvp__key **pp = key_slot(ns, k, h, NULL, NULL);
+    struct kvp__key **pp = key_slot(ns, k, h);
     return pp ? *pp : NULL;
 }
 
@@ -511,7 +505,7 @@ static struct kvp__key *key_get_h(struct kvp__lns *ns, const struct kvp_str *k, 
         migrate(ns, MIGRATE_STEP);
     else if (ns->nkeys + 1 > ns->nbuckets)
         grow_index(ns);
-    struct kvp__key **pp = key_slot(ns, k, h, NULL, NULL);
+    struct kvp__key **pp = key_slot(ns, k, h);
     struct kvp__key *e = pp ? *pp : NULL;
     if (e && slot < e->cap)
         return e;
@@ -577,14 +571,9 @@ static struct kvp__key **chain_link(struct kvp__bucket *b, const struct kvp__key
  * entries before it in the chain). */
 static void key_unlink(struct kvp__lns *ns, struct kvp__key *e)
 {
-    struct kvp__bucket *b = NULL;
-    struct kvp__key **pp = NULL;
+    struct kvp__bucket *b = old_bucket(ns, e->hash);
     unsigned pos = 0;
-    if (ns->old) {
-        uint64_t ob = e->hash & (ns->nold - 1);
-        if (ob >= ns->mpos)
-            pp = chain_link(b = &ns->old[ob], e, &pos);
-    }
+    struct kvp__key **pp = b ? chain_link(b, e, &pos) : NULL;
     if (!pp)
         pp = chain_link(b = bucket_of(ns->buckets, ns->nbuckets, e->hash), e, &pos);
     assert(pp && *pp == e);
@@ -853,9 +842,9 @@ static void evict_prefetch(const struct kvp__lns *ns, const struct kvp__rank *r,
     }
     for (size_t i = 0; i < m; i++) {
         __builtin_prefetch(kvp__key_bytes(e[i]) + e[i]->len - 1);
-        b[i] = bucket_of(ns->buckets, ns->nbuckets, e[i]->hash);
-        if (ns->old && (e[i]->hash & (ns->nold - 1)) >= ns->mpos)
-            b[i] = bucket_of(ns->old, ns->nold, e[i]->hash); /* not moved yet, most likely */
+        b[i] = old_bucket(ns, e[i]->hash); /* not moved yet: most likely there */
+        if (!b[i])
+            b[i] = bucket_of(ns->buckets, ns->nbuckets, e[i]->hash);
         __builtin_prefetch(b[i]);
     }
     const struct kvp__key *x[EVICT_WINDOW];
